@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Builds the PML Sandbox guest: QuickJS 2025-04-26 + our glue and prelude,
+# compiled to a wasm32-wasi reactor.
+#
+#   guest-runtime/build.sh OUT.wasm
+#
+# The QuickJS source is fetched from Debian's archive (the original upstream
+# tarball of Debian's `quickjs` source package), checked against a pinned
+# sha256 and never committed. The clang/wasi-libc toolchain is installed from
+# Debian's packages when missing. The build is reproducible: same inputs,
+# same bytes (checked by `make guest-reproducible`).
+#
+# Environment:
+#   PML_CACHE       download cache (default ~/.cache/pml)
+#   DEBIAN_MIRROR   archive base URL (default: the first .../debian URL apt uses)
+set -euo pipefail
+
+out=${1:?usage: build.sh OUT.wasm}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${PML_CACHE:-$HOME/.cache/pml}
+
+QJS_VERSION=2025.04.26
+QJS_TARBALL=quickjs_${QJS_VERSION}.orig.tar.xz
+QJS_SHA256=ec81da5b3249ed648dbc7df4a1654988910e66a118d9b71cb63534216efcfbbe
+QJS_POOL_PATH=pool/main/q/quickjs/${QJS_TARBALL}
+
+say() { printf 'guest: %s\n' "$*" >&2; }
+die() { printf 'guest: error: %s\n' "$*" >&2; exit 1; }
+
+# --- toolchain -------------------------------------------------------------
+need_pkgs=()
+command -v clang-14 >/dev/null 2>&1 || command -v clang >/dev/null 2>&1 || need_pkgs+=(clang)
+command -v wasm-ld >/dev/null 2>&1 || command -v wasm-ld-14 >/dev/null 2>&1 || need_pkgs+=(lld)
+[ -f /usr/include/wasm32-wasi/stdio.h ] || need_pkgs+=(wasi-libc)
+ls /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 || need_pkgs+=(libclang-rt-14-dev-wasm32)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  say "installing toolchain: ${need_pkgs[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq >/dev/null ||
+    die "apt-get update failed; install ${need_pkgs[*]} by hand"
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need_pkgs[@]}" >/dev/null ||
+    die "could not install ${need_pkgs[*]} with apt-get"
+fi
+CC=$(command -v clang-14 || command -v clang)
+
+# --- source ----------------------------------------------------------------
+mkdir -p "$cache"
+tarball=$cache/$QJS_TARBALL
+if [ ! -f "$tarball" ] || ! echo "$QJS_SHA256  $tarball" | sha256sum -c --status; then
+  mirror=${DEBIAN_MIRROR:-}
+  if [ -z "$mirror" ]; then
+    mirror=$(apt-cache policy 2>/dev/null | grep -o 'https\?://[^ ]*/debian' | head -n 1 || true)
+  fi
+  [ -n "$mirror" ] || die "no Debian mirror found in apt's configuration; set DEBIAN_MIRROR (e.g. https://deb.debian.org/debian)"
+  url=$mirror/$QJS_POOL_PATH
+  say "fetching $url"
+  curl -fsSL --retry 3 --connect-timeout 20 -o "$tarball.part" "$url" ||
+    die "could not download QuickJS source from $url (set DEBIAN_MIRROR to another Debian mirror)"
+  mv "$tarball.part" "$tarball"
+  echo "$QJS_SHA256  $tarball" | sha256sum -c --status ||
+    die "sha256 mismatch for $tarball: expected $QJS_SHA256, got $(sha256sum "$tarball" | cut -d' ' -f1)"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xJf "$tarball"
+src=$work/quickjs-$QJS_VERSION
+[ -f "$src/quickjs.c" ] || die "unexpected tarball layout: $src/quickjs.c missing"
+
+# Atomics need OS threads, which wasm32-wasi does not have.
+awk 'prev ~ /^#if !defined\(EMSCRIPTEN\)$/ && $0 ~ /^#define CONFIG_ATOMICS$/ { print "#ifndef __wasi__"; print; print "#endif"; prev=$0; next } { print; prev=$0 }' \
+  "$src/quickjs.c" >"$src/quickjs.c.new" && mv "$src/quickjs.c.new" "$src/quickjs.c"
+grep -q '^#ifndef __wasi__$' "$src/quickjs.c" || die "could not patch CONFIG_ATOMICS out of quickjs.c"
+
+# dtoa.c includes <setjmp.h> without using it; wasi-libc has none.
+mkdir -p "$work/shim"
+: >"$work/shim/setjmp.h"
+
+# The prelude becomes a C array so the guest needs no file system.
+{
+  echo 'const char pml_prelude[] = {'
+  od -An -v -tx1 "$here/prelude.js" | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'
+  echo '0x00};'
+  echo "const unsigned int pml_prelude_len = $(wc -c <"$here/prelude.js");"
+} >"$work/prelude.c"
+cp "$here/glue.c" "$work/glue.c"
+
+cflags=(
+  --target=wasm32-wasi -nostdlibinc -isystem /usr/include/wasm32-wasi
+  -I "$work/shim" -I "$src"
+  -include malloc.h
+  -D_GNU_SOURCE '-DCONFIG_VERSION="2025-04-26"'
+  -funsigned-char -O2 -g0 -Wno-everything
+  "-ffile-prefix-map=$work=."
+)
+objs=()
+for f in "$work/glue.c" "$work/prelude.c" "$src/libregexp.c" "$src/libunicode.c" "$src/cutils.c" "$src/dtoa.c"; do
+  o=$work/$(basename "${f%.c}").o
+  (cd "$work" && "$CC" "${cflags[@]}" -c "$f" -o "$o")
+  objs+=("$o")
+done
+
+# clang 14 runs wasm-opt on its own when it is on PATH; pin that it is not,
+# so the output does not depend on whether binaryen happens to be installed.
+pathdir=$work/bin
+mkdir -p "$pathdir"
+ln -s "$(command -v wasm-ld || command -v wasm-ld-14)" "$pathdir/wasm-ld"
+mkdir -p "$(dirname "$out")"
+(cd "$work" && PATH=$pathdir "$CC" --target=wasm32-wasi -O2 \
+  -mexec-model=reactor \
+  -Wl,--stack-first -Wl,-z,stack-size=1048576 -Wl,--strip-all \
+  -o "$out.tmp" "${objs[@]}" -lm)
+mv "$out.tmp" "$out"
+say "built $out ($(wc -c <"$out") bytes, sha256 $(sha256sum "$out" | cut -c1-16))"

@@ -1,0 +1,265 @@
+/*
+ * PML Sandbox guest: the C glue between the wazero host and QuickJS.
+ *
+ * Built as a wasm32-wasi *reactor*. The host calls pml_init() once, snapshots
+ * linear memory, and restores that snapshot into a fresh instance for every
+ * execution, which then calls pml_run() exactly once and is discarded.
+ *
+ * quickjs.c is compiled as part of this translation unit (a unity build) so
+ * the glue can reseed the context's Math.random state after a snapshot
+ * restore; QuickJS has no public API for that, and without it every restored
+ * instance would produce the same "random" sequence.
+ *
+ * Host imports (module "pml"):
+ *   start_call(server, tool, args) -> id   starts a tool call; never blocks
+ *   wait_any(&len, &ok) -> id              blocks until some call finishes;
+ *                                           0 = nothing in flight, <0 = stop
+ *   take_result(id, buf)                   copies that call's answer
+ *   log(level, msg) -> keep                console output; 0 = stop sending
+ *   interrupted() -> bool                  deadline check (interrupt handler)
+ */
+#include "quickjs.c"
+
+/* quickjs.c forbids plain malloc for its own code; the glue needs it. */
+#undef malloc
+#undef free
+#undef realloc
+
+#define IMPORT(name) __attribute__((import_module("pml"), import_name(name)))
+
+IMPORT("start_call")
+int32_t host_start_call(const char *server, int32_t server_len, const char *tool,
+                        int32_t tool_len, const char *args, int32_t args_len);
+IMPORT("wait_any")
+int32_t host_wait_any(int32_t *len, int32_t *ok);
+IMPORT("take_result")
+void host_take_result(int32_t id, char *buf);
+IMPORT("log")
+int32_t host_log(int32_t level, const char *msg, int32_t msg_len);
+IMPORT("interrupted")
+int32_t host_interrupted(void);
+
+extern const char pml_prelude[];
+extern const unsigned int pml_prelude_len;
+
+static JSRuntime *rt;
+static JSContext *ctx;
+/* Functions returned by the prelude, kept across the snapshot. */
+static JSValue fn_setup, fn_settle, fn_finish, fn_fail;
+
+static int interrupt_handler(JSRuntime *r, void *opaque) {
+    (void)r;
+    (void)opaque;
+    return host_interrupted();
+}
+
+/* native.start(server, tool, argsJSON) -> id */
+static JSValue native_start(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    size_t sl, tl, al;
+    const char *s = JS_ToCStringLen(c, &sl, argv[0]);
+    const char *t = JS_ToCStringLen(c, &tl, argv[1]);
+    const char *a = JS_ToCStringLen(c, &al, argv[2]);
+    JSValue ret;
+    if (!s || !t || !a) {
+        ret = JS_EXCEPTION;
+    } else {
+        ret = JS_NewInt32(c, host_start_call(s, (int32_t)sl, t, (int32_t)tl, a, (int32_t)al));
+    }
+    JS_FreeCString(c, s);
+    JS_FreeCString(c, t);
+    JS_FreeCString(c, a);
+    return ret;
+}
+
+/* native.log(level, message) -> keep sending (bool) */
+static JSValue native_log(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    int32_t level;
+    size_t ml;
+    if (JS_ToInt32(c, &level, argv[0]))
+        return JS_EXCEPTION;
+    const char *m = JS_ToCStringLen(c, &ml, argv[1]);
+    if (!m)
+        return JS_EXCEPTION;
+    int32_t keep = host_log(level, m, (int32_t)ml);
+    JS_FreeCString(c, m);
+    return JS_NewBool(c, keep);
+}
+
+__attribute__((export_name("pml_alloc"))) void *pml_alloc(int32_t n) { return malloc(n > 0 ? n : 1); }
+
+__attribute__((export_name("pml_free"))) void pml_free(void *p) { free(p); }
+
+/* pml_init builds the runtime, the context and the prelude. Returns 0 on
+ * success. Everything it creates lives in linear memory and is captured by the
+ * host's snapshot. */
+__attribute__((export_name("pml_init"))) int32_t pml_init(void) {
+    rt = JS_NewRuntime();
+    if (!rt)
+        return 1;
+    /* QuickJS's default (1 MiB) equals the linked stack, which would put the
+     * limit below address 0 and make every call "overflow". pml_run sets
+     * the per-execution value. */
+    JS_SetMaxStackSize(rt, 512 * 1024);
+    ctx = JS_NewContext(rt);
+    if (!ctx)
+        return 2;
+    JSValue prelude = JS_Eval(ctx, pml_prelude, pml_prelude_len, "prelude.js", JS_EVAL_TYPE_GLOBAL);
+    if (JS_IsException(prelude))
+        return 3;
+    JSValue native = JS_NewObject(ctx);
+    JS_SetPropertyStr(ctx, native, "start", JS_NewCFunction(ctx, native_start, "start", 3));
+    JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
+    JSValue api = JS_Call(ctx, prelude, JS_UNDEFINED, 1, (JSValueConst *)&native);
+    JS_FreeValue(ctx, prelude);
+    JS_FreeValue(ctx, native);
+    if (JS_IsException(api))
+        return 4;
+    fn_setup = JS_GetPropertyStr(ctx, api, "setup");
+    fn_settle = JS_GetPropertyStr(ctx, api, "settle");
+    fn_finish = JS_GetPropertyStr(ctx, api, "finish");
+    fn_fail = JS_GetPropertyStr(ctx, api, "fail");
+    JS_FreeValue(ctx, api);
+    JS_RunGC(rt);
+    return 0;
+}
+
+/* Output of pml_run: a malloc'd JSON document, returned as (ptr << 32 | len). */
+static int64_t pack(const char *p, size_t len) { return ((int64_t)(uintptr_t)p << 32) | (int64_t)(uint32_t)len; }
+
+static int64_t emit_string(JSValue s) {
+    size_t len;
+    const char *str = JS_ToCStringLen(ctx, &len, s);
+    if (!str)
+        return 0;
+    char *out = malloc(len);
+    if (out)
+        memcpy(out, str, len);
+    JS_FreeCString(ctx, str);
+    return out ? pack(out, len) : 0;
+}
+
+static int64_t emit_static(const char *s) {
+    size_t len = strlen(s);
+    char *out = malloc(len);
+    if (!out)
+        return 0;
+    memcpy(out, s, len);
+    return pack(out, len);
+}
+
+/* Turn the pending exception into the output document via the prelude. */
+static int64_t emit_exception(void) {
+    JSValue exc = JS_GetException(ctx);
+    if (host_interrupted()) {
+        JS_FreeValue(ctx, exc);
+        return emit_static("{\"ok\":false,\"error\":{\"code\":\"TIMEOUT\",\"message\":\"execution deadline exceeded\"}}");
+    }
+    JSValue doc = JS_Call(ctx, fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&exc);
+    JS_FreeValue(ctx, exc);
+    if (JS_IsException(doc)) {
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        return emit_static("{\"ok\":false,\"error\":{\"code\":\"SANDBOX_ERROR\",\"message\":\"could not report the script's error\"}}");
+    }
+    int64_t r = emit_string(doc);
+    JS_FreeValue(ctx, doc);
+    return r;
+}
+
+/* pml_run executes one script. cfg is a JSON document prepared by the host
+ * (tools, args, limits, seed, globals); code is the body of an async function.
+ * It returns the result document; the instance is discarded afterwards, so
+ * nothing here frees what it allocates. */
+__attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t cfg_len, const char *code,
+                                                         int32_t code_len, int64_t seed, int32_t mem_limit,
+                                                         int32_t stack_size, int32_t flags) {
+    ctx->random_state = seed ? (uint64_t)seed : 1;
+    JS_UpdateStackTop(rt);
+    JS_SetMaxStackSize(rt, (size_t)stack_size);
+    /* flags bit 0 turns deadline polling off; only benchmarks use it, to
+     * measure what the polling costs. */
+    if (!(flags & 1))
+        JS_SetInterruptHandler(rt, interrupt_handler, NULL);
+
+    JSValue conf = JS_ParseJSON(ctx, cfg, cfg_len, "config.json");
+    if (JS_IsException(conf))
+        return emit_exception();
+    /* Memory limit after the config is in, so a tool list never counts
+     * against the script; it is set before any user code is parsed. */
+    if (mem_limit > 0)
+        JS_SetMemoryLimit(rt, (size_t)mem_limit);
+
+    /* The wrapper keeps user line numbers: line 1 of the script is line 1. */
+    static const char head[] = "(async function (args) {";
+    static const char tail[] = "\n})";
+    size_t src_len = sizeof(head) - 1 + (size_t)code_len + sizeof(tail) - 1;
+    char *src = malloc(src_len + 1);
+    if (!src)
+        return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory loading the script\"}}");
+    memcpy(src, head, sizeof(head) - 1);
+    memcpy(src + sizeof(head) - 1, code, code_len);
+    memcpy(src + sizeof(head) - 1 + code_len, tail, sizeof(tail));
+
+    JSValue args = JS_Call(ctx, fn_setup, JS_UNDEFINED, 1, (JSValueConst *)&conf);
+    if (JS_IsException(args))
+        return emit_exception();
+    JSValue fn = JS_Eval(ctx, src, src_len, "main.js", JS_EVAL_TYPE_GLOBAL);
+    if (JS_IsException(fn))
+        return emit_exception();
+    JSValue promise = JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&args);
+    if (JS_IsException(promise))
+        return emit_exception();
+
+    for (;;) {
+        JSContext *c;
+        int r;
+        while ((r = JS_ExecutePendingJob(rt, &c)) > 0) {
+        }
+        if (r < 0)
+            return emit_exception();
+        JSPromiseStateEnum st = JS_PromiseState(ctx, promise);
+        if (st != JS_PROMISE_PENDING)
+            break;
+        int32_t len = 0, ok = 0;
+        int32_t id = host_wait_any(&len, &ok);
+        if (id == 0) {
+            return emit_static("{\"ok\":false,\"error\":{\"code\":\"DEADLOCK\",\"message\":\"the script is waiting for a promise "
+                               "that nothing can settle (no tool call is in flight)\"}}");
+        }
+        if (id < 0)
+            return emit_static("{\"ok\":false,\"error\":{\"code\":\"TIMEOUT\",\"message\":\"execution deadline exceeded\"}}");
+        char *buf = malloc(len + 1);
+        if (!buf)
+            return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
+        host_take_result(id, buf);
+        buf[len] = 0;
+        JSValue argv[3];
+        argv[0] = JS_NewInt32(ctx, id);
+        argv[1] = JS_NewBool(ctx, ok);
+        argv[2] = JS_ParseJSON(ctx, buf, len, "tool-result.json");
+        free(buf);
+        if (JS_IsException(argv[2])) {
+            /* Malformed host JSON or OOM while parsing: reject the call
+             * with the exception instead of aborting the whole script. */
+            argv[1] = JS_NewBool(ctx, 0);
+            argv[2] = JS_GetException(ctx);
+        }
+        JSValue s = JS_Call(ctx, fn_settle, JS_UNDEFINED, 3, (JSValueConst *)argv);
+        JS_FreeValue(ctx, argv[2]);
+        if (JS_IsException(s))
+            return emit_exception();
+        JS_FreeValue(ctx, s);
+    }
+
+    JSPromiseStateEnum st = JS_PromiseState(ctx, promise);
+    JSValue v = JS_PromiseResult(ctx, promise);
+    /* Give the reporting code room even if the script exhausted its heap. */
+    if (mem_limit > 0)
+        JS_SetMemoryLimit(rt, (size_t)mem_limit + (1 << 20));
+    JSValue doc = JS_Call(ctx, st == JS_PROMISE_FULFILLED ? fn_finish : fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&v);
+    JS_FreeValue(ctx, v);
+    if (JS_IsException(doc))
+        return emit_exception();
+    int64_t out = emit_string(doc);
+    JS_FreeValue(ctx, doc);
+    return out;
+}

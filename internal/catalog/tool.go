@@ -1,0 +1,45 @@
+// Package catalog holds the tool definitions an execution can see: the
+// shared Tool type, filters that narrow a tool set, name checks, lexical
+// search, nearest-name suggestions and TypeScript declarations for the `mcp`
+// API.
+package catalog
+
+import (
+	"encoding/json"
+
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Annotations are the MCP tool hints that change what the host allows.
+// Nil means the server did not say.
+type Annotations struct {
+	ReadOnly    *bool `json:"readOnlyHint,omitempty"`
+	Destructive *bool `json:"destructiveHint,omitempty"`
+	Idempotent  *bool `json:"idempotentHint,omitempty"`
+	OpenWorld   *bool `json:"openWorldHint,omitempty"`
+}
+
+// Tool is one callable tool: an MCP server's tool or a capability.
+type Tool struct {
+	Server       string          `json:"server"`
+	Name         string          `json:"name"`
+	Title        string          `json:"title,omitempty"`
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"input_schema,omitempty"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	Annotations  Annotations     `json:"annotations,omitzero"`
+	Kind         trace.Kind      `json:"kind"`
+}
+
+// FullName is "server:name".
+func (t Tool) FullName() string { return t.Server + ":" + t.Name }
+
+// IsDestructive reports whether the tool may change the outside world
+// irreversibly. Per the MCP spec a tool that does not say it is read-only and
+// does not deny being destructive is assumed destructive; we only refuse
+// tools that explicitly declare destructiveHint=true, so that servers which
+// leave annotations out stay usable.
+func (t Tool) IsDestructive() bool {
+	return t.Annotations.Destructive != nil && *t.Annotations.Destructive &&
+		(t.Annotations.ReadOnly == nil || !*t.Annotations.ReadOnly)
+}

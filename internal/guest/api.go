@@ -1,0 +1,96 @@
+package guest
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Tool describes one tool a script may call as mcp.<Server>.<Name>(args).
+// The guest builds its `mcp` object from these definitions and nothing else.
+type Tool struct {
+	Server      string          `json:"server"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// FullName is "server:name", the form used in errors, traces and tool filters.
+func (t Tool) FullName() string { return t.Server + ":" + t.Name }
+
+// Call is one tool call a script made.
+type Call struct {
+	// ID numbers the calls of one execution from 1.
+	ID     int
+	Server string
+	Tool   string
+	// Args is the JSON the script passed ("{}" when it passed nothing).
+	Args json.RawMessage
+}
+
+// ToolHost serves the tool calls of one execution. Calls arrive concurrently
+// (a script may have many in flight); CallTool must return when ctx is done.
+// The returned JSON is what the script's promise resolves to; an error
+// rejects it (use *fault.Error to control the code the script sees).
+type ToolHost interface {
+	CallTool(ctx context.Context, call Call) (json.RawMessage, error)
+}
+
+// Request is one execution.
+type Request struct {
+	// ExecutionID identifies the run in traces; generated when empty.
+	ExecutionID string
+	// Code is the body of an async function: `return x` gives the result.
+	Code string
+	// Args is the JSON value bound to `args` inside the script (null if empty).
+	Args json.RawMessage
+	// Tools is the complete tool set of this run.
+	Tools []Tool
+	// Host serves the calls; nil means every call fails with TOOL_NOT_FOUND.
+	Host ToolHost
+	// Limits override the engine's defaults field by field (zero = default).
+	Limits Limits
+	// Helpers are extra JS globals the host provides, as name → JSON value
+	// (e.g. the catalog for tools.search). Optional.
+	Globals map[string]json.RawMessage
+}
+
+// Limits bound one execution. Every limit hit is reported as LIMIT_EXCEEDED
+// (or TIMEOUT for the deadline) with the limit's name.
+type Limits struct {
+	Timeout        time.Duration // wall clock for the whole execution
+	MemoryBytes    int64         // JS heap (JS_SetMemoryLimit)
+	StackBytes     int64         // JS stack (JS_SetMaxStackSize)
+	CodeBytes      int           // size of Code
+	ToolCalls      int           // calls per execution
+	InFlight       int           // calls in flight at once
+	LogBytes       int           // total console output kept
+	ResultBytes    int           // size of the JSON result
+	ToolArgsBytes  int           // size of one call's arguments
+	ToolResultSize int           // size of one call's result as given to the script
+}
+
+// LogEntry is one console line.
+type LogEntry struct {
+	Level   string  `json:"level"` // log, info, warn, error
+	Message string  `json:"message"`
+	AtMS    float64 `json:"at_ms"` // since the execution started
+}
+
+// Result is what one execution produced. Err is nil when the script returned
+// normally; otherwise it carries the code, message and (for script errors)
+// the JS stack.
+type Result struct {
+	ExecutionID   string          `json:"execution_id"`
+	OK            bool            `json:"ok"`
+	Value         json.RawMessage `json:"result,omitempty"`
+	Logs          []LogEntry      `json:"logs"`
+	LogsTruncated bool            `json:"logs_truncated,omitempty"`
+	Err           *fault.Error    `json:"error,omitempty"`
+	Calls         []trace.Call    `json:"calls"`
+	StartedAt     time.Time       `json:"-"`
+	Duration      time.Duration   `json:"-"`
+}

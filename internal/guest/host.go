@@ -1,0 +1,169 @@
+package guest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+var (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+)
+
+// WASI errno values the stubs return.
+const (
+	errnoSuccess = 0
+	errnoBadf    = 8
+	errnoInval   = 28
+)
+
+// instantiateHostModules defines the two modules the guest imports: "pml",
+// its door to tools and the console, and a minimal
+// "wasi_snapshot_preview1" holding only what wasi-libc links for QuickJS: a
+// clock, and file-descriptor calls that write nowhere. There is deliberately
+// no file system, environment, argv, random source or socket.
+func (e *Engine) instantiateHostModules(ctx context.Context) error {
+	pml := e.runtime.NewHostModuleBuilder("pml")
+	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
+		pml.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
+	}
+	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32, i32, i32, i32}, []api.ValueType{i32})
+	fn("wait_any", hostWaitAny, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn("take_result", hostTakeResult, []api.ValueType{i32, i32}, nil)
+	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
+	fn("interrupted", hostInterrupted, nil, []api.ValueType{i32})
+	if _, err := pml.Instantiate(ctx); err != nil {
+		return fmt.Errorf("guest: host module pml: %w", err)
+	}
+
+	wasi := e.runtime.NewHostModuleBuilder("wasi_snapshot_preview1")
+	wfn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
+		wasi.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
+	}
+	wfn("clock_time_get", wasiClockTimeGet, []api.ValueType{i32, i64, i32}, []api.ValueType{i32})
+	wfn("fd_write", wasiFdWrite, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
+	wfn("fd_close", func(_ context.Context, _ api.Module, st []uint64) { st[0] = errnoBadf }, []api.ValueType{i32}, []api.ValueType{i32})
+	wfn("fd_seek", func(_ context.Context, _ api.Module, st []uint64) { st[0] = errnoBadf }, []api.ValueType{i32, i64, i32, i32}, []api.ValueType{i32})
+	if _, err := wasi.Instantiate(ctx); err != nil {
+		return fmt.Errorf("guest: host module wasi: %w", err)
+	}
+	return nil
+}
+
+type execKey struct{}
+
+func execFrom(ctx context.Context) *execution {
+	x, _ := ctx.Value(execKey{}).(*execution)
+	return x
+}
+
+// readString copies a guest string out of linear memory.
+func readString(m api.Module, ptr, n uint32) (string, bool) {
+	b, ok := m.Memory().Read(ptr, n)
+	if !ok {
+		return "", false
+	}
+	return string(b), true
+}
+
+func hostStartCall(ctx context.Context, m api.Module, st []uint64) {
+	x := execFrom(ctx)
+	server, ok1 := readString(m, uint32(st[0]), uint32(st[1]))
+	tool, ok2 := readString(m, uint32(st[2]), uint32(st[3]))
+	args, ok3 := m.Memory().Read(uint32(st[4]), uint32(st[5]))
+	if x == nil || !ok1 || !ok2 || !ok3 {
+		panic("pml.start_call: out-of-range arguments")
+	}
+	st[0] = uint64(uint32(x.startCall(server, tool, args)))
+}
+
+func hostWaitAny(ctx context.Context, m api.Module, st []uint64) {
+	x := execFrom(ctx)
+	id, n, ok := x.waitAny()
+	if id > 0 {
+		okv := uint32(0)
+		if ok {
+			okv = 1
+		}
+		mem := m.Memory()
+		if !mem.WriteUint32Le(uint32(st[0]), uint32(n)) || !mem.WriteUint32Le(uint32(st[1]), okv) {
+			panic("pml.wait_any: out-of-range pointers")
+		}
+	}
+	st[0] = uint64(uint32(id))
+}
+
+func hostTakeResult(ctx context.Context, m api.Module, st []uint64) {
+	x := execFrom(ctx)
+	data := x.takeResult(int32(st[0]))
+	if !m.Memory().Write(uint32(st[1]), data) {
+		panic("pml.take_result: out-of-range buffer")
+	}
+}
+
+func hostLog(ctx context.Context, m api.Module, st []uint64) {
+	x := execFrom(ctx)
+	msg, ok := readString(m, uint32(st[1]), uint32(st[2]))
+	if !ok {
+		panic("pml.log: out-of-range message")
+	}
+	if x.log(int32(st[0]), msg) {
+		st[0] = 1
+	} else {
+		st[0] = 0
+	}
+}
+
+func hostInterrupted(ctx context.Context, _ api.Module, st []uint64) {
+	if execFrom(ctx).interrupted() {
+		st[0] = 1
+	} else {
+		st[0] = 0
+	}
+}
+
+func wasiClockTimeGet(_ context.Context, m api.Module, st []uint64) {
+	var now int64
+	switch uint32(st[0]) {
+	case 0: // realtime
+		now = time.Now().UnixNano()
+	case 1, 2, 3: // monotonic, process and thread CPU time
+		now = int64(time.Since(processStart)) + 1
+	default:
+		st[0] = errnoInval
+		return
+	}
+	if !m.Memory().WriteUint64Le(uint32(st[2]), uint64(now)) {
+		st[0] = errnoInval
+		return
+	}
+	st[0] = errnoSuccess
+}
+
+// processStart anchors the guest's monotonic clock. It is set once and never
+// written again.
+var processStart = time.Now()
+
+// wasiFdWrite accepts and discards output: QuickJS writes to stderr only on
+// fatal errors, and the guest's console goes through pml.log instead.
+func wasiFdWrite(_ context.Context, m api.Module, st []uint64) {
+	mem := m.Memory()
+	iovs, n, out := uint32(st[1]), uint32(st[2]), uint32(st[3])
+	var total uint32
+	for i := uint32(0); i < n; i++ {
+		l, ok := mem.ReadUint32Le(iovs + i*8 + 4)
+		if !ok {
+			st[0] = errnoInval
+			return
+		}
+		total += l
+	}
+	if !mem.WriteUint32Le(out, total) {
+		st[0] = errnoInval
+		return
+	}
+	st[0] = errnoSuccess
+}

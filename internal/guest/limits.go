@@ -1,0 +1,94 @@
+package guest
+
+import "time"
+
+// Deadline enforcement. QuickJS polls an interrupt handler on backward jumps
+// and calls (every 10,000 "ticks"); ours asks the host whether the deadline
+// has passed, which costs one host call per poll and nothing measurable on
+// CPU-bound code (see docs/BENCHMARKS.md). wazero's WithCloseOnContextDone
+// would also stop runaway code but makes CPU-bound JS several times slower,
+// so it is off. Host imports that block (wait_any) watch the deadline
+// themselves.
+
+// DefaultLimits returns the limits that apply when neither the engine options
+// nor the request say otherwise.
+func DefaultLimits() Limits {
+	return Limits{
+		Timeout:        30 * time.Second,
+		MemoryBytes:    64 << 20,
+		StackBytes:     768 << 10,
+		CodeBytes:      256 << 10,
+		ToolCalls:      1000,
+		InFlight:       16,
+		LogBytes:       1 << 20,
+		ResultBytes:    1 << 20,
+		ToolArgsBytes:  1 << 20,
+		ToolResultSize: 4 << 20,
+	}
+}
+
+// DefaultMaxLimits returns the caps on what a request may ask for.
+func DefaultMaxLimits() Limits {
+	return Limits{
+		Timeout:        15 * time.Minute,
+		MemoryBytes:    512 << 20,
+		StackBytes:     900 << 10, // the guest links a 1 MiB stack; keep room for C frames
+		CodeBytes:      1 << 20,
+		ToolCalls:      10000,
+		InFlight:       64,
+		LogBytes:       8 << 20,
+		ResultBytes:    6 << 20, // a synchronous Lambda response is at most 6 MB
+		ToolArgsBytes:  6 << 20,
+		ToolResultSize: 32 << 20,
+	}
+}
+
+// maxTimers bounds setTimeout calls per execution, so a loop of timers
+// cannot pile up host goroutines.
+const maxTimers = 10000
+
+// withDefaults fills zero fields from d.
+func (l Limits) withDefaults(d Limits) Limits {
+	pick := func(v, dv int64) int64 {
+		if v <= 0 {
+			return dv
+		}
+		return v
+	}
+	return Limits{
+		Timeout:        time.Duration(pick(int64(l.Timeout), int64(d.Timeout))),
+		MemoryBytes:    pick(l.MemoryBytes, d.MemoryBytes),
+		StackBytes:     pick(l.StackBytes, d.StackBytes),
+		CodeBytes:      int(pick(int64(l.CodeBytes), int64(d.CodeBytes))),
+		ToolCalls:      int(pick(int64(l.ToolCalls), int64(d.ToolCalls))),
+		InFlight:       int(pick(int64(l.InFlight), int64(d.InFlight))),
+		LogBytes:       int(pick(int64(l.LogBytes), int64(d.LogBytes))),
+		ResultBytes:    int(pick(int64(l.ResultBytes), int64(d.ResultBytes))),
+		ToolArgsBytes:  int(pick(int64(l.ToolArgsBytes), int64(d.ToolArgsBytes))),
+		ToolResultSize: int(pick(int64(l.ToolResultSize), int64(d.ToolResultSize))),
+	}
+}
+
+// capped lowers every field of l to at most m's.
+func (l Limits) capped(m Limits) Limits {
+	lo := func(v, mv int64) int64 { return min(v, mv) }
+	return Limits{
+		Timeout:        time.Duration(lo(int64(l.Timeout), int64(m.Timeout))),
+		MemoryBytes:    lo(l.MemoryBytes, m.MemoryBytes),
+		StackBytes:     lo(l.StackBytes, m.StackBytes),
+		CodeBytes:      int(lo(int64(l.CodeBytes), int64(m.CodeBytes))),
+		ToolCalls:      int(lo(int64(l.ToolCalls), int64(m.ToolCalls))),
+		InFlight:       int(lo(int64(l.InFlight), int64(m.InFlight))),
+		LogBytes:       int(lo(int64(l.LogBytes), int64(m.LogBytes))),
+		ResultBytes:    int(lo(int64(l.ResultBytes), int64(m.ResultBytes))),
+		ToolArgsBytes:  int(lo(int64(l.ToolArgsBytes), int64(m.ToolArgsBytes))),
+		ToolResultSize: int(lo(int64(l.ToolResultSize), int64(m.ToolResultSize))),
+	}
+}
+
+// memoryPages is the wasm memory cap for a JS heap limit: the heap plus the
+// 1 MiB stack, static data and allocator slack.
+func memoryPages(heap int64) uint32 {
+	const page = 64 << 10
+	return uint32((heap + heap/4 + 16<<20 + page - 1) / page)
+}

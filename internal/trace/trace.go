@@ -1,0 +1,71 @@
+// Package trace defines what PML Sandbox records about every execution and
+// every tool call, and the Sink interface the records flow into. Records are
+// made by the host (never parsed from guest output), so a script cannot forge
+// or hide them.
+package trace
+
+import (
+	"context"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Kind tells what a call reached.
+type Kind string
+
+// Call kinds.
+const (
+	KindMCP        Kind = "mcp"
+	KindCapability Kind = "capability"
+	KindBuiltin    Kind = "builtin"
+)
+
+// Call is one tool call made by a script, as the host saw it.
+type Call struct {
+	ExecutionID string `json:"execution_id"`
+	// CallID numbers the calls of one execution from 1, in the order the
+	// script started them.
+	CallID int `json:"call_id"`
+	// ParentCallID is set on calls of a capability run: the call in the
+	// parent execution that started this run.
+	ParentCallID int        `json:"parent_call_id,omitempty"`
+	Server       string     `json:"server"`
+	Tool         string     `json:"tool"`
+	Kind         Kind       `json:"kind"`
+	StartedAt    time.Time  `json:"started_at"`
+	DurationMS   float64    `json:"duration_ms"`
+	OK           bool       `json:"ok"`
+	ErrorCode    fault.Code `json:"error_code,omitempty"`
+	ArgsBytes    int        `json:"args_bytes"`
+	ResultBytes  int        `json:"result_bytes"`
+	// ChildExecutionID links a capability call to the execution it started.
+	ChildExecutionID string `json:"child_execution_id,omitempty"`
+}
+
+// Execution is one run of a script.
+type Execution struct {
+	ID                string     `json:"execution_id"`
+	CodeHash          string     `json:"code_hash"`
+	CodeBytes         int        `json:"code_bytes"`
+	Status            string     `json:"status"` // "ok" or "error"
+	ErrorCode         fault.Code `json:"error_code,omitempty"`
+	StartedAt         time.Time  `json:"started_at"`
+	DurationMS        float64    `json:"duration_ms"`
+	ParentExecutionID string     `json:"parent_execution_id,omitempty"`
+	ParentCallID      int        `json:"parent_call_id,omitempty"`
+	Capability        string     `json:"capability,omitempty"`
+	Depth             int        `json:"depth,omitempty"`
+	TraceID           string     `json:"trace_id,omitempty"`
+	Source            string     `json:"source,omitempty"`
+	Calls             int        `json:"calls"`
+}
+
+// Sink receives records. Implementations must be safe for concurrent use and
+// must not block the caller on I/O: buffer, and write on Flush.
+type Sink interface {
+	// Record takes one finished execution and its calls.
+	Record(ctx context.Context, exec Execution, calls []Call)
+	// Flush writes what is buffered, within ctx's deadline.
+	Flush(ctx context.Context) error
+}
