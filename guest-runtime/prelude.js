@@ -126,7 +126,7 @@
       }
     }
     return new PromiseCtor((resolve, reject) => {
-      const job = { server, tool, args, resolve, reject, timer: false };
+      const job = { server, tool, args, resolve, reject, uncapped: false };
       if (inflight < cap) startJob(job);
       else queue.push(job);
     });
@@ -219,7 +219,7 @@
     const handle = ++timerSeq;
     const delay = Math.max(0, Number(ms) || 0);
     const job = {
-      server: "", tool: "sleep", args: jsonStringify({ ms: delay }), timer: true,
+      server: "", tool: "sleep", args: jsonStringify({ ms: delay }), uncapped: true,
       resolve() {
         if (timers.delete(handle)) fn(...rest);
       },
@@ -232,9 +232,11 @@
   }
   function clearTimeoutImpl(handle) { timers.delete(handle); }
 
-  function builtin(tool) {
-    return (a) => new PromiseCtor((resolve, reject) => {
-      const job = { server: "", tool, args: jsonStringify(a === undefined ? {} : a), resolve, reject, timer: true };
+  // Built-ins (server "") are served by the host like tools but are not
+  // queued behind the in-flight cap.
+  function builtinCall(tool, a) {
+    return new PromiseCtor((resolve, reject) => {
+      const job = { server: "", tool, args: jsonStringify(a), resolve, reject, uncapped: true };
       const id = native.start(job.server, job.tool, job.args);
       pending.set(id, job);
     });
@@ -246,7 +248,11 @@
     const hidden = { enumerable: false, configurable: false, writable: false };
     defineProperty(g, "mcp", { value: buildMCP(cfg.tools || []), ...hidden });
     defineProperty(g, "tools", {
-      value: ObjectFreeze({ search: builtin("tools.search"), list: builtin("tools.list"), describe: builtin("tools.describe") }),
+      value: ObjectFreeze({
+        search: (query, limit) => builtinCall("tools.search", { query: String(query === undefined ? "" : query), limit: Number(limit) || 10 }),
+        list: () => builtinCall("tools.list", {}),
+        describe: () => builtinCall("tools.describe", {}),
+      }),
       ...hidden,
     });
     defineProperty(g, "console", {
@@ -265,7 +271,7 @@
     const job = pending.get(id);
     if (job === undefined) return;
     pending.delete(id);
-    if (!job.timer) {
+    if (!job.uncapped) {
       inflight--;
       while (queueHead < queue.length && inflight < cap) {
         const next = queue[queueHead];

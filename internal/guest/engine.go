@@ -72,6 +72,7 @@ type Engine struct {
 
 	pool     chan api.Module
 	refill   chan struct{}
+	retire   chan api.Module // used instances, closed off the request path
 	stop     chan struct{}
 	poolDone sync.WaitGroup
 
@@ -133,6 +134,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 
+	e.retire = make(chan api.Module, 64)
+	e.poolDone.Add(1)
+	go e.retireLoop()
+
 	prepared := opts.Prepared
 	if prepared == 0 {
 		prepared = 2
@@ -157,8 +162,9 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.closed = true
 		e.mu.Unlock()
 		close(e.stop)
-		e.poolDone.Wait()
 		e.running.Wait()
+		close(e.retire)
+		e.poolDone.Wait()
 		if e.pool != nil {
 			close(e.pool)
 			for m := range e.pool {
@@ -194,6 +200,25 @@ func (e *Engine) fillPool() {
 		case <-e.stop:
 			return
 		}
+	}
+}
+
+// retireLoop closes used instances. Unmapping an instance's memory costs
+// tens of microseconds; doing it here keeps that off the request path.
+func (e *Engine) retireLoop() {
+	defer e.poolDone.Done()
+	ctx := context.Background()
+	for m := range e.retire {
+		_ = m.Close(ctx)
+	}
+}
+
+// discard retires a used instance; it is never run again.
+func (e *Engine) discard(m api.Module) {
+	select {
+	case e.retire <- m:
+	default:
+		_ = m.Close(context.Background())
 	}
 }
 
@@ -255,8 +280,8 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	if ierr != nil {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}
-	// Closed on every path: an instance is never reused.
-	defer mod.Close(context.Background())
+	// Discarded on every path: an instance is never reused.
+	defer e.discard(mod)
 
 	x := newExecution(ctx, e, req, limits, res, start)
 	defer x.shutdown()

@@ -89,7 +89,7 @@ func isZero(b []byte) bool {
 
 // restore returns a new instance in the post-init state.
 func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) (api.Module, error) {
-	m, err := rt.InstantiateModule(ctx, compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	m, err := rt.InstantiateModule(withMemoryAllocator(ctx), compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("guest: instantiate: %w", err)
 	}
