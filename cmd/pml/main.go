@@ -1,0 +1,21 @@
+// Command pml runs PML Sandbox locally: scripts (`pml run`), the local
+// server (`pml serve`), the tool catalog (`pml tools`), traces
+// (`pml trace`), capabilities (`pml capability`) and benchmarks
+// (`pml bench`). See `pml help`.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pml-sandbox/pml/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,340 @@
+// Package bridge is the execution service: it takes an execution request
+// from any front end (CLI, Lambda events, the MCP endpoint), resolves the
+// tool set, checks the code statically, runs it in a fresh sandbox and
+// serves its tool calls — validated, routed to MCP servers or capabilities,
+// and traced.
+package bridge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Request is one execution, as callers send it.
+type Request struct {
+	// Code is the body of an async function.
+	Code string `json:"code"`
+	// Args is bound to `args` in the script.
+	Args json.RawMessage `json:"args,omitempty"`
+	// Tools narrows the visible tool set: "server:tool" or "server:*".
+	// Empty means every tool the service has. It can never widen the set.
+	Tools []string `json:"tools,omitempty"`
+	// TimeoutMS bounds the execution (capped by the service's limit).
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// AllowDestructive lets tools annotated destructiveHint run.
+	AllowDestructive bool `json:"allow_destructive,omitempty"`
+	// ParseJSONText asks for text tool results to be parsed as JSON even
+	// when the tool declares no output schema.
+	ParseJSONText bool `json:"parse_json_text,omitempty"`
+
+	// Set by the host, never by the caller's JSON.
+	ExecutionID string  `json:"-"`
+	Source      string  `json:"-"` // "cli", "http", "mcp", "sqs", "eventbridge", "invoke", "capability"
+	Parent      *Parent `json:"-"`
+	TraceHeader string  `json:"-"` // X-Ray trace header, propagated to capability runs
+}
+
+// Parent links a capability run to the call that started it.
+type Parent struct {
+	ExecutionID string   `json:"execution_id"`
+	CallID      int      `json:"call_id"`
+	Capability  string   `json:"capability"`
+	Depth       int      `json:"depth"`
+	Chain       []string `json:"chain"` // capabilities from the root run down to this one
+}
+
+// Response is what every front end returns.
+type Response struct {
+	OK            bool             `json:"ok"`
+	Result        json.RawMessage  `json:"result"`
+	Logs          []guest.LogEntry `json:"logs"`
+	LogsTruncated bool             `json:"logs_truncated,omitempty"`
+	Error         *fault.Error     `json:"error,omitempty"`
+	Calls         []trace.Call     `json:"calls"`
+	DurationMS    float64          `json:"duration_ms"`
+	ExecutionID   string           `json:"execution_id"`
+}
+
+// CallOptions travel with each tool call to its source.
+type CallOptions struct {
+	AllowDestructive bool
+	ParseJSONText    bool
+	// The calling execution, for capability runs and trace links.
+	ExecutionID string
+	CallID      int
+	Parent      *Parent
+	TraceHeader string
+	// OnChild, when the call starts another execution (a capability run),
+	// receives that execution's id so traces can link parent and child.
+	OnChild func(executionID string)
+}
+
+// ToolSource provides tools: MCP servers, capabilities, the demo tools.
+// Implementations must be safe for concurrent use.
+type ToolSource interface {
+	// Tools lists what the source offers now.
+	Tools(ctx context.Context) ([]catalog.Tool, error)
+	// Call runs one tool. args has already been checked to be JSON.
+	Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) (json.RawMessage, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	// Sources, in priority order: when two offer the same server:tool, the
+	// first wins (MCP servers before capabilities, as ADR-052 resolves).
+	Sources []ToolSource
+	// Sink receives a record of every execution (may be nil).
+	Sink trace.Sink
+	// Logger for service diagnostics (default slog.Default()).
+	Logger *slog.Logger
+	// MaxTimeout caps Request.TimeoutMS (default 60 s).
+	MaxTimeout time.Duration
+	// Limits apply to every execution (zero fields: engine defaults).
+	Limits guest.Limits
+}
+
+// Service runs executions. It is safe for concurrent use.
+type Service struct {
+	engine  *guest.Engine
+	sources []ToolSource
+	sink    trace.Sink
+	log     *slog.Logger
+	maxTime time.Duration
+	limits  guest.Limits
+}
+
+// New returns a Service running code on engine.
+func New(engine *guest.Engine, opts Options) *Service {
+	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxTime <= 0 {
+		s.maxTime = 60 * time.Second
+	}
+	return s
+}
+
+// entry is one tool of an execution with the source that serves it.
+type entry struct {
+	tool   catalog.Tool
+	source ToolSource
+}
+
+// Catalog returns every tool the service offers, deduplicated by priority.
+// A source that fails is logged and skipped: one dead server never hides
+// the others.
+func (s *Service) Catalog(ctx context.Context) []catalog.Tool {
+	entries := s.catalog(ctx)
+	out := make([]catalog.Tool, len(entries))
+	for i, e := range entries {
+		out[i] = e.tool
+	}
+	return out
+}
+
+func (s *Service) catalog(ctx context.Context) []entry {
+	var out []entry
+	seen := map[string]bool{}
+	for _, src := range s.sources {
+		tools, err := src.Tools(ctx)
+		if err != nil {
+			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
+		}
+		for _, t := range tools {
+			if seen[t.FullName()] || catalog.ValidName(t.Server) != nil || catalog.ValidName(t.Name) != nil {
+				continue
+			}
+			seen[t.FullName()] = true
+			out = append(out, entry{tool: t, source: src})
+		}
+	}
+	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.tool.FullName(), b.tool.FullName()) })
+	return out
+}
+
+// Execute runs one request. It always returns a Response; failures are in
+// Response.Error.
+func (s *Service) Execute(ctx context.Context, req Request) *Response {
+	start := time.Now()
+	if req.ExecutionID == "" {
+		req.ExecutionID = guest.NewExecutionID()
+	}
+	resp, entries := s.execute(ctx, req, start)
+	s.record(ctx, req, resp, entries, start)
+	return resp
+}
+
+func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*Response, map[string]entry) {
+	fail := func(err *fault.Error) (*Response, map[string]entry) {
+		return &Response{Error: err, Logs: []guest.LogEntry{}, Calls: []trace.Call{}, ExecutionID: req.ExecutionID,
+			DurationMS: ms(time.Since(start))}, nil
+	}
+	if strings.TrimSpace(req.Code) == "" {
+		return fail(fault.New(fault.InvalidRequest, "code is empty"))
+	}
+	if req.TimeoutMS < 0 {
+		return fail(fault.New(fault.InvalidRequest, "timeout_ms must not be negative"))
+	}
+
+	all := s.catalog(ctx)
+	tools := make([]catalog.Tool, len(all))
+	for i, e := range all {
+		tools[i] = e.tool
+	}
+	visible, err := catalog.Narrow(tools, req.Tools)
+	if err != nil {
+		return fail(fault.As(err))
+	}
+	byName := make(map[string]entry, len(visible))
+	for _, e := range all {
+		byName[e.tool.FullName()] = e
+	}
+	entries := make(map[string]entry, len(visible))
+	for _, t := range visible {
+		entries[t.FullName()] = byName[t.FullName()]
+	}
+
+	// Every mcp.x.y the code names must resolve before a sandbox starts.
+	refs, aerr := analysis.MCPReferences(req.Code)
+	if aerr != nil {
+		return fail(fault.As(aerr))
+	}
+	if ferr := unresolved(refs, entries); ferr != nil {
+		return fail(ferr)
+	}
+
+	gtools := make([]guest.Tool, 0, len(visible))
+	for _, t := range visible {
+		gtools = append(gtools, guest.Tool{Server: t.Server, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	limits := s.limits
+	timeout := s.maxTime
+	if req.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
+	}
+	limits.Timeout = timeout
+	host := &toolHost{service: s, req: &req, entries: entries, visible: visible}
+	res := s.engine.Run(ctx, guest.Request{
+		ExecutionID: req.ExecutionID,
+		Code:        req.Code,
+		Args:        req.Args,
+		Tools:       gtools,
+		Host:        host,
+		Limits:      limits,
+	})
+	for i := range res.Calls {
+		if e, ok := entries[res.Calls[i].Server+":"+res.Calls[i].Tool]; ok {
+			res.Calls[i].Kind = e.tool.Kind
+		}
+		if req.Parent != nil {
+			res.Calls[i].ParentCallID = req.Parent.CallID
+		}
+		res.Calls[i].ChildExecutionID = host.childOf(res.Calls[i].CallID)
+	}
+	resp := &Response{
+		OK:            res.OK,
+		Result:        res.Value,
+		Logs:          res.Logs,
+		LogsTruncated: res.LogsTruncated,
+		Error:         res.Err,
+		Calls:         res.Calls,
+		DurationMS:    ms(time.Since(start)),
+		ExecutionID:   res.ExecutionID,
+	}
+	if resp.Calls == nil {
+		resp.Calls = []trace.Call{}
+	}
+	return resp, entries
+}
+
+// unresolved reports the first mcp.x.y the code names that the tool set
+// lacks, with the nearest names.
+func unresolved(refs analysis.Refs, entries map[string]entry) *fault.Error {
+	for _, r := range refs.Tools {
+		if _, ok := entries[r.FullName()]; ok {
+			continue
+		}
+		names := make([]string, 0, len(entries))
+		for n := range entries {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		near := catalog.Suggest(r.FullName(), names, 3)
+		msg := "mcp." + r.Server + "." + r.Tool + " (line " + strconv.Itoa(r.Line) + ") is neither a tool nor a capability of this execution"
+		if len(near) > 0 {
+			js := make([]string, len(near))
+			for i, n := range near {
+				js[i] = "mcp." + strings.Replace(n, ":", ".", 1)
+			}
+			msg += "; did you mean " + strings.Join(js, ", ") + "?"
+		}
+		return &fault.Error{Code: fault.ToolNotFound, Message: msg, Tool: r.FullName(), Details: map[string]any{"suggestions": near, "line": r.Line, "column": r.Column}}
+	}
+	return nil
+}
+
+// record sends the execution to the sink. It never fails the execution.
+func (s *Service) record(ctx context.Context, req Request, resp *Response, _ map[string]entry, start time.Time) {
+	if s.sink == nil {
+		return
+	}
+	sum := sha256.Sum256([]byte(req.Code))
+	ex := trace.Execution{
+		ID:         resp.ExecutionID,
+		CodeHash:   hex.EncodeToString(sum[:]),
+		CodeBytes:  len(req.Code),
+		Status:     "ok",
+		StartedAt:  start,
+		DurationMS: resp.DurationMS,
+		Source:     req.Source,
+		TraceID:    traceIDFromHeader(req.TraceHeader),
+		Calls:      len(resp.Calls),
+	}
+	if !resp.OK {
+		ex.Status = "error"
+		if resp.Error != nil {
+			ex.ErrorCode = resp.Error.Code
+		}
+	}
+	if p := req.Parent; p != nil {
+		ex.ParentExecutionID = p.ExecutionID
+		ex.ParentCallID = p.CallID
+		ex.Capability = p.Capability
+		ex.Depth = p.Depth
+	}
+	s.sink.Record(ctx, ex, resp.Calls)
+}
+
+// Flush writes buffered trace records (call before a Lambda returns).
+func (s *Service) Flush(ctx context.Context) error {
+	if s.sink == nil {
+		return nil
+	}
+	return s.sink.Flush(ctx)
+}
+
+// traceIDFromHeader extracts Root=... from an X-Ray trace header.
+func traceIDFromHeader(h string) string {
+	for _, part := range strings.Split(h, ";") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "Root="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

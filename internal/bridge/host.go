@@ -1,0 +1,125 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// toolHost serves the calls of one execution: it is the guest's ToolHost.
+type toolHost struct {
+	service *Service
+	req     *Request
+	entries map[string]entry
+	visible []catalog.Tool
+
+	mu       sync.Mutex
+	children map[int]string // call id → child execution id (capability runs)
+}
+
+// CallTool implements guest.ToolHost.
+func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage, error) {
+	if c.Server == "" {
+		return h.builtin(c)
+	}
+	full := c.Server + ":" + c.Tool
+	e, ok := h.entries[full]
+	if !ok {
+		// Reached only through dynamic access the static check could not
+		// see; it is served only if it resolves now, never waited for.
+		return nil, fault.New(fault.ToolNotFound, "%s is not a tool of this execution", full).WithTool(full)
+	}
+	if e.tool.IsDestructive() && !h.req.AllowDestructive {
+		return nil, fault.New(fault.Forbidden, "%s is annotated destructive; the request must set allow_destructive to run it", full).WithTool(full)
+	}
+	return e.source.Call(ctx, e.tool, c.Args, CallOptions{
+		AllowDestructive: h.req.AllowDestructive,
+		ParseJSONText:    h.req.ParseJSONText,
+		ExecutionID:      h.req.ExecutionID,
+		CallID:           c.ID,
+		Parent:           h.req.Parent,
+		TraceHeader:      h.req.TraceHeader,
+		OnChild:          func(id string) { h.setChild(c.ID, id) },
+	})
+}
+
+func (h *toolHost) setChild(callID int, execID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.children == nil {
+		h.children = map[int]string{}
+	}
+	h.children[callID] = execID
+}
+
+func (h *toolHost) childOf(callID int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.children[callID]
+}
+
+// builtin serves the `tools` global: discovery from inside the sandbox,
+// over exactly the tools this execution may call.
+func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
+	switch c.Tool {
+	case "tools.search":
+		var a struct {
+			Query string `json:"query"`
+			Limit int    `json:"limit"`
+		}
+		if err := decodeBuiltinArgs(c.Args, &a); err != nil {
+			return nil, err
+		}
+		if a.Limit <= 0 {
+			a.Limit = 10
+		}
+		hits := catalog.Search(h.visible, a.Query, a.Limit)
+		out := make([]toolSummary, len(hits))
+		for i, hit := range hits {
+			out[i] = summarize(hit.Tool)
+			out[i].Score = hit.Score
+		}
+		return json.Marshal(out)
+	case "tools.list":
+		out := make([]toolSummary, len(h.visible))
+		for i, t := range h.visible {
+			out[i] = summarize(t)
+		}
+		return json.Marshal(out)
+	case "tools.describe":
+		return json.Marshal(catalog.Declarations(h.visible))
+	}
+	return nil, fault.New(fault.ToolNotFound, "no built-in %q", c.Tool)
+}
+
+// toolSummary is what tools.list and tools.search return for each tool.
+type toolSummary struct {
+	Server      string          `json:"server"`
+	Name        string          `json:"name"`
+	Call        string          `json:"call"` // how to call it from the script
+	Description string          `json:"description,omitempty"`
+	Kind        trace.Kind      `json:"kind"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Score       float64         `json:"score,omitempty"`
+}
+
+func summarize(t catalog.Tool) toolSummary {
+	return toolSummary{Server: t.Server, Name: t.Name, Call: catalog.CallExpr(t), Description: t.Description, Kind: t.Kind, InputSchema: t.InputSchema}
+}
+
+// decodeBuiltinArgs accepts the object form ({query, limit}); the prelude
+// maps positional calls onto it.
+func decodeBuiltinArgs(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fault.Wrap(fault.InvalidArguments, err, "bad arguments to a tools.* built-in")
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+// Package cli implements the pml command: each subcommand parses its flags,
+// wires the same services the Lambda functions use, and prints JSON.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/guest"
+)
+
+// Exit codes.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // the script or a tool failed
+	ExitUsage  = 2 // bad flags, unreadable files, malformed input
+)
+
+// usageError marks errors that are the caller's to fix (exit 2).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, out, errOut io.Writer) (int, error)
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
+		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
+	}
+}
+
+// Main runs the pml command line and returns the process exit code.
+func Main(ctx context.Context, args []string, out, errOut io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(errOut)
+		if len(args) == 0 {
+			return ExitUsage
+		}
+		return ExitOK
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		code, err := c.run(ctx, args[1:], out, errOut)
+		if err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK
+			}
+			fmt.Fprintf(errOut, "pml %s: %v\n", c.name, err)
+			var u usageError
+			if errors.As(err, &u) {
+				return ExitUsage
+			}
+			if code == ExitOK {
+				code = ExitFailed
+			}
+		}
+		return code
+	}
+	fmt.Fprintf(errOut, "pml: unknown command %q\n\n", args[0])
+	usage(errOut)
+	return ExitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "pml — run JavaScript against MCP tools in a fresh WebAssembly sandbox\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun `pml COMMAND -h` for a command's flags.")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name string, errOut io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("pml "+name, flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	return fs
+}
+
+// parse parses flags, turning flag errors into usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return nil
+}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// engineFlags are the sandbox settings every command that runs code shares.
+type engineFlags struct {
+	cacheDir string
+	noCache  bool
+}
+
+func (f *engineFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "where compiled guest code is cached between runs")
+	fs.BoolVar(&f.noCache, "no-cache", false, "compile the guest from scratch (no on-disk cache)")
+}
+
+func (f *engineFlags) engine(ctx context.Context, logger *slog.Logger) (*guest.Engine, error) {
+	opts := guest.Options{Logger: logger}
+	if !f.noCache && f.cacheDir != "" {
+		opts.CacheDir = f.cacheDir
+	}
+	return guest.New(ctx, opts)
+}
+
+func defaultCacheDir() string {
+	if d := os.Getenv("PML_COMPILE_CACHE_DIR"); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "pml", "wazero")
+}
+
+// serviceFlags choose the tools a command's service offers.
+type serviceFlags struct {
+	engineFlags
+	mcp    listFlag
+	config string
+	demo   string
+}
+
+func (f *serviceFlags) register(fs *flag.FlagSet) {
+	f.engineFlags.register(fs)
+	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable)")
+	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML)")
+	fs.StringVar(&f.demo, "demo", "auto", "offer the built-in demo tools: on, off, or auto (on when no MCP server is configured)")
+}
+
+// wiring is a service and what must be closed after it.
+type wiring struct {
+	service *bridge.Service
+	closers []func(context.Context) error
+}
+
+func (w *wiring) close(ctx context.Context) {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		_ = w.closers[i](ctx)
+	}
+}
+
+func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, error) {
+	w := &wiring{}
+	var sources []bridge.ToolSource
+	mcpSources, closeMCP, err := f.mcpSources(ctx, logger)
+	if err != nil {
+		return nil, err
+	}
+	if closeMCP != nil {
+		w.closers = append(w.closers, closeMCP)
+	}
+	sources = append(sources, mcpSources...)
+	switch f.demo {
+	case "on":
+		sources = append(sources, bridge.DemoSource{})
+	case "auto":
+		if len(mcpSources) == 0 {
+			sources = append(sources, bridge.DemoSource{})
+		}
+	case "off":
+	default:
+		w.close(ctx)
+		return nil, usagef("--demo must be on, off or auto, not %q", f.demo)
+	}
+	engine, err := f.engine(ctx, logger)
+	if err != nil {
+		w.close(ctx)
+		return nil, err
+	}
+	w.closers = append(w.closers, engine.Close)
+	w.service = bridge.New(engine, bridge.Options{Sources: sources, Logger: logger})
+	return w, nil
+}
+
+// mcpSources is filled in by the MCP wiring (mcp.go).
+func (f *serviceFlags) mcpSources(ctx context.Context, logger *slog.Logger) ([]bridge.ToolSource, func(context.Context) error, error) {
+	if len(f.mcp) > 0 || f.config != "" {
+		return nil, nil, usagef("--mcp and --config need the MCP bridge, which this build lacks")
+	}
+	return nil, nil, nil
+}
+
+// logger returns the JSON logger commands write diagnostics with.
+func logger(errOut io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("PML_LOG_LEVEL") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewJSONHandler(errOut, &slog.HandlerOptions{Level: level}))
+}

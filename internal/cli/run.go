@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+)
+
+func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("run", errOut)
+	var (
+		sf       serviceFlags
+		code     = fs.String("e", "", "the script to run (instead of a FILE)")
+		argsJSON = fs.String("args", "", "JSON value bound to `args` in the script")
+		timeout  = fs.Duration("timeout", 30*time.Second, "execution deadline")
+		tools    = fs.String("tools", "", "narrow the tool set: comma-separated server:tool or server:* patterns")
+		destruct = fs.Bool("allow-destructive", false, "let tools annotated destructiveHint run")
+		parseTxt = fs.Bool("parse-json-text", false, "parse text tool results as JSON even without an output schema")
+	)
+	sf.register(fs)
+	fs.Usage = func() {
+		io.WriteString(errOut, "usage: pml run [flags] FILE.js\n       pml run [flags] -e 'return 1 + 1'\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	src, err := scriptSource(*code, fs.Args())
+	if err != nil {
+		return ExitUsage, err
+	}
+	req := bridge.Request{Code: src, TimeoutMS: int(timeout.Milliseconds()), AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: "cli"}
+	if *argsJSON != "" {
+		if !json.Valid([]byte(*argsJSON)) {
+			return ExitUsage, usagef("--args is not valid JSON: %s", *argsJSON)
+		}
+		req.Args = json.RawMessage(*argsJSON)
+	}
+	if *tools != "" {
+		for _, p := range strings.Split(*tools, ",") {
+			req.Tools = append(req.Tools, strings.TrimSpace(p))
+		}
+	}
+
+	log := logger(errOut)
+	w, err := sf.wire(ctx, log)
+	if err != nil {
+		return ExitUsage, err
+	}
+	defer w.close(context.Background())
+	resp := w.service.Execute(ctx, req)
+	if err := w.service.Flush(context.Background()); err != nil {
+		log.Warn("trace flush failed", "err", err)
+	}
+	if err := writeJSON(out, resp); err != nil {
+		return ExitFailed, err
+	}
+	if !resp.OK {
+		return ExitFailed, nil
+	}
+	return ExitOK, nil
+}
+
+// scriptSource returns the code from -e or from the one FILE argument
+// ("-" reads standard input).
+func scriptSource(e string, rest []string) (string, error) {
+	switch {
+	case e != "" && len(rest) > 0:
+		return "", usagef("give either -e CODE or a FILE, not both")
+	case e != "":
+		return e, nil
+	case len(rest) == 0:
+		return "", usagef("nothing to run: give a FILE or -e CODE")
+	case len(rest) > 1:
+		return "", usagef("one FILE at a time (got %d); flags go before the file", len(rest))
+	}
+	var b []byte
+	var err error
+	if rest[0] == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(rest[0])
+	}
+	if err != nil {
+		return "", usageError{err}
+	}
+	return string(b), nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
