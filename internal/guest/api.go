@@ -39,6 +39,15 @@ type ToolHost interface {
 	CallTool(ctx context.Context, call Call) (json.RawMessage, error)
 }
 
+// ImmediateHost is implemented by hosts that can answer some calls at once,
+// without blocking (in-memory tools such as the demo set or catalog
+// look-ups). The engine asks it first, on the script's own goroutine, and
+// skips the hand-off to a new goroutine when it answers; handled=false
+// means "call CallTool as usual". It must never block or do I/O.
+type ImmediateHost interface {
+	CallImmediate(call Call) (result json.RawMessage, handled bool, err error)
+}
+
 // Request is one execution.
 type Request struct {
 	// ExecutionID identifies the run in traces; generated when empty.

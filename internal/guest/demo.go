@@ -30,6 +30,16 @@ func DemoTools() []Tool {
 // DemoHost serves DemoTools. It is stateless and safe for concurrent use.
 type DemoHost struct{}
 
+// CallImmediate implements ImmediateHost: everything but sleep answers at
+// once.
+func (h DemoHost) CallImmediate(c Call) (json.RawMessage, bool, error) {
+	if c.Server == DemoServer && c.Tool == "sleep" {
+		return nil, false, nil
+	}
+	r, err := h.CallTool(context.Background(), c)
+	return r, true, err
+}
+
 // CallTool implements ToolHost.
 func (DemoHost) CallTool(ctx context.Context, c Call) (json.RawMessage, error) {
 	full := c.Server + ":" + c.Tool

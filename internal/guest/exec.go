@@ -221,35 +221,46 @@ func (x *execution) startCall(server, tool string, args []byte) int32 {
 	}
 
 	call := Call{ID: rec.CallID, Server: server, Tool: tool, Args: append(json.RawMessage(nil), args...)}
+	if ih, ok := x.req.Host.(ImmediateHost); ok {
+		if data, handled, err := ih.CallImmediate(call); handled {
+			x.ready = append(x.ready, x.complete(id, idx, full, data, err))
+			return id
+		}
+	}
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
 		data, err := x.req.Host.CallTool(x.ctx, call)
-		var c completion
-		if err != nil {
-			fe := fault.As(err)
-			if fe.Tool == "" {
-				fe.Tool = full
-			}
-			x.finishRecord(idx, 0, fe)
-			c = completion{id: id, data: errorJSON(fe)}
-		} else if len(data) > x.limits.ToolResultSize {
-			fe := fault.Limitf(fault.LimitResultBytes, "tool result is %d bytes; the limit is %d", len(data), x.limits.ToolResultSize).WithTool(full)
-			x.finishRecord(idx, len(data), fe)
-			c = completion{id: id, data: errorJSON(fe)}
-		} else {
-			if len(data) == 0 {
-				data = json.RawMessage("null")
-			}
-			x.finishRecord(idx, len(data), nil)
-			c = completion{id: id, ok: true, data: data}
-		}
+		c := x.complete(id, idx, full, data, err)
 		select {
 		case x.done <- c:
 		case <-x.ctx.Done():
 		}
 	}()
 	return id
+}
+
+// complete turns a host's answer into what the guest receives, and closes
+// the call's trace record.
+func (x *execution) complete(id int32, idx int, full string, data json.RawMessage, err error) completion {
+	switch {
+	case err != nil:
+		fe := fault.As(err)
+		if fe.Tool == "" {
+			fe.Tool = full
+		}
+		x.finishRecord(idx, 0, fe)
+		return completion{id: id, data: errorJSON(fe)}
+	case len(data) > x.limits.ToolResultSize:
+		fe := fault.Limitf(fault.LimitResultBytes, "tool result is %d bytes; the limit is %d", len(data), x.limits.ToolResultSize).WithTool(full)
+		x.finishRecord(idx, len(data), fe)
+		return completion{id: id, data: errorJSON(fe)}
+	}
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	x.finishRecord(idx, len(data), nil)
+	return completion{id: id, ok: true, data: data}
 }
 
 func (x *execution) hasTool(server, tool string) bool {
