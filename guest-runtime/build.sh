@@ -34,6 +34,7 @@ command -v clang-14 >/dev/null 2>&1 || command -v clang >/dev/null 2>&1 || need_
 command -v wasm-ld >/dev/null 2>&1 || command -v wasm-ld-14 >/dev/null 2>&1 || need_pkgs+=(lld)
 [ -f /usr/include/wasm32-wasi/stdio.h ] || need_pkgs+=(wasi-libc)
 ls /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 || need_pkgs+=(libclang-rt-14-dev-wasm32)
+command -v wasm-opt >/dev/null 2>&1 || need_pkgs+=(binaryen)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "installing toolchain: ${need_pkgs[*]}"
   sudo_cmd=()
@@ -102,8 +103,8 @@ for f in "$work/glue.c" "$work/prelude.c" "$src/libregexp.c" "$src/libunicode.c"
   objs+=("$o")
 done
 
-# clang 14 runs wasm-opt on its own when it is on PATH; pin that it is not,
-# so the output does not depend on whether binaryen happens to be installed.
+# clang 14 runs wasm-opt on its own when it is on PATH; hide it from clang
+# and run it explicitly below, so the flags are ours and always the same.
 pathdir=$work/bin
 mkdir -p "$pathdir"
 ln -s "$(command -v wasm-ld || command -v wasm-ld-14)" "$pathdir/wasm-ld"
@@ -112,5 +113,9 @@ mkdir -p "$(dirname "$out")"
   -mexec-model=reactor \
   -Wl,--stack-first -Wl,-z,stack-size=1048576 -Wl,--strip-all \
   -o "$out.tmp" "${objs[@]}" -lm)
-mv "$out.tmp" "$out"
+# binaryen's -O3 makes CPU-bound JS ~1.8x faster (fib(25): 29 -> 16 ms on
+# the development machine); Debian pins its version.
+wasm-opt -O3 "$out.tmp" -o "$out.opt"
+rm -f "$out.tmp"
+mv "$out.opt" "$out"
 say "built $out ($(wc -c <"$out") bytes, sha256 $(sha256sum "$out" | cut -c1-16))"
