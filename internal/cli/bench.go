@@ -46,31 +46,22 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	}
 	progress := func(s string) { fmt.Fprintln(errOut, "bench:", s) }
 
-	// The peers run first, in the background, so both sets come from one run.
-	type peerResult struct {
-		lines map[string]map[string]any
-		err   error
-	}
-	peerCh := make(chan peerResult, 1)
+	// The peers run first, then ours: one command, but never both at once
+	// on the same cores.
+	var peerLines map[string]map[string]any
 	if *peers != "" {
-		progress("starting peers: " + *peers)
-		go func() {
-			l, err := runPeers(ctx, *peers)
-			peerCh <- peerResult{l, err}
-		}()
-	} else {
-		peerCh <- peerResult{err: fmt.Errorf("skipped")}
+		progress("running peers: " + *peers)
+		l, err := runPeers(ctx, *peers)
+		if err != nil {
+			progress("peers: " + err.Error())
+		}
+		peerLines = l
 	}
-
 	figs, err := measure(ctx, ef, *samples, progress)
 	if err != nil {
 		return ExitFailed, err
 	}
-	progress("waiting for peers")
-	pr := <-peerCh
-	if pr.err != nil {
-		progress("peers: " + pr.err.Error())
-	}
+	pr := struct{ lines map[string]map[string]any }{peerLines}
 	if *asJSON {
 		type row struct {
 			figure
@@ -124,7 +115,7 @@ func measure(ctx context.Context, ef engineFlags, samples int, progress func(str
 	}
 	defer eng.Close(context.Background())
 	demo := func(code string) *guest.Result {
-		return eng.Run(ctx, guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}, Limits: guest.Limits{Timeout: time.Minute}})
+		return eng.Run(ctx, guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}, Limits: guest.Limits{Timeout: time.Minute, ToolCalls: 10000}})
 	}
 	must := func(r *guest.Result) (*guest.Result, error) {
 		if !r.OK {

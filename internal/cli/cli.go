@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
 
 // Exit codes.
@@ -40,6 +42,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
+		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
+		{"demo-server", "serve the demo MCP server (key-value store, text tools, clock) on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
 	}
 }
@@ -158,7 +162,16 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 // wiring is a service and what must be closed after it.
 type wiring struct {
 	service *bridge.Service
+	pool    *mcpclient.Pool
 	closers []func(context.Context) error
+}
+
+// health reports the MCP servers' states (nil without servers).
+func (w *wiring) health() []mcpclient.ServerHealth {
+	if w.pool == nil {
+		return nil
+	}
+	return w.pool.Health()
 }
 
 func (w *wiring) close(ctx context.Context) {
@@ -170,12 +183,15 @@ func (w *wiring) close(ctx context.Context) {
 func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, error) {
 	w := &wiring{}
 	var sources []bridge.ToolSource
-	mcpSources, closeMCP, err := f.mcpSources(ctx, logger)
+	pool, err := f.mcpPool(ctx, logger)
 	if err != nil {
 		return nil, err
 	}
-	if closeMCP != nil {
-		w.closers = append(w.closers, closeMCP)
+	var mcpSources []bridge.ToolSource
+	if pool != nil {
+		w.pool = pool
+		w.closers = append(w.closers, func(context.Context) error { return pool.Close() })
+		mcpSources = append(mcpSources, bridge.MCPSource{Pool: pool})
 	}
 	sources = append(sources, mcpSources...)
 	switch f.demo {
@@ -200,12 +216,38 @@ func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, 
 	return w, nil
 }
 
-// mcpSources is filled in by the MCP wiring (mcp.go).
-func (f *serviceFlags) mcpSources(ctx context.Context, logger *slog.Logger) ([]bridge.ToolSource, func(context.Context) error, error) {
-	if len(f.mcp) > 0 || f.config != "" {
-		return nil, nil, usagef("--mcp and --config need the MCP bridge, which this build lacks")
+// mcpPool connects to the configured MCP servers; nil when there are none.
+func (f *serviceFlags) mcpPool(ctx context.Context, logger *slog.Logger) (*mcpclient.Pool, error) {
+	cfgs, err := f.mcpConfigs()
+	if err != nil || len(cfgs) == 0 {
+		return nil, err
 	}
-	return nil, nil, nil
+	pool, err := mcpclient.New(ctx, cfgs, mcpclient.WithLogger(logger))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return pool, nil
+}
+
+// mcpConfigs merges --config and --mcp (flags win on a name clash).
+func (f *serviceFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
+	var cfgs []mcpclient.ServerConfig
+	if f.config != "" {
+		c, err := mcpclient.LoadConfig(f.config)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		cfgs = c
+	}
+	for _, m := range f.mcp {
+		c, err := mcpclient.ParseServerFlag(m)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		cfgs = slices.DeleteFunc(cfgs, func(x mcpclient.ServerConfig) bool { return x.Name == c.Name })
+		cfgs = append(cfgs, c)
+	}
+	return cfgs, nil
 }
 
 // logger returns the JSON logger commands write diagnostics with.

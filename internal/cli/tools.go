@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"context"
+	"io"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
+)
+
+func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("tools", errOut)
+	var sf serviceFlags
+	dts := fs.Bool("dts", false, "print TypeScript declarations of the mcp API instead of JSON")
+	query := fs.String("search", "", "rank tools by relevance to this query")
+	sf.register(fs)
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	w, err := sf.wire(ctx, logger(errOut))
+	if err != nil {
+		return ExitUsage, err
+	}
+	defer w.close(context.Background())
+	tools := w.service.Catalog(ctx)
+	switch {
+	case *dts:
+		_, err = io.WriteString(out, catalog.Declarations(tools))
+		return ExitOK, err
+	case *query != "":
+		return ExitOK, writeJSON(out, catalog.Search(tools, *query, 20))
+	}
+	return ExitOK, writeJSON(out, map[string]any{"tools": tools, "health": w.health()})
+}

@@ -1,0 +1,110 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The Call benchmarks go through the pool (lookup, schema validation, raw
+// send, normalisation); the Direct ones make the same call with a bare
+// mcp-go client on the same loopback server. Both report p50 beside ns/op.
+//
+//	go test -run '^$' -bench . -benchtime 2000x ./internal/mcpclient/
+
+func BenchmarkCallSSE(b *testing.B)        { benchPool(b, TransportSSE) }
+func BenchmarkCallStreamable(b *testing.B) { benchPool(b, TransportStreamable) }
+func BenchmarkDirectSSE(b *testing.B)      { benchDirect(b, TransportSSE) }
+func BenchmarkDirectStreamable(b *testing.B) {
+	benchDirect(b, TransportStreamable)
+}
+
+func benchPool(b *testing.B, kind string) {
+	ts := newTestServer(b, kind, srvOpts{})
+	p := newTestPool(b, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
+	waitTools(b, p, "demo", "echo")
+	ctx := context.Background()
+	args := json.RawMessage(`{"text":"hi"}`)
+	run(b, func() error {
+		_, err := p.Call(ctx, "demo", "echo", args, CallOptions{})
+		return err
+	})
+}
+
+func benchDirect(b *testing.B, kind string) {
+	ts := newTestServer(b, kind, srvOpts{})
+	var c *client.Client
+	var err error
+	if kind == TransportSSE {
+		c, err = client.NewSSEMCPClient(ts.URL())
+	} else {
+		c, err = client.NewStreamableHttpClient(ts.URL())
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = ProtocolVersion
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		b.Fatal(err)
+	}
+	var req mcp.CallToolRequest
+	req.Params.Name = "echo"
+	req.Params.Arguments = map[string]any{"text": "hi"}
+	run(b, func() error {
+		_, err := c.CallTool(ctx, req)
+		return err
+	})
+}
+
+func run(b *testing.B, f func() error) {
+	for range 20 { // warm connections and caches
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	}
+}
+
+// BenchmarkHostOverhead is the pool's own work per call without the
+// network: argument validation against a compiled schema and result
+// normalisation.
+func BenchmarkHostOverhead(b *testing.B) {
+	e := &toolEntry{input: &inputValidator{raw: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}}
+	args := json.RawMessage(`{"text":"hi"}`)
+	result := json.RawMessage(`{"content":[{"type":"text","text":"hi"}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ferr := checkArgs(e, args); ferr != nil {
+			b.Fatal(ferr)
+		}
+		if _, _, _, err := normalizeResult(result, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

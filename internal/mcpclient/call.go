@@ -1,0 +1,344 @@
+package mcpclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+var errCallTimeout = errors.New("call timed out")
+
+// maxErrorText bounds the message of a TOOL_ERROR built from the tool's
+// own text.
+const maxErrorText = 4096
+
+// Call runs server's tool with args (a JSON object; empty means {}) and
+// returns the result as a JSON value. Before anything is sent it checks
+// that the tool exists (TOOL_NOT_FOUND), that allow/deny lists and the
+// destructive policy let it run (FORBIDDEN) and that args match the tool's
+// input schema (INVALID_ARGUMENTS, Details []ArgError). A server that is
+// down fails at once with retryable UNAVAILABLE. See normalizeResult for the
+// shape of results.
+func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
+	full := serverName + ":" + toolName
+	s := p.servers[serverName]
+	if s == nil {
+		return nil, fault.New(fault.ToolNotFound, "no MCP server named %q", serverName).WithTool(full)
+	}
+	if p.isClosed() {
+		return nil, fault.Wrap(fault.Unavailable, errPoolClosed, "").WithTool(full)
+	}
+	c := s.conn.Load()
+	if c == nil {
+		// Only a cold start waits, for the first connect attempt.
+		select {
+		case <-s.firstDone:
+		case <-ctx.Done():
+		}
+		if c = s.conn.Load(); c == nil {
+			s.kick()
+			return nil, s.unavailable(full, nil)
+		}
+	}
+	e := s.cat.Load().lookup(toolName)
+	if e == nil {
+		return nil, fault.New(fault.ToolNotFound, "MCP server %q has no tool %q", serverName, toolName).WithTool(full)
+	}
+	if e.denied {
+		return nil, fault.New(fault.Forbidden, "tool is not allowed by the configuration of server %q", serverName).WithTool(full)
+	}
+	if e.tool.IsDestructive() {
+		switch {
+		case !s.cfg.AllowDestructive:
+			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools", serverName).WithTool(full)
+		case !opt.AllowDestructive:
+			return nil, fault.New(fault.Forbidden, "destructive tool: the request does not allow destructive tools").WithTool(full)
+		}
+	}
+	args, ferr := checkArgs(e, args)
+	if ferr != nil {
+		return nil, ferr.WithTool(full)
+	}
+	s.maybeRefresh(c)
+	return s.call(ctx, c, e, args, opt)
+}
+
+// checkArgs validates args against the tool's input schema.
+func checkArgs(e *toolEntry, args json.RawMessage) (json.RawMessage, *fault.Error) {
+	trimmed := bytes.TrimSpace(args)
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		trimmed = []byte("{}")
+	}
+	if !json.Valid(trimmed) {
+		return nil, &fault.Error{Code: fault.InvalidArguments, Message: "arguments are not valid JSON",
+			Details: []ArgError{{Path: "", Message: "not valid JSON"}}}
+	}
+	if trimmed[0] != '{' {
+		return nil, &fault.Error{Code: fault.InvalidArguments, Message: "arguments must be a JSON object",
+			Details: []ArgError{{Path: "", Message: "must be an object"}}}
+	}
+	errs, err := e.input.validate(trimmed)
+	if err != nil {
+		// The server published a schema we cannot use; sending the call
+		// unchecked would defeat validation, so refuse it.
+		return nil, fault.Wrap(fault.ToolError, err, "the tool's input schema is unusable")
+	}
+	if len(errs) > 0 {
+		return nil, &fault.Error{Code: fault.InvalidArguments,
+			Message: "arguments do not match the input schema: " + summarize(errs), Details: errs}
+	}
+	return trimmed, nil
+}
+
+// callParams is tools/call's params; Arguments goes out verbatim.
+type callParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
+	full := e.tool.FullName()
+	timeout := s.cfg.callTimeout()
+	tw := &tripwire{}
+	cctx, cancel := context.WithCancelCause(withTripwire(ctx, tw))
+	defer cancel(nil)
+	tctx, tcancel := context.WithTimeoutCause(cctx, timeout, errCallTimeout)
+	defer tcancel()
+	// A lost connection fails the call now rather than at its timeout.
+	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
+	defer stop()
+
+	params := callParams{Name: e.tool.Name, Arguments: args}
+	gen := c.sessionGen.Load()
+	raw, err := c.send(tctx, string(mcp.MethodToolsCall), params)
+	s.p.calls.Add(1)
+	if err != nil && errors.Is(err, transport.ErrSessionTerminated) && tctx.Err() == nil {
+		if rerr := s.reinit(tctx, c, gen); rerr != nil {
+			err = fmt.Errorf("re-initialising the expired session: %w", rerr)
+		} else {
+			raw, err = c.send(tctx, string(mcp.MethodToolsCall), params)
+			s.p.calls.Add(1)
+		}
+	}
+	if err != nil {
+		return nil, s.classify(ctx, tctx, c, tw, err, full, timeout)
+	}
+
+	parseText := opt.ParseJSONText || e.tool.OutputSchema != nil
+	value, isErr, msg, err := normalizeResult(raw, parseText)
+	if err != nil {
+		return nil, fault.Wrap(fault.Unavailable, &protocolError{msg: err.Error()}, "tools/call result").WithTool(full)
+	}
+	if isErr {
+		return nil, fault.New(fault.ToolError, "%s", msg).WithTool(full)
+	}
+	limit := opt.MaxResultBytes
+	if limit <= 0 {
+		limit = s.p.opts.maxResultBytes
+	}
+	if len(value) > limit {
+		return nil, fault.Limitf(fault.LimitResultBytes, "result of %d bytes exceeds the %d-byte limit", len(value), limit).WithTool(full)
+	}
+	return value, nil
+}
+
+// classify turns a failed request into the error the caller sees.
+func (s *remote) classify(ctx, tctx context.Context, c *conn, tw *tripwire, err error, full string, timeout time.Duration) error {
+	if tw.tripped.Load() || errors.Is(err, errMessageTooLarge) {
+		return fault.Limitf(fault.LimitResultBytes, "the server sent a message over the %d-byte cap", s.p.opts.maxMessageBytes).WithTool(full)
+	}
+	// mcp-go's SSE transport arms its own timer for the time left before
+	// the deadline and may give up a hair before the context does; an error
+	// at or past the deadline is the deadline's.
+	if dl, ok := tctx.Deadline(); ok && !time.Now().Before(dl) {
+		<-tctx.Done()
+	}
+	if tctx.Err() != nil && errors.Is(context.Cause(tctx), errCallTimeout) {
+		return &fault.Error{Code: fault.Timeout, Message: fmt.Sprintf("no answer within %s", timeout), Tool: full}
+	}
+	if ctx.Err() != nil {
+		return fault.Wrap(fault.Timeout, context.Cause(ctx), "call abandoned").WithTool(full)
+	}
+	// Checked on c.ctx itself, not through tctx: the transport may notice
+	// the closed connection before the AfterFunc has cancelled tctx.
+	if c.ctx.Err() != nil {
+		cc := context.Cause(c.ctx)
+		if errors.Is(cc, errMessageTooLarge) {
+			return fault.Limitf(fault.LimitResultBytes, "the server sent a message over the %d-byte cap", s.p.opts.maxMessageBytes).WithTool(full)
+		}
+		return s.unavailable(full, cc)
+	}
+	var rpc *rpcError
+	if errors.As(err, &rpc) {
+		return &fault.Error{Code: fault.ToolError, Message: truncate(rpc.Message, maxErrorText), Tool: full,
+			Details: map[string]any{"jsonrpc_code": rpc.Code}}
+	}
+	var pe *protocolError
+	if !errors.As(err, &pe) {
+		// The transport failed: find out whether the server is still there.
+		s.probe(c)
+	}
+	return s.unavailable(full, err)
+}
+
+// unavailable is the retryable error of a server that cannot serve now.
+func (s *remote) unavailable(full string, cause error) *fault.Error {
+	if s.p.isClosed() {
+		return fault.Wrap(fault.Unavailable, errPoolClosed, "").WithTool(full)
+	}
+	if cause == nil {
+		s.mu.Lock()
+		last := s.lastErr
+		s.mu.Unlock()
+		cause = errors.New(last)
+	}
+	e := fault.Wrap(fault.Unavailable, cause, fmt.Sprintf("MCP server %q is unavailable", s.cfg.Name)).WithTool(full)
+	e.Retryable = true
+	return e
+}
+
+// wireResult is a tools/call result; content items stay raw until
+// normalised.
+type wireResult struct {
+	Content           []json.RawMessage `json:"content"`
+	StructuredContent json.RawMessage   `json:"structuredContent"`
+	IsError           bool              `json:"isError"`
+}
+
+// normalizeResult turns a tools/call result into the JS value a script
+// gets:
+//   - structuredContent, when present, as is;
+//   - else one content item as its normalised value, several as an array,
+//     none as null;
+//   - a text item is a string, or the JSON it holds when parseText is set
+//     and the text is valid JSON;
+//   - any other item is its object without annotations and _meta
+//     ({type, mimeType, data} for images and audio, {type, uri, ...} for
+//     resource links); an embedded resource is flattened to
+//     {type: "resource", uri, mimeType, text|blob}.
+//
+// For an isError result it returns isErr and the text of its text items.
+func normalizeResult(raw json.RawMessage, parseText bool) (value json.RawMessage, isErr bool, msg string, err error) {
+	var r wireResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, false, "", err
+	}
+	if r.IsError {
+		return nil, true, errorText(r.Content), nil
+	}
+	if len(r.StructuredContent) > 0 && string(r.StructuredContent) != "null" {
+		return r.StructuredContent, false, "", nil
+	}
+	switch len(r.Content) {
+	case 0:
+		return json.RawMessage("null"), false, "", nil
+	case 1:
+		v, err := normalizeItem(r.Content[0], parseText)
+		return v, false, "", err
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, item := range r.Content {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		v, err := normalizeItem(item, parseText)
+		if err != nil {
+			return nil, false, "", fmt.Errorf("content[%d]: %w", i, err)
+		}
+		b.Write(v)
+	}
+	b.WriteByte(']')
+	return b.Bytes(), false, "", nil
+}
+
+func normalizeItem(raw json.RawMessage, parseText bool) (json.RawMessage, error) {
+	var head struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, err
+	}
+	switch head.Type {
+	case "text":
+		if head.Text == nil {
+			return nil, errors.New("text content without text")
+		}
+		if parseText {
+			if t := bytes.TrimSpace([]byte(*head.Text)); len(t) > 0 && json.Valid(t) {
+				return t, nil
+			}
+		}
+		return marshalString(*head.Text)
+	case "resource":
+		var r struct {
+			Resource map[string]json.RawMessage `json:"resource"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil || r.Resource == nil {
+			return nil, errors.New("resource content without resource")
+		}
+		delete(r.Resource, "_meta")
+		r.Resource["type"] = json.RawMessage(`"resource"`)
+		return json.Marshal(r.Resource)
+	default:
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, err
+		}
+		delete(m, "annotations")
+		delete(m, "_meta")
+		return json.Marshal(m)
+	}
+}
+
+// marshalString encodes s as a JSON string without HTML escaping, so that
+// "<" reaches the script as "<", not "\u003c".
+func marshalString(s string) (json.RawMessage, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// errorText joins the text items of an isError result.
+func errorText(content []json.RawMessage) string {
+	var parts []string
+	for _, item := range content {
+		var t struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(item, &t) == nil && t.Type == "text" && t.Text != "" {
+			parts = append(parts, t.Text)
+		}
+	}
+	if len(parts) == 0 {
+		return "the tool reported an error"
+	}
+	return truncate(strings.Join(parts, "\n"), maxErrorText)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

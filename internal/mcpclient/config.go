@@ -1,0 +1,386 @@
+package mcpclient
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Transport names accepted in ServerConfig.Transport.
+const (
+	// TransportAuto tries streamable HTTP first and falls back to SSE.
+	TransportAuto = "auto"
+	// TransportSSE is the HTTP+SSE transport of protocol 2024-11-05.
+	TransportSSE = "sse"
+	// TransportStreamable is the streamable HTTP transport of 2025-03-26 on.
+	TransportStreamable = "streamable"
+)
+
+// DefaultCallTimeout bounds one tool call when the server sets none.
+const DefaultCallTimeout = 30 * time.Second
+
+// redacted stands in for header values wherever a config is printed.
+const redacted = "[REDACTED]"
+
+// ServerConfig describes one remote MCP server.
+type ServerConfig struct {
+	// Name is the `mcp.<name>` the sandbox sees. See ValidateServerName.
+	Name string
+	// URL is the endpoint: ".../sse" for SSE, ".../mcp" for streamable HTTP.
+	URL string
+	// Transport is "auto" (the default), "sse" or "streamable".
+	Transport string
+	// Headers are sent with every HTTP request. A value may reference
+	// secrets as ${env:NAME} or ${file:/path}; references are resolved at
+	// connect time so that rotated secrets are picked up on reconnect, and
+	// values are never logged or printed.
+	Headers map[string]string
+	// CallTimeout bounds one tools/call; zero means DefaultCallTimeout.
+	CallTimeout time.Duration
+	// Allow, when not empty, lists the only tool names exposed; Deny lists
+	// names never exposed (Deny wins). A '*' matches any run of characters.
+	Allow, Deny []string
+	// AllowDestructive lets tools annotated destructiveHint=true run at all
+	// (a request must still opt in through CallOptions.AllowDestructive).
+	AllowDestructive bool
+}
+
+// String prints the config with header values and URL passwords redacted.
+func (c ServerConfig) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s=%s (transport=%s", c.Name, redactURL(c.URL), c.transport())
+	if len(c.Headers) > 0 {
+		fmt.Fprintf(&b, " headers=%s", strings.Join(c.headerNames(), ","))
+	}
+	if c.CallTimeout > 0 {
+		fmt.Fprintf(&b, " call_timeout=%s", c.CallTimeout)
+	}
+	if len(c.Allow) > 0 {
+		fmt.Fprintf(&b, " allow=%s", strings.Join(c.Allow, ","))
+	}
+	if len(c.Deny) > 0 {
+		fmt.Fprintf(&b, " deny=%s", strings.Join(c.Deny, ","))
+	}
+	if c.AllowDestructive {
+		b.WriteString(" allow_destructive")
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// LogValue makes slog print the config without header values.
+func (c ServerConfig) LogValue() slog.Value {
+	headers := make([]slog.Attr, 0, len(c.Headers))
+	for _, k := range c.headerNames() {
+		headers = append(headers, slog.String(k, redacted))
+	}
+	return slog.GroupValue(
+		slog.String("name", c.Name),
+		slog.String("url", redactURL(c.URL)),
+		slog.String("transport", c.transport()),
+		slog.Attr{Key: "headers", Value: slog.GroupValue(headers...)},
+		slog.Duration("call_timeout", c.callTimeout()),
+		slog.Any("allow", c.Allow),
+		slog.Any("deny", c.Deny),
+		slog.Bool("allow_destructive", c.AllowDestructive),
+	)
+}
+
+// GoString keeps %#v from printing header values either.
+func (c ServerConfig) GoString() string { return "mcpclient.ServerConfig{" + c.String() + "}" }
+
+func (c ServerConfig) headerNames() []string {
+	names := make([]string, 0, len(c.Headers))
+	for k := range c.Headers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (c ServerConfig) transport() string {
+	if c.Transport == "" {
+		return TransportAuto
+	}
+	return c.Transport
+}
+
+func (c ServerConfig) callTimeout() time.Duration {
+	if c.CallTimeout <= 0 {
+		return DefaultCallTimeout
+	}
+	return c.CallTimeout
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// reservedNames would reach prototype machinery if they became properties
+// of the guest's `mcp` object.
+var reservedNames = []string{"__proto__", "constructor", "prototype"}
+
+// ValidateServerName reports why name cannot name a server: empty, one of
+// the JS prototype names, or containing ':' (which separates server and tool
+// in "server:tool"), whitespace or control characters. Names need not be JS
+// identifiers: the guest reaches them by bracket access.
+func ValidateServerName(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if strings.ContainsRune(name, ':') {
+		return fmt.Errorf("server name %q contains ':'", name)
+	}
+	if strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return fmt.Errorf("server name %q contains whitespace or control characters", name)
+	}
+	return nil
+}
+
+// checkName holds the rules shared by server and tool names.
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("name is empty")
+	}
+	if slices.Contains(reservedNames, name) {
+		return fmt.Errorf("name %q is reserved", name)
+	}
+	return nil
+}
+
+// Validate checks one config and reports the first problem.
+func (c ServerConfig) Validate() error {
+	if err := ValidateServerName(c.Name); err != nil {
+		return err
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return fmt.Errorf("server %q: invalid URL: %w", c.Name, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("server %q: URL %q must be absolute http(s)", c.Name, redactURL(c.URL))
+	}
+	switch c.transport() {
+	case TransportAuto, TransportSSE, TransportStreamable:
+	default:
+		return fmt.Errorf("server %q: unknown transport %q (want auto, sse or streamable)", c.Name, c.Transport)
+	}
+	if c.CallTimeout < 0 {
+		return fmt.Errorf("server %q: negative call timeout", c.Name)
+	}
+	for k, v := range c.Headers {
+		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
+			return fmt.Errorf("server %q: invalid header name %q", c.Name, k)
+		}
+		if err := checkSecretRefs(v); err != nil {
+			return fmt.Errorf("server %q: header %s: %w", c.Name, k, err)
+		}
+	}
+	for _, p := range append(slices.Clone(c.Allow), c.Deny...) {
+		if p == "" {
+			return fmt.Errorf("server %q: empty pattern in allow/deny", c.Name)
+		}
+	}
+	return nil
+}
+
+// validateConfigs checks every config and that names are unique.
+func validateConfigs(cfgs []ServerConfig) error {
+	seen := make(map[string]bool, len(cfgs))
+	for i, c := range cfgs {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("servers[%d]: %w", i, err)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("servers[%d]: duplicate server name %q", i, c.Name)
+		}
+		seen[c.Name] = true
+	}
+	return nil
+}
+
+// ParseServerFlag parses the `--mcp NAME=URL` form: transport auto, and
+// AllowDestructive set, because the flag is the operator's own command line
+// and mcp-go servers mark every tool destructiveHint=true unless told
+// otherwise (the MCP default); the request's CallOptions.AllowDestructive
+// remains the gate. A config file can say allow_destructive: false.
+func ParseServerFlag(s string) (ServerConfig, error) {
+	name, rawURL, ok := strings.Cut(s, "=")
+	if !ok {
+		return ServerConfig{}, fmt.Errorf("--mcp %q: want NAME=URL", s)
+	}
+	c := ServerConfig{Name: strings.TrimSpace(name), URL: strings.TrimSpace(rawURL),
+		Transport: TransportAuto, AllowDestructive: true}
+	if err := c.Validate(); err != nil {
+		return ServerConfig{}, fmt.Errorf("--mcp: %w", err)
+	}
+	return c, nil
+}
+
+// fileServer is the on-disk shape of one server; durations are strings
+// ("30s") so that files stay readable.
+type fileServer struct {
+	Name             string            `json:"name" yaml:"name"`
+	URL              string            `json:"url" yaml:"url"`
+	Transport        string            `json:"transport" yaml:"transport"`
+	Headers          map[string]string `json:"headers" yaml:"headers"`
+	CallTimeout      string            `json:"call_timeout" yaml:"call_timeout"`
+	Allow            []string          `json:"allow" yaml:"allow"`
+	Deny             []string          `json:"deny" yaml:"deny"`
+	AllowDestructive bool              `json:"allow_destructive" yaml:"allow_destructive"`
+}
+
+type fileConfig struct {
+	Servers []fileServer `json:"servers" yaml:"servers"`
+}
+
+// LoadConfig reads {"servers": [...]} from a JSON (.json) or YAML (.yaml,
+// .yml, or anything else) file. Unknown fields are errors, so that a typo in
+// "allow_destructive" cannot silently change what runs.
+func LoadConfig(path string) ([]ServerConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("mcp config: %w", err)
+	}
+	var fc fileConfig
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&fc); err != nil {
+			return nil, fmt.Errorf("mcp config %s: %w", path, err)
+		}
+	} else {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fc); err != nil {
+			return nil, fmt.Errorf("mcp config %s: %w", path, err)
+		}
+	}
+	cfgs := make([]ServerConfig, 0, len(fc.Servers))
+	for i, fs := range fc.Servers {
+		c := ServerConfig{
+			Name: fs.Name, URL: fs.URL, Transport: fs.Transport, Headers: fs.Headers,
+			Allow: fs.Allow, Deny: fs.Deny, AllowDestructive: fs.AllowDestructive,
+		}
+		if fs.CallTimeout != "" {
+			d, err := time.ParseDuration(fs.CallTimeout)
+			if err != nil {
+				return nil, fmt.Errorf("mcp config %s: servers[%d] (%q): call_timeout: %w", path, i, fs.Name, err)
+			}
+			c.CallTimeout = d
+		}
+		cfgs = append(cfgs, c)
+	}
+	if err := validateConfigs(cfgs); err != nil {
+		return nil, fmt.Errorf("mcp config %s: %w", path, err)
+	}
+	return cfgs, nil
+}
+
+// secretRef matches ${env:NAME} and ${file:/path} inside a header value.
+var secretRef = regexp.MustCompile(`\$\{(env|file):([^}]*)\}`)
+
+func checkSecretRefs(v string) error {
+	for _, m := range secretRef.FindAllStringSubmatch(v, -1) {
+		if m[2] == "" {
+			return fmt.Errorf("empty ${%s:} reference", m[1])
+		}
+		if m[1] == "file" && !filepath.IsAbs(m[2]) {
+			return fmt.Errorf("${file:%s}: path must be absolute", m[2])
+		}
+	}
+	return nil
+}
+
+// resolveHeaders substitutes secret references. Errors name the reference,
+// never a value.
+func resolveHeaders(h map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		var firstErr error
+		resolved := secretRef.ReplaceAllStringFunc(v, func(ref string) string {
+			m := secretRef.FindStringSubmatch(ref)
+			switch m[1] {
+			case "env":
+				val, ok := os.LookupEnv(m[2])
+				if !ok && firstErr == nil {
+					firstErr = fmt.Errorf("header %s: environment variable %s is not set", k, m[2])
+				}
+				return val
+			default:
+				data, err := os.ReadFile(m[2])
+				if err != nil && firstErr == nil {
+					// The path is config, not a secret; the OS error
+					// says why without quoting the contents.
+					firstErr = fmt.Errorf("header %s: secret file: %w", k, err)
+				}
+				return strings.TrimRight(string(data), "\r\n")
+			}
+		})
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		if strings.ContainsAny(resolved, "\r\n") {
+			return nil, fmt.Errorf("header %s: resolved value contains a line break", k)
+		}
+		out[k] = resolved
+	}
+	return out, nil
+}
+
+// matchGlob reports whether name matches pattern, where '*' matches any run
+// of characters and everything else is literal. path.Match is not used
+// because tool names may contain '/', '[' and '\\'.
+func matchGlob(pattern, name string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == name
+	}
+	if !strings.HasPrefix(name, parts[0]) {
+		return false
+	}
+	name = name[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(name, p)
+		if i < 0 {
+			return false
+		}
+		name = name[i+len(p):]
+	}
+	return len(name) >= len(last) && strings.HasSuffix(name, last)
+}
+
+// permits reports whether the allow/deny lists let a tool through.
+func (c ServerConfig) permits(tool string) bool {
+	for _, p := range c.Deny {
+		if matchGlob(p, tool) {
+			return false
+		}
+	}
+	if len(c.Allow) == 0 {
+		return true
+	}
+	for _, p := range c.Allow {
+		if matchGlob(p, tool) {
+			return true
+		}
+	}
+	return false
+}

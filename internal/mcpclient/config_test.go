@@ -1,0 +1,192 @@
+package mcpclient
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseServerFlag(t *testing.T) {
+	cases := []struct {
+		in      string
+		want    ServerConfig
+		wantErr string
+	}{
+		{in: "demo=http://127.0.0.1:8080/sse", want: ServerConfig{Name: "demo", URL: "http://127.0.0.1:8080/sse", Transport: TransportAuto, AllowDestructive: true}},
+		{in: "ev=https://example.com/mcp?x=a=b", want: ServerConfig{Name: "ev", URL: "https://example.com/mcp?x=a=b", Transport: TransportAuto, AllowDestructive: true}},
+		{in: "get-sum=http://h/mcp", want: ServerConfig{Name: "get-sum", URL: "http://h/mcp", Transport: TransportAuto, AllowDestructive: true}},
+		{in: "demo", wantErr: "NAME=URL"},
+		{in: "=http://h/mcp", wantErr: "empty"},
+		{in: "__proto__=http://h/mcp", wantErr: "reserved"},
+		{in: "constructor=http://h/mcp", wantErr: "reserved"},
+		{in: "prototype=http://h/mcp", wantErr: "reserved"},
+		{in: "a:b=http://h/mcp", wantErr: "':'"},
+		{in: "demo=127.0.0.1:8080", wantErr: "URL"},
+		{in: "demo=file:///etc/passwd", wantErr: "http"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseServerFlag(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v; want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != tc.want.String() {
+				t.Errorf("got %s; want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	want := []ServerConfig{
+		{Name: "github", URL: "https://api.example.com/mcp", Transport: "streamable",
+			Headers:     map[string]string{"Authorization": "Bearer ${env:GITHUB_TOKEN}"},
+			CallTimeout: 10 * time.Second, Allow: []string{"get_*"}, Deny: []string{"get_secret"}},
+		{Name: "ev", URL: "http://127.0.0.1:9/sse", AllowDestructive: true},
+	}
+	yamlBody := `servers:
+  - name: github
+    url: https://api.example.com/mcp
+    transport: streamable
+    headers:
+      Authorization: "Bearer ${env:GITHUB_TOKEN}"
+    call_timeout: 10s
+    allow: ["get_*"]
+    deny: [get_secret]
+  - name: ev
+    url: http://127.0.0.1:9/sse
+    allow_destructive: true
+`
+	jsonBody := `{"servers":[
+  {"name":"github","url":"https://api.example.com/mcp","transport":"streamable",
+   "headers":{"Authorization":"Bearer ${env:GITHUB_TOKEN}"},"call_timeout":"10s",
+   "allow":["get_*"],"deny":["get_secret"]},
+  {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true}]}`
+
+	for _, f := range []string{write("servers.yaml", yamlBody), write("servers.json", jsonBody)} {
+		got, err := LoadConfig(f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s:\n got %v\nwant %v", f, got, want)
+		}
+		if got[0].Headers["Authorization"] != "Bearer ${env:GITHUB_TOKEN}" {
+			t.Errorf("header reference resolved at load time: %q", got[0].Headers["Authorization"])
+		}
+	}
+
+	bad := []struct{ name, body, want string }{
+		{"typo.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    allow_destructiv: true\n", "allow_destructiv"},
+		{"typo.json", `{"servers":[{"name":"a","url":"http://h/mcp","allowDestructive":true}]}`, "allowDestructive"},
+		{"dup.yaml", "servers:\n  - {name: a, url: http://h/mcp}\n  - {name: a, url: http://h/sse}\n", "duplicate"},
+		{"proto.yaml", "servers:\n  - {name: __proto__, url: http://h/mcp}\n", "reserved"},
+		{"timeout.yaml", "servers:\n  - {name: a, url: http://h/mcp, call_timeout: soon}\n", "call_timeout"},
+		{"relative-secret.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    headers: {X-Key: '${file:key.txt}'}\n", "absolute"},
+		{"transport.yaml", "servers:\n  - {name: a, url: http://h/mcp, transport: ws}\n", "transport"},
+		{"broken.json", `{"servers":[`, "broken.json"},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			p := write(b.name, b.body)
+			_, err := LoadConfig(p)
+			if err == nil || !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), p) {
+				t.Errorf("err %v; want one naming %s and %q", err, p, b.want)
+			}
+		})
+	}
+	if _, err := LoadConfig(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestResolveHeaders(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	if err := os.WriteFile(keyFile, []byte("file-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MCPCLIENT_TEST_SECRET", "env-secret")
+	cases := []struct {
+		in      map[string]string
+		want    map[string]string
+		wantErr string
+	}{
+		{in: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_SECRET}"}, want: map[string]string{"Authorization": "Bearer env-secret"}},
+		{in: map[string]string{"X-Key": "${file:" + keyFile + "}", "X-Plain": "v"}, want: map[string]string{"X-Key": "file-secret", "X-Plain": "v"}},
+		{in: map[string]string{"X": "${env:MCPCLIENT_TEST_SECRET}-${file:" + keyFile + "}"}, want: map[string]string{"X": "env-secret-file-secret"}},
+		{in: map[string]string{"X": "${env:MCPCLIENT_TEST_NOPE}"}, wantErr: "MCPCLIENT_TEST_NOPE is not set"},
+		{in: map[string]string{"X": "${file:" + filepath.Join(dir, "none") + "}"}, wantErr: "secret file"},
+	}
+	for i, tc := range cases {
+		got, err := resolveHeaders(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%d: err %v; want %q", i, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%d: got %v, %v; want %v", i, got, err, tc.want)
+		}
+	}
+}
+
+func TestConfigNeverPrintsHeaderValues(t *testing.T) {
+	c := ServerConfig{Name: "gh", URL: "https://user:pw@api.example.com/mcp",
+		Headers: map[string]string{"Authorization": "Bearer literal-secret"}}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("cfg", "server", c)
+	for _, out := range []string{c.String(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), buf.String()} {
+		if strings.Contains(out, "literal-secret") || strings.Contains(out, "pw@") {
+			t.Errorf("secret printed: %s", out)
+		}
+		if !strings.Contains(out, "Authorization") {
+			t.Errorf("header name missing: %s", out)
+		}
+	}
+}
+
+func TestMatchGlob(t *testing.T) {
+	cases := []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"echo", "echo", true},
+		{"echo", "echo2", false},
+		{"*", "anything/at[all]", true},
+		{"get_*", "get_issue", true},
+		{"get_*", "list_issues", false},
+		{"*_issue", "create_issue", true},
+		{"*_issue", "create_issues", false},
+		{"a*b*c", "axxbyyc", true},
+		{"a*b*c", "acb", false},
+		{"ab*ba", "aba", false},
+		{"[a]", "[a]", true},
+		{"[a]", "a", false},
+	}
+	for _, tc := range cases {
+		if got := matchGlob(tc.pattern, tc.name); got != tc.want {
+			t.Errorf("matchGlob(%q, %q) = %v; want %v", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+}

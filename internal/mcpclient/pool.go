@@ -1,0 +1,373 @@
+// Package mcpclient keeps one MCP client per remote server for the life of
+// a (warm) process: it connects in the background, discovers tools once and
+// refreshes them on notifications/tools/list_changed or a TTL, re-initialises
+// expired sessions, reconnects dropped servers with exponential backoff, and
+// serves validated, time-bounded, size-bounded tool calls whose results are
+// normalised to JSON values a script can use.
+//
+// Protocol: the pool pins MCP 2025-11-25 (ProtocolVersion), the newest
+// revision with the initialize handshake. mcp-go v1.2 would otherwise first
+// probe the stateless 2026-07-28 core with server/discover, which costs a
+// round trip on every connect (up to 5 s against servers that ignore unknown
+// methods), and that core has no sessions and no standalone notification
+// stream, which list_changed refresh and session re-initialisation rely on.
+// A server may answer with an older revision (2024-11-05 and later); Health
+// reports what was agreed.
+//
+// Concurrency: each server has its own small mutex guarding its state, never
+// held over I/O; the live connection and tool catalog are read lock-free, so
+// a slow or dead server never blocks calls to the others.
+package mcpclient
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// ProtocolVersion is the MCP revision the pool asks for. See the package doc.
+const ProtocolVersion = mcp.ProtocolVersion20251125
+
+// State is a server's health as callers see it.
+type State string
+
+// Server states.
+const (
+	// StateHealthy: connected, catalog fresh.
+	StateHealthy State = "healthy"
+	// StateDegraded: connected and serving calls, but the last catalog
+	// refresh failed, so its tools may be stale.
+	StateDegraded State = "degraded"
+	// StateUnavailable: not connected (connecting, reconnecting, or given up
+	// until the next call or Tools). Calls fail at once with UNAVAILABLE.
+	StateUnavailable State = "unavailable"
+)
+
+// ServerHealth is one server's state.
+type ServerHealth struct {
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// LastError says why the server is not healthy; it never holds header
+	// values.
+	LastError string `json:"last_error,omitempty"`
+	// Since is when State last changed.
+	Since time.Time `json:"since"`
+	// Tools counts the tools the server exposes through the pool.
+	Tools           int    `json:"tools"`
+	Transport       string `json:"transport,omitempty"`
+	ProtocolVersion string `json:"protocol_version,omitempty"`
+}
+
+// Stats counts the pool's protocol traffic since New. A warm execution that
+// reuses discovery leaves Initializes and ToolLists unchanged.
+type Stats struct {
+	Initializes int64 `json:"initializes"`
+	// ToolLists counts tools/list requests (one per page).
+	ToolLists  int64 `json:"tool_lists"`
+	Calls      int64 `json:"calls"`
+	Reconnects int64 `json:"reconnects"`
+}
+
+// CallOptions are the per-request switches of one call.
+type CallOptions struct {
+	// AllowDestructive lets a destructiveHint tool run, if the server's
+	// config allows it too.
+	AllowDestructive bool
+	// ParseJSONText parses a text result as JSON (when it is JSON) even if
+	// the tool declares no output schema.
+	ParseJSONText bool
+	// MaxResultBytes caps the normalised result; zero means the pool's
+	// default. It cannot raise the pool's per-message cap.
+	MaxResultBytes int
+}
+
+type options struct {
+	logger          *slog.Logger
+	refreshTTL      time.Duration
+	connectTimeout  time.Duration
+	backoffInitial  time.Duration
+	backoffMax      time.Duration
+	maxAttempts     int
+	maxMessageBytes int64
+	maxResultBytes  int
+	clientName      string
+	clientVersion   string
+}
+
+func defaultOptions() options {
+	return options{
+		logger:          slog.Default(),
+		refreshTTL:      5 * time.Minute,
+		connectTimeout:  10 * time.Second,
+		backoffInitial:  time.Second,
+		backoffMax:      30 * time.Second,
+		maxAttempts:     8,
+		maxMessageBytes: 16 << 20,
+		maxResultBytes:  1 << 20,
+		clientName:      "pml-sandbox",
+		clientVersion:   "0.1.0",
+	}
+}
+
+// Option configures a Pool.
+type Option func(*options)
+
+// WithLogger sets the logger (default slog.Default()). Every record carries
+// the server name; header values are never logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// WithRefreshTTL sets how old a catalog may get before it is refreshed in
+// the background (default 5 min). The refresh is lazy, on the next Tools or
+// Call, because a frozen Lambda has no use for a timer.
+func WithRefreshTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.refreshTTL = d
+		}
+	}
+}
+
+// WithConnectTimeout bounds one connect attempt: stream setup, initialize
+// and the full tools/list (default 10 s).
+func WithConnectTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.connectTimeout = d
+		}
+	}
+}
+
+// WithReconnectBackoff sets the reconnect schedule: the first retry after
+// initial, doubling up to max, for at most attempts attempts in all
+// (default 1 s, 30 s, 8).
+func WithReconnectBackoff(initial, max time.Duration, attempts int) Option {
+	return func(o *options) {
+		if initial > 0 {
+			o.backoffInitial = initial
+		}
+		if max >= initial && max > 0 {
+			o.backoffMax = max
+		}
+		if attempts > 0 {
+			o.maxAttempts = attempts
+		}
+	}
+}
+
+// WithMaxMessageBytes caps any one message a server sends (default 16 MiB):
+// a larger one fails its call with LIMIT_EXCEEDED before it is buffered.
+func WithMaxMessageBytes(n int64) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxMessageBytes = n
+		}
+	}
+}
+
+// WithMaxResultBytes sets the default cap on a normalised result (1 MiB).
+func WithMaxResultBytes(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxResultBytes = n
+		}
+	}
+}
+
+// WithClientInfo sets the clientInfo sent in initialize.
+func WithClientInfo(name, version string) Option {
+	return func(o *options) {
+		if name != "" {
+			o.clientName, o.clientVersion = name, version
+		}
+	}
+}
+
+// Pool holds the clients of a fixed set of servers. It is safe for
+// concurrent use; Close releases everything it started.
+type Pool struct {
+	log     *slog.Logger
+	opts    options
+	servers map[string]*remote
+	order   []*remote
+
+	// ctx is the pool's lifetime: connections and background work hang off
+	// it, never off a caller's context.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards closed so that no goroutine is added to wg once Close has
+	// started waiting. It is never held over I/O.
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+
+	initializes, toolLists, calls, reconnects atomic.Int64
+}
+
+var errPoolClosed = errors.New("mcp client pool is closed")
+
+// New validates cfgs and starts connecting to every server in the
+// background; it does not wait for any of them. ctx's values are kept for
+// background work, its cancellation is not: the pool lives until Close.
+func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error) {
+	if err := validateConfigs(cfgs); err != nil {
+		return nil, fault.Wrap(fault.InvalidRequest, err, "mcp config")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p := &Pool{
+		log:     o.logger,
+		opts:    o,
+		servers: make(map[string]*remote, len(cfgs)),
+		ctx:     pctx,
+		cancel:  cancel,
+	}
+	for _, c := range cfgs {
+		s := newServer(p, c)
+		p.servers[c.Name] = s
+		p.order = append(p.order, s)
+	}
+	for _, s := range p.order {
+		s.mu.Lock()
+		s.startConnectLocked()
+		s.mu.Unlock()
+	}
+	return p, nil
+}
+
+// spawn runs f in a goroutine Close waits for; it reports false (and does
+// not run f) once the pool is closing.
+func (p *Pool) spawn(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// spawnOrRun runs f in the background, or right here when closing.
+func (p *Pool) spawnOrRun(f func()) {
+	if !p.spawn(f) {
+		f()
+	}
+}
+
+func (p *Pool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// Tools returns the catalog of every connected server, sorted by server
+// (config order) then tool name. It waits, at most until ctx is done, for
+// each server's first connect attempt; servers that are down are absent and
+// Health says why. Tools hidden by allow/deny lists are left out.
+// Destructive tools stay listed (their annotations say so) because mcp-go
+// servers mark every tool destructiveHint=true unless told otherwise, as the
+// MCP default says; Call refuses them unless allowed.
+func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
+	if p.isClosed() {
+		return nil, fault.Wrap(fault.Unavailable, errPoolClosed, "")
+	}
+	var out []catalog.Tool
+	for _, s := range p.order {
+		select {
+		case <-s.firstDone:
+		case <-ctx.Done():
+		}
+		c := s.conn.Load()
+		if c == nil {
+			s.kick()
+			continue
+		}
+		s.maybeRefresh(c)
+		if ts := s.cat.Load(); ts != nil {
+			out = append(out, ts.visible...)
+		}
+	}
+	return out, nil
+}
+
+// Health reports every server, in config order.
+func (p *Pool) Health() []ServerHealth {
+	out := make([]ServerHealth, 0, len(p.order))
+	for _, s := range p.order {
+		out = append(out, s.health())
+	}
+	return out
+}
+
+// Stats returns the protocol counters.
+func (p *Pool) Stats() Stats {
+	return Stats{
+		Initializes: p.initializes.Load(),
+		ToolLists:   p.toolLists.Load(),
+		Calls:       p.calls.Load(),
+		Reconnects:  p.reconnects.Load(),
+	}
+}
+
+// Close stops background work, closes every connection (ending streamable
+// HTTP sessions politely, within a short bound) and waits for the pool's
+// goroutines. Calls in flight fail with UNAVAILABLE.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	var wg sync.WaitGroup
+	for _, s := range p.order {
+		if c := s.conn.Swap(nil); c != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.close(errPoolClosed)
+			}()
+		}
+	}
+	wg.Wait()
+	for _, s := range p.order {
+		s.httpTransport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// newHTTPTransport gives each server its own connection pool, so that
+// Close can drop its idle connections and one server's connections never
+// queue behind another's.
+func newHTTPTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Parallel calls from one execution would otherwise churn connections
+	// beyond the default 2 idle per host.
+	t.MaxIdleConnsPerHost = 64
+	return t
+}

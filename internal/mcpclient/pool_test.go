@@ -1,0 +1,540 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+func TestDiscoverAndCall(t *testing.T) {
+	cases := []struct {
+		name, kind, transport, wantTransport string
+	}{
+		{"sse", TransportSSE, TransportSSE, TransportSSE},
+		{"streamable", TransportStreamable, TransportStreamable, TransportStreamable},
+		{"auto falls back to sse", TransportSSE, TransportAuto, TransportSSE},
+		{"auto streamable", TransportStreamable, TransportAuto, TransportStreamable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t, tc.kind, srvOpts{})
+			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: tc.transport}})
+			waitTools(t, p, "demo", "echo", "add", "get-sum")
+
+			tools, err := p.Tools(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tl := range tools {
+				names = append(names, tl.Name)
+				if tl.Kind != trace.KindMCP || tl.Server != "demo" || len(tl.InputSchema) == 0 {
+					t.Errorf("tool %+v: want kind mcp, server demo and an input schema", tl)
+				}
+				if tl.Name == "add" && (string(tl.OutputSchema) == "" || tl.Annotations.ReadOnly == nil || !*tl.Annotations.ReadOnly) {
+					t.Errorf("add: output schema %s, annotations %+v", tl.OutputSchema, tl.Annotations)
+				}
+			}
+			for _, bad := range []string{"__proto__", "constructor"} {
+				if slices.Contains(names, bad) {
+					t.Errorf("tool %q reached the catalog: %v", bad, names)
+				}
+			}
+			if !slices.Contains(names, "delete_all") {
+				t.Errorf("destructive tool delete_all not listed: %v", names)
+			}
+
+			h := p.Health()[0]
+			if h.State != StateHealthy || h.Transport != tc.wantTransport || h.ProtocolVersion != ProtocolVersion || h.Tools != len(tools) {
+				t.Errorf("health %+v; want healthy over %s at %s with %d tools", h, tc.wantTransport, ProtocolVersion, len(tools))
+			}
+
+			calls := []struct {
+				tool, args string
+				opt        CallOptions
+				want       string
+			}{
+				{"echo", `{"text":"hi"}`, CallOptions{}, `"hi"`},
+				{"add", `{"a":1,"b":2}`, CallOptions{}, `{"sum":3}`},
+				{"get-sum", `{"a":1,"b":2}`, CallOptions{}, `"{\"sum\":3}"`},
+				{"get-sum", `{"a":1,"b":2}`, CallOptions{ParseJSONText: true}, `{"sum":3}`},
+				{"multi", ``, CallOptions{}, `["a <b> & c",{"data":"aGk=","mimeType":"image/png","type":"image"}]`},
+			}
+			for _, c := range calls {
+				got, err := call(t, p, "demo", c.tool, c.args, c.opt)
+				if err != nil {
+					t.Errorf("%s: %v", c.tool, err)
+					continue
+				}
+				if got != c.want {
+					t.Errorf("%s(%s) = %s; want %s", c.tool, c.args, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestPagination(t *testing.T) {
+	for _, kind := range []string{TransportSSE, TransportStreamable} {
+		t.Run(kind, func(t *testing.T) {
+			ts := newTestServer(t, kind, srvOpts{pageSize: 2})
+			p := newTestPool(t, []ServerConfig{{Name: "paged", URL: ts.URL(), Transport: kind}})
+			waitTools(t, p, "paged", "add", "big", "create", "echo", "fail", "get-sum", "multi", "slow")
+			// 11 tools on the server in pages of 2: at least 6 requests.
+			if got := p.Stats().ToolLists; got < 6 {
+				t.Errorf("tools/list requests = %d; want >= 6 (pages of 2)", got)
+			}
+		})
+	}
+}
+
+// TestWarmReuse proves that a second "execution" in the same process makes
+// no initialize and no tools/list.
+func TestWarmReuse(t *testing.T) {
+	ts := newTestServer(t, TransportSSE, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}})
+	waitTools(t, p, "demo", "echo")
+	before := p.Stats()
+	for range 3 {
+		if _, err := p.Tools(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := p.Stats()
+	if after.Initializes != before.Initializes || after.ToolLists != before.ToolLists {
+		t.Errorf("warm executions re-discovered: before %+v after %+v", before, after)
+	}
+	if after.Calls != before.Calls+3 {
+		t.Errorf("calls %d -> %d; want +3", before.Calls, after.Calls)
+	}
+}
+
+func TestRefreshTTL(t *testing.T) {
+	ts := newTestServer(t, TransportStreamable, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}}, WithRefreshTTL(50*time.Millisecond))
+	waitTools(t, p, "demo", "echo")
+	before := p.Stats().ToolLists
+	time.Sleep(100 * time.Millisecond)
+	if _, err := p.Tools(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for p.Stats().ToolLists == before {
+		if time.Now().After(deadline) {
+			t.Fatal("catalog past its TTL was never refreshed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestParallelCallsAcrossServers(t *testing.T) {
+	a := newTestServer(t, TransportSSE, srvOpts{})
+	b := newTestServer(t, TransportStreamable, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "a", URL: a.URL()}, {Name: "b", URL: b.URL()}})
+	waitTools(t, p, "a", "slow")
+	waitTools(t, p, "b", "slow")
+
+	const n = 16
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	outs := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			srv := []string{"a", "b"}[i%2]
+			outs[i], errs[i] = call(t, p, srv, "slow", `{"ms":50}`, CallOptions{})
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i := range n {
+		if errs[i] != nil || outs[i] != `"done"` {
+			t.Errorf("call %d: %s, %v", i, outs[i], errs[i])
+		}
+	}
+	t.Logf("16 parallel 50 ms calls across two servers: %s", took)
+	// Sequential would be 800 ms; anything near that means calls queued.
+	if took > 400*time.Millisecond {
+		t.Errorf("16 parallel 50 ms calls took %s; want well under 800 ms", took)
+	}
+}
+
+func TestCallRefusals(t *testing.T) {
+	ts := newTestServer(t, TransportSSE, srvOpts{})
+	p := newTestPool(t, []ServerConfig{
+		{Name: "demo", URL: ts.URL()},
+		{Name: "open", URL: ts.URL(), AllowDestructive: true},
+		{Name: "narrow", URL: ts.URL(), Allow: []string{"e*", "get-*", "delete_all"}, Deny: []string{"get-sum"}, AllowDestructive: true},
+	})
+	waitTools(t, p, "demo", "echo")
+	waitTools(t, p, "open", "delete_all")
+	waitTools(t, p, "narrow", "echo")
+
+	cases := []struct {
+		name, server, tool, args string
+		opt                      CallOptions
+		code                     fault.Code
+		paths                    []string
+	}{
+		{"missing required", "demo", "echo", `{}`, CallOptions{}, fault.InvalidArguments, []string{""}},
+		{"wrong type", "demo", "echo", `{"text":5}`, CallOptions{}, fault.InvalidArguments, []string{"/text"}},
+		{"nested paths", "demo", "create", `{"user":{"age":-1},"tags":["a",2],"extra":true}`, CallOptions{}, fault.InvalidArguments,
+			[]string{"", "/tags/1", "/user", "/user/age"}},
+		{"not an object", "demo", "echo", `[1,2]`, CallOptions{}, fault.InvalidArguments, []string{""}},
+		{"not JSON", "demo", "echo", `{"text":`, CallOptions{}, fault.InvalidArguments, []string{""}},
+		{"valid nested", "demo", "create", `{"user":{"name":"ada","age":36},"tags":["x"]}`, CallOptions{}, "", nil},
+		{"unknown tool", "demo", "nope", `{}`, CallOptions{}, fault.ToolNotFound, nil},
+		{"unknown server", "ghost", "echo", `{}`, CallOptions{}, fault.ToolNotFound, nil},
+		{"dropped reserved name", "demo", "__proto__", `{}`, CallOptions{}, fault.ToolNotFound, nil},
+		{"isError", "demo", "fail", `{}`, CallOptions{}, fault.ToolError, nil},
+		{"destructive, server forbids", "demo", "delete_all", `{}`, CallOptions{AllowDestructive: true}, fault.Forbidden, nil},
+		{"destructive, request forbids", "open", "delete_all", `{}`, CallOptions{}, fault.Forbidden, nil},
+		{"destructive, both allow", "open", "delete_all", `{}`, CallOptions{AllowDestructive: true}, "", nil},
+		{"allowed by glob", "narrow", "echo", `{"text":"x"}`, CallOptions{}, "", nil},
+		{"not in allow list", "narrow", "add", `{"a":1,"b":1}`, CallOptions{}, fault.Forbidden, nil},
+		{"denied", "narrow", "get-sum", `{}`, CallOptions{}, fault.Forbidden, nil},
+		{"result cap", "demo", "big", `{"n":2000}`, CallOptions{MaxResultBytes: 1000}, fault.LimitExceeded, nil},
+		{"under result cap", "demo", "big", `{"n":500}`, CallOptions{MaxResultBytes: 1000}, "", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.Stats().Calls
+			_, err := call(t, p, tc.server, tc.tool, tc.args, tc.opt)
+			if got := codeOf(err); got != tc.code {
+				t.Fatalf("code %q (%v); want %q", got, err, tc.code)
+			}
+			if err == nil {
+				return
+			}
+			fe := fault.As(err)
+			if fe.Tool != tc.server+":"+tc.tool {
+				t.Errorf("error tool %q; want %s:%s", fe.Tool, tc.server, tc.tool)
+			}
+			switch tc.code {
+			case fault.InvalidArguments, fault.Forbidden, fault.ToolNotFound:
+				if after := p.Stats().Calls; after != before {
+					t.Errorf("a refused call reached the server (calls %d -> %d)", before, after)
+				}
+			case fault.ToolError:
+				if !strings.Contains(fe.Message, "boom: the widget is broken") {
+					t.Errorf("tool error message %q lacks the tool's text", fe.Message)
+				}
+			case fault.LimitExceeded:
+				if fe.Limit != fault.LimitResultBytes {
+					t.Errorf("limit %q; want %q", fe.Limit, fault.LimitResultBytes)
+				}
+			}
+			if tc.paths != nil {
+				t.Logf("%s", fe.Message)
+				details, ok := fe.Details.([]ArgError)
+				if !ok || len(details) == 0 {
+					t.Fatalf("details %#v; want []ArgError", fe.Details)
+				}
+				var paths []string
+				for _, d := range details {
+					if d.Message == "" {
+						t.Errorf("empty message at %q", d.Path)
+					}
+					if !slices.Contains(paths, d.Path) {
+						paths = append(paths, d.Path)
+					}
+				}
+				if !slices.Equal(paths, tc.paths) {
+					t.Errorf("failing paths %q; want %q (details %+v)", paths, tc.paths, details)
+				}
+			}
+		})
+	}
+
+	// The lists also shape the catalog.
+	tools, _ := p.Tools(context.Background())
+	var narrow []string
+	for _, tl := range tools {
+		if tl.Server == "narrow" {
+			narrow = append(narrow, tl.Name)
+		}
+	}
+	if want := []string{"delete_all", "echo"}; !slices.Equal(narrow, want) {
+		t.Errorf("narrow server lists %v; want %v", narrow, want)
+	}
+}
+
+func TestSlowToolTimesOutWhileOtherServerAnswers(t *testing.T) {
+	slow := newTestServer(t, TransportSSE, srvOpts{})
+	fast := newTestServer(t, TransportStreamable, srvOpts{})
+	p := newTestPool(t, []ServerConfig{
+		{Name: "slow", URL: slow.URL(), CallTimeout: 300 * time.Millisecond},
+		{Name: "fast", URL: fast.URL()},
+	})
+	waitTools(t, p, "slow", "slow")
+	waitTools(t, p, "fast", "echo")
+
+	slowErr := make(chan error, 1)
+	var slowTook time.Duration
+	go func() {
+		start := time.Now()
+		_, err := call(t, p, "slow", "slow", `{"ms":5000}`, CallOptions{})
+		slowTook = time.Since(start)
+		slowErr <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the slow call is in flight
+	for range 5 {
+		start := time.Now()
+		if _, err := call(t, p, "fast", "echo", `{"text":"x"}`, CallOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 100*time.Millisecond {
+			t.Errorf("fast server call took %s while the slow one was stuck", d)
+		}
+	}
+	err := <-slowErr
+	if codeOf(err) != fault.Timeout {
+		t.Fatalf("slow call: %v; want TIMEOUT", err)
+	}
+	if slowTook < 250*time.Millisecond || slowTook > 2*time.Second {
+		t.Errorf("slow call failed after %s; want about its 300 ms timeout", slowTook)
+	}
+	// a timeout is not a reason to drop the server
+	if h := p.Health()[0]; h.State != StateHealthy {
+		t.Errorf("health after a timeout: %+v", h)
+	}
+}
+
+func TestServerKilledMidCallThenRestarted(t *testing.T) {
+	for _, kind := range []string{TransportSSE, TransportStreamable} {
+		t.Run(kind, func(t *testing.T) {
+			ts := newTestServer(t, kind, srvOpts{})
+			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
+			waitTools(t, p, "demo", "slow")
+
+			errc := make(chan error, 1)
+			var took time.Duration
+			go func() {
+				start := time.Now()
+				_, err := call(t, p, "demo", "slow", `{"ms":5000}`, CallOptions{})
+				took = time.Since(start)
+				errc <- err
+			}()
+			time.Sleep(100 * time.Millisecond)
+			ts.stop()
+			err := <-errc
+			fe := fault.As(err)
+			if fe == nil || fe.Code != fault.Unavailable || !fe.Retryable {
+				t.Fatalf("call on a killed server: %v; want retryable UNAVAILABLE", err)
+			}
+			if took > 1500*time.Millisecond {
+				t.Errorf("killed-server call failed after %s; want fast", took)
+			}
+
+			// While down, calls fail at once.
+			waitState(t, p, "demo", StateUnavailable)
+			start := time.Now()
+			_, err = call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{})
+			if codeOf(err) != fault.Unavailable || time.Since(start) > 50*time.Millisecond {
+				t.Errorf("call to a down server: %v after %s; want UNAVAILABLE at once", err, time.Since(start))
+			}
+			if tools, _ := p.Tools(context.Background()); len(tools) != 0 {
+				t.Errorf("down server still lists %d tools", len(tools))
+			}
+
+			ts.restart()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				out, err := call(t, p, "demo", "echo", `{"text":"back"}`, CallOptions{})
+				if err == nil {
+					if out != `"back"` {
+						t.Fatalf("after restart: %s", out)
+					}
+					break
+				}
+				if codeOf(err) != fault.Unavailable || time.Now().After(deadline) {
+					t.Fatalf("after restart: %v (health %+v)", err, p.Health())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if st := p.Stats(); st.Reconnects < 1 {
+				t.Errorf("stats %+v; want a reconnect", st)
+			}
+		})
+	}
+}
+
+func waitState(t *testing.T, p *Pool, name string, want State) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		for _, h := range p.Health() {
+			if h.Name == name && h.State == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server %s never became %s: %+v", name, want, p.Health())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestToolsListChanged(t *testing.T) {
+	for _, kind := range []string{TransportSSE, TransportStreamable} {
+		t.Run(kind, func(t *testing.T) {
+			ts := newTestServer(t, kind, srvOpts{})
+			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
+			waitTools(t, p, "demo", "echo")
+			// The streamable GET stream opens right after initialize; give
+			// it a moment so the notification has somewhere to go.
+			time.Sleep(200 * time.Millisecond)
+			ts.addTool("fresh")
+			waitTools(t, p, "demo", "fresh")
+			out, err := call(t, p, "demo", "fresh", `{}`, CallOptions{})
+			if err != nil || out != `"fresh"` {
+				t.Fatalf("new tool: %s, %v", out, err)
+			}
+		})
+	}
+}
+
+func TestExpiredSessionReinitialised(t *testing.T) {
+	ts := newTestServer(t, TransportStreamable, srvOpts{stateful: true})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: TransportStreamable}})
+	waitTools(t, p, "demo", "echo")
+	if _, err := call(t, p, "demo", "echo", `{"text":"1"}`, CallOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Stats()
+	// A restarted stateful server knows no sessions: our next request gets
+	// 404 and must be re-initialised and retried without the caller seeing.
+	ts.stop()
+	// Let the client see its kept-alive connections close, as it would
+	// long before a real server came back.
+	time.Sleep(100 * time.Millisecond)
+	ts.restart()
+	out, err := call(t, p, "demo", "echo", `{"text":"2"}`, CallOptions{})
+	if err != nil || out != `"2"` {
+		t.Fatalf("call after session loss: %s, %v (health %+v)", out, err, p.Health())
+	}
+	after := p.Stats()
+	if after.Initializes != before.Initializes+1 {
+		t.Errorf("initializes %d -> %d; want exactly one re-initialisation", before.Initializes, after.Initializes)
+	}
+	if after.Reconnects != before.Reconnects {
+		t.Errorf("reconnects %d -> %d; the session should be re-initialised, not the connection rebuilt", before.Reconnects, after.Reconnects)
+	}
+}
+
+func TestHeadersFromSecretsAreSentNotLogged(t *testing.T) {
+	const secret = "s3cr3t-token-value"
+	t.Setenv("MCPCLIENT_TEST_TOKEN", secret)
+	ts := newTestServer(t, TransportStreamable, srvOpts{})
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := newLockedLogger(&logs, &mu)
+	cfg := ServerConfig{Name: "demo", URL: ts.URL(), Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_TOKEN}"}}
+	p := newTestPool(t, []ServerConfig{cfg}, WithLogger(logger))
+	waitTools(t, p, "demo", "echo")
+	if _, err := call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seen := ts.auths()
+	if len(seen) == 0 || !slices.Contains(seen, "Bearer "+secret) {
+		t.Fatalf("server saw Authorization %q; want the resolved secret", seen)
+	}
+	logger.Info("config", "server", cfg)
+	_ = p.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), secret) {
+		t.Errorf("a log line holds the secret:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), redacted) {
+		t.Errorf("config was not logged redacted:\n%s", logs.String())
+	}
+}
+
+func TestMissingSecretKeepsServerUnavailable(t *testing.T) {
+	ts := newTestServer(t, TransportStreamable, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(),
+		Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_UNSET_VAR}"}}},
+		WithReconnectBackoff(10*time.Millisecond, 10*time.Millisecond, 2))
+	_, err := call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{})
+	if codeOf(err) != fault.Unavailable || !strings.Contains(err.Error(), "MCPCLIENT_TEST_UNSET_VAR") {
+		t.Fatalf("call: %v; want UNAVAILABLE naming the missing variable", err)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfgs := range [][]ServerConfig{
+		{{Name: "", URL: "http://127.0.0.1:1/mcp"}},
+		{{Name: "__proto__", URL: "http://127.0.0.1:1/mcp"}},
+		{{Name: "a:b", URL: "http://127.0.0.1:1/mcp"}},
+		{{Name: "a", URL: "http://127.0.0.1:1/mcp"}, {Name: "a", URL: "http://127.0.0.1:2/mcp"}},
+		{{Name: "a", URL: "ftp://127.0.0.1/x"}},
+		{{Name: "a", URL: "http://127.0.0.1:1/mcp", Transport: "websocket"}},
+	} {
+		p, err := New(context.Background(), cfgs)
+		if err == nil {
+			_ = p.Close()
+			t.Errorf("New(%v) succeeded", cfgs)
+			continue
+		}
+		if codeOf(err) != fault.InvalidRequest {
+			t.Errorf("New(%v): %v; want INVALID_REQUEST", cfgs, err)
+		}
+	}
+}
+
+func TestClosedPool(t *testing.T) {
+	ts := newTestServer(t, TransportSSE, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}})
+	waitTools(t, p, "demo", "echo")
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Call(context.Background(), "demo", "echo", json.RawMessage(`{"text":"x"}`), CallOptions{})
+	if fe := fault.As(err); fe == nil || fe.Code != fault.Unavailable || fe.Retryable {
+		t.Errorf("call after Close: %v; want non-retryable UNAVAILABLE", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestDownServerAbsentOthersServed(t *testing.T) {
+	ts := newTestServer(t, TransportSSE, srvOpts{})
+	p := newTestPool(t, []ServerConfig{
+		{Name: "dead", URL: "http://127.0.0.1:1/mcp"},
+		{Name: "live", URL: ts.URL()},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	tools, err := p.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools {
+		if tl.Server == "dead" {
+			t.Fatalf("dead server listed %s", tl.Name)
+		}
+	}
+	if len(tools) == 0 {
+		t.Fatal("live server's tools missing")
+	}
+	h := p.Health()
+	if h[0].State != StateUnavailable || h[0].LastError == "" || h[1].State != StateHealthy {
+		t.Errorf("health %+v", h)
+	}
+	_, err = call(t, p, "dead", "echo", `{}`, CallOptions{})
+	if fe := fault.As(err); fe.Code != fault.Unavailable || !fe.Retryable {
+		t.Errorf("call to dead server: %v", err)
+	}
+}

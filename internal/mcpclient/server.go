@@ -1,0 +1,661 @@
+package mcpclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+var (
+	errConnLost       = errors.New("connection lost")
+	errConnectTimeout = errors.New("connect timed out")
+	errReplaced       = errors.New("connection replaced")
+)
+
+// maxToolPages bounds tools/list pagination against a server that never
+// stops handing out cursors.
+const maxToolPages = 100
+
+// probeTimeout bounds the ping that decides whether a failed call means the
+// server is gone.
+const probeTimeout = 5 * time.Second
+
+// remote is one configured MCP server and its current connection.
+type remote struct {
+	p             *Pool
+	cfg           ServerConfig
+	log           *slog.Logger
+	httpTransport *http.Transport
+	httpClient    *http.Client
+
+	// conn and cat are read on every call without locking; they are
+	// replaced under mu.
+	conn atomic.Pointer[conn]
+	cat  atomic.Pointer[toolSet]
+	// nextRefresh is when (unix ns) the catalog is next due for refresh.
+	nextRefresh atomic.Int64
+
+	// firstDone closes after the first connect attempt, whatever its
+	// outcome, so Tools and Call wait for discovery only on a cold start.
+	firstDone chan struct{}
+	firstOnce sync.Once
+
+	mu           sync.Mutex // guards the fields below; never held over I/O
+	state        State
+	lastErr      string
+	since        time.Time
+	kind         string // the transport that last worked (for auto)
+	connecting   bool
+	connected    bool // ever connected: later connects count as reconnects
+	refreshing   bool
+	refreshAgain bool
+}
+
+func newServer(p *Pool, cfg ServerConfig) *remote {
+	ht := newHTTPTransport()
+	return &remote{
+		p:             p,
+		cfg:           cfg,
+		log:           p.log.With(slog.String("mcp_server", cfg.Name)),
+		httpTransport: ht,
+		httpClient:    &http.Client{Transport: &capTransport{base: ht, limit: p.opts.maxMessageBytes}},
+		firstDone:     make(chan struct{}),
+		state:         StateUnavailable,
+		lastErr:       "not connected yet",
+		since:         time.Now(),
+	}
+}
+
+// conn is one live MCP session.
+type conn struct {
+	s      *remote
+	kind   string
+	client *client.Client
+	tr     transport.Interface
+	// ctx ends when the connection is lost or closed; its cause says why.
+	// Calls in flight are tied to it so that they fail at once.
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	protocol string
+
+	nextID atomic.Uint64
+	// sessionGen counts re-initialisations, so that concurrent calls that
+	// all saw the same expired session re-initialise it only once.
+	sessionGen atomic.Uint64
+	// reinitMu is held for writing while Initialize runs again on this
+	// client (it rewrites the client's handshake state) and for reading by
+	// the other mcp-go client methods we use (Ping).
+	reinitMu  sync.RWMutex
+	probing   atomic.Bool
+	closeOnce sync.Once
+}
+
+func (c *conn) close(cause error) {
+	c.closeOnce.Do(func() {
+		c.cancel(cause)
+		if err := c.client.Close(); err != nil {
+			c.s.log.Debug("closing MCP client", "err", err)
+		}
+	})
+}
+
+// rpcError is a JSON-RPC error answer.
+type rpcError struct {
+	Code    int
+	Message string
+}
+
+func (e *rpcError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message) }
+
+// protocolError is an answer that breaks the protocol (wrong id, a result
+// of the wrong shape).
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return "protocol error: " + e.msg }
+
+// send makes one request straight through the transport rather than through
+// mcp-go's typed client methods: those decode tool schemas into a struct
+// that drops keywords (anyOf, $defs at some levels, $schema...) we must
+// validate with, and results into typed content we would only re-encode.
+// Our ids are strings ("pml-N"), a space apart from the client's integer
+// ids, so the two never collide in the SSE transport's response table.
+func (c *conn) send(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	id := mcp.NewRequestId("pml-" + strconv.FormatUint(c.nextID.Add(1), 10))
+	resp, err := c.tr.SendRequest(ctx, transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		ID:      id,
+		Method:  method,
+		Params:  params,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return nil, &protocolError{msg: "empty response"}
+	}
+	if resp.Error != nil && (resp.ID.IsNil() || resp.ID.String() == id.String()) {
+		return nil, &rpcError{Code: resp.Error.Code, Message: resp.Error.Message}
+	}
+	// Streamable HTTP pairs answers with requests by HTTP exchange and
+	// mcp-go does not check the id; we do.
+	if resp.ID.String() != id.String() {
+		return nil, &protocolError{msg: fmt.Sprintf("response id %s does not match request id %s", resp.ID.String(), id.String())}
+	}
+	return resp.Result, nil
+}
+
+func (s *remote) initRequest() mcp.InitializeRequest {
+	var r mcp.InitializeRequest
+	r.Params.ProtocolVersion = ProtocolVersion
+	r.Params.ClientInfo = mcp.Implementation{Name: s.p.opts.clientName, Version: s.p.opts.clientVersion}
+	return r
+}
+
+func (s *remote) setStateLocked(st State, lastErr string) {
+	if st != s.state {
+		s.since = time.Now()
+		s.log.Info("mcp server state", "state", string(st), "err", lastErr)
+	}
+	s.state, s.lastErr = st, lastErr
+}
+
+func (s *remote) setState(st State, lastErr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setStateLocked(st, lastErr)
+}
+
+func (s *remote) health() ServerHealth {
+	s.mu.Lock()
+	h := ServerHealth{Name: s.cfg.Name, State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
+	s.mu.Unlock()
+	if c := s.conn.Load(); c != nil {
+		h.ProtocolVersion = c.protocol
+		if ts := s.cat.Load(); ts != nil {
+			h.Tools = len(ts.visible)
+		}
+	}
+	return h
+}
+
+// startConnectLocked starts the connect loop unless one is running.
+func (s *remote) startConnectLocked() {
+	if s.connecting {
+		return
+	}
+	if s.p.spawn(s.connectLoop) {
+		s.connecting = true
+	}
+}
+
+// kick retries a server that is down and whose connect loop has given up.
+func (s *remote) kick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn.Load() == nil {
+		s.startConnectLocked()
+	}
+}
+
+// connectLoop connects with exponential backoff: an immediate attempt, then
+// waits from backoffInitial doubling to backoffMax, at most maxAttempts in
+// all; then the server stays unavailable until a call or Tools kicks it.
+// backoff/v5 is used for the schedule because it is context-aware and adds
+// jitter (±20 %), so that many warm Lambdas losing one server do not all
+// come back at the same instant.
+func (s *remote) connectLoop() {
+	o := s.p.opts
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     o.backoffInitial,
+		RandomizationFactor: 0.2,
+		Multiplier:          2,
+		MaxInterval:         o.backoffMax,
+	}
+	attempt := 0
+	_, err := backoff.Retry(s.p.ctx, func() (struct{}, error) {
+		attempt++
+		err := s.connectOnce()
+		if err != nil && s.p.ctx.Err() == nil {
+			s.setState(StateUnavailable, err.Error())
+		}
+		s.firstOnce.Do(func() { close(s.firstDone) })
+		return struct{}{}, err
+	},
+		backoff.WithBackOff(b),
+		backoff.WithMaxTries(uint(o.maxAttempts)),
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, next time.Duration) {
+			s.log.Warn("mcp connect failed", "attempt", attempt, "retry_in", next, "err", err)
+		}),
+	)
+	s.mu.Lock()
+	s.connecting = false
+	s.mu.Unlock()
+	if err != nil && s.p.ctx.Err() == nil {
+		s.log.Error("mcp server unavailable; next attempt on demand", "attempts", attempt, "err", err)
+	}
+}
+
+func (s *remote) transportOrder() []string {
+	switch s.cfg.transport() {
+	case TransportSSE:
+		return []string{TransportSSE}
+	case TransportStreamable:
+		return []string{TransportStreamable}
+	}
+	s.mu.Lock()
+	kind := s.kind
+	s.mu.Unlock()
+	if kind == TransportSSE {
+		return []string{TransportSSE, TransportStreamable}
+	}
+	return []string{TransportStreamable, TransportSSE}
+}
+
+// connectOnce makes one connect attempt over each candidate transport.
+func (s *remote) connectOnce() error {
+	headers, err := resolveHeaders(s.cfg.Headers)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, kind := range s.transportOrder() {
+		start := time.Now()
+		c, tools, err := s.dial(s.p.ctx, kind, headers)
+		if err == nil {
+			return s.install(c, tools, time.Since(start))
+		}
+		if s.p.ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", kind, err))
+	}
+	return errors.Join(errs...)
+}
+
+// dial opens a connection, initialises it and lists its tools.
+func (s *remote) dial(parent context.Context, kind string, headers map[string]string) (_ *conn, _ []wireTool, err error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel}
+	switch kind {
+	case TransportSSE:
+		t, terr := transport.NewSSE(s.cfg.URL,
+			transport.WithHeaders(headers),
+			transport.WithHTTPClient(s.httpClient),
+			transport.WithSSELogger(s.log),
+			transport.WithEndpointTimeout(s.p.opts.connectTimeout))
+		if terr != nil {
+			cancel(terr)
+			return nil, nil, terr
+		}
+		// mcp-go leaves requests waiting on a dead SSE stream until their
+		// own timeout; this is how they learn at once.
+		t.SetConnectionLostHandler(func(err error) {
+			s.connLost(c, fmt.Errorf("SSE stream ended: %w", err))
+		})
+		c.tr = t
+	default:
+		t, terr := transport.NewStreamableHTTP(s.cfg.URL,
+			transport.WithHTTPHeaders(headers),
+			transport.WithHTTPBasicClient(s.httpClient),
+			transport.WithHTTPLogger(s.log),
+			// The standalone GET stream is where list_changed arrives
+			// between calls.
+			transport.WithContinuousListening())
+		if terr != nil {
+			cancel(terr)
+			return nil, nil, terr
+		}
+		c.tr = t
+	}
+	c.client = client.NewClient(c.tr, client.WithProtocolVersion(ProtocolVersion))
+	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+			s.scheduleRefresh(c)
+		}
+	})
+
+	// The SSE stream and the GET listener live on ctx, so the connect
+	// deadline cancels ctx from a timer instead of being a deadline on it.
+	timer := time.AfterFunc(s.p.opts.connectTimeout, func() { cancel(errConnectTimeout) })
+	defer func() {
+		if err != nil {
+			timer.Stop()
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+			}
+			c.close(err)
+		}
+	}()
+	if err := c.client.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("start: %w", err)
+	}
+	res, err := c.client.Initialize(ctx, s.initRequest())
+	s.p.initializes.Add(1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	c.protocol = res.ProtocolVersion
+	tools, err := s.listTools(ctx, c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tools/list: %w", err)
+	}
+	if !timer.Stop() {
+		return nil, nil, errConnectTimeout
+	}
+	return c, tools, nil
+}
+
+// install makes c the live connection.
+func (s *remote) install(c *conn, tools []wireTool, took time.Duration) error {
+	s.mu.Lock()
+	if s.p.isClosed() {
+		s.mu.Unlock()
+		c.close(errPoolClosed)
+		return errPoolClosed
+	}
+	// The catalog goes in before the connection: readers are lock-free and
+	// must never see a connection without its tools.
+	ts := s.buildToolSet(tools)
+	s.cat.Store(ts)
+	old := s.conn.Swap(c)
+	s.nextRefresh.Store(time.Now().Add(s.p.opts.refreshTTL).UnixNano())
+	if s.connected {
+		s.p.reconnects.Add(1)
+	}
+	s.connected = true
+	s.kind = c.kind
+	s.setStateLocked(StateHealthy, "")
+	s.mu.Unlock()
+	if old != nil {
+		s.p.spawnOrRun(func() { old.close(errReplaced) })
+	}
+	s.log.Info("mcp server connected", "transport", c.kind, "protocol", c.protocol,
+		"tools", len(ts.visible), "took", took)
+	return nil
+}
+
+// connLost retires c if it is still the live connection: calls in flight on
+// it fail now, new calls fail fast, and the connect loop starts.
+func (s *remote) connLost(c *conn, err error) {
+	s.mu.Lock()
+	if s.conn.Load() != c {
+		s.mu.Unlock()
+		return
+	}
+	s.conn.Store(nil)
+	c.cancel(fmt.Errorf("%w: %w", errConnLost, err))
+	s.setStateLocked(StateUnavailable, err.Error())
+	s.startConnectLocked()
+	s.mu.Unlock()
+	s.log.Warn("mcp connection lost", "transport", c.kind, "err", err)
+	s.p.spawnOrRun(func() { c.close(errConnLost) })
+}
+
+// probe pings c after a call failed in the transport: if the server does
+// not answer, the connection is retired and the reconnect loop takes over.
+// Deciding by ping rather than by the failed call's error text keeps a
+// server that merely sent garbage from being reconnected over and over.
+func (s *remote) probe(c *conn) {
+	if !c.probing.CompareAndSwap(false, true) {
+		return
+	}
+	ok := s.p.spawn(func() {
+		defer c.probing.Store(false)
+		ctx, cancel := context.WithTimeout(c.ctx, min(probeTimeout, s.p.opts.connectTimeout))
+		defer cancel()
+		gen := c.sessionGen.Load()
+		c.reinitMu.RLock()
+		err := c.client.Ping(ctx)
+		c.reinitMu.RUnlock()
+		if errors.Is(err, transport.ErrSessionTerminated) {
+			// The server is there but forgot us: a new session will do.
+			if err = s.reinit(ctx, c, gen); err == nil {
+				return
+			}
+		}
+		if err != nil {
+			s.connLost(c, fmt.Errorf("ping failed: %w", err))
+		}
+	})
+	if !ok {
+		c.probing.Store(false)
+	}
+}
+
+// reinit re-initialises c's session after the server forgot it (HTTP 404 on
+// streamable HTTP), unless another call already did since gen.
+func (s *remote) reinit(ctx context.Context, c *conn, gen uint64) error {
+	c.reinitMu.Lock()
+	defer c.reinitMu.Unlock()
+	if c.sessionGen.Load() != gen {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, s.p.opts.connectTimeout)
+	defer cancel()
+	_, err := c.client.Initialize(ictx, s.initRequest())
+	s.p.initializes.Add(1)
+	if err != nil {
+		return err
+	}
+	c.sessionGen.Add(1)
+	s.log.Info("mcp session expired; re-initialised")
+	// A server that lost our session may have restarted with other tools.
+	s.scheduleRefresh(c)
+	return nil
+}
+
+// maybeRefresh starts a background refresh when the catalog is past its TTL.
+func (s *remote) maybeRefresh(c *conn) {
+	if time.Now().UnixNano() > s.nextRefresh.Load() {
+		s.scheduleRefresh(c)
+	}
+}
+
+// scheduleRefresh refreshes the catalog in the background, one refresh at
+// a time per server; a request during a refresh runs one more after it.
+func (s *remote) scheduleRefresh(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refreshing {
+		s.refreshAgain = true
+		return
+	}
+	// Push the due time so that calls during the refresh do not queue more.
+	s.nextRefresh.Store(time.Now().Add(s.p.opts.refreshTTL).UnixNano())
+	if s.p.spawn(func() { s.refreshLoop(c) }) {
+		s.refreshing = true
+	}
+}
+
+func (s *remote) refreshLoop(c *conn) {
+	for {
+		s.refresh(c)
+		s.mu.Lock()
+		if !s.refreshAgain || s.conn.Load() != c {
+			s.refreshing, s.refreshAgain = false, false
+			s.mu.Unlock()
+			return
+		}
+		s.refreshAgain = false
+		s.mu.Unlock()
+	}
+}
+
+func (s *remote) refresh(c *conn) {
+	ctx, cancel := context.WithTimeout(c.ctx, s.p.opts.connectTimeout)
+	tools, err := s.listTools(ctx, c)
+	cancel()
+	s.mu.Lock()
+	if s.conn.Load() != c {
+		s.mu.Unlock()
+		return
+	}
+	if err != nil {
+		// Keep serving the old catalog, and try again sooner than a TTL.
+		s.nextRefresh.Store(time.Now().Add(min(s.p.opts.refreshTTL, 30*time.Second)).UnixNano())
+		s.setStateLocked(StateDegraded, "tools/list: "+err.Error())
+		s.mu.Unlock()
+		s.probe(c)
+		return
+	}
+	ts := s.buildToolSet(tools)
+	s.cat.Store(ts)
+	s.nextRefresh.Store(time.Now().Add(s.p.opts.refreshTTL).UnixNano())
+	s.setStateLocked(StateHealthy, "")
+	s.mu.Unlock()
+	s.log.Info("mcp tools refreshed", "tools", len(ts.visible))
+}
+
+// wireTool is a tool as tools/list sends it, schemas kept verbatim.
+type wireTool struct {
+	Name         string          `json:"name"`
+	Title        string          `json:"title"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema"`
+	Annotations  *struct {
+		Title string `json:"title"`
+		catalog.Annotations
+	} `json:"annotations"`
+}
+
+// listTools follows nextCursor through every page.
+func (s *remote) listTools(ctx context.Context, c *conn) ([]wireTool, error) {
+	type params struct {
+		Cursor string `json:"cursor,omitempty"`
+	}
+	var all []wireTool
+	seen := map[string]bool{}
+	cursor := ""
+	for page := 0; ; page++ {
+		if page == maxToolPages {
+			return nil, fmt.Errorf("more than %d pages of tools", maxToolPages)
+		}
+		var p any
+		if cursor != "" {
+			p = params{Cursor: cursor}
+		}
+		raw, err := c.send(ctx, string(mcp.MethodToolsList), p)
+		s.p.toolLists.Add(1)
+		if err != nil {
+			return nil, err
+		}
+		var res struct {
+			Tools      []wireTool `json:"tools"`
+			NextCursor string     `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, &protocolError{msg: "tools/list result: " + err.Error()}
+		}
+		all = append(all, res.Tools...)
+		if res.NextCursor == "" {
+			return all, nil
+		}
+		if seen[res.NextCursor] {
+			return nil, &protocolError{msg: fmt.Sprintf("tools/list cursor %q repeats", res.NextCursor)}
+		}
+		seen[res.NextCursor] = true
+		cursor = res.NextCursor
+	}
+}
+
+// toolSet is one immutable catalog of a server.
+type toolSet struct {
+	byName  map[string]*toolEntry
+	visible []catalog.Tool
+}
+
+type toolEntry struct {
+	tool catalog.Tool
+	// denied: hidden by the server's allow/deny lists.
+	denied bool
+	input  *inputValidator
+}
+
+var emptyObjectSchema = json.RawMessage(`{"type":"object"}`)
+
+// buildToolSet turns a tools/list answer into a catalog, dropping names the
+// guest cannot safely hold and reusing compiled schemas that did not change.
+func (s *remote) buildToolSet(tools []wireTool) *toolSet {
+	prev := s.cat.Load()
+	ts := &toolSet{byName: make(map[string]*toolEntry, len(tools))}
+	for _, w := range tools {
+		if err := checkName(w.Name); err != nil || !utf8.ValidString(w.Name) {
+			s.log.Warn("mcp tool dropped: unusable name", "tool", w.Name)
+			continue
+		}
+		if ts.byName[w.Name] != nil {
+			s.log.Warn("mcp tool dropped: duplicate name", "tool", w.Name)
+			continue
+		}
+		t := catalog.Tool{
+			Server:       s.cfg.Name,
+			Name:         w.Name,
+			Title:        w.Title,
+			Description:  w.Description,
+			InputSchema:  compactSchema(w.InputSchema),
+			OutputSchema: compactSchema(w.OutputSchema),
+			Kind:         trace.KindMCP,
+		}
+		if t.InputSchema == nil {
+			t.InputSchema = emptyObjectSchema
+		}
+		if w.Annotations != nil {
+			t.Annotations = w.Annotations.Annotations
+			if t.Title == "" {
+				t.Title = w.Annotations.Title
+			}
+		}
+		e := &toolEntry{tool: t, denied: !s.cfg.permits(w.Name)}
+		if old := prev.lookup(w.Name); old != nil && bytes.Equal(old.input.raw, t.InputSchema) {
+			e.input = old.input
+		} else {
+			e.input = &inputValidator{raw: t.InputSchema}
+		}
+		ts.byName[w.Name] = e
+		if !e.denied {
+			ts.visible = append(ts.visible, t)
+		}
+	}
+	sort.Slice(ts.visible, func(i, j int) bool { return ts.visible[i].Name < ts.visible[j].Name })
+	return ts
+}
+
+func (ts *toolSet) lookup(name string) *toolEntry {
+	if ts == nil {
+		return nil
+	}
+	return ts.byName[name]
+}
+
+// compactSchema returns nil for an absent or null schema, else the schema
+// without insignificant whitespace.
+func compactSchema(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	return b.Bytes()
+}
