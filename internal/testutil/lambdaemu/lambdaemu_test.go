@@ -1,0 +1,94 @@
+package lambdaemu_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+
+	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
+)
+
+func buildEcho(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	cmd := exec.Command("go", "build", "-o", bin, "./testdata/echofn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func TestInvokeThroughTheSDK(t *testing.T) {
+	emu, err := lambdaemu.Start(lambdaemu.Function{Name: "echo", Binary: buildEcho(t), MaxConcurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	client := lambda.New(lambda.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(emu.Endpoint()),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	ctx := context.Background()
+
+	out, err := client.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String("echo"), Payload: []byte(`{"x":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Echo      json.RawMessage `json:"echo"`
+		RequestID string          `json:"request_id"`
+		Function  string          `json:"function"`
+	}
+	if err := json.Unmarshal(out.Payload, &got); err != nil || string(got.Echo) != `{"x":1}` || got.RequestID == "" || got.Function != "echo" {
+		t.Fatalf("payload %s (%v)", out.Payload, err)
+	}
+	if out.FunctionError != nil {
+		t.Fatalf("unexpected function error %q", *out.FunctionError)
+	}
+
+	out, err = client.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String("echo"), Payload: []byte(`{"fail":true}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.FunctionError == nil || !json.Valid(out.Payload) {
+		t.Fatalf("a failing function must report FunctionError with a JSON body: %s", out.Payload)
+	}
+
+	if _, err := client.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String("missing"), Payload: []byte(`{}`)}); err == nil {
+		t.Fatal("invoking an unknown function succeeded")
+	}
+
+	// Concurrent invocations scale out to more processes, like Lambda.
+	var wg sync.WaitGroup
+	pids := sync.Map{}
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := client.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String("echo"), Payload: []byte(`{"sleep_ms":300}`)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var v struct{ PID int }
+			_ = json.Unmarshal(out.Payload, &v)
+			pids.Store(v.PID, true)
+		}()
+	}
+	wg.Wait()
+	n := 0
+	pids.Range(func(any, any) bool { n++; return true })
+	if n < 2 {
+		t.Fatalf("4 concurrent 300 ms invocations ran in %d process(es)", n)
+	}
+}
