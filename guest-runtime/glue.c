@@ -11,7 +11,7 @@
  * instance would produce the same "random" sequence.
  *
  * Host imports (module "pml"):
- *   start_call(server, tool, args) -> id   starts a tool call; never blocks
+ *   start_call(tool_index, args) -> id     starts a tool call; never blocks
  *   wait_any(&len, &ok) -> id              blocks until some call finishes;
  *                                           0 = nothing in flight, <0 = stop
  *   take_result(id, buf)                   copies that call's answer
@@ -28,8 +28,7 @@
 #define IMPORT(name) __attribute__((import_module("pml"), import_name(name)))
 
 IMPORT("start_call")
-int32_t host_start_call(const char *server, int32_t server_len, const char *tool,
-                        int32_t tool_len, const char *args, int32_t args_len);
+int32_t host_start_call(int32_t tool_index, const char *args, int32_t args_len);
 IMPORT("wait_any")
 int32_t host_wait_any(int32_t *len, int32_t *ok);
 IMPORT("take_result")
@@ -53,20 +52,16 @@ static int interrupt_handler(JSRuntime *r, void *opaque) {
     return host_interrupted();
 }
 
-/* native.start(server, tool, argsJSON) -> id */
+/* native.start(toolIndex, argsJSON) -> id */
 static JSValue native_start(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
-    size_t sl, tl, al;
-    const char *s = JS_ToCStringLen(c, &sl, argv[0]);
-    const char *t = JS_ToCStringLen(c, &tl, argv[1]);
-    const char *a = JS_ToCStringLen(c, &al, argv[2]);
-    JSValue ret;
-    if (!s || !t || !a) {
-        ret = JS_EXCEPTION;
-    } else {
-        ret = JS_NewInt32(c, host_start_call(s, (int32_t)sl, t, (int32_t)tl, a, (int32_t)al));
-    }
-    JS_FreeCString(c, s);
-    JS_FreeCString(c, t);
+    int32_t index;
+    size_t al;
+    if (JS_ToInt32(c, &index, argv[0]))
+        return JS_EXCEPTION;
+    const char *a = JS_ToCStringLen(c, &al, argv[1]);
+    if (!a)
+        return JS_EXCEPTION;
+    JSValue ret = JS_NewInt32(c, host_start_call(index, a, (int32_t)al));
     JS_FreeCString(c, a);
     return ret;
 }
@@ -107,7 +102,7 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     if (JS_IsException(prelude))
         return 3;
     JSValue native = JS_NewObject(ctx);
-    JS_SetPropertyStr(ctx, native, "start", JS_NewCFunction(ctx, native_start, "start", 3));
+    JS_SetPropertyStr(ctx, native, "start", JS_NewCFunction(ctx, native_start, "start", 2));
     JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
     JSValue api = JS_Call(ctx, prelude, JS_UNDEFINED, 1, (JSValueConst *)&native);
     JS_FreeValue(ctx, prelude);

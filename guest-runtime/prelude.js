@@ -92,26 +92,34 @@
   // `await mcp.x`, JSON.stringify(mcp) and console.log(mcp) behave.
   const quiet = new Set(["then", "toJSON", "inspect", "constructor", "prototype", "__proto__", "valueOf", "toString"]);
 
+  // A guarded object keeps its tools as own properties, found directly; a
+  // Proxy one step up the prototype chain sees only the misses, so a wrong
+  // name throws TOOL_NOT_FOUND at once while every hit stays a plain
+  // property read.
   function guard(target, describe, candidates) {
-    return new ProxyCtor(ObjectFreeze(target), {
+    const misses = new ProxyCtor(ObjectCreate(null), {
       get(t, key) {
-        if (typeof key === "symbol" || hasOwn(t, key)) return t[key];
-        if (quiet.has(key)) return undefined;
+        if (typeof key === "symbol" || quiet.has(key)) return undefined;
         throw notFound(describe(key), candidates());
       },
-      set() { return false; },
-      defineProperty() { return false; },
-      deleteProperty() { return false; },
     });
+    const obj = ObjectCreate(misses);
+    for (const k of ObjectKeys(target)) obj[k] = target[k];
+    return ObjectFreeze(obj);
   }
+
+  // Calls cross to the host by tool index (the position in this run's tool
+  // list), not by name: no strings to convert per call. Negative indexes are
+  // the host's built-ins.
+  const SLEEP = -1, SEARCH = -2, LIST = -3, DESCRIBE = -4;
 
   function startJob(job) {
     inflight++;
-    const id = native.start(job.server, job.tool, job.args);
+    const id = native.start(job.index, job.args);
     pending.set(id, job);
   }
 
-  function invoke(server, tool, a) {
+  function invoke(index, server, tool, a) {
     let args;
     if (a === undefined) {
       args = "{}";
@@ -126,7 +134,7 @@
       }
     }
     return new PromiseCtor((resolve, reject) => {
-      const job = { server, tool, args, resolve, reject, uncapped: false };
+      const job = { index, args, resolve, reject, uncapped: false };
       if (inflight < cap) startJob(job);
       else queue.push(job);
     });
@@ -136,16 +144,16 @@
     const servers = ObjectCreate(null);
     const byServer = new MapCtor();
     const all = [];
-    for (const t of tools) {
+    tools.forEach((t, index) => {
       if (!byServer.has(t.server)) byServer.set(t.server, []);
-      byServer.get(t.server).push(t);
+      byServer.get(t.server).push({ ...t, index });
       all.push(t.server + "." + t.name);
-    }
+    });
     for (const [server, list] of byServer) {
       const fns = ObjectCreate(null);
       for (const t of list) {
-        const name = t.name;
-        const fn = (a) => invoke(server, name, a);
+        const name = t.name, index = t.index;
+        const fn = (a) => invoke(index, server, name, a);
         defineProperty(fn, "name", { value: name });
         if (t.description) defineProperty(fn, "description", { value: t.description });
         fns[name] = fn;
@@ -219,14 +227,14 @@
     const handle = ++timerSeq;
     const delay = Math.max(0, Number(ms) || 0);
     const job = {
-      server: "", tool: "sleep", args: jsonStringify({ ms: delay }), uncapped: true,
+      index: SLEEP, args: jsonStringify({ ms: delay }), uncapped: true,
       resolve() {
         if (timers.delete(handle)) fn(...rest);
       },
       reject() { timers.delete(handle); },
     };
     timers.set(handle, job);
-    const id = native.start(job.server, job.tool, job.args);
+    const id = native.start(job.index, job.args);
     pending.set(id, job);
     return handle;
   }
@@ -234,10 +242,10 @@
 
   // Built-ins (server "") are served by the host like tools but are not
   // queued behind the in-flight cap.
-  function builtinCall(tool, a) {
+  function builtinCall(index, a) {
     return new PromiseCtor((resolve, reject) => {
-      const job = { server: "", tool, args: jsonStringify(a), resolve, reject, uncapped: true };
-      const id = native.start(job.server, job.tool, job.args);
+      const job = { index, args: jsonStringify(a), resolve, reject, uncapped: true };
+      const id = native.start(job.index, job.args);
       pending.set(id, job);
     });
   }
@@ -249,9 +257,9 @@
     defineProperty(g, "mcp", { value: buildMCP(cfg.tools || []), ...hidden });
     defineProperty(g, "tools", {
       value: ObjectFreeze({
-        search: (query, limit) => builtinCall("tools.search", { query: String(query === undefined ? "" : query), limit: Number(limit) || 10 }),
-        list: () => builtinCall("tools.list", {}),
-        describe: () => builtinCall("tools.describe", {}),
+        search: (query, limit) => builtinCall(SEARCH, { query: String(query === undefined ? "" : query), limit: Number(limit) || 10 }),
+        list: () => builtinCall(LIST, {}),
+        describe: () => builtinCall(DESCRIBE, {}),
       }),
       ...hidden,
     });

@@ -218,6 +218,12 @@ func measure(ctx context.Context, ef engineFlags, samples int, progress func(str
 	}
 	figs = append(figs, figure{Key: "deadline_cost_pct", Name: "cost of deadline enforcement on fib(25)", Value: 100 * (msf(min(fibT, fibAgain)) - msf(fibNo)) / msf(fibNo), Unit: "%", Target: "≤ 10 %"})
 
+	mcpFigs, err := measureMCP(ctx, eng, progress)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, mcpFigs...)
+
 	progress("process start → first result")
 	self, err := os.Executable()
 	if err == nil {

@@ -2,6 +2,7 @@ package guest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -67,4 +68,40 @@ func BenchmarkFib25(b *testing.B) {
 			b.Fatal(r.Err)
 		}
 	}
+}
+
+// slowHost hides DemoHost's ImmediateHost, forcing the goroutine path that
+// remote tools take.
+type slowHost struct{}
+
+func (slowHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage, error) {
+	return guest.DemoHost{}.CallTool(ctx, c)
+}
+
+// BenchmarkToolCallGoroutine is BenchmarkToolCall through the goroutine
+// hand-off every non-immediate tool pays.
+func BenchmarkToolCallGoroutine(b *testing.B) {
+	const n = 1000
+	code := fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await mcp.demo.echo({i})).i; return s", n)
+	for b.Loop() {
+		r := engine.Run(context.Background(), guest.Request{Code: code, Tools: guest.DemoTools(), Host: slowHost{}})
+		if !r.OK {
+			b.Fatal(r.Err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n/1000, "µs/call")
+}
+
+// BenchmarkAwaitBaseline is the same loop awaiting a resolved promise: the
+// JS cost every call pays, tools or not.
+func BenchmarkAwaitBaseline(b *testing.B) {
+	const n = 1000
+	code := fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await Promise.resolve({i})).i; return s", n)
+	for b.Loop() {
+		r := engine.Run(context.Background(), guest.Request{Code: code})
+		if !r.OK {
+			b.Fatal(r.Err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n/1000, "µs/call")
 }

@@ -43,7 +43,6 @@ type execution struct {
 	deadline time.Time
 	ctx      context.Context // cancelled when the run ends or the deadline passes
 	cancel   context.CancelFunc
-	tools    map[string]struct{}
 
 	nextID   int32
 	inflight int // tool calls started and not yet collected
@@ -77,14 +76,10 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 		deadline: deadline,
 		ctx:      ctx,
 		cancel:   cancel,
-		tools:    make(map[string]struct{}, len(req.Tools)),
 		done:     make(chan completion, 16),
 		taken:    make(map[int32][]byte),
 	}
 	x.req.ExecutionID = res.ExecutionID
-	for _, t := range req.Tools {
-		x.tools[t.Server+"\x00"+t.Name] = struct{}{}
-	}
 	return x
 }
 
@@ -173,17 +168,33 @@ func (x *execution) interrupted() bool {
 	return !time.Now().Before(x.deadline) || x.ctx.Err() != nil
 }
 
+// Built-ins the guest reaches by negative tool index.
+const (
+	builtinSleep    = -1
+	builtinSearch   = -2
+	builtinList     = -3
+	builtinDescribe = -4
+)
+
+var builtinNames = map[int32]string{builtinSearch: "tools.search", builtinList: "tools.list", builtinDescribe: "tools.describe"}
+
 // startCall begins one call and returns its id. It never blocks: refusals
 // complete at once and are collected through waitAny like any answer.
-func (x *execution) startCall(server, tool string, args []byte) int32 {
+func (x *execution) startCall(index int32, args []byte) int32 {
 	x.nextID++
 	id := x.nextID
-	if server == "" && tool == "sleep" {
+	if index == builtinSleep {
 		return x.startTimer(id, args)
 	}
+	var server, tool string
 	kind := trace.KindMCP
-	if server == "" {
-		kind = trace.KindBuiltin
+	switch {
+	case index >= 0 && int(index) < len(x.req.Tools):
+		server, tool = x.req.Tools[index].Server, x.req.Tools[index].Name
+	case builtinNames[index] != "":
+		tool, kind = builtinNames[index], trace.KindBuiltin
+	default:
+		panic(fmt.Sprintf("pml.start_call: no tool %d", index))
 	}
 	rec := trace.Call{
 		ExecutionID: x.req.ExecutionID,
@@ -208,8 +219,6 @@ func (x *execution) startCall(server, tool string, args []byte) int32 {
 		return id
 	}
 	switch {
-	case kind == trace.KindMCP && !x.hasTool(server, tool):
-		return refuse(fault.New(fault.ToolNotFound, "no tool %q in this execution's tool set", full).WithTool(full))
 	case len(x.calls) > x.limits.ToolCalls:
 		return refuse(fault.Limitf(fault.LimitToolCalls, "more than %d tool calls in one execution", x.limits.ToolCalls).WithTool(full))
 	case x.inflight > x.limits.InFlight:
@@ -261,11 +270,6 @@ func (x *execution) complete(id int32, idx int, full string, data json.RawMessag
 	}
 	x.finishRecord(idx, len(data), nil)
 	return completion{id: id, ok: true, data: data}
-}
-
-func (x *execution) hasTool(server, tool string) bool {
-	_, ok := x.tools[server+"\x00"+tool]
-	return ok
 }
 
 func (x *execution) finishRecord(idx, resultBytes int, err *fault.Error) {

@@ -30,7 +30,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
 		pml.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
 	}
-	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32, i32, i32, i32}, []api.ValueType{i32})
+	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
 	fn("wait_any", hostWaitAny, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("take_result", hostTakeResult, []api.ValueType{i32, i32}, nil)
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
@@ -71,13 +71,11 @@ func readString(m api.Module, ptr, n uint32) (string, bool) {
 
 func hostStartCall(ctx context.Context, m api.Module, st []uint64) {
 	x := execFrom(ctx)
-	server, ok1 := readString(m, uint32(st[0]), uint32(st[1]))
-	tool, ok2 := readString(m, uint32(st[2]), uint32(st[3]))
-	args, ok3 := m.Memory().Read(uint32(st[4]), uint32(st[5]))
-	if x == nil || !ok1 || !ok2 || !ok3 {
+	args, ok := m.Memory().Read(uint32(st[1]), uint32(st[2]))
+	if x == nil || !ok {
 		panic("pml.start_call: out-of-range arguments")
 	}
-	st[0] = uint64(uint32(x.startCall(server, tool, args)))
+	st[0] = uint64(uint32(x.startCall(int32(st[0]), args)))
 }
 
 func hostWaitAny(ctx context.Context, m api.Module, st []uint64) {

@@ -1,0 +1,57 @@
+package bridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+)
+
+// The three benchmarks below make the same word_count call to the demo
+// server over loopback SSE: from a script, through the pool alone, and
+// (in internal/mcpclient) with a bare mcp-go client.
+
+func benchPool(b *testing.B) (*mcpclient.Pool, func()) {
+	ds, err := demoserver.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "demo", URL: ds.SSEURL(), Transport: "sse"}},
+		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Tools(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return pool, func() { _ = pool.Close(); _ = ds.Close() }
+}
+
+func BenchmarkPoolCallSSE(b *testing.B) {
+	pool, stop := benchPool(b)
+	defer stop()
+	args := json.RawMessage(`{"text":"one two three"}`)
+	for b.Loop() {
+		if _, err := pool.Call(context.Background(), "demo", "word_count", args, mcpclient.CallOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScriptCallSSE(b *testing.B) {
+	pool, stop := benchPool(b)
+	defer stop()
+	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}}})
+	const n = 100
+	code := "for (let i = 0; i < 100; i++) await mcp.demo.word_count({text: 'one two three'}); return 1"
+	for b.Loop() {
+		if r := svc.Execute(context.Background(), bridge.Request{Code: code, TimeoutMS: 60000}); !r.OK {
+			b.Fatal(r.Error)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n/1000, "µs/call")
+}
