@@ -318,7 +318,8 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 			transport.WithHTTPBasicClient(s.httpClient),
 			transport.WithHTTPLogger(s.log),
 			// The standalone GET stream is where list_changed arrives
-			// between calls.
+			// between calls on the protocol version we pin.
+			//lint:ignore SA1019 deprecated only for protocol 2026-07-28, which we do not negotiate (see ProtocolVersion)
 			transport.WithContinuousListening())
 		if terr != nil {
 			cancel(terr)
@@ -424,6 +425,7 @@ func (s *remote) probe(c *conn) {
 		defer cancel()
 		gen := c.sessionGen.Load()
 		c.reinitMu.RLock()
+		//lint:ignore SA1019 ping is part of the pinned protocol version 2025-11-25
 		err := c.client.Ping(ctx)
 		c.reinitMu.RUnlock()
 		if errors.Is(err, transport.ErrSessionTerminated) {
