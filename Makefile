@@ -28,9 +28,11 @@ $(PML): $(GUEST) FORCE
 
 FORCE:
 
-## run: start the local server on embedded defaults and try an example.
+## run: a first script, then the local server (HTTP API + MCP endpoint) on
+## embedded defaults at 127.0.0.1:8080; Ctrl-C stops it.
 run: $(PML)
 	$(PML) run examples/hello.js
+	$(PML) serve
 
 ## test: everything CI runs: lint, unit tests, integration tests.
 test: lint unit

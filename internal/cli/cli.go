@@ -16,6 +16,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
 
@@ -42,6 +43,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
+		{"serve", "serve the HTTP API and MCP endpoint locally (127.0.0.1:8080)", serveCmd},
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
 		{"demo-server", "serve the demo MCP server (key-value store, text tools, clock) on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
@@ -162,6 +164,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 // wiring is a service and what must be closed after it.
 type wiring struct {
 	service *bridge.Service
+	traces  httpapi.TraceReader
 	pool    *mcpclient.Pool
 	closers []func(context.Context) error
 }
@@ -250,11 +253,15 @@ func (f *serviceFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
 	return cfgs, nil
 }
 
-// logger returns the JSON logger commands write diagnostics with.
-func logger(errOut io.Writer) *slog.Logger {
-	level := slog.LevelWarn
-	if os.Getenv("PML_LOG_LEVEL") == "debug" {
-		level = slog.LevelDebug
+// logger returns the JSON logger commands write diagnostics with: warnings
+// and errors only, unless PML_LOG_LEVEL says otherwise.
+func logger(errOut io.Writer) *slog.Logger { return loggerAt(errOut, slog.LevelWarn) }
+
+// loggerAt is logger with another default level (pml serve logs requests).
+func loggerAt(errOut io.Writer, def slog.Level) *slog.Logger {
+	level := def
+	if v := os.Getenv("PML_LOG_LEVEL"); v != "" {
+		_ = level.UnmarshalText([]byte(v))
 	}
 	return slog.New(slog.NewJSONHandler(errOut, &slog.HandlerOptions{Level: level}))
 }

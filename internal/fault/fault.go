@@ -41,6 +41,8 @@ const (
 	Deadlock Code = "DEADLOCK"
 	// InvalidRequest: the request itself is malformed (bad JSON, no code...).
 	InvalidRequest Code = "INVALID_REQUEST"
+	// NotFound: the execution, capability or route asked for does not exist.
+	NotFound Code = "NOT_FOUND"
 	// SandboxError: the sandbox itself failed (a trap, a corrupt instance).
 	SandboxError Code = "SANDBOX_ERROR"
 	// Internal: a bug or an unexpected host failure.

@@ -258,6 +258,15 @@ func LoadConfig(path string) ([]ServerConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcp config: %w", err)
 	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig parses a configuration document; name is used in errors and,
+// when it ends in .json, selects strict JSON (else YAML, a superset of
+// JSON). The execute Lambda reads its server list this way from an
+// environment variable or an SSM parameter.
+func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
+	path := name
 	var fc fileConfig
 	if strings.EqualFold(filepath.Ext(path), ".json") {
 		dec := json.NewDecoder(bytes.NewReader(data))

@@ -1,0 +1,30 @@
+// Command execute is the PML Sandbox execute function: API Gateway (HTTP and
+// REST APIs, including the /mcp endpoint), SQS, EventBridge and direct
+// invocations all enter here. It only wires; see internal/app,
+// internal/httpapi and internal/lambdaevents.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/lambdaevents"
+)
+
+func main() {
+	log := app.Logger()
+	start := time.Now()
+	a, err := app.FromEnv(context.Background(), log)
+	if err != nil {
+		log.Error("init failed", "err", err)
+		os.Exit(1)
+	}
+	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
+	h := httpapi.New(httpapi.Options{Service: a.Service, Traces: a.Traces, Capabilities: a.Capabilities, Health: a.Health, Logger: log})
+	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: a.Service, Logger: log}))
+}

@@ -1,0 +1,356 @@
+// Package httpapi is PML Sandbox's HTTP interface: one http.Handler with the
+// routes /execute, /executions/{id}, /tools, /capabilities, /healthz and the
+// MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
+// serves it through API Gateway events (internal/lambdaevents), so both
+// front ends share every route, status code and error shape.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Executor runs executions; *bridge.Service implements it.
+type Executor interface {
+	Execute(ctx context.Context, req bridge.Request) *bridge.Response
+	Catalog(ctx context.Context) []catalog.Tool
+	Flush(ctx context.Context) error
+}
+
+// TraceReader reads stored executions. An unknown id is an error whose
+// fault code is NOT_FOUND.
+type TraceReader interface {
+	GetExecution(ctx context.Context, id string) (trace.Execution, []trace.Call, error)
+}
+
+// CapabilitySave is a request to store a capability.
+type CapabilitySave struct {
+	Name        string          `json:"name"`
+	Code        string          `json:"code"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// Capabilities lists and saves capabilities. Results are sent as JSON.
+type Capabilities interface {
+	List(ctx context.Context) (any, error)
+	Save(ctx context.Context, c CapabilitySave) (any, error)
+}
+
+// Options configure the handler. Only Service is required.
+type Options struct {
+	Service      Executor
+	Traces       TraceReader
+	Capabilities Capabilities
+	// Health adds details (e.g. MCP server states) to /healthz.
+	Health func() any
+	Logger *slog.Logger
+	// MaxBodyBytes caps request bodies (default 1 MiB).
+	MaxBodyBytes int64
+	// FlushTimeout bounds writing traces after an execution (default 2 s).
+	FlushTimeout time.Duration
+}
+
+type api struct {
+	Options
+}
+
+// New returns the handler.
+func New(opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.FlushTimeout <= 0 {
+		opts.FlushTimeout = 2 * time.Second
+	}
+	a := &api{opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /execute", a.execute)
+	mux.HandleFunc("GET /executions/{id}", a.getExecution)
+	mux.HandleFunc("GET /tools", a.tools)
+	mux.HandleFunc("GET /capabilities", a.listCapabilities)
+	mux.HandleFunc("POST /capabilities", a.saveCapability)
+	mux.HandleFunc("GET /healthz", a.health)
+	mux.Handle("/mcp", a.mcpHandler())
+	return a.middleware(jsonMisses(mux))
+}
+
+// jsonMisses answers unknown routes (404) and wrong methods (405) with the
+// same JSON error shape as every other failure, instead of ServeMux's text.
+func jsonMisses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.Header().Get("Allow"))
+			writeError(w, rec.Code, fault.New(fault.InvalidRequest, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.Header().Get("Allow")))
+			return
+		}
+		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// statusWriter remembers the status for the request log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) { s.status = code; s.ResponseWriter.WriteHeader(code) }
+
+// Flush lets streaming responses (the MCP endpoint) through.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// middleware logs every request and turns a panic into a 500 JSON error.
+func (a *api) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			if p := recover(); p != nil {
+				a.Logger.ErrorContext(r.Context(), "panic serving request", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				writeError(sw, http.StatusInternalServerError, fault.New(fault.Internal, "internal error"))
+			}
+			a.Logger.InfoContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+				"duration_ms", float64(time.Since(start).Microseconds())/1000, "execution_id", sw.Header().Get("X-Execution-Id"))
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// ExecuteRequest is the body of POST /execute (and of direct invocations,
+// SQS messages and EventBridge details).
+type ExecuteRequest struct {
+	Code             string          `json:"code"`
+	Args             json.RawMessage `json:"args,omitempty"`
+	Tools            []string        `json:"tools,omitempty"`
+	TimeoutMS        int             `json:"timeout_ms,omitempty"`
+	AllowDestructive bool            `json:"allow_destructive,omitempty"`
+	ParseJSONText    bool            `json:"parse_json_text,omitempty"`
+}
+
+// DecodeExecuteRequest parses and checks an execute request. Unknown fields
+// are rejected so a typo (`timeout` for `timeout_ms`) is not silently
+// ignored.
+func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
+	var er ExecuteRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&er); err != nil {
+		return bridge.Request{}, fault.Wrap(fault.InvalidRequest, err, "the request body is not a valid execute request")
+	}
+	if dec.More() {
+		return bridge.Request{}, fault.New(fault.InvalidRequest, "the request body has data after the JSON object")
+	}
+	if strings.TrimSpace(er.Code) == "" {
+		return bridge.Request{}, fault.New(fault.InvalidRequest, "code is missing or empty")
+	}
+	if er.TimeoutMS < 0 {
+		return bridge.Request{}, fault.New(fault.InvalidRequest, "timeout_ms must not be negative")
+	}
+	if len(er.Args) > 0 && !json.Valid(er.Args) {
+		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
+	}
+	return bridge.Request{Code: er.Code, Args: er.Args, Tools: er.Tools, TimeoutMS: er.TimeoutMS,
+		AllowDestructive: er.AllowDestructive, ParseJSONText: er.ParseJSONText}, nil
+}
+
+// StatusOf maps an execution's outcome to an HTTP status.
+func StatusOf(resp *bridge.Response) int {
+	if resp.OK {
+		return http.StatusOK
+	}
+	if resp.Error == nil {
+		return http.StatusInternalServerError
+	}
+	switch resp.Error.Code {
+	case fault.InvalidRequest:
+		return http.StatusBadRequest
+	case fault.LimitExceeded:
+		if resp.Error.Limit == fault.LimitCodeSize {
+			return http.StatusRequestEntityTooLarge
+		}
+		return http.StatusUnprocessableEntity
+	case fault.Timeout:
+		return http.StatusGatewayTimeout
+	case fault.Unavailable:
+		return http.StatusServiceUnavailable
+	case fault.Internal, fault.SandboxError:
+		return http.StatusInternalServerError
+	}
+	return http.StatusUnprocessableEntity
+}
+
+func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fault.New(fault.LimitExceeded, "the request body is over %d bytes", a.MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fault.Wrap(fault.InvalidRequest, err, "reading the request body"))
+		return
+	}
+	req, ferr := DecodeExecuteRequest(body)
+	if ferr != nil {
+		writeError(w, http.StatusBadRequest, ferr)
+		return
+	}
+	req.Source = SourceFrom(r.Context(), "http")
+	req.TraceHeader = r.Header.Get("X-Amzn-Trace-Id")
+	resp := a.Service.Execute(r.Context(), req)
+	a.flush(r.Context())
+	w.Header().Set("X-Execution-Id", resp.ExecutionID)
+	writeJSON(w, StatusOf(resp), resp)
+}
+
+// flush writes the execution's traces before the response goes out, so a
+// Lambda frozen right after answering loses nothing.
+func (a *api) flush(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.FlushTimeout)
+	defer cancel()
+	if err := a.Service.Flush(fctx); err != nil {
+		a.Logger.WarnContext(ctx, "trace flush failed", "err", err)
+	}
+}
+
+func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
+	if a.Traces == nil {
+		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
+		return
+	}
+	id := r.PathValue("id")
+	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
+	if err != nil {
+		fe := fault.As(err)
+		status := http.StatusInternalServerError
+		if fe.Code == fault.NotFound {
+			status = http.StatusNotFound
+		}
+		writeError(w, status, fe)
+		return
+	}
+	if calls == nil {
+		calls = []trace.Call{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"execution": ex, "calls": calls})
+}
+
+func (a *api) tools(w http.ResponseWriter, r *http.Request) {
+	tools := a.Service.Catalog(r.Context())
+	switch r.URL.Query().Get("format") {
+	case "dts":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, catalog.Declarations(tools))
+	case "", "json":
+		if tools == nil {
+			tools = []catalog.Tool{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"tools": tools})
+	default:
+		writeError(w, http.StatusBadRequest, fault.New(fault.InvalidRequest, "format must be json or dts"))
+	}
+}
+
+func (a *api) listCapabilities(w http.ResponseWriter, r *http.Request) {
+	if a.Capabilities == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"capabilities": []any{}})
+		return
+	}
+	list, err := a.Capabilities.List(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fault.As(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"capabilities": list})
+}
+
+func (a *api) saveCapability(w http.ResponseWriter, r *http.Request) {
+	if a.Capabilities == nil {
+		writeError(w, http.StatusNotImplemented, fault.New(fault.Unavailable, "this deployment has no capability registry"))
+		return
+	}
+	var c CapabilitySave
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		writeError(w, http.StatusBadRequest, fault.Wrap(fault.InvalidRequest, err, "the body is not a capability"))
+		return
+	}
+	saved, err := a.Capabilities.Save(r.Context(), c)
+	if err != nil {
+		fe := fault.As(err)
+		status := http.StatusInternalServerError
+		switch fe.Code {
+		case fault.InvalidRequest, fault.InvalidArguments, fault.ScriptError:
+			status = http.StatusBadRequest
+		}
+		writeError(w, status, fe)
+		return
+	}
+	writeJSON(w, http.StatusCreated, saved)
+}
+
+func (a *api) health(w http.ResponseWriter, _ *http.Request) {
+	out := map[string]any{"ok": true}
+	if a.Health != nil {
+		out["details"] = a.Health()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, err *fault.Error) {
+	writeJSON(w, status, map[string]any{"ok": false, "error": err})
+}
+
+type sourceKey struct{}
+
+// WithSource records which front end a request came through ("http",
+// "mcp"…); the Lambda adapter sets it for API Gateway events.
+func WithSource(ctx context.Context, source string) context.Context {
+	return context.WithValue(ctx, sourceKey{}, source)
+}
+
+// SourceFrom returns the source set by WithSource, or def.
+func SourceFrom(ctx context.Context, def string) string {
+	if s, ok := ctx.Value(sourceKey{}).(string); ok && s != "" {
+		return s
+	}
+	return def
+}

@@ -1,0 +1,189 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+var engine *guest.Engine
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	var err error
+	engine, err = guest.New(ctx, guest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = engine.Close(ctx)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// traces is a one-execution TraceReader.
+type traces struct{ id string }
+
+func (t traces) GetExecution(_ context.Context, id string) (trace.Execution, []trace.Call, error) {
+	if id != t.id {
+		return trace.Execution{}, nil, fault.New(fault.NotFound, "no execution %s", id)
+	}
+	return trace.Execution{ID: id, Status: "ok"}, []trace.Call{{ExecutionID: id, CallID: 1, Server: "demo", Tool: "echo", OK: true}}, nil
+}
+
+// caps is an in-memory Capabilities.
+type caps struct{ saved []httpapi.CapabilitySave }
+
+func (c *caps) List(context.Context) (any, error) { return c.saved, nil }
+func (c *caps) Save(_ context.Context, s httpapi.CapabilitySave) (any, error) {
+	if !strings.Contains(s.Name, ":") {
+		return nil, fault.New(fault.InvalidRequest, "name must be namespace:action")
+	}
+	c.saved = append(c.saved, s)
+	return s, nil
+}
+
+func newServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	h := httpapi.New(httpapi.Options{Service: svc, Traces: traces{id: "ex_known"}, Capabilities: &caps{}, Logger: log, MaxBodyBytes: 64 << 10})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestRoutes(t *testing.T) {
+	srv := newServer(t)
+	big := `{"code": "return 1 // ` + strings.Repeat("x", 70<<10) + `"}`
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"execute ok", "POST", "/execute", `{"code": "return await mcp.demo.add({a: 1, b: 2})"}`, 200, `"result":3`},
+		{"bad JSON", "POST", "/execute", `{"code": `, 400, "INVALID_REQUEST"},
+		{"missing code", "POST", "/execute", `{"args": {}}`, 400, "code is missing"},
+		{"unknown field", "POST", "/execute", `{"code": "return 1", "timeout": 5}`, 400, "unknown field"},
+		{"body too large", "POST", "/execute", big, 413, "LIMIT_EXCEEDED"},
+		{"script error", "POST", "/execute", `{"code": "throw new TypeError('nope')"}`, 422, "SCRIPT_ERROR"},
+		{"unknown tool", "POST", "/execute", `{"code": "return await mcp.demo.nope()"}`, 422, "TOOL_NOT_FOUND"},
+		{"timeout", "POST", "/execute", `{"code": "while (true) {}", "timeout_ms": 100}`, 504, "TIMEOUT"},
+		{"unknown route", "GET", "/nowhere", "", 404, "NOT_FOUND"},
+		{"wrong method", "GET", "/execute", "", 405, ""},
+		{"tools", "GET", "/tools", "", 200, `"name":"echo"`},
+		{"tools as TypeScript", "GET", "/tools?format=dts", "", 200, "declare const mcp"},
+		{"tools bad format", "GET", "/tools?format=xml", "", 400, "INVALID_REQUEST"},
+		{"execution found", "GET", "/executions/ex_known", "", 200, `"tool":"echo"`},
+		{"execution not found", "GET", "/executions/ex_unknown", "", 404, "NOT_FOUND"},
+		{"save capability", "POST", "/capabilities", `{"name": "math:sum", "code": "return 1"}`, 201, "math:sum"},
+		{"save bad capability", "POST", "/capabilities", `{"name": "nocolon", "code": "return 1"}`, 400, "INVALID_REQUEST"},
+		{"list capabilities", "GET", "/capabilities", "", 200, `"capabilities"`},
+		{"health", "GET", "/healthz", "", 200, `"ok":true`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.status, body)
+			}
+			if !strings.Contains(string(body), tt.contains) {
+				t.Fatalf("body %s does not contain %q", body, tt.contains)
+			}
+		})
+	}
+}
+
+func TestMCPEndpoint(t *testing.T) {
+	srv := newServer(t)
+	ctx := context.Background()
+	c, err := client.NewStreamableHttpClient(srv.URL + "/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = "2025-11-25"
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, tool := range list.Tools {
+		names[tool.Name] = true
+	}
+	for _, want := range []string{"execute_code", "search_tools", "list_capabilities", "save_capability"} {
+		if !names[want] {
+			t.Fatalf("tools/list lacks %s: %v", want, names)
+		}
+	}
+
+	call := func(name string, args map[string]any) *mcp.CallToolResult {
+		var req mcp.CallToolRequest
+		req.Params.Name = name
+		req.Params.Arguments = args
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := call("execute_code", map[string]any{"code": "return (await mcp.demo.add({a: args.a, b: 1})) * 2", "args": map[string]any{"a": 20}})
+	if res.IsError {
+		t.Fatalf("execute_code failed: %+v", res)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var r bridge.Response
+	if err := json.Unmarshal(raw, &r); err != nil || !r.OK || string(r.Result) != "42" || len(r.Calls) != 1 {
+		t.Fatalf("structured content %s (%v)", raw, err)
+	}
+	if bad := call("execute_code", map[string]any{"code": "throw new Error('x')"}); !bad.IsError {
+		t.Fatalf("a failing script must set isError: %+v", bad)
+	}
+	hits := call("search_tools", map[string]any{"query": "add two numbers", "limit": 1})
+	if hits.IsError || !strings.Contains(fmt.Sprint(hits.StructuredContent), "mcp.demo.add(args)") {
+		t.Fatalf("search_tools: %+v", hits.StructuredContent)
+	}
+	if saved := call("save_capability", map[string]any{"name": "math:double", "code": "return args.x * 2"}); saved.IsError {
+		t.Fatalf("save_capability: %+v", saved)
+	}
+	if l := call("list_capabilities", nil); !strings.Contains(fmt.Sprint(l.StructuredContent), "math:double") {
+		t.Fatalf("list_capabilities: %+v", l.StructuredContent)
+	}
+}

@@ -1,0 +1,298 @@
+// Package lambdaevents adapts the events AWS delivers to the execute Lambda
+// — API Gateway HTTP API (payload 2.0) and REST API (1.0) requests, SQS
+// batches, EventBridge events and direct invocations — onto the one HTTP
+// handler and the one execution service, so every entry point behaves the
+// same way.
+package lambdaevents
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+)
+
+// Options configure the adapter.
+type Options struct {
+	// HTTP serves API Gateway events (httpapi.New).
+	HTTP http.Handler
+	// Service runs SQS, EventBridge and direct executions.
+	Service httpapi.Executor
+	Logger  *slog.Logger
+	// FlushMargin is kept free before the Lambda deadline for writing
+	// traces and answering (default 500 ms).
+	FlushMargin time.Duration
+	// SQSConcurrency bounds executions run at once from one batch (default 4).
+	SQSConcurrency int
+}
+
+// Handler returns the function's handler for lambda.Start.
+func Handler(opts Options) func(ctx context.Context, payload json.RawMessage) (any, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.FlushMargin <= 0 {
+		opts.FlushMargin = 500 * time.Millisecond
+	}
+	if opts.SQSConcurrency <= 0 {
+		opts.SQSConcurrency = 4
+	}
+	a := &adapter{opts}
+	return a.handle
+}
+
+type adapter struct{ Options }
+
+// probe holds the fields that tell event shapes apart.
+type probe struct {
+	Version        string          `json:"version"`
+	RouteKey       string          `json:"routeKey"`
+	HTTPMethod     string          `json:"httpMethod"`
+	Resource       string          `json:"resource"`
+	Records        []probeRecord   `json:"Records"`
+	DetailType     string          `json:"detail-type"`
+	Detail         json.RawMessage `json:"detail"`
+	Code           *string         `json:"code"`
+	RequestContext json.RawMessage `json:"requestContext"`
+}
+
+type probeRecord struct {
+	EventSource string `json:"eventSource"`
+}
+
+func (a *adapter) handle(ctx context.Context, payload json.RawMessage) (any, error) {
+	ctx, cancel := a.withMargin(ctx)
+	defer cancel()
+	var p probe
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fault.Wrap(fault.InvalidRequest, err, "the event is not a JSON object")
+	}
+	switch {
+	case p.Version == "2.0" && p.RouteKey != "":
+		var ev events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, fault.Wrap(fault.InvalidRequest, err, "bad HTTP API event")
+		}
+		return a.httpV2(ctx, ev), nil
+	case p.HTTPMethod != "" && p.RequestContext != nil:
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, fault.Wrap(fault.InvalidRequest, err, "bad REST API event")
+		}
+		return a.restV1(ctx, ev), nil
+	case len(p.Records) > 0 && p.Records[0].EventSource == "aws:sqs":
+		var ev events.SQSEvent
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, fault.Wrap(fault.InvalidRequest, err, "bad SQS event")
+		}
+		return a.sqs(ctx, ev), nil
+	case p.DetailType != "" && p.Detail != nil:
+		return a.direct(ctx, p.Detail, "eventbridge"), nil
+	case p.Code != nil:
+		return a.direct(ctx, payload, "invoke"), nil
+	}
+	return nil, fault.New(fault.InvalidRequest, "unrecognised event: expected an API Gateway request, an SQS batch, an EventBridge event or an execute request with code")
+}
+
+// withMargin leaves FlushMargin before the Lambda deadline for traces.
+func (a *adapter) withMargin(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, d.Add(-a.FlushMargin))
+	}
+	return context.WithCancel(ctx)
+}
+
+// direct runs one execute request (direct Invoke or EventBridge detail).
+func (a *adapter) direct(ctx context.Context, body []byte, source string) *bridge.Response {
+	req, ferr := httpapi.DecodeExecuteRequest(body)
+	if ferr != nil {
+		return &bridge.Response{Error: ferr, Logs: nil}
+	}
+	req.Source = source
+	resp := a.Service.Execute(ctx, req)
+	a.flush(ctx)
+	return resp
+}
+
+func (a *adapter) flush(ctx context.Context) {
+	// The execution's own deadline may have passed; the flush still gets
+	// the margin we kept.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.FlushMargin)
+	defer cancel()
+	if err := a.Service.Flush(fctx); err != nil {
+		a.Logger.WarnContext(ctx, "trace flush failed", "err", err)
+	}
+}
+
+// sqs runs each message as one execution, a few at a time, and reports the
+// messages to retry. A malformed message or a run that failed for a
+// transient reason (TIMEOUT, UNAVAILABLE, INTERNAL, SANDBOX_ERROR) is
+// reported as a failure so SQS redelivers it and, after maxReceiveCount,
+// moves it to the dead-letter queue. A script that ran and threw is a final
+// answer: retrying the same code would throw again, so it is not.
+func (a *adapter) sqs(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
+	var resp events.SQSEventResponse
+	failed := make([]bool, len(ev.Records))
+	var g errgroup.Group
+	g.SetLimit(a.SQSConcurrency)
+	for i, m := range ev.Records {
+		g.Go(func() error {
+			req, ferr := httpapi.DecodeExecuteRequest([]byte(m.Body))
+			if ferr != nil {
+				a.Logger.WarnContext(ctx, "bad SQS message", "message_id", m.MessageId, "err", ferr)
+				failed[i] = true
+				return nil
+			}
+			req.Source = "sqs"
+			r := a.Service.Execute(ctx, req)
+			a.Logger.InfoContext(ctx, "sqs execution", "message_id", m.MessageId, "execution_id", r.ExecutionID, "ok", r.OK)
+			if !r.OK && r.Error != nil {
+				switch r.Error.Code {
+				case fault.Timeout, fault.Unavailable, fault.Internal, fault.SandboxError:
+					failed[i] = true
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	a.flush(ctx)
+	for i, f := range failed {
+		if f {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
+		}
+	}
+	if resp.BatchItemFailures == nil {
+		resp.BatchItemFailures = []events.SQSBatchItemFailure{}
+	}
+	return resp
+}
+
+// httpV2 serves an HTTP API (payload 2.0) request through the handler.
+func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	path := ev.RawPath
+	if path == "" {
+		path = ev.RequestContext.HTTP.Path
+	}
+	path = stripStage(path, ev.RequestContext.Stage)
+	headers := http.Header{}
+	for k, v := range ev.Headers {
+		headers.Set(k, v)
+	}
+	if len(ev.Cookies) > 0 {
+		headers.Set("Cookie", strings.Join(ev.Cookies, "; "))
+	}
+	rec := a.serve(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded)
+	out := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}}
+	for k := range rec.Header() {
+		out.Headers[k] = rec.Header().Get(k)
+	}
+	out.Body, out.IsBase64Encoded = encodeBody(rec)
+	return out
+}
+
+// restV1 serves a REST API (payload 1.0) request through the handler.
+func (a *adapter) restV1(ctx context.Context, ev events.APIGatewayProxyRequest) events.APIGatewayProxyResponse {
+	headers := http.Header{}
+	for k, vs := range ev.MultiValueHeaders {
+		for _, v := range vs {
+			headers.Add(k, v)
+		}
+	}
+	for k, v := range ev.Headers {
+		if headers.Get(k) == "" {
+			headers.Set(k, v)
+		}
+	}
+	q := url.Values{}
+	for k, vs := range ev.MultiValueQueryStringParameters {
+		for _, v := range vs {
+			q.Add(k, v)
+		}
+	}
+	for k, v := range ev.QueryStringParameters {
+		if q.Get(k) == "" {
+			q.Set(k, v)
+		}
+	}
+	rec := a.serve(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
+	out := events.APIGatewayProxyResponse{StatusCode: rec.Code, Headers: map[string]string{}}
+	for k := range rec.Header() {
+		out.Headers[k] = rec.Header().Get(k)
+	}
+	out.Body, out.IsBase64Encoded = encodeBody(rec)
+	return out
+}
+
+func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, headers http.Header, body string, b64 bool) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	raw := []byte(body)
+	if b64 {
+		dec, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			rec.Header().Set("Content-Type", "application/json")
+			rec.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(rec).Encode(map[string]any{"ok": false, "error": fault.Wrap(fault.InvalidRequest, err, "the body is not valid base64")})
+			return rec
+		}
+		raw = dec
+	}
+	if path == "" {
+		path = "/"
+	}
+	target := path
+	if rawQuery != "" {
+		target += "?" + rawQuery
+	}
+	req, err := http.NewRequestWithContext(httpapi.WithSource(ctx, "http"), method, "http://lambda"+target, bytes.NewReader(raw))
+	if err != nil {
+		rec.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(rec, `{"ok":false,"error":{"code":"INVALID_REQUEST","message":%q}}`, err.Error())
+		return rec
+	}
+	req.Header = headers
+	if strings.HasPrefix(path, "/mcp") {
+		req = req.WithContext(httpapi.WithSource(ctx, "mcp"))
+	}
+	a.HTTP.ServeHTTP(rec, req)
+	return rec
+}
+
+// stripStage removes a "/stage" prefix that API Gateway keeps in the path of
+// non-default stages.
+func stripStage(path, stage string) string {
+	if stage == "" || stage == "$default" {
+		return path
+	}
+	if p, ok := strings.CutPrefix(path, "/"+stage); ok && (p == "" || strings.HasPrefix(p, "/")) {
+		if p == "" {
+			return "/"
+		}
+		return p
+	}
+	return path
+}
+
+// encodeBody returns the body as text, or base64 when it is not UTF-8 text.
+func encodeBody(rec *httptest.ResponseRecorder) (string, bool) {
+	ct := rec.Header().Get("Content-Type")
+	b := rec.Body.Bytes()
+	if strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "text/") || ct == "" {
+		return string(b), false
+	}
+	return base64.StdEncoding.EncodeToString(b), true
+}
