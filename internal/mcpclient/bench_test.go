@@ -3,6 +3,7 @@ package mcpclient
 import (
 	"context"
 	"encoding/json"
+	"github.com/pml-sandbox/pml/internal/argcheck"
 	"slices"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func run(b *testing.B, f func() error) {
 // network: argument validation against a compiled schema and result
 // normalisation.
 func BenchmarkHostOverhead(b *testing.B) {
-	e := &toolEntry{input: &inputValidator{raw: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}}
+	e := &toolEntry{input: argcheck.New(json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`))}
 	args := json.RawMessage(`{"text":"hi"}`)
 	result := json.RawMessage(`{"content":[{"type":"text","text":"hi"}]}`)
 	b.ReportAllocs()

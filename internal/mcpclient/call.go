@@ -75,29 +75,7 @@ func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.
 
 // checkArgs validates args against the tool's input schema.
 func checkArgs(e *toolEntry, args json.RawMessage) (json.RawMessage, *fault.Error) {
-	trimmed := bytes.TrimSpace(args)
-	if len(trimmed) == 0 || string(trimmed) == "null" {
-		trimmed = []byte("{}")
-	}
-	if !json.Valid(trimmed) {
-		return nil, &fault.Error{Code: fault.InvalidArguments, Message: "arguments are not valid JSON",
-			Details: []ArgError{{Path: "", Message: "not valid JSON"}}}
-	}
-	if trimmed[0] != '{' {
-		return nil, &fault.Error{Code: fault.InvalidArguments, Message: "arguments must be a JSON object",
-			Details: []ArgError{{Path: "", Message: "must be an object"}}}
-	}
-	errs, err := e.input.validate(trimmed)
-	if err != nil {
-		// The server published a schema we cannot use; sending the call
-		// unchecked would defeat validation, so refuse it.
-		return nil, fault.Wrap(fault.ToolError, err, "the tool's input schema is unusable")
-	}
-	if len(errs) > 0 {
-		return nil, &fault.Error{Code: fault.InvalidArguments,
-			Message: "arguments do not match the input schema: " + summarize(errs), Details: errs}
-	}
-	return trimmed, nil
+	return e.input.Check(args)
 }
 
 // callParams is tools/call's params; Arguments goes out verbatim.

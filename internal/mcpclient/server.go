@@ -20,6 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -590,7 +591,7 @@ type toolEntry struct {
 	tool catalog.Tool
 	// denied: hidden by the server's allow/deny lists.
 	denied bool
-	input  *inputValidator
+	input  *argcheck.Validator
 }
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object"}`)
@@ -628,10 +629,10 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 			}
 		}
 		e := &toolEntry{tool: t, denied: !s.cfg.permits(w.Name)}
-		if old := prev.lookup(w.Name); old != nil && bytes.Equal(old.input.raw, t.InputSchema) {
+		if old := prev.lookup(w.Name); old != nil && bytes.Equal(old.input.Schema(), t.InputSchema) {
 			e.input = old.input
 		} else {
-			e.input = &inputValidator{raw: t.InputSchema}
+			e.input = argcheck.New(t.InputSchema)
 		}
 		ts.byName[w.Name] = e
 		if !e.denied {

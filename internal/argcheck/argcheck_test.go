@@ -1,0 +1,106 @@
+package argcheck
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+const createSchema = `{
+  "type": "object",
+  "properties": {
+    "user": {
+      "type": "object",
+      "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+      "required": ["name"]
+    },
+    "tags": {"type": "array", "items": {"type": "string"}}
+  },
+  "required": ["user"],
+  "additionalProperties": false
+}`
+
+func TestSchemaValidation(t *testing.T) {
+	v := New(json.RawMessage(createSchema))
+	cases := []struct {
+		args  string
+		paths []string
+	}{
+		{`{"user":{"name":"a"}}`, nil},
+		{`{"user":{"name":"a","age":1.5}}`, []string{"/user/age"}},
+		{`{"user":{}}`, []string{"/user"}},
+		{`{"user":{"name":"a"},"tags":[1,"x",{}]}`, []string{"/tags/0", "/tags/2"}},
+		{`{"user":{"name":"a"},"nope":1}`, []string{""}},
+	}
+	for _, tc := range cases {
+		errs, err := v.validate(json.RawMessage(tc.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var paths []string
+		for _, e := range errs {
+			paths = append(paths, e.Path)
+		}
+		if strings.Join(paths, ",") != strings.Join(tc.paths, ",") {
+			t.Errorf("%s: paths %q (%+v); want %q", tc.args, paths, errs, tc.paths)
+		}
+	}
+	if !strings.Contains(summarize([]Error{{Path: "", Message: "m"}}), "(root): m") {
+		t.Error("summarize lost the root")
+	}
+}
+
+func TestSchemaRefusesExternalRefs(t *testing.T) {
+	for _, schema := range []string{
+		`{"$ref":"file:///etc/passwd"}`,
+		`{"type":"object","properties":{"a":{"$ref":"other.json"}}}`,
+		`{"$ref":"https://example.com/schema.json"}`,
+		`not json`,
+	} {
+		v := New(json.RawMessage(schema))
+		if _, err := v.validate(json.RawMessage(`{"a":1}`)); err == nil {
+			t.Errorf("schema %s compiled", schema)
+		}
+	}
+	// A schema that only names a draft still works offline.
+	v := New(json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","required":["x"]}`))
+	errs, err := v.validate(json.RawMessage(`{}`))
+	if err != nil || len(errs) != 1 {
+		t.Errorf("draft-07 schema: %v, %v", errs, err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	v := New(json.RawMessage(`{"type":"object","properties":{"n":{"type":"number"}},"required":["n"]}`))
+	tests := []struct {
+		args, want string
+		code       fault.Code
+	}{
+		{`{"n": 1}`, `{"n": 1}`, ""},
+		{``, "", fault.InvalidArguments},
+		{`null`, "", fault.InvalidArguments},
+		{`[1]`, "", fault.InvalidArguments},
+		{`{"n": "x"}`, "", fault.InvalidArguments},
+		{`{bad`, "", fault.InvalidArguments},
+	}
+	for _, tt := range tests {
+		got, err := v.Check(json.RawMessage(tt.args))
+		if tt.code != "" {
+			if err == nil || err.Code != tt.code {
+				t.Errorf("%q: err %v, want %s", tt.args, err, tt.code)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want {
+			t.Errorf("%q: %s %v", tt.args, got, err)
+		}
+	}
+	if got, err := New(nil).Check(nil); err != nil || string(got) != "{}" {
+		t.Errorf("no schema: %s %v", got, err)
+	}
+	if _, err := New(json.RawMessage(`{"type": 5}`)).Check(json.RawMessage(`{}`)); err == nil || err.Code != fault.ToolError {
+		t.Errorf("unusable schema: %v", err)
+	}
+}
