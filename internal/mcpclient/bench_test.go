@@ -3,13 +3,14 @@ package mcpclient
 import (
 	"context"
 	"encoding/json"
-	"github.com/pml-sandbox/pml/internal/argcheck"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/argcheck"
 )
 
 // The Call benchmarks go through the pool (lookup, schema validation, raw
