@@ -12,12 +12,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // Environment variables read by FromEnv.
@@ -27,16 +31,23 @@ const (
 	EnvCompileCache    = "PML_COMPILE_CACHE_DIR" // wazero compilation cache (default /tmp/pml-cache)
 	EnvDemoTools       = "PML_DEMO_TOOLS"        // "on" adds the built-in demo tools
 	EnvLogLevel        = "PML_LOG_LEVEL"         // debug, info (default), warn, error
+	EnvCapTable        = "PML_CAPABILITIES_TABLE"
+	EnvCapFunction     = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in-process)
+	EnvCapFile         = "PML_CAPABILITIES_FILE"   // file registry when no table is set
 )
 
 // App is a wired service and what it needs closed.
 type App struct {
 	Service      *bridge.Service
+	Registry     capability.Registry
 	Engine       *guest.Engine
 	Pool         *mcpclient.Pool
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities
+	Sink         trace.Sink
 	AWS          *aws.Config
+	sources      []bridge.ToolSource
+	log          *slog.Logger
 	closers      []func(context.Context) error
 }
 
@@ -101,8 +112,47 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 	if strings.EqualFold(os.Getenv(EnvDemoTools), "on") {
 		sources = append(sources, bridge.DemoSource{})
 	}
-	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Logger: log})
+	if err := a.capabilities(ctx, log); err != nil {
+		return fail(err)
+	}
+	var invoker capability.Invoker = capability.InProcess{Registry: a.Registry, NewService: a.NewService}
+	if fn := os.Getenv(EnvCapFunction); fn != "" {
+		cfg, err := a.awsConfig(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		invoker = capability.LambdaInvoker{Client: lambda.NewFromConfig(*cfg), Function: fn}
+	}
+	// MCP servers first, capabilities after: a name both offer is the
+	// server's (ADR-052).
+	a.sources = append(sources, capability.NewSource(a.Registry, invoker, 0, log))
+	a.log = log
+	a.Service = a.NewService()
+	a.Capabilities = capabilityAPI{a.Registry}
 	return a, nil
+}
+
+// NewService returns a fresh service over the same engine, clients and
+// sources: capability runs each get one, never the caller's.
+func (a *App) NewService() *bridge.Service {
+	return bridge.New(a.Engine, bridge.Options{Sources: a.sources, Sink: a.Sink, Logger: a.log})
+}
+
+// capabilities picks the registry: DynamoDB when a table is named, else the
+// file registry.
+func (a *App) capabilities(ctx context.Context, log *slog.Logger) error {
+	table := os.Getenv(EnvCapTable)
+	if table == "" {
+		a.Registry = capability.NewFileRegistry(capability.DefaultFilePath())
+		return nil
+	}
+	cfg, err := a.awsConfig(ctx)
+	if err != nil {
+		return err
+	}
+	a.Registry = capability.NewDynamoRegistry(dynamodb.NewFromConfig(*cfg), table)
+	log.Debug("capabilities in DynamoDB", "table", table)
+	return nil
 }
 
 // mcpServers reads the server list from the environment or SSM.

@@ -78,8 +78,9 @@ type CallOptions struct {
 	Parent      *Parent
 	TraceHeader string
 	// OnChild, when the call starts another execution (a capability run),
-	// receives that execution's id so traces can link parent and child.
-	OnChild func(executionID string)
+	// receives that execution's id and calls so traces link parent and
+	// child and the caller's response shows the whole tree.
+	OnChild func(executionID string, calls []trace.Call)
 }
 
 // ToolSource provides tools: MCP servers, capabilities, the demo tools.
@@ -245,6 +246,9 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		}
 		res.Calls[i].ChildExecutionID = host.childOf(res.Calls[i].CallID)
 	}
+	// Descendants' calls follow the execution's own, each with its
+	// execution id and the parent call that started its run.
+	res.Calls = append(res.Calls, host.descendantCalls()...)
 	resp := &Response{
 		OK:            res.OK,
 		Result:        res.Value,

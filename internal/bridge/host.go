@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
@@ -20,6 +21,7 @@ type toolHost struct {
 
 	mu       sync.Mutex
 	children map[int]string // call id → child execution id (capability runs)
+	descend  []trace.Call   // the calls those child executions made
 }
 
 // CallTool implements guest.ToolHost.
@@ -44,17 +46,27 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		CallID:           c.ID,
 		Parent:           h.req.Parent,
 		TraceHeader:      h.req.TraceHeader,
-		OnChild:          func(id string) { h.setChild(c.ID, id) },
+		OnChild:          func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
 	})
 }
 
-func (h *toolHost) setChild(callID int, execID string) {
+func (h *toolHost) setChild(callID int, execID string, calls []trace.Call) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.children == nil {
 		h.children = map[int]string{}
 	}
 	h.children[callID] = execID
+	h.descend = append(h.descend, calls...)
+}
+
+// descendantCalls returns the child executions' calls, oldest first.
+func (h *toolHost) descendantCalls() []trace.Call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := slices.Clone(h.descend)
+	slices.SortStableFunc(out, func(a, b trace.Call) int { return a.StartedAt.Compare(b.StartedAt) })
+	return out
 }
 
 func (h *toolHost) childOf(callID int) string {

@@ -15,9 +15,11 @@ import (
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // Exit codes.
@@ -45,6 +47,7 @@ func commands() []command {
 		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
 		{"serve", "serve the HTTP API and MCP endpoint locally (127.0.0.1:8080)", serveCmd},
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
+		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
 		{"demo-server", "serve the demo MCP server (key-value store, text tools, clock) on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
 	}
@@ -163,8 +166,10 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 
 // wiring is a service and what must be closed after it.
 type wiring struct {
-	service *bridge.Service
-	traces  httpapi.TraceReader
+	service  *bridge.Service
+	registry capability.Registry
+	sink     trace.Sink
+	traces   httpapi.TraceReader
 	pool    *mcpclient.Pool
 	closers []func(context.Context) error
 }
@@ -215,7 +220,10 @@ func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, 
 		return nil, err
 	}
 	w.closers = append(w.closers, engine.Close)
-	w.service = bridge.New(engine, bridge.Options{Sources: sources, Logger: logger})
+	// Capabilities come after the MCP servers and demo tools: a name both
+	// offer is the server's. Each capability call runs in a fresh service.
+	w.registry = capability.NewFileRegistry(capability.DefaultFilePath())
+	w.service = capability.LocalServices(engine, sources, w.registry, w.sink, logger)()
 	return w, nil
 }
 

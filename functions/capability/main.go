@@ -1,0 +1,28 @@
+// Command capability is the PML Sandbox capability function: it runs one
+// stored capability in a fresh bridge and a fresh sandbox, invoked
+// synchronously by the execute function (and by itself for nested
+// capabilities). It only wires; see internal/capability and internal/app.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/capability"
+)
+
+func main() {
+	log := app.Logger()
+	start := time.Now()
+	a, err := app.FromEnv(context.Background(), log)
+	if err != nil {
+		log.Error("init failed", "err", err)
+		os.Exit(1)
+	}
+	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
+	lambda.Start(capability.Handler(a.Registry, a.NewService))
+}

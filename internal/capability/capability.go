@@ -1,0 +1,112 @@
+// Package capability makes learned programs callable like tools: a
+// capability is stored code named namespace:action, and a script reaches it
+// as mcp.<namespace>.<action>(args). Each call runs in a fresh bridge and a
+// fresh sandbox — in-process locally, in the capability Lambda when deployed
+// — with a depth limit and cycle detection, so capabilities may call tools
+// and each other safely.
+package capability
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/argcheck"
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Capability is one stored version of a learned program.
+type Capability struct {
+	Name        string          `json:"name"` // namespace:action
+	Version     int             `json:"version"`
+	ID          string          `json:"id"` // cap:namespace:action@version, stable forever
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Code        string          `json:"code"`
+	CreatedAt   time.Time       `json:"created_at"` // of version 1
+	UpdatedAt   time.Time       `json:"updated_at"` // of this version
+	Calls       int64           `json:"calls"`
+}
+
+// Namespace is the part before the colon (the `mcp.<namespace>` object).
+func (c Capability) Namespace() string { ns, _, _ := strings.Cut(c.Name, ":"); return ns }
+
+// Action is the part after the colon.
+func (c Capability) Action() string { _, a, _ := strings.Cut(c.Name, ":"); return a }
+
+// Registry stores capabilities. Saving a name again makes a new version;
+// Get with version 0 returns the latest.
+type Registry interface {
+	Save(ctx context.Context, c Capability) (Capability, error)
+	Get(ctx context.Context, name string, version int) (Capability, error)
+	List(ctx context.Context) ([]Capability, error)
+	IncrementCalls(ctx context.Context, name string) error
+}
+
+var partRE = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$-]{0,63}$`)
+
+// ParseName checks "namespace:action" (each part identifier-like, at most 64
+// characters, none of the names a JS object must not be given).
+func ParseName(name string) (namespace, action string, err error) {
+	ns, act, ok := strings.Cut(name, ":")
+	if !ok {
+		return "", "", fault.New(fault.InvalidRequest, "capability name %q must be namespace:action", name)
+	}
+	for _, p := range []string{ns, act} {
+		if !partRE.MatchString(p) {
+			return "", "", fault.New(fault.InvalidRequest, "capability name %q: %q must start with a letter, _ or $ and hold letters, digits, _, $ or - (at most 64)", name, p)
+		}
+		if err := catalog.ValidName(p); err != nil {
+			return "", "", fault.Wrap(fault.InvalidRequest, err, fmt.Sprintf("capability name %q", name))
+		}
+	}
+	return ns, act, nil
+}
+
+// ParseRef splits "name@version" (version 0 when absent).
+func ParseRef(ref string) (name string, version int, err error) {
+	name, v, ok := strings.Cut(ref, "@")
+	if !ok {
+		return ref, 0, nil
+	}
+	if _, err := fmt.Sscanf(v, "%d", &version); err != nil || version < 1 {
+		return "", 0, fault.New(fault.InvalidRequest, "bad version in %q", ref)
+	}
+	return name, version, nil
+}
+
+// ID is the stable identifier of one version.
+func ID(name string, version int) string { return fmt.Sprintf("cap:%s@%d", name, version) }
+
+// Validate checks what Save must check before storing: the name, that the
+// code parses, and that the input schema compiles.
+func Validate(c Capability) error {
+	if _, _, err := ParseName(c.Name); err != nil {
+		return err
+	}
+	if strings.TrimSpace(c.Code) == "" {
+		return fault.New(fault.InvalidRequest, "capability %s has no code", c.Name)
+	}
+	if _, err := analysis.MCPReferences(c.Code); err != nil {
+		return err
+	}
+	if len(c.InputSchema) > 0 {
+		if err := argcheck.Compile(c.InputSchema); err != nil {
+			return fault.Wrap(fault.InvalidRequest, err, "capability "+c.Name+": input_schema")
+		}
+	}
+	return nil
+}
+
+// notFound is the error for an unknown capability or version.
+func notFound(name string, version int) error {
+	if version > 0 {
+		return fault.New(fault.NotFound, "no capability %s version %d", name, version)
+	}
+	return fault.New(fault.NotFound, "no capability %s", name)
+}

@@ -1,0 +1,283 @@
+package capability_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
+)
+
+var engine *guest.Engine
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	var err error
+	engine, err = guest.New(ctx, guest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	dynamolocal.StopAll()
+	_ = engine.Close(ctx)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// world is a service whose tools are the demo tools and the registry's
+// capabilities, each capability run in a fresh service (in-process).
+type world struct {
+	reg capability.Registry
+	svc *bridge.Service
+}
+
+func newWorld(t *testing.T, caps map[string]string) *world {
+	t.Helper()
+	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
+	w := &world{reg: reg}
+	log := slog.New(slog.DiscardHandler)
+	w.svc = capability.LocalServices(engine, []bridge.ToolSource{bridge.DemoSource{}}, reg, nil, log)()
+	for name, code := range caps {
+		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}); err != nil {
+			t.Fatalf("save %s: %v", name, err)
+		}
+	}
+	return w
+}
+
+func (w *world) run(code string) *bridge.Response {
+	return w.svc.Execute(context.Background(), bridge.Request{Code: code, TimeoutMS: 20000})
+}
+
+func TestCapabilities(t *testing.T) {
+	w := newWorld(t, map[string]string{
+		"math:sum":    "return args.xs.reduce((a, b) => a + b, 0)",
+		"math:double": "return (await mcp.demo.add({a: args.x, b: args.x}))",
+		"math:quad":   "return await mcp.math.double({x: await mcp.math.double({x: args.x})})",
+		"loop:a":      "return await mcp.loop.b({})",
+		"loop:b":      "return await mcp.loop.a({})",
+		"deep:one":    "return await mcp.deep.two({})",
+		"deep:two":    "return await mcp.deep.three({})",
+		"deep:three":  "return await mcp.deep.four({})",
+		"deep:four":   "return 4",
+		"bad:throws":  "throw new Error('capability says no')",
+		"bad:tool":    "return await mcp.demo.fail({message: 'inner tool failed'})",
+		"id:self":     "return Math.random()",
+	})
+	tests := []struct {
+		name, code string
+		want       string
+		code_      fault.Code
+		contains   string
+	}{
+		{"sum", "return await mcp.math.sum({xs: [1, 2, 3]})", "6", "", ""},
+		{"calls a tool", "return await mcp.math.double({x: 21})", "42", "", ""},
+		{"nested two deep", "return await mcp.math.quad({x: 3})", "12", "", ""},
+		{"cycle", "return await mcp.loop.a({})", "", fault.CapabilityCycle, "loop:a → loop:b → loop:a"},
+		{"depth exceeded", "return await mcp.deep.one({})", "", fault.LimitExceeded, "nest at most 3"},
+		{"throws", "return await mcp.bad.throws({})", "", fault.ScriptError, "bad:throws: Error: capability says no"},
+		{"inner tool error keeps its code", "return await mcp.bad.tool({})", "", fault.ToolError, "bad:tool: inner tool failed"},
+		{"unresolved name rejected before running", "return await mcp.math.summ({xs: []})", "", fault.ToolNotFound, "mcp.math.sum"},
+		{"caught inside the caller", "try { await mcp.bad.throws({}) } catch (e) { return e.code + ' ' + e.tool }", `"SCRIPT_ERROR bad:throws"`, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := w.run(tt.code)
+			if tt.code_ != "" {
+				if r.OK || r.Error.Code != tt.code_ || !strings.Contains(r.Error.Message, tt.contains) {
+					t.Fatalf("want %s containing %q, got %+v", tt.code_, tt.contains, r.Error)
+				}
+				return
+			}
+			if !r.OK || string(r.Result) != tt.want {
+				t.Fatalf("want %s, got %s %+v", tt.want, r.Result, r.Error)
+			}
+		})
+	}
+}
+
+func TestCapabilityCallsAreTracedAndLinked(t *testing.T) {
+	w := newWorld(t, map[string]string{"math:double": "return (await mcp.demo.add({a: args.x, b: args.x}))"})
+	r := w.run("return await mcp.math.double({x: 2})")
+	if !r.OK || len(r.Calls) != 2 {
+		t.Fatalf("%+v", r)
+	}
+	c := r.Calls[0]
+	if c.Kind != "capability" || c.Server != "math" || c.Tool != "double" || c.ChildExecutionID == "" || c.ChildExecutionID == r.ExecutionID {
+		t.Fatalf("capability call not traced as such: %+v", c)
+	}
+	// The capability's own tool call follows, in the child execution,
+	// linked to the call that started it.
+	child := r.Calls[1]
+	if child.ExecutionID != c.ChildExecutionID || child.ParentCallID != c.CallID || child.Server != "demo" || child.Tool != "add" || !child.OK {
+		t.Fatalf("child call not linked: %+v", child)
+	}
+}
+
+func TestSixteenParallelCapabilityCallsEachOwnSandbox(t *testing.T) {
+	w := newWorld(t, map[string]string{"slow:rand": "await mcp.demo.sleep({ms: 100}); globalThis.seen = (globalThis.seen || 0) + 1; return [Math.random(), globalThis.seen]"})
+	start := time.Now()
+	r := w.run("return await Promise.all(Array.from({length: 16}, () => mcp.slow.rand({})))")
+	if !r.OK {
+		t.Fatal(r.Error)
+	}
+	var got [][2]float64
+	_ = json.Unmarshal(r.Result, &got)
+	seen := map[float64]bool{}
+	for _, g := range got {
+		// A shared sandbox would count past 1 and repeat no random number.
+		if g[1] != 1 || seen[g[0]] {
+			t.Fatalf("capability runs shared state: %v", got)
+		}
+		seen[g[0]] = true
+	}
+	children := map[string]bool{}
+	for _, c := range r.Calls {
+		if c.ExecutionID == r.ExecutionID {
+			children[c.ChildExecutionID] = true
+		}
+	}
+	if len(got) != 16 || len(children) != 16 {
+		t.Fatalf("%d results from %d child executions", len(got), len(children))
+	}
+	if d := time.Since(start); d > 1200*time.Millisecond {
+		t.Fatalf("16 parallel 100 ms capability calls took %v: not concurrent", d)
+	}
+}
+
+func TestArgumentsValidatedAgainstTheInputSchema(t *testing.T) {
+	w := newWorld(t, nil)
+	_, err := w.reg.Save(context.Background(), capability.Capability{Name: "math:sq", Code: "return args.x * args.x",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := w.run("return await mcp.math.sq({x: 'nope'})"); r.OK || r.Error.Code != fault.InvalidArguments {
+		t.Fatalf("%+v", r.Error)
+	}
+	if r := w.run("return await mcp.math.sq({x: 7})"); !r.OK || string(r.Result) != "49" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// registries runs a test against the file registry and DynamoDB Local.
+func registries(t *testing.T, f func(t *testing.T, reg capability.Registry)) {
+	t.Run("file", func(t *testing.T) { f(t, capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))) })
+	t.Run("dynamodb", func(t *testing.T) {
+		db := dynamolocal.Start(t).Client()
+		table := dynamolocal.TableName(t)
+		if err := capability.CreateTable(context.Background(), db, table); err != nil {
+			t.Fatal(err)
+		}
+		f(t, capability.NewDynamoRegistry(db, table))
+	})
+}
+
+func TestRegistryVersions(t *testing.T) {
+	registries(t, func(t *testing.T, reg capability.Registry) {
+		ctx := context.Background()
+		for i, code := range []string{"return 1", "return 2", "return 3"} {
+			c, err := reg.Save(ctx, capability.Capability{Name: "v:x", Code: code, Description: fmt.Sprint("v", i+1)})
+			if err != nil || c.Version != i+1 || c.ID != fmt.Sprintf("cap:v:x@%d", i+1) {
+				t.Fatalf("save %d: %+v %v", i, c, err)
+			}
+		}
+		latest, err := reg.Get(ctx, "v:x", 0)
+		if err != nil || latest.Code != "return 3" || latest.Version != 3 {
+			t.Fatalf("latest: %+v %v", latest, err)
+		}
+		pinned, err := reg.Get(ctx, "v:x", 2)
+		if err != nil || pinned.Code != "return 2" {
+			t.Fatalf("pinned: %+v %v", pinned, err)
+		}
+		if _, err := reg.Get(ctx, "v:x", 9); fault.CodeOf(err) != fault.NotFound {
+			t.Fatalf("missing version: %v", err)
+		}
+		if _, err := reg.Get(ctx, "v:nope", 0); fault.CodeOf(err) != fault.NotFound {
+			t.Fatalf("missing capability: %v", err)
+		}
+		if err := reg.IncrementCalls(ctx, "v:x"); err != nil {
+			t.Fatal(err)
+		}
+		list, err := reg.List(ctx)
+		if err != nil || len(list) != 1 || list[0].Version != 3 || list[0].Calls != 1 {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		for _, bad := range []capability.Capability{
+			{Name: "nocolon", Code: "return 1"},
+			{Name: "a:__proto__", Code: "return 1"},
+			{Name: "a:b", Code: "return ("},
+			{Name: "a:b", Code: "return 1", InputSchema: json.RawMessage(`{"type": 5}`)},
+			{Name: "a:b", Code: "  "},
+		} {
+			if _, err := reg.Save(ctx, bad); err == nil {
+				t.Errorf("saved a bad capability %+v", bad)
+			}
+		}
+	})
+}
+
+func TestConcurrentSavesNeverShareAVersion(t *testing.T) {
+	registries(t, func(t *testing.T, reg capability.Registry) {
+		var wg sync.WaitGroup
+		versions := make(chan int, 8)
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := reg.Save(context.Background(), capability.Capability{Name: "c:x", Code: fmt.Sprintf("return %d", i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				versions <- c.Version
+			}()
+		}
+		wg.Wait()
+		close(versions)
+		seen := map[int]bool{}
+		for v := range versions {
+			if seen[v] {
+				t.Fatalf("version %d given twice", v)
+			}
+			seen[v] = true
+		}
+		if len(seen) != 8 || !seen[8] {
+			t.Fatalf("versions %v", seen)
+		}
+	})
+}
+
+func TestLambdaHandlerRejectsBadPayloads(t *testing.T) {
+	w := newWorld(t, map[string]string{"math:one": "return 1"})
+	h := capability.Handler(w.reg, func() *bridge.Service { return w.svc })
+	for _, p := range []string{`{`, `{"capability": "nocolon", "depth": 1, "chain": ["nocolon"]}`, `{"capability": "math:one", "depth": 0, "chain": []}`, `{"capability": "math:one", "depth": 1, "chain": ["math:one"], "extra": 1}`} {
+		r, err := h(context.Background(), json.RawMessage(p))
+		if err != nil || r.OK || r.Error.Code != fault.InvalidRequest {
+			t.Errorf("%s: %+v %v", p, r, err)
+		}
+	}
+	r, err := h(context.Background(), json.RawMessage(`{"capability": "math:one", "depth": 1, "chain": ["math:one"], "parent_execution_id": "ex_p", "parent_call_id": 3}`))
+	if err != nil || !r.OK || string(r.Result) != "1" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}

@@ -1,0 +1,97 @@
+package capability
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// LambdaAPI is the part of the Lambda client the invoker uses.
+type LambdaAPI interface {
+	Invoke(ctx context.Context, in *lambda.InvokeInput, opts ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+}
+
+// LambdaInvoker runs capabilities in the capability function (synchronous
+// Invoke), so each one gets its own sandbox in its own function instance.
+type LambdaInvoker struct {
+	Client   LambdaAPI
+	Function string // name or ARN of the capability function
+}
+
+// Invoke implements Invoker.
+func (l LambdaInvoker) Invoke(ctx context.Context, inv Invocation) (*bridge.Response, error) {
+	payload, err := json.Marshal(inv)
+	if err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "encoding the capability invocation")
+	}
+	out, err := l.Client.Invoke(ctx, &lambda.InvokeInput{
+		FunctionName:   aws.String(l.Function),
+		InvocationType: types.InvocationTypeRequestResponse,
+		Payload:        payload,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fault.Wrap(fault.Timeout, err, "invoking capability "+inv.Capability)
+		}
+		return nil, &fault.Error{Code: fault.Unavailable, Retryable: true, Message: "invoking capability " + inv.Capability + ": " + err.Error()}
+	}
+	if out.FunctionError != nil {
+		var le struct {
+			ErrorMessage string `json:"errorMessage"`
+			ErrorType    string `json:"errorType"`
+		}
+		_ = json.Unmarshal(out.Payload, &le)
+		return nil, &fault.Error{Code: fault.Unavailable, Retryable: true,
+			Message: fmt.Sprintf("capability function failed (%s): %s %s", aws.ToString(out.FunctionError), le.ErrorType, le.ErrorMessage)}
+	}
+	var resp bridge.Response
+	if err := json.Unmarshal(out.Payload, &resp); err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "the capability function answered something that is not a response")
+	}
+	return &resp, nil
+}
+
+// Handler is the capability function's handler: it validates the
+// invocation, loads the capability and runs it on a fresh service.
+func Handler(reg Registry, newService func() *bridge.Service) func(ctx context.Context, payload json.RawMessage) (*bridge.Response, error) {
+	return func(ctx context.Context, payload json.RawMessage) (*bridge.Response, error) {
+		var inv Invocation
+		dec := json.NewDecoder(strings.NewReader(string(payload)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&inv); err != nil {
+			return invalid(fmt.Errorf("the payload is not a capability invocation: %w", err)), nil
+		}
+		if _, _, err := ParseName(inv.Capability); err != nil {
+			return invalid(err), nil
+		}
+		if inv.Depth < 1 || len(inv.Chain) == 0 || inv.Chain[len(inv.Chain)-1] != inv.Capability {
+			return invalid(errors.New("depth must be ≥ 1 and chain must end with the capability")), nil
+		}
+		svc := newService()
+		resp, err := Run(ctx, reg, svc, inv)
+		if err != nil {
+			return &bridge.Response{Error: fault.As(err)}, nil
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		defer cancel()
+		_ = svc.Flush(fctx)
+		return resp, nil
+	}
+}
+
+func invalid(err error) *bridge.Response {
+	return &bridge.Response{Error: fault.Wrap(fault.InvalidRequest, err, "")}
+}
+
+// flushTimeout bounds writing the child's traces before answering.
+const flushTimeout = 2 * time.Second

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	usage := usagef("usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE]\n       pml capability list\n       pml capability show NAME[@VERSION]")
+	if len(args) == 0 {
+		return ExitUsage, usage
+	}
+	reg := capability.NewFileRegistry(capability.DefaultFilePath())
+	switch args[0] {
+	case "save":
+		fs := newFlagSet("capability save", errOut)
+		desc := fs.String("description", "", "what the capability does (shown to agents by tools.search)")
+		schema := fs.String("schema", "", "JSON Schema of the arguments, inline or @file")
+		// Flags may come after NAME FILE: parse positionals first.
+		var pos []string
+		rest := args[1:]
+		for len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			pos, rest = append(pos, rest[0]), rest[1:]
+		}
+		if err := parse(fs, rest); err != nil {
+			return ExitUsage, err
+		}
+		pos = append(pos, fs.Args()...)
+		if len(pos) != 2 {
+			return ExitUsage, usage
+		}
+		code, err := scriptSource("", pos[1:])
+		if err != nil {
+			return ExitUsage, err
+		}
+		c := capability.Capability{Name: pos[0], Code: code, Description: *desc}
+		if *schema != "" {
+			raw := []byte(*schema)
+			if p, ok := strings.CutPrefix(*schema, "@"); ok {
+				if raw, err = os.ReadFile(p); err != nil {
+					return ExitUsage, usageError{err}
+				}
+			}
+			if !json.Valid(raw) {
+				return ExitUsage, usagef("--schema is not valid JSON")
+			}
+			c.InputSchema = raw
+		}
+		saved, err := reg.Save(ctx, c)
+		if err != nil {
+			return exitFor(err), err
+		}
+		return ExitOK, writeJSON(out, saved)
+	case "list":
+		list, err := reg.List(ctx)
+		if err != nil {
+			return ExitFailed, err
+		}
+		for i := range list {
+			list[i].Code = "" // list shows what exists; show gives the code
+		}
+		return ExitOK, writeJSON(out, map[string]any{"capabilities": list, "file": capability.DefaultFilePath()})
+	case "show":
+		if len(args) != 2 {
+			return ExitUsage, usage
+		}
+		name, version, err := capability.ParseRef(args[1])
+		if err != nil {
+			return ExitUsage, err
+		}
+		c, err := reg.Get(ctx, name, version)
+		if err != nil {
+			return exitFor(err), err
+		}
+		return ExitOK, writeJSON(out, c)
+	}
+	return ExitUsage, usage
+}
+
+// exitFor is 2 for errors in what the user gave, else 1.
+func exitFor(err error) int {
+	switch fault.CodeOf(err) {
+	case fault.InvalidRequest, fault.ScriptError, fault.NotFound:
+		return ExitUsage
+	}
+	return ExitFailed
+}
