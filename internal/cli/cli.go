@@ -170,8 +170,8 @@ type wiring struct {
 	registry capability.Registry
 	sink     trace.Sink
 	traces   httpapi.TraceReader
-	pool    *mcpclient.Pool
-	closers []func(context.Context) error
+	pool     *mcpclient.Pool
+	closers  []func(context.Context) error
 }
 
 // health reports the MCP servers' states (nil without servers).
