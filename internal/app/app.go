@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -22,6 +24,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracedb"
+	"github.com/pml-sandbox/pml/internal/xraysink"
 )
 
 // Environment variables read by FromEnv.
@@ -34,6 +38,8 @@ const (
 	EnvCapTable        = "PML_CAPABILITIES_TABLE"
 	EnvCapFunction     = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in-process)
 	EnvCapFile         = "PML_CAPABILITIES_FILE"   // file registry when no table is set
+	EnvTracesTable     = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory)
+	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"
 )
 
 // App is a wired service and what it needs closed.
@@ -112,6 +118,9 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 	if strings.EqualFold(os.Getenv(EnvDemoTools), "on") {
 		sources = append(sources, bridge.DemoSource{})
 	}
+	if err := a.traces(ctx, log); err != nil {
+		return fail(err)
+	}
 	if err := a.capabilities(ctx, log); err != nil {
 		return fail(err)
 	}
@@ -136,6 +145,30 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 // sources: capability runs each get one, never the caller's.
 func (a *App) NewService() *bridge.Service {
 	return bridge.New(a.Engine, bridge.Options{Sources: a.sources, Sink: a.Sink, Logger: a.log})
+}
+
+// traces picks where records go: DynamoDB when a table is named, else
+// memory; plus X-Ray when running in Lambda or a daemon address is set.
+func (a *App) traces(ctx context.Context, log *slog.Logger) error {
+	var store tracedb.Store = tracedb.NewMemory(0)
+	if table := os.Getenv(EnvTracesTable); table != "" {
+		cfg, err := a.awsConfig(ctx)
+		if err != nil {
+			return err
+		}
+		days, _ := strconv.Atoi(os.Getenv(EnvTraceTTLDays))
+		store = tracedb.NewDynamo(dynamodb.NewFromConfig(*cfg), table, time.Duration(days)*24*time.Hour, log)
+	}
+	a.Traces = store
+	a.Sink = store
+	if os.Getenv("LAMBDA_TASK_ROOT") != "" || os.Getenv("AWS_XRAY_DAEMON_ADDRESS") != "" {
+		xs, err := xraysink.New("pml-sandbox")
+		if err != nil {
+			return err
+		}
+		a.Sink = xraysink.Multi{store, xs}
+	}
+	return nil
 }
 
 // capabilities picks the registry: DynamoDB when a table is named, else the
@@ -188,6 +221,8 @@ func (a *App) awsConfig(ctx context.Context) (*aws.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
+	// DynamoDB writes and capability invocations show in the X-Ray map.
+	xraysink.InstrumentAWS(&cfg)
 	a.AWS = &cfg
 	return a.AWS, nil
 }

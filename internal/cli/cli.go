@@ -20,6 +20,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
 // Exit codes.
@@ -47,6 +48,7 @@ func commands() []command {
 		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
 		{"serve", "serve the HTTP API and MCP endpoint locally (127.0.0.1:8080)", serveCmd},
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
+		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
 		{"demo-server", "serve the demo MCP server (key-value store, text tools, clock) on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
@@ -152,6 +154,7 @@ func defaultCacheDir() string {
 // serviceFlags choose the tools a command's service offers.
 type serviceFlags struct {
 	engineFlags
+	storeFlags
 	mcp    listFlag
 	config string
 	demo   string
@@ -159,6 +162,7 @@ type serviceFlags struct {
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.engineFlags.register(fs)
+	f.storeFlags.register(fs)
 	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable)")
 	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML)")
 	fs.StringVar(&f.demo, "demo", "auto", "offer the built-in demo tools: on, off, or auto (on when no MCP server is configured)")
@@ -170,6 +174,7 @@ type wiring struct {
 	registry capability.Registry
 	sink     trace.Sink
 	traces   httpapi.TraceReader
+	store    tracedb.Store
 	pool     *mcpclient.Pool
 	closers  []func(context.Context) error
 }
@@ -220,6 +225,12 @@ func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, 
 		return nil, err
 	}
 	w.closers = append(w.closers, engine.Close)
+	store, err := f.storeFlags.open(ctx, logger)
+	if err != nil {
+		w.close(ctx)
+		return nil, err
+	}
+	w.sink, w.traces, w.store = store, store, store
 	// Capabilities come after the MCP servers and demo tools: a name both
 	// offer is the server's. Each capability call runs in a fresh service.
 	w.registry = capability.NewFileRegistry(capability.DefaultFilePath())

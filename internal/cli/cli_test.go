@@ -45,6 +45,20 @@ func pml(t *testing.T, args ...string) (int, output, string) {
 
 var cacheDir = filepath.Join(os.TempDir(), "pml-cli-test-cache")
 
+// TestMain keeps the commands' traces and capabilities out of the user's
+// data directory.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pml-cli-test")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("PML_TRACES_FILE", filepath.Join(dir, "traces.jsonl"))
+	os.Setenv("PML_CAPABILITIES_FILE", filepath.Join(dir, "capabilities.json"))
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func TestRun(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "s.js")
 	if err := os.WriteFile(script, []byte("return args.n * 2"), 0o600); err != nil {
@@ -101,6 +115,31 @@ func TestRun(t *testing.T) {
 				t.Fatal("a usage error must say what is wrong on stderr")
 			}
 		})
+	}
+}
+
+func TestCapabilityAndTraceCommands(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "sum.js")
+	if err := os.WriteFile(script, []byte("return args.xs.reduce((a, b) => a + b, 0)"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := cli.Main(context.Background(), []string{"capability", "save", "math:sum", script, "--description", "sum"}, &out, &errOut); code != 0 {
+		t.Fatalf("save: %d %s", code, errOut.String())
+	}
+	exit, o, stderr := pml(t, "run", "-e", "return await mcp.math.sum({xs: [1, 2, 3]})")
+	if exit != 0 || string(o.Result) != "6" || len(o.Calls) != 1 {
+		t.Fatalf("run: %d %+v %s", exit, o, stderr)
+	}
+	out.Reset()
+	if code := cli.Main(context.Background(), []string{"trace", o.ExecutionID}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"tool": "sum"`) {
+		t.Fatalf("trace: %d %s %s", code, out.String(), errOut.String())
+	}
+	if code := cli.Main(context.Background(), []string{"trace", "ex_nope"}, &out, &errOut); code != 2 {
+		t.Fatalf("trace of an unknown id exits %d", code)
+	}
+	if code := cli.Main(context.Background(), []string{"capability", "save", "bad", script}, &out, &errOut); code != 2 {
+		t.Fatalf("saving a bad name exits %d", code)
 	}
 }
 

@@ -224,7 +224,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Source = SourceFrom(r.Context(), "http")
-	req.TraceHeader = r.Header.Get("X-Amzn-Trace-Id")
+	req.TraceHeader = TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
 	resp := a.Service.Execute(r.Context(), req)
 	a.flush(r.Context())
 	w.Header().Set("X-Execution-Id", resp.ExecutionID)
@@ -337,6 +337,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, err *fault.Error) {
 	writeJSON(w, status, map[string]any{"ok": false, "error": err})
+}
+
+// TraceHeader returns the X-Ray trace header of the Lambda invocation in
+// ctx (aws-lambda-go stores it under this string key), else def.
+func TraceHeader(ctx context.Context, def string) string {
+	if v, ok := ctx.Value("x-amzn-trace-id").(string); ok && v != "" {
+		return v
+	}
+	return def
 }
 
 type sourceKey struct{}

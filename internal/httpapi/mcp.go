@@ -63,6 +63,7 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
 	req.Source = "mcp"
+	req.TraceHeader = TraceHeader(ctx, "")
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
 	text, _ := json.Marshal(resp)

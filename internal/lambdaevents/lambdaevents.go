@@ -123,6 +123,7 @@ func (a *adapter) direct(ctx context.Context, body []byte, source string) *bridg
 		return &bridge.Response{Error: ferr, Logs: nil}
 	}
 	req.Source = source
+	req.TraceHeader = httpapi.TraceHeader(ctx, "")
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
 	return resp
@@ -158,6 +159,7 @@ func (a *adapter) sqs(ctx context.Context, ev events.SQSEvent) events.SQSEventRe
 				return nil
 			}
 			req.Source = "sqs"
+			req.TraceHeader = httpapi.TraceHeader(ctx, "")
 			r := a.Service.Execute(ctx, req)
 			a.Logger.InfoContext(ctx, "sqs execution", "message_id", m.MessageId, "execution_id", r.ExecutionID, "ok", r.OK)
 			if !r.OK && r.Error != nil {

@@ -57,8 +57,11 @@ type Execution struct {
 	Capability        string     `json:"capability,omitempty"`
 	Depth             int        `json:"depth,omitempty"`
 	TraceID           string     `json:"trace_id,omitempty"`
-	Source            string     `json:"source,omitempty"`
-	Calls             int        `json:"calls"`
+	// TraceHeader is the full X-Ray header the execution ran under (root,
+	// parent, sampling), for sinks that link to the caller's segment.
+	TraceHeader string `json:"-"`
+	Source      string `json:"source,omitempty"`
+	Calls       int    `json:"calls"`
 }
 
 // Sink receives records. Implementations must be safe for concurrent use and

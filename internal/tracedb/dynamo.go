@@ -1,0 +1,352 @@
+package tracedb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// DynamoAPI is the part of the DynamoDB client the store uses; tests wrap
+// the real client to inject throttling.
+type DynamoAPI interface {
+	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+// Dynamo stores traces in one table (see docs/TRACES.md):
+//
+//	pk EXEC#<id>            sk META          the execution
+//	pk EXEC#<id>            sk CALL#000001   one item per call
+//	pk TOOL#<server:tool>   sk WITH#<other>  co-occurrence counter
+//
+// One partition per execution makes a whole trace one Query. Record only
+// buffers; Flush writes with BatchWriteItem (25 items a request), retrying
+// unprocessed items and throttling with exponential backoff and full
+// jitter. What still cannot be written is logged as one structured line per
+// item and counted: never dropped silently.
+type Dynamo struct {
+	db    DynamoAPI
+	table string
+	ttl   time.Duration
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	items   []map[string]types.AttributeValue
+	pairs   [][2]string
+	written atomic.Int64
+	retried atomic.Int64
+	failed  atomic.Int64
+}
+
+// Stats counts what the store did with the items it was given.
+type Stats struct {
+	Written, Retried, Failed int64
+}
+
+// NewDynamo writes to table; items expire after ttl (default 30 days).
+func NewDynamo(db DynamoAPI, table string, ttl time.Duration, log *slog.Logger) *Dynamo {
+	if ttl <= 0 {
+		ttl = 30 * 24 * time.Hour
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dynamo{db: db, table: table, ttl: ttl, log: log}
+}
+
+// Stats returns the counters.
+func (d *Dynamo) Stats() Stats {
+	return Stats{Written: d.written.Load(), Retried: d.retried.Load(), Failed: d.failed.Load()}
+}
+
+// Items are encoded with the records' json tags, so the stored attribute
+// names are the documented field names (execution_id, call_id...).
+type execItem struct {
+	PK string `json:"pk"`
+	SK string `json:"sk"`
+	trace.Execution
+	ExpiresAt int64 `json:"expires_at"`
+}
+
+type callItem struct {
+	PK string `json:"pk"`
+	SK string `json:"sk"`
+	trace.Call
+	ExpiresAt int64 `json:"expires_at"`
+}
+
+func execPK(id string) string { return "EXEC#" + id }
+
+// Record implements trace.Sink. It never does I/O.
+func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.Call) {
+	exp := time.Now().Add(d.ttl).Unix()
+	var items []map[string]types.AttributeValue
+	add := func(v any) {
+		m, err := attributevalue.MarshalMapWithOptions(v, func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
+		if err != nil {
+			d.failed.Add(1)
+			d.log.ErrorContext(ctx, "trace_write_failed", "reason", "encode", "err", err, "execution_id", ex.ID)
+			return
+		}
+		items = append(items, m)
+	}
+	add(execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, ExpiresAt: exp})
+	for _, c := range calls {
+		add(callItem{PK: execPK(c.ExecutionID), SK: fmt.Sprintf("CALL#%06d", c.CallID), Call: c, ExpiresAt: exp})
+	}
+	tools := distinctTools(calls)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.items = append(d.items, items...)
+	for _, a := range tools {
+		for _, b := range tools {
+			if a != b {
+				d.pairs = append(d.pairs, [2]string{a, b})
+			}
+		}
+	}
+}
+
+// Flush implements trace.Sink: it writes everything buffered, within ctx.
+func (d *Dynamo) Flush(ctx context.Context) error {
+	d.mu.Lock()
+	items, pairs := d.items, d.pairs
+	d.items, d.pairs = nil, nil
+	d.mu.Unlock()
+	var failed int
+	for start := 0; start < len(items); start += 25 {
+		failed += d.writeBatch(ctx, items[start:min(start+25, len(items))])
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	var pairFailures atomic.Int64
+	for _, p := range pairs {
+		g.Go(func() error {
+			if !d.bump(gctx, p) {
+				pairFailures.Add(1)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	if n := failed + int(pairFailures.Load()); n > 0 {
+		return fmt.Errorf("tracedb: %d trace items could not be written (logged as trace_write_failed)", n)
+	}
+	return nil
+}
+
+// writeBatch writes up to 25 items, retrying what DynamoDB leaves
+// unprocessed; it returns how many items failed for good.
+func (d *Dynamo) writeBatch(ctx context.Context, items []map[string]types.AttributeValue) int {
+	reqs := make([]types.WriteRequest, len(items))
+	for i, it := range items {
+		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := d.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{d.table: reqs}})
+		if err == nil {
+			left := out.UnprocessedItems[d.table]
+			d.written.Add(int64(len(reqs) - len(left)))
+			if len(left) == 0 {
+				return 0
+			}
+			reqs = left
+		} else if !retryable(err) {
+			return d.giveUp(ctx, reqs, err)
+		}
+		if attempt >= maxAttempts || !sleep(ctx, attempt) {
+			if err == nil {
+				err = errors.New("unprocessed after retries")
+			}
+			return d.giveUp(ctx, reqs, err)
+		}
+		d.retried.Add(int64(len(reqs)))
+	}
+}
+
+// giveUp logs each item as one structured line, so CloudWatch keeps the
+// trace even though DynamoDB did not.
+func (d *Dynamo) giveUp(ctx context.Context, reqs []types.WriteRequest, err error) int {
+	for _, r := range reqs {
+		var v map[string]any
+		_ = attributevalue.UnmarshalMap(r.PutRequest.Item, &v)
+		d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "item", v)
+	}
+	d.failed.Add(int64(len(reqs)))
+	return len(reqs)
+}
+
+// bump adds one to the co-occurrence counter a → b.
+func (d *Dynamo) bump(ctx context.Context, p [2]string) bool {
+	for attempt := 0; ; attempt++ {
+		_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(d.table),
+			Key: map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: "TOOL#" + p[0]},
+				"sk": &types.AttributeValueMemberS{Value: "WITH#" + p[1]},
+			},
+			UpdateExpression:          aws.String("ADD #c :one SET #t = :tool, #o = :other"),
+			ExpressionAttributeNames:  map[string]string{"#c": "count", "#t": "tool", "#o": "other"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}, ":tool": &types.AttributeValueMemberS{Value: p[0]}, ":other": &types.AttributeValueMemberS{Value: p[1]}},
+		})
+		if err == nil {
+			return true
+		}
+		if !retryable(err) || attempt >= maxAttempts || !sleep(ctx, attempt) {
+			d.failed.Add(1)
+			d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "co_occurrence", p[0]+" with "+p[1])
+			return false
+		}
+		d.retried.Add(1)
+	}
+}
+
+const maxAttempts = 8
+
+// sleep waits the full-jitter backoff for attempt (50 ms doubling, capped
+// at 2 s), or returns false when ctx ends first.
+func sleep(ctx context.Context, attempt int) bool {
+	ceiling := min(50*time.Millisecond<<attempt, 2*time.Second)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceiling)) + 1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retryable reports throttling and other transient DynamoDB errors.
+func retryable(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+			"InternalServerError", "ServiceUnavailable":
+			return true
+		}
+		return false
+	}
+	// Connection failures: DynamoDB may be back after a pause.
+	return true
+}
+
+// GetExecution implements Reader with one Query on the execution's
+// partition.
+func (d *Dynamo) GetExecution(ctx context.Context, id string) (trace.Execution, []trace.Call, error) {
+	var ex *trace.Execution
+	calls := []trace.Call{}
+	var start map[string]types.AttributeValue
+	for {
+		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(d.table),
+			KeyConditionExpression:    aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: execPK(id)}},
+			ExclusiveStartKey:         start,
+			ConsistentRead:            aws.Bool(true),
+		})
+		if err != nil {
+			return trace.Execution{}, nil, fault.Wrap(fault.Unavailable, err, "reading the trace")
+		}
+		for _, it := range out.Items {
+			sk, _ := it["sk"].(*types.AttributeValueMemberS)
+			if sk == nil {
+				continue
+			}
+			if sk.Value == "META" {
+				var e execItem
+				if err := attributevalue.UnmarshalMapWithOptions(it, &e, func(o *attributevalue.DecoderOptions) { o.TagKey = "json" }); err != nil {
+					return trace.Execution{}, nil, fault.Wrap(fault.Internal, err, "decoding the execution")
+				}
+				ex = &e.Execution
+				continue
+			}
+			var c callItem
+			if err := attributevalue.UnmarshalMapWithOptions(it, &c, func(o *attributevalue.DecoderOptions) { o.TagKey = "json" }); err != nil {
+				return trace.Execution{}, nil, fault.Wrap(fault.Internal, err, "decoding a call")
+			}
+			calls = append(calls, c.Call)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	if ex == nil {
+		return trace.Execution{}, nil, notFound(id)
+	}
+	return *ex, calls, nil
+}
+
+// RelatedTools implements Reader.
+func (d *Dynamo) RelatedTools(ctx context.Context, tool string, limit int) ([]Related, error) {
+	counts := map[string]int64{}
+	var start map[string]types.AttributeValue
+	for {
+		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(d.table),
+			KeyConditionExpression:    aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "TOOL#" + tool}},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, fault.Wrap(fault.Unavailable, err, "reading tool co-occurrence")
+		}
+		for _, it := range out.Items {
+			var v struct {
+				Other string `dynamodbav:"other"`
+				Count int64  `dynamodbav:"count"`
+			}
+			if attributevalue.UnmarshalMap(it, &v) == nil {
+				counts[v.Other] = v.Count
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	return topRelated(counts, limit), nil
+}
+
+// CreateTable creates the traces table (on demand, TTL on expires_at) as
+// template.yaml declares it; for tests and local setups.
+func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
+	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:   aws.String(table),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("expires_at"), Enabled: aws.Bool(true)},
+	})
+	return err
+}

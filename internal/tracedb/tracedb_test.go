@@ -1,0 +1,275 @@
+package tracedb_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"go.uber.org/goleak"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
+	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracedb"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	dynamolocal.StopAll()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// execution makes an execution with n calls over the given tools.
+func execution(id string, n int, tools ...string) (trace.Execution, []trace.Call) {
+	ex := trace.Execution{ID: id, CodeHash: "h", CodeBytes: 10, Status: "ok", StartedAt: time.Now().UTC(), DurationMS: 1.5, Source: "test", Calls: n}
+	calls := make([]trace.Call, n)
+	for i := range calls {
+		server, tool, _ := strings.Cut(tools[i%len(tools)], ":")
+		calls[i] = trace.Call{ExecutionID: id, CallID: i + 1, Server: server, Tool: tool, Kind: trace.KindMCP,
+			StartedAt: time.Now().UTC(), DurationMS: 0.5, OK: i%7 != 0, ArgsBytes: 10, ResultBytes: 20}
+		if !calls[i].OK {
+			calls[i].ErrorCode = fault.ToolError
+		}
+	}
+	return ex, calls
+}
+
+func dynamoStore(t *testing.T, wrap func(tracedb.DynamoAPI) tracedb.DynamoAPI, log *slog.Logger) (*tracedb.Dynamo, *dynamodb.Client) {
+	t.Helper()
+	db := dynamolocal.Start(t).Client()
+	table := dynamolocal.TableName(t)
+	if err := tracedb.CreateTable(context.Background(), db, table); err != nil {
+		t.Fatal(err)
+	}
+	var api tracedb.DynamoAPI = db
+	if wrap != nil {
+		api = wrap(db)
+	}
+	return tracedb.NewDynamo(api, table, 0, log), db
+}
+
+func stores(t *testing.T, f func(t *testing.T, s tracedb.Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, tracedb.NewMemory(0)) })
+	t.Run("file", func(t *testing.T) { f(t, tracedb.NewFile(filepath.Join(t.TempDir(), "traces.jsonl"), 0)) })
+	t.Run("dynamodb", func(t *testing.T) {
+		s, _ := dynamoStore(t, nil, nil)
+		f(t, s)
+	})
+}
+
+func TestWriteAndReadBack1000CallsAcross50Executions(t *testing.T) {
+	stores(t, func(t *testing.T, s tracedb.Store) {
+		ctx := context.Background()
+		for i := range 50 {
+			ex, calls := execution(fmt.Sprintf("ex_%02d", i), 20, "a:x", "b:y", "c:z")
+			s.Record(ctx, ex, calls)
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for i := range 50 {
+			id := fmt.Sprintf("ex_%02d", i)
+			ex, calls, err := s.GetExecution(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ex.ID != id || ex.Status != "ok" || len(calls) != 20 {
+				t.Fatalf("%s: %+v with %d calls", id, ex, len(calls))
+			}
+			for j, c := range calls {
+				if c.CallID != j+1 || c.ExecutionID != id || c.ArgsBytes != 10 {
+					t.Fatalf("%s call %d: %+v", id, j, c)
+				}
+			}
+			total += len(calls)
+		}
+		if total != 1000 {
+			t.Fatalf("read back %d calls", total)
+		}
+		if _, _, err := s.GetExecution(ctx, "ex_missing"); fault.CodeOf(err) != fault.NotFound {
+			t.Fatalf("missing execution: %v", err)
+		}
+		rel, err := s.RelatedTools(ctx, "a:x", 10)
+		if err != nil || len(rel) != 2 || rel[0].Count != 50 {
+			t.Fatalf("related %+v %v", rel, err)
+		}
+	})
+}
+
+func TestFileStoreIsSharedAcrossProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "traces.jsonl")
+	ctx := context.Background()
+	w := tracedb.NewFile(path, 0)
+	ex, calls := execution("ex_shared", 3, "a:x")
+	w.Record(ctx, ex, calls)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second store on the same file stands in for another pml command.
+	got, gotCalls, err := tracedb.NewFile(path, 0).GetExecution(ctx, "ex_shared")
+	if err != nil || got.ID != "ex_shared" || len(gotCalls) != 3 {
+		t.Fatalf("%+v %v %v", got, gotCalls, err)
+	}
+}
+
+// flaky wraps the client: the first calls are throttled and every batch
+// comes back with some items unprocessed. It also counts requests.
+type flaky struct {
+	tracedb.DynamoAPI
+	throttle  atomic.Int32
+	batches   atomic.Int32
+	unprocess atomic.Bool
+}
+
+func (f *flaky) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	f.batches.Add(1)
+	if f.throttle.Add(-1) >= 0 {
+		return nil, &smithy.GenericAPIError{Code: "ProvisionedThroughputExceededException", Message: "slow down"}
+	}
+	if f.unprocess.Load() {
+		for table, reqs := range in.RequestItems {
+			if len(reqs) > 1 {
+				half := len(reqs) / 2
+				out, err := f.DynamoAPI.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs[:half]}}, opts...)
+				if err != nil {
+					return nil, err
+				}
+				out.UnprocessedItems = map[string][]types.WriteRequest{table: reqs[half:]}
+				return out, nil
+			}
+		}
+	}
+	return f.DynamoAPI.BatchWriteItem(ctx, in, opts...)
+}
+
+func TestThrottlingAndUnprocessedItemsLoseNothing(t *testing.T) {
+	var fl *flaky
+	s, _ := dynamoStore(t, func(api tracedb.DynamoAPI) tracedb.DynamoAPI {
+		fl = &flaky{DynamoAPI: api}
+		fl.throttle.Store(3)
+		fl.unprocess.Store(true)
+		return fl
+	}, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	for i := range 10 {
+		ex, calls := execution(fmt.Sprintf("ex_%d", i), 24, "a:x")
+		s.Record(ctx, ex, calls)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Written != 250 || st.Failed != 0 || st.Retried == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	for i := range 10 {
+		if _, calls, err := s.GetExecution(ctx, fmt.Sprintf("ex_%d", i)); err != nil || len(calls) != 24 {
+			t.Fatalf("ex_%d: %d calls, %v", i, len(calls), err)
+		}
+	}
+}
+
+func TestAtMostOneWriteRequestPer25Items(t *testing.T) {
+	var fl *flaky
+	s, _ := dynamoStore(t, func(api tracedb.DynamoAPI) tracedb.DynamoAPI { fl = &flaky{DynamoAPI: api}; return fl }, nil)
+	ctx := context.Background()
+	ex, calls := execution("ex_100", 99, "a:x") // 100 items with the execution
+	s.Record(ctx, ex, calls)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := fl.batches.Load(); n != 4 {
+		t.Fatalf("%d BatchWriteItem requests for 100 items; want 4", n)
+	}
+}
+
+func TestDynamoDBDownTracesGoToTheLog(t *testing.T) {
+	inst := dynamolocal.Dedicated(t)
+	db := inst.Client()
+	table := dynamolocal.TableName(t)
+	if err := tracedb.CreateTable(context.Background(), db, table); err != nil {
+		t.Fatal(err)
+	}
+	var logs safeBuffer
+	s := tracedb.NewDynamo(db, table, 0, slog.New(slog.NewJSONHandler(&logs, nil)))
+	inst.Stop()
+	ex, calls := execution("ex_lost", 5, "a:x", "b:y")
+	s.Record(context.Background(), ex, calls)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Flush(ctx); err == nil {
+		t.Fatal("Flush reported success with DynamoDB down")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Flush took %v", d)
+	}
+	out := logs.String()
+	if n := strings.Count(out, `"msg":"trace_write_failed"`); n < 6 || !strings.Contains(out, "ex_lost") {
+		t.Fatalf("%d trace_write_failed lines:\n%s", n, out)
+	}
+	if s.Stats().Failed < 6 {
+		t.Fatalf("stats %+v", s.Stats())
+	}
+}
+
+func TestCoOccurrenceExactUnderConcurrentWriters(t *testing.T) {
+	s, db := dynamoStore(t, nil, nil)
+	_ = db
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each writer its own store, as concurrent Lambda instances.
+			ctx := context.Background()
+			for i := range 5 {
+				ex, calls := execution(fmt.Sprintf("ex_%d_%d", w, i), 3, "a:x", "b:y", "c:z")
+				s.Record(ctx, ex, calls)
+				if err := s.Flush(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rel, err := s.RelatedTools(context.Background(), "b:y", 5)
+	if err != nil || len(rel) != 2 || rel[0].Count != 40 || rel[1].Count != 40 {
+		t.Fatalf("related %+v %v", rel, err)
+	}
+}
+
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
