@@ -129,23 +129,28 @@ func (d *Dynamo) Flush(ctx context.Context) error {
 	items, pairs := d.items, d.pairs
 	d.items, d.pairs = nil, nil
 	d.mu.Unlock()
-	var failed int
-	for start := 0; start < len(items); start += 25 {
-		failed += d.writeBatch(ctx, items[start:min(start+25, len(items))])
-	}
-	g, gctx := errgroup.WithContext(ctx)
+	// Batches and counters go out concurrently: a flush costs about one
+	// round trip, not one per 25 items.
+	var g errgroup.Group
 	g.SetLimit(8)
-	var pairFailures atomic.Int64
+	var failures atomic.Int64
+	for start := 0; start < len(items); start += 25 {
+		batch := items[start:min(start+25, len(items))]
+		g.Go(func() error {
+			failures.Add(int64(d.writeBatch(ctx, batch)))
+			return nil
+		})
+	}
 	for _, p := range pairs {
 		g.Go(func() error {
-			if !d.bump(gctx, p) {
-				pairFailures.Add(1)
+			if !d.bump(ctx, p) {
+				failures.Add(1)
 			}
 			return nil
 		})
 	}
 	_ = g.Wait()
-	if n := failed + int(pairFailures.Load()); n > 0 {
+	if n := failures.Load(); n > 0 {
 		return fmt.Errorf("tracedb: %d trace items could not be written (logged as trace_write_failed)", n)
 	}
 	return nil

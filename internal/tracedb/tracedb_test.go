@@ -51,7 +51,7 @@ func execution(id string, n int, tools ...string) (trace.Execution, []trace.Call
 	return ex, calls
 }
 
-func dynamoStore(t *testing.T, wrap func(tracedb.DynamoAPI) tracedb.DynamoAPI, log *slog.Logger) (*tracedb.Dynamo, *dynamodb.Client) {
+func dynamoStore(t testing.TB, wrap func(tracedb.DynamoAPI) tracedb.DynamoAPI, log *slog.Logger) (*tracedb.Dynamo, *dynamodb.Client) {
 	t.Helper()
 	db := dynamolocal.Start(t).Client()
 	table := dynamolocal.TableName(t)
