@@ -296,17 +296,26 @@ func (s *Service) record(ctx context.Context, req Request, resp *Response, _ map
 	if s.sink == nil {
 		return
 	}
+	// Descendants' calls in the response belong to their own executions,
+	// which record themselves.
+	own := make([]trace.Call, 0, len(resp.Calls))
+	for _, c := range resp.Calls {
+		if c.ExecutionID == resp.ExecutionID {
+			own = append(own, c)
+		}
+	}
 	sum := sha256.Sum256([]byte(req.Code))
 	ex := trace.Execution{
-		ID:         resp.ExecutionID,
-		CodeHash:   hex.EncodeToString(sum[:]),
-		CodeBytes:  len(req.Code),
-		Status:     "ok",
-		StartedAt:  start,
-		DurationMS: resp.DurationMS,
-		Source:     req.Source,
-		TraceID:    traceIDFromHeader(req.TraceHeader),
-		Calls:      len(resp.Calls),
+		ID:          resp.ExecutionID,
+		CodeHash:    hex.EncodeToString(sum[:]),
+		CodeBytes:   len(req.Code),
+		Status:      "ok",
+		StartedAt:   start,
+		DurationMS:  resp.DurationMS,
+		Source:      req.Source,
+		TraceID:     traceIDFromHeader(req.TraceHeader),
+		TraceHeader: req.TraceHeader,
+		Calls:       len(own),
 	}
 	if !resp.OK {
 		ex.Status = "error"
@@ -320,7 +329,7 @@ func (s *Service) record(ctx context.Context, req Request, resp *Response, _ map
 		ex.Capability = p.Capability
 		ex.Depth = p.Depth
 	}
-	s.sink.Record(ctx, ex, resp.Calls)
+	s.sink.Record(ctx, ex, own)
 }
 
 // Flush writes buffered trace records (call before a Lambda returns).

@@ -207,6 +207,9 @@ func (f *function) dispatch(inv *invocation) error {
 }
 
 func (f *function) spawn() error {
+	f.mu.Lock()
+	extra := append([]string(nil), f.cfg.Env...)
+	f.mu.Unlock()
 	cmd := exec.Command(f.cfg.Binary)
 	cmd.Env = append(os.Environ(),
 		"AWS_LAMBDA_RUNTIME_API="+f.ln.Addr().String(),
@@ -216,7 +219,7 @@ func (f *function) spawn() error {
 		"AWS_LAMBDA_LOG_FORMAT=JSON",
 		"_HANDLER=bootstrap",
 	)
-	cmd.Env = append(cmd.Env, f.cfg.Env...)
+	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout = f.cfg.Stderr
 	cmd.Stderr = f.cfg.Stderr
 	if err := cmd.Start(); err != nil {
@@ -323,4 +326,15 @@ func (e *Emulator) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return body, resp.Header.Get("X-Amz-Function-Error") != "", err
+}
+
+// SetEnv adds environment variables (KEY=VALUE) to every function's
+// processes started from now on — for values known only once the emulator
+// listens, such as its own endpoint for functions that invoke others.
+func (e *Emulator) SetEnv(kv ...string) {
+	for _, f := range e.funcs {
+		f.mu.Lock()
+		f.cfg.Env = append(f.cfg.Env, kv...)
+		f.mu.Unlock()
+	}
 }

@@ -1,0 +1,213 @@
+// Package integration tests the deployed shape end to end on one machine,
+// with real parts only: the real execute and capability function binaries
+// run by a Lambda emulator that speaks the Invoke and Runtime APIs, AWS's
+// DynamoDB Local, real MCP servers (ours over SSE and streamable HTTP, and
+// the npm reference server), a UDP X-Ray daemon stand-in, and the pml
+// binary itself. Every process is started by the tests on free loopback
+// ports and stopped when they end.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
+	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
+	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
+	"github.com/pml-sandbox/pml/internal/tracedb"
+)
+
+// bins holds the binaries built once for the whole suite.
+var bins struct{ execute, capability, pml string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pml-integration")
+	if err != nil {
+		panic(err)
+	}
+	build := func(out, pkg string) string {
+		p := filepath.Join(dir, out)
+		cmd := exec.Command("go", "build", "-o", p, pkg)
+		cmd.Dir = ".."
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", pkg, err)
+			os.Exit(1)
+		}
+		return p
+	}
+	bins.execute = build("execute", "./functions/execute")
+	bins.capability = build("capability", "./functions/capability")
+	bins.pml = build("pml", "./cmd/pml")
+	code := m.Run()
+	dynamolocal.StopAll()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// stack is one deployment: both functions behind the emulator, their
+// tables in DynamoDB Local, MCP servers, X-Ray.
+type stack struct {
+	emu      *lambdaemu.Emulator
+	xray     *xraylisten.Listener
+	demo     *demoserver.Server
+	traces   *tracedb.Dynamo
+	capTable string
+	db       *dynamolocal.Instance
+}
+
+func newStack(t *testing.T, extraServers ...string) *stack {
+	t.Helper()
+	ctx := context.Background()
+	db := dynamolocal.Start(t)
+	client := db.Client()
+	tracesTable, capTable := dynamolocal.TableName(t)+"_traces", dynamolocal.TableName(t)+"_caps"
+	if err := tracedb.CreateTable(ctx, client, tracesTable); err != nil {
+		t.Fatal(err)
+	}
+	if err := capability.CreateTable(ctx, client, capTable); err != nil {
+		t.Fatal(err)
+	}
+	demo, err := demoserver.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = demo.Close() })
+	servers := []string{
+		fmt.Sprintf(`{"name": "kv", "url": %q, "transport": "sse", "allow_destructive": true}`, demo.SSEURL()),
+		fmt.Sprintf(`{"name": "text", "url": %q, "transport": "streamable"}`, demo.StreamableURL()),
+	}
+	servers = append(servers, extraServers...)
+	xr := xraylisten.Start(t)
+	cache := t.TempDir()
+	logs := &testLog{t: t}
+	env := []string{
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
+		"AWS_ENDPOINT_URL_DYNAMODB=" + db.Endpoint,
+		"AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
+		"AWS_XRAY_DAEMON_ADDRESS=" + xr.Addr(),
+		"LAMBDA_TASK_ROOT=" + cache,
+		"PML_TRACES_TABLE=" + tracesTable,
+		"PML_CAPABILITIES_TABLE=" + capTable,
+		"PML_CAPABILITY_FUNCTION=capability",
+		"PML_COMPILE_CACHE_DIR=" + cache,
+		`PML_MCP_SERVERS={"servers": [` + strings.Join(servers, ",") + `]}`,
+		"PML_LOG_LEVEL=warn",
+	}
+	// The emulator's address is only known once it listens, and the
+	// functions need it to invoke each other: start them lazily after.
+	emu, err := lambdaemu.Start(
+		lambdaemu.Function{Name: "execute", Binary: bins.execute, Env: env, Timeout: 30 * time.Second, Stderr: logs},
+		lambdaemu.Function{Name: "capability", Binary: bins.capability, Env: env, Timeout: 30 * time.Second, MaxConcurrency: 8, Stderr: logs},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu.SetEnv("AWS_ENDPOINT_URL_LAMBDA=" + emu.Endpoint())
+	t.Cleanup(emu.Close)
+	return &stack{emu: emu, xray: xr, demo: demo, traces: tracedb.NewDynamo(client, tracesTable, 0, nil), capTable: capTable, db: db}
+}
+
+// testLog sends function output to the test log.
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.t.Helper()
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			l.t.Log(line)
+		}
+	}
+	return len(p), nil
+}
+
+// invoke sends a payload to a function, with an X-Ray trace header.
+func (s *stack) invoke(t *testing.T, fn string, payload any, traceHeader string) json.RawMessage {
+	t.Helper()
+	body, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.emu.Endpoint()+"/2015-03-31/functions/"+fn+"/invocations", bytes.NewReader(body))
+	if traceHeader != "" {
+		req.Header.Set("X-Amzn-Trace-Id", traceHeader)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("X-Amz-Function-Error") != "" {
+		t.Fatalf("function error: %s", out)
+	}
+	return out
+}
+
+// httpEvent builds an API Gateway HTTP API (2.0) event.
+func httpEvent(method, path, body string) events.APIGatewayV2HTTPRequest {
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: "ANY /{proxy+}", RawPath: path, Body: body,
+		Headers: map[string]string{"content-type": "application/json"},
+	}
+	if p, q, ok := strings.Cut(path, "?"); ok {
+		ev.RawPath, ev.RawQueryString = p, q
+	}
+	ev.RequestContext.HTTP.Method = method
+	ev.RequestContext.HTTP.Path = ev.RawPath
+	ev.RequestContext.Stage = "$default"
+	return ev
+}
+
+// apiGateway is a local stand-in for API Gateway: plain HTTP in, HTTP API
+// events to the execute function through the Lambda emulator, responses
+// back. It lets an ordinary MCP client talk to the deployed function.
+func (s *stack) apiGateway(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ev := httpEvent(r.Method, r.URL.RequestURI(), string(body))
+		for k := range r.Header {
+			ev.Headers[strings.ToLower(k)] = r.Header.Get(k)
+		}
+		payload, _ := json.Marshal(ev)
+		out, fnErr, err := s.emu.Invoke(r.Context(), "execute", payload)
+		if err != nil || fnErr {
+			http.Error(w, fmt.Sprintf("function failed: %v %s", err, out), http.StatusBadGateway)
+			return
+		}
+		var resp events.APIGatewayV2HTTPResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			http.Error(w, "bad function response: "+string(out), http.StatusBadGateway)
+			return
+		}
+		for k, v := range resp.Headers {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.WriteString(w, resp.Body)
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}

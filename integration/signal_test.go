@@ -1,0 +1,5 @@
+package integration
+
+import "syscall"
+
+const syscallTERM = syscall.SIGTERM
