@@ -5,42 +5,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
+	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 )
 
 var engine *guest.Engine
 
 func TestMain(m *testing.M) {
-	ctx := context.Background()
-	var err error
-	engine, err = guest.New(ctx, guest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	dynamolocal.StopAll()
-	_ = engine.Close(ctx)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	enginetest.Main(m, func(e *guest.Engine) { engine = e }, dynamolocal.StopAll)
 }
 
 // world is a service whose tools are the demo tools and the registry's

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pml-sandbox/pml/internal/userdata"
 )
 
 // FileRegistry keeps every capability version in one JSON file, so separate
@@ -33,20 +35,7 @@ func NewFileRegistry(path string) *FileRegistry { return &FileRegistry{path: pat
 
 // DefaultFilePath is $PML_CAPABILITIES_FILE, else
 // $XDG_DATA_HOME/pml/capabilities.json (~/.local/share/pml/...).
-func DefaultFilePath() string {
-	if p := os.Getenv("PML_CAPABILITIES_FILE"); p != "" {
-		return p
-	}
-	dir := os.Getenv("XDG_DATA_HOME")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			home = os.TempDir()
-		}
-		dir = filepath.Join(home, ".local", "share")
-	}
-	return filepath.Join(dir, "pml", "capabilities.json")
-}
+func DefaultFilePath() string { return userdata.Path("PML_CAPABILITIES_FILE", "capabilities.json") }
 
 // locked runs f with the lock held and the current document loaded; when
 // write is true the (possibly changed) document is saved afterwards.

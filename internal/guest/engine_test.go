@@ -12,34 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 )
 
 var engine *guest.Engine
 
 func TestMain(m *testing.M) {
-	ctx := context.Background()
-	var err error
-	engine, err = guest.New(ctx, guest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := engine.Close(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	enginetest.Main(m, func(e *guest.Engine) { engine = e })
 }
 
 func run(t testing.TB, code string, mods ...func(*guest.Request)) *guest.Result {

@@ -3,7 +3,6 @@ package lambdaevents_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,35 +11,22 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"go.uber.org/goleak"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
+	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 )
 
 var handler func(context.Context, json.RawMessage) (any, error)
 
 func TestMain(m *testing.M) {
-	ctx := context.Background()
-	eng, err := guest.New(ctx, guest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(eng, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
-	handler = lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
-	code := m.Run()
-	_ = eng.Close(ctx)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	enginetest.Main(m, func(eng *guest.Engine) {
+		log := slog.New(slog.DiscardHandler)
+		svc := bridge.New(eng, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+		handler = lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
+	})
 }
 
 func fixture(t *testing.T, name string) json.RawMessage {

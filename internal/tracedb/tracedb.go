@@ -18,6 +18,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/userdata"
 )
 
 // Related is a tool seen in the same executions as another, with how often.
@@ -98,20 +99,7 @@ func NewFile(path string, max int) *Memory {
 }
 
 // DefaultFilePath is $PML_TRACES_FILE, else $XDG_DATA_HOME/pml/traces.jsonl.
-func DefaultFilePath() string {
-	if p := os.Getenv("PML_TRACES_FILE"); p != "" {
-		return p
-	}
-	dir := os.Getenv("XDG_DATA_HOME")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			home = os.TempDir()
-		}
-		dir = filepath.Join(home, ".local", "share")
-	}
-	return filepath.Join(dir, "pml", "traces.jsonl")
-}
+func DefaultFilePath() string { return userdata.Path("PML_TRACES_FILE", "traces.jsonl") }
 
 // Record implements trace.Sink.
 func (m *Memory) Record(_ context.Context, ex trace.Execution, calls []trace.Call) {
