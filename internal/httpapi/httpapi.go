@@ -144,22 +144,13 @@ func (a *api) middleware(next http.Handler) http.Handler {
 	})
 }
 
-// ExecuteRequest is the body of POST /execute (and of direct invocations,
-// SQS messages and EventBridge details).
-type ExecuteRequest struct {
-	Code             string          `json:"code"`
-	Args             json.RawMessage `json:"args,omitempty"`
-	Tools            []string        `json:"tools,omitempty"`
-	TimeoutMS        int             `json:"timeout_ms,omitempty"`
-	AllowDestructive bool            `json:"allow_destructive,omitempty"`
-	ParseJSONText    bool            `json:"parse_json_text,omitempty"`
-}
-
-// DecodeExecuteRequest parses and checks an execute request. Unknown fields
-// are rejected so a typo (`timeout` for `timeout_ms`) is not silently
-// ignored.
+// DecodeExecuteRequest parses and checks an execute request: the body of
+// POST /execute, a direct invocation, an SQS message or an EventBridge
+// detail. Unknown fields are rejected so a typo (`timeout` for
+// `timeout_ms`) is not silently ignored; the host-only fields of
+// bridge.Request are not JSON fields at all, so a caller cannot set them.
 func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
-	var er ExecuteRequest
+	var er bridge.Request
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&er); err != nil {
@@ -177,8 +168,7 @@ func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
 	if len(er.Args) > 0 && !json.Valid(er.Args) {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
 	}
-	return bridge.Request{Code: er.Code, Args: er.Args, Tools: er.Tools, TimeoutMS: er.TimeoutMS,
-		AllowDestructive: er.AllowDestructive, ParseJSONText: er.ParseJSONText}, nil
+	return er, nil
 }
 
 // StatusOf maps an execution's outcome to an HTTP status.
