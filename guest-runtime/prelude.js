@@ -250,27 +250,29 @@
     });
   }
 
+  // Globals that do not depend on the run are defined once, before the
+  // snapshot, so restoring an instance restores them for free.
+  const hidden = { enumerable: false, configurable: false, writable: false };
+  defineProperty(globalObject, "tools", {
+    value: ObjectFreeze({
+      search: (query, limit) => builtinCall(SEARCH, { query: String(query === undefined ? "" : query), limit: Number(limit) || 10 }),
+      list: () => builtinCall(LIST, {}),
+      describe: () => builtinCall(DESCRIBE, {}),
+    }),
+    ...hidden,
+  });
+  defineProperty(globalObject, "console", {
+    value: ObjectFreeze({ log: makeLogger(0), info: makeLogger(1), warn: makeLogger(2), error: makeLogger(3), debug: makeLogger(0) }),
+    ...hidden,
+  });
+  defineProperty(globalObject, "setTimeout", { value: setTimeoutImpl, ...hidden });
+  defineProperty(globalObject, "clearTimeout", { value: clearTimeoutImpl, ...hidden });
+
   function setup(cfg) {
     if (cfg.in_flight > 0) cap = cfg.in_flight;
-    const g = globalObject;
-    const hidden = { enumerable: false, configurable: false, writable: false };
-    defineProperty(g, "mcp", { value: buildMCP(cfg.tools || []), ...hidden });
-    defineProperty(g, "tools", {
-      value: ObjectFreeze({
-        search: (query, limit) => builtinCall(SEARCH, { query: String(query === undefined ? "" : query), limit: Number(limit) || 10 }),
-        list: () => builtinCall(LIST, {}),
-        describe: () => builtinCall(DESCRIBE, {}),
-      }),
-      ...hidden,
-    });
-    defineProperty(g, "console", {
-      value: ObjectFreeze({ log: makeLogger(0), info: makeLogger(1), warn: makeLogger(2), error: makeLogger(3), debug: makeLogger(0) }),
-      ...hidden,
-    });
-    defineProperty(g, "setTimeout", { value: setTimeoutImpl, ...hidden });
-    defineProperty(g, "clearTimeout", { value: clearTimeoutImpl, ...hidden });
+    defineProperty(globalObject, "mcp", { value: buildMCP(cfg.tools || []), ...hidden });
     if (cfg.globals) {
-      for (const k of ObjectKeys(cfg.globals)) defineProperty(g, k, { value: cfg.globals[k], ...hidden });
+      for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });
     }
     return cfg.args === undefined ? null : cfg.args;
   }
