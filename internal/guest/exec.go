@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,9 +54,8 @@ type execution struct {
 	taken    map[int32][]byte
 	wg       sync.WaitGroup
 
-	mu    sync.Mutex // guards calls and ended: tool goroutines finish their records
+	mu    sync.Mutex // guards calls: tool goroutines finish their records
 	calls []trace.Call
-	ended []bool
 
 	logs          []LogEntry
 	logBytes      int
@@ -208,7 +208,6 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	full := server + ":" + tool
 	x.mu.Lock()
 	x.calls = append(x.calls, rec)
-	x.ended = append(x.ended, false)
 	idx := len(x.calls) - 1
 	x.mu.Unlock()
 	x.inflight++
@@ -276,7 +275,6 @@ func (x *execution) finishRecord(idx, resultBytes int, err *fault.Error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := &x.calls[idx]
-	x.ended[idx] = true
 	r.DurationMS = float64(time.Since(r.StartedAt).Microseconds()) / 1000
 	r.ResultBytes = resultBytes
 	r.OK = err == nil
@@ -388,22 +386,15 @@ func (x *execution) takeLogs() ([]LogEntry, bool) {
 	return x.logs, x.logsTruncated
 }
 
-// traceCalls returns the call records once every call has ended.
+// traceCalls returns the call records once every call has ended: calls
+// still running when the script finished are cancelled, and each closes its
+// own record with the error its host returned.
 func (x *execution) traceCalls() []trace.Call {
 	x.cancel()
 	x.wg.Wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	out := make([]trace.Call, len(x.calls))
-	copy(out, x.calls)
-	for i := range out {
-		if !x.ended[i] {
-			// Still running when the script ended: it was cancelled.
-			out[i].ErrorCode = fault.Timeout
-			out[i].DurationMS = float64(time.Since(out[i].StartedAt).Microseconds()) / 1000
-		}
-	}
-	return out
+	return slices.Clone(x.calls)
 }
 
 // shutdown cancels whatever is still running and waits for it.
