@@ -194,30 +194,24 @@ func (w *wiring) close(ctx context.Context) {
 }
 
 func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, error) {
+	switch f.demo {
+	case "on", "off", "auto":
+	default:
+		return nil, usagef("--demo must be on, off or auto, not %q", f.demo)
+	}
 	w := &wiring{}
-	var sources []bridge.ToolSource
 	pool, err := f.mcpPool(ctx, logger)
 	if err != nil {
 		return nil, err
 	}
-	var mcpSources []bridge.ToolSource
+	var sources []bridge.ToolSource
 	if pool != nil {
 		w.pool = pool
 		w.closers = append(w.closers, func(context.Context) error { return pool.Close() })
-		mcpSources = append(mcpSources, bridge.MCPSource{Pool: pool})
+		sources = append(sources, bridge.MCPSource{Pool: pool})
 	}
-	sources = append(sources, mcpSources...)
-	switch f.demo {
-	case "on":
+	if f.demo == "on" || (f.demo == "auto" && pool == nil) {
 		sources = append(sources, bridge.DemoSource{})
-	case "auto":
-		if len(mcpSources) == 0 {
-			sources = append(sources, bridge.DemoSource{})
-		}
-	case "off":
-	default:
-		w.close(ctx)
-		return nil, usagef("--demo must be on, off or auto, not %q", f.demo)
 	}
 	engine, err := f.engine(ctx, logger)
 	if err != nil {
