@@ -254,6 +254,21 @@ func TestPMLServeREADMEExample(t *testing.T) {
 		t.Fatalf("GET /executions: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	// A capability saved over HTTP is callable at once.
+	resp, err = http.Post(base+"/capabilities", "application/json", strings.NewReader(`{"name": "math:dbl", "code": "return args.x * 2"}`))
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("POST /capabilities: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(base+"/execute", "application/json", strings.NewReader(`{"code": "return await mcp.math.dbl({x: 21})"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := json.Unmarshal(raw, &r); err != nil || !r.OK || string(r.Result) != "42" {
+		t.Fatalf("capability over HTTP: %s", raw)
+	}
 	// Graceful shutdown on SIGTERM.
 	_ = cmd.Process.Signal(syscallTERM)
 	done := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
@@ -42,10 +43,11 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	defer w.close(context.Background())
 
 	handler := httpapi.New(httpapi.Options{
-		Service: w.service,
-		Traces:  w.traces,
-		Health:  func() any { return map[string]any{"mcp_servers": w.health()} },
-		Logger:  log,
+		Service:      w.service,
+		Traces:       w.traces,
+		Capabilities: app.NewCapabilityAPI(w.registry),
+		Health:       func() any { return map[string]any{"mcp_servers": w.health()} },
+		Logger:       log,
 	})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
