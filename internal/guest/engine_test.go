@@ -470,3 +470,19 @@ func TestCompilationCache(t *testing.T) {
 		t.Fatal("compilation cache directory stayed empty")
 	}
 }
+
+func TestBigPayloadsAreHashedNotStored(t *testing.T) {
+	r := run(t, "const big = 'x'.repeat(5000); await mcp.demo.echo({big}); await mcp.demo.echo({small: 1}); return 1")
+	mustOK(t, r)
+	big, small := r.Calls[0], r.Calls[1]
+	if len(big.ArgsHash) != 16 || big.ArgsHash != big.ResultHash || big.ArgsBytes < 5000 {
+		t.Fatalf("big payload not hashed: %+v", big)
+	}
+	if small.ArgsHash != "" || small.ResultHash != "" {
+		t.Fatalf("small payload hashed: %+v", small)
+	}
+	b, _ := json.Marshal(r.Calls)
+	if strings.Contains(string(b), "xxxxxxxx") {
+		t.Fatal("a payload body reached the trace")
+	}
+}

@@ -204,6 +204,7 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 		Kind:        kind,
 		StartedAt:   time.Now(),
 		ArgsBytes:   len(args),
+		ArgsHash:    trace.Hash(args),
 	}
 	full := server + ":" + tool
 	x.mu.Lock()
@@ -213,7 +214,7 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	x.inflight++
 
 	refuse := func(e *fault.Error) int32 {
-		x.finishRecord(idx, 0, e)
+		x.finishRecord(idx, nil, e)
 		x.ready = append(x.ready, completion{id: id, ok: false, data: errorJSON(e)})
 		return id
 	}
@@ -257,26 +258,28 @@ func (x *execution) complete(id int32, idx int, full string, data json.RawMessag
 		if fe.Tool == "" {
 			fe.Tool = full
 		}
-		x.finishRecord(idx, 0, fe)
+		x.finishRecord(idx, nil, fe)
 		return completion{id: id, data: errorJSON(fe)}
 	case len(data) > x.limits.ToolResultSize:
 		fe := fault.Limitf(fault.LimitResultBytes, "tool result is %d bytes; the limit is %d", len(data), x.limits.ToolResultSize).WithTool(full)
-		x.finishRecord(idx, len(data), fe)
+		x.finishRecord(idx, data, fe)
 		return completion{id: id, data: errorJSON(fe)}
 	}
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
-	x.finishRecord(idx, len(data), nil)
+	x.finishRecord(idx, data, nil)
 	return completion{id: id, ok: true, data: data}
 }
 
-func (x *execution) finishRecord(idx, resultBytes int, err *fault.Error) {
+func (x *execution) finishRecord(idx int, result []byte, err *fault.Error) {
+	hash := trace.Hash(result)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := &x.calls[idx]
 	r.DurationMS = float64(time.Since(r.StartedAt).Microseconds()) / 1000
-	r.ResultBytes = resultBytes
+	r.ResultBytes = len(result)
+	r.ResultHash = hash
 	r.OK = err == nil
 	if err != nil {
 		r.ErrorCode = err.Code

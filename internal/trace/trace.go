@@ -6,6 +6,8 @@ package trace
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -39,6 +41,10 @@ type Call struct {
 	ErrorCode    fault.Code `json:"error_code,omitempty"`
 	ArgsBytes    int        `json:"args_bytes"`
 	ResultBytes  int        `json:"result_bytes"`
+	// ArgsHash and ResultHash identify big payloads (HashThreshold bytes
+	// or more) without storing them: bodies are never traced.
+	ArgsHash   string `json:"args_hash,omitempty"`
+	ResultHash string `json:"result_hash,omitempty"`
 	// ChildExecutionID links a capability call to the execution it started.
 	ChildExecutionID string `json:"child_execution_id,omitempty"`
 }
@@ -62,6 +68,21 @@ type Execution struct {
 	TraceHeader string `json:"-"`
 	Source      string `json:"source,omitempty"`
 	Calls       int    `json:"calls"`
+}
+
+// HashThreshold is the payload size from which calls record a hash of their
+// arguments and results, so equal big payloads can be recognised across
+// traces while small ones cost nothing extra.
+const HashThreshold = 1024
+
+// Hash returns the first 16 hex digits of the payload's SHA-256 when it is
+// at least HashThreshold bytes, else "".
+func Hash(payload []byte) string {
+	if len(payload) < HashThreshold {
+		return ""
+	}
+	sum := sha256.Sum256(payload)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Sink receives records. Implementations must be safe for concurrent use and
