@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,41 @@ func TestWarmExecutionsReuseDiscovery(t *testing.T) {
 	}
 	if after.Calls-before.Calls != 5 {
 		t.Fatalf("calls %d → %d", before.Calls, after.Calls)
+	}
+}
+
+// TestNoLeaksOverManyMCPExecutions runs executions with remote calls in a
+// loop: goroutines and heap stay flat.
+func TestNoLeaksOverManyMCPExecutions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long loop")
+	}
+	f := newFixture(t)
+	loop := func(n int) {
+		for i := range n {
+			r := f.run(t, `const [a, b] = await Promise.all([mcp.kv.now({}), mcp.text.word_count({text: "a b"})]); return b.words`)
+			if !r.OK {
+				t.Fatalf("run %d: %+v", i, r.Error)
+			}
+		}
+	}
+	measure := func() (uint64, int) {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse, runtime.NumGoroutine()
+	}
+	loop(50)
+	h0, g0 := measure()
+	loop(500)
+	time.Sleep(100 * time.Millisecond) // let finished calls' goroutines exit
+	h1, g1 := measure()
+	t.Logf("heap %d → %d KiB, goroutines %d → %d", h0>>10, h1>>10, g0, g1)
+	if g1 > g0+2 {
+		t.Errorf("goroutines grew from %d to %d", g0, g1)
+	}
+	if h1 > h0+16<<20 {
+		t.Errorf("heap grew from %d to %d KiB", h0>>10, h1>>10)
 	}
 }
