@@ -229,22 +229,22 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	}
 	limits.Timeout = timeout
 	host := &toolHost{service: s, req: &req, entries: entries, visible: visible}
-	res := s.engine.Run(ctx, guest.Request{
+	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
 		Code:        req.Code,
 		Args:        req.Args,
 		Tools:       gtools,
 		Host:        host,
 		Limits:      limits,
-	})
+	}
+	if rec, ok := s.sink.(trace.CallRecorder); ok {
+		// Calls go to the sink as they end, complete, so that by the time
+		// the script returns most of its trace is already written.
+		greq.OnCall = func(c trace.Call) { rec.RecordCall(ctx, finishCall(c, entries, &req, host)) }
+	}
+	res := s.engine.Run(ctx, greq)
 	for i := range res.Calls {
-		if e, ok := entries[res.Calls[i].Server+":"+res.Calls[i].Tool]; ok {
-			res.Calls[i].Kind = e.tool.Kind
-		}
-		if req.Parent != nil {
-			res.Calls[i].ParentCallID = req.Parent.CallID
-		}
-		res.Calls[i].ChildExecutionID = host.childOf(res.Calls[i].CallID)
+		res.Calls[i] = finishCall(res.Calls[i], entries, &req, host)
 	}
 	// Descendants' calls follow the execution's own, each with its
 	// execution id and the parent call that started its run.
@@ -263,6 +263,20 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		resp.Calls = []trace.Call{}
 	}
 	return resp, entries
+}
+
+// finishCall completes a call record with what only the bridge knows: the
+// kind of tool, the parent call of a capability run, the child execution a
+// capability call started.
+func finishCall(c trace.Call, entries map[string]entry, req *Request, host *toolHost) trace.Call {
+	if e, ok := entries[c.Server+":"+c.Tool]; ok {
+		c.Kind = e.tool.Kind
+	}
+	if req.Parent != nil {
+		c.ParentCallID = req.Parent.CallID
+	}
+	c.ChildExecutionID = host.childOf(c.CallID)
+	return c
 }
 
 // unresolved reports the first mcp.x.y the code names that the tool set

@@ -65,6 +65,10 @@ type Request struct {
 	// Helpers are extra JS globals the host provides, as name → JSON value
 	// (e.g. the catalog for tools.search). Optional.
 	Globals map[string]json.RawMessage
+	// OnCall, when set, receives each call's record as soon as the call
+	// ends, so traces can be written while the script still runs. It is
+	// called from the goroutine that served the call and must not block.
+	OnCall func(trace.Call)
 }
 
 // Limits bound one execution. Every limit hit is reported as LIMIT_EXCEEDED

@@ -275,7 +275,6 @@ func (x *execution) complete(id int32, idx int, full string, data json.RawMessag
 func (x *execution) finishRecord(idx int, result []byte, err *fault.Error) {
 	hash := trace.Hash(result)
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	r := &x.calls[idx]
 	r.DurationMS = float64(time.Since(r.StartedAt).Microseconds()) / 1000
 	r.ResultBytes = len(result)
@@ -283,6 +282,11 @@ func (x *execution) finishRecord(idx int, result []byte, err *fault.Error) {
 	r.OK = err == nil
 	if err != nil {
 		r.ErrorCode = err.Code
+	}
+	done := *r
+	x.mu.Unlock()
+	if x.req.OnCall != nil {
+		x.req.OnCall(done)
 	}
 }
 

@@ -85,6 +85,13 @@ func Hash(payload []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// CallRecorder is implemented by sinks that can take call records one by
+// one while an execution runs (and then skip them in Record), so most of
+// a trace is written before the execution ends.
+type CallRecorder interface {
+	RecordCall(ctx context.Context, c Call)
+}
+
 // Sink receives records. Implementations must be safe for concurrent use and
 // must not block the caller on I/O: buffer, and write on Flush.
 type Sink interface {

@@ -46,12 +46,16 @@ type Dynamo struct {
 	ttl   time.Duration
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	items   []map[string]types.AttributeValue
-	pairs   [][2]string
-	written atomic.Int64
-	retried atomic.Int64
-	failed  atomic.Int64
+	mu       sync.Mutex
+	items    []map[string]types.AttributeValue
+	pairs    [][2]string
+	stream   []map[string]types.AttributeValue // calls recorded one by one, not yet written
+	streamed map[string]bool                   // "execution#call" already taken by RecordCall
+	bg       sync.WaitGroup                    // background writes of streamed calls
+	bgFailed atomic.Int64
+	written  atomic.Int64
+	retried  atomic.Int64
+	failed   atomic.Int64
 }
 
 // Stats counts what the store did with the items it was given.
@@ -93,6 +97,43 @@ type callItem struct {
 
 func execPK(id string) string { return "EXEC#" + id }
 
+func callKey(c trace.Call) string { return fmt.Sprintf("%s#%d", c.ExecutionID, c.CallID) }
+
+// backgroundTimeout bounds a background write of streamed calls, which
+// outlives the call that triggered it.
+const backgroundTimeout = 10 * time.Second
+
+// RecordCall implements trace.CallRecorder: a call's item is written in the
+// background as soon as 25 are pending, while the execution goes on.
+func (d *Dynamo) RecordCall(ctx context.Context, c trace.Call) {
+	item, err := attributevalue.MarshalMapWithOptions(
+		callItem{PK: execPK(c.ExecutionID), SK: fmt.Sprintf("CALL#%06d", c.CallID), Call: c, ExpiresAt: time.Now().Add(d.ttl).Unix()},
+		func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
+	if err != nil {
+		return // Record will write it with the execution
+	}
+	d.mu.Lock()
+	if d.streamed == nil {
+		d.streamed = map[string]bool{}
+	}
+	d.streamed[callKey(c)] = true
+	d.stream = append(d.stream, item)
+	var batch []map[string]types.AttributeValue
+	if len(d.stream) >= 25 {
+		batch, d.stream = d.stream[:25:25], d.stream[25:]
+	}
+	d.mu.Unlock()
+	if batch != nil {
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backgroundTimeout)
+			defer cancel()
+			d.bgFailed.Add(int64(d.writeBatch(bctx, batch)))
+		}()
+	}
+}
+
 // Record implements trace.Sink. It never does I/O.
 func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.Call) {
 	exp := time.Now().Add(d.ttl).Unix()
@@ -107,12 +148,16 @@ func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.C
 		items = append(items, m)
 	}
 	add(execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, ExpiresAt: exp})
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, c := range calls {
+		if k := callKey(c); d.streamed[k] {
+			delete(d.streamed, k) // already on its way
+			continue
+		}
 		add(callItem{PK: execPK(c.ExecutionID), SK: fmt.Sprintf("CALL#%06d", c.CallID), Call: c, ExpiresAt: exp})
 	}
 	tools := distinctTools(calls)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.items = append(d.items, items...)
 	for _, a := range tools {
 		for _, b := range tools {
@@ -123,11 +168,18 @@ func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.C
 	}
 }
 
-// Flush implements trace.Sink: it writes everything buffered, within ctx.
+// Flush implements trace.Sink: it waits for background writes and writes
+// everything still buffered, within ctx.
 func (d *Dynamo) Flush(ctx context.Context) error {
+	waited := make(chan struct{})
+	go func() { d.bg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+	}
 	d.mu.Lock()
-	items, pairs := d.items, d.pairs
-	d.items, d.pairs = nil, nil
+	items, pairs := append(d.items, d.stream...), d.pairs
+	d.items, d.pairs, d.stream = nil, nil, nil
 	d.mu.Unlock()
 	// Batches and counters go out concurrently: a flush costs about one
 	// round trip, not one per 25 items.
@@ -150,7 +202,7 @@ func (d *Dynamo) Flush(ctx context.Context) error {
 		})
 	}
 	_ = g.Wait()
-	if n := failures.Load(); n > 0 {
+	if n := failures.Load() + d.bgFailed.Swap(0); n > 0 {
 		return fmt.Errorf("tracedb: %d trace items could not be written (logged as trace_write_failed)", n)
 	}
 	return nil

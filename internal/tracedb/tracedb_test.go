@@ -273,3 +273,29 @@ func (s *safeBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestCallsStreamedDuringTheExecutionAreWrittenOnce(t *testing.T) {
+	var fl *flaky
+	s, _ := dynamoStore(t, func(api tracedb.DynamoAPI) tracedb.DynamoAPI { fl = &flaky{DynamoAPI: api}; return fl }, nil)
+	ctx := context.Background()
+	ex, calls := execution("ex_stream", 60, "a:x", "b:y")
+	for _, c := range calls {
+		s.RecordCall(ctx, c)
+	}
+	// Two full batches went out in the background before the execution
+	// ended; Record and Flush add the execution and the last 10 calls.
+	s.Record(ctx, ex, calls)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, gotCalls, err := s.GetExecution(ctx, "ex_stream")
+	if err != nil || got.ID != "ex_stream" || len(gotCalls) != 60 {
+		t.Fatalf("%+v with %d calls: %v", got, len(gotCalls), err)
+	}
+	if n := fl.batches.Load(); n != 3 {
+		t.Fatalf("%d BatchWriteItem requests for 61 items; want 3", n)
+	}
+	if st := s.Stats(); st.Written != 61 || st.Failed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

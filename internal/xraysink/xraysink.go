@@ -164,6 +164,15 @@ func (m Multi) Record(ctx context.Context, ex trace.Execution, calls []trace.Cal
 	}
 }
 
+// RecordCall implements trace.CallRecorder for the sinks that do.
+func (m Multi) RecordCall(ctx context.Context, c trace.Call) {
+	for _, s := range m {
+		if r, ok := s.(trace.CallRecorder); ok {
+			r.RecordCall(ctx, c)
+		}
+	}
+}
+
 // Flush implements trace.Sink: every sink is flushed; the first error wins.
 func (m Multi) Flush(ctx context.Context) error {
 	var first error
