@@ -25,7 +25,8 @@
   let inflight = 0;
   const queue = [];
   let queueHead = 0;
-  const pending = new MapCtor();
+  // Call ids are small consecutive integers: an array is the cheapest map.
+  const pending = [];
 
   // The wrapper `(async function (args) {` shares line 1 with the user's
   // first line; stacks are rewritten so columns match the user's code, and
@@ -116,7 +117,7 @@
   function startJob(job) {
     inflight++;
     const id = native.start(job.index, job.args);
-    pending.set(id, job);
+    pending[id] = job;
   }
 
   function invoke(index, server, tool, a) {
@@ -235,7 +236,7 @@
     };
     timers.set(handle, job);
     const id = native.start(job.index, job.args);
-    pending.set(id, job);
+    pending[id] = job;
     return handle;
   }
   function clearTimeoutImpl(handle) { timers.delete(handle); }
@@ -246,7 +247,7 @@
     return new PromiseCtor((resolve, reject) => {
       const job = { index, args: jsonStringify(a), resolve, reject, uncapped: true };
       const id = native.start(job.index, job.args);
-      pending.set(id, job);
+      pending[id] = job;
     });
   }
 
@@ -278,9 +279,9 @@
   }
 
   function settle(id, ok, value) {
-    const job = pending.get(id);
+    const job = pending[id];
     if (job === undefined) return;
-    pending.delete(id);
+    pending[id] = undefined;
     if (!job.uncapped) {
       inflight--;
       while (queueHead < queue.length && inflight < cap) {
