@@ -51,7 +51,7 @@ type execution struct {
 	timersN  int // timers ever started
 	ready    []completion
 	done     chan completion
-	taken    map[int32][]byte
+	taken    completion // the answer wait_any announced, for take_result to copy
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
@@ -77,7 +77,6 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan completion, 16),
-		taken:    make(map[int32][]byte),
 	}
 	x.req.ExecutionID = res.ExecutionID
 	return x
@@ -344,13 +343,16 @@ func (x *execution) waitAny() (id int32, n int, ok bool) {
 	} else {
 		x.inflight--
 	}
-	x.taken[c.id] = c.data
+	x.taken = c
 	return c.id, len(c.data), c.ok
 }
 
 func (x *execution) takeResult(id int32) []byte {
-	d := x.taken[id]
-	delete(x.taken, id)
+	if x.taken.id != id {
+		return nil // not the call just announced: a confused guest gets nothing
+	}
+	d := x.taken.data
+	x.taken = completion{}
 	return d
 }
 
