@@ -171,3 +171,22 @@ func TestMCPEndpoint(t *testing.T) {
 		t.Fatalf("list_capabilities: %+v", l.StructuredContent)
 	}
 }
+
+// TestOversizedCodeIs413 sends code that fits the body cap but not the
+// engine's code limit (256 KiB by default).
+func TestOversizedCodeIs413(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MaxBodyBytes: 1 << 20}))
+	defer srv.Close()
+	body := `{"code": "return 1 // ` + strings.Repeat("x", 300<<10) + `"}`
+	resp, err := http.Post(srv.URL+"/execute", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), `"limit":"code_size"`) {
+		t.Fatalf("%d %s", resp.StatusCode, raw)
+	}
+}
