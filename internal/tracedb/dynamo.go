@@ -97,6 +97,23 @@ type callItem struct {
 
 func execPK(id string) string { return "EXEC#" + id }
 
+// marshalItem encodes a record with its json names and leaves out empty
+// strings (a built-in call has no server, a run may have no error code):
+// DynamoDB Local, and DynamoDB before 2020, reject an empty string
+// attribute, and one such item would fail its whole batch.
+func marshalItem(v any) (map[string]types.AttributeValue, error) {
+	m, err := attributevalue.MarshalMapWithOptions(v, func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
+	if err != nil {
+		return nil, err
+	}
+	for k, a := range m {
+		if s, ok := a.(*types.AttributeValueMemberS); ok && s.Value == "" {
+			delete(m, k)
+		}
+	}
+	return m, nil
+}
+
 func callKey(c trace.Call) string { return fmt.Sprintf("%s#%d", c.ExecutionID, c.CallID) }
 
 // backgroundTimeout bounds a background write of streamed calls, which
@@ -106,9 +123,7 @@ const backgroundTimeout = 10 * time.Second
 // RecordCall implements trace.CallRecorder: a call's item is written in the
 // background as soon as 25 are pending, while the execution goes on.
 func (d *Dynamo) RecordCall(ctx context.Context, c trace.Call) {
-	item, err := attributevalue.MarshalMapWithOptions(
-		callItem{PK: execPK(c.ExecutionID), SK: fmt.Sprintf("CALL#%06d", c.CallID), Call: c, ExpiresAt: time.Now().Add(d.ttl).Unix()},
-		func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
+	item, err := marshalItem(callItem{PK: execPK(c.ExecutionID), SK: fmt.Sprintf("CALL#%06d", c.CallID), Call: c, ExpiresAt: time.Now().Add(d.ttl).Unix()})
 	if err != nil {
 		return // Record will write it with the execution
 	}
@@ -139,7 +154,7 @@ func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.C
 	exp := time.Now().Add(d.ttl).Unix()
 	var items []map[string]types.AttributeValue
 	add := func(v any) {
-		m, err := attributevalue.MarshalMapWithOptions(v, func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
+		m, err := marshalItem(v)
 		if err != nil {
 			d.failed.Add(1)
 			d.log.ErrorContext(ctx, "trace_write_failed", "reason", "encode", "err", err, "execution_id", ex.ID)
@@ -237,13 +252,23 @@ func (d *Dynamo) writeBatch(ctx context.Context, items []map[string]types.Attrib
 	}
 }
 
-// giveUp logs each item as one structured line, so CloudWatch keeps the
-// trace even though DynamoDB did not.
+// giveUp logs the items it could not write as one structured line per
+// execution (its partition), so CloudWatch keeps the trace even though
+// DynamoDB did not.
 func (d *Dynamo) giveUp(ctx context.Context, reqs []types.WriteRequest, err error) int {
+	var order []string
+	byPK := map[string][]map[string]any{}
 	for _, r := range reqs {
 		var v map[string]any
 		_ = attributevalue.UnmarshalMap(r.PutRequest.Item, &v)
-		d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "item", v)
+		pk, _ := v["pk"].(string)
+		if _, seen := byPK[pk]; !seen {
+			order = append(order, pk)
+		}
+		byPK[pk] = append(byPK[pk], v)
+	}
+	for _, pk := range order {
+		d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "partition", pk, "items", byPK[pk])
 	}
 	d.failed.Add(int64(len(reqs)))
 	return len(reqs)

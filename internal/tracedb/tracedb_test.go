@@ -223,7 +223,9 @@ func TestDynamoDBDownTracesGoToTheLog(t *testing.T) {
 		t.Fatalf("Flush took %v", d)
 	}
 	out := logs.String()
-	if n := strings.Count(out, `"msg":"trace_write_failed"`); n < 6 || !strings.Contains(out, "ex_lost") {
+	// One line for the execution's partition (its 6 items), one per
+	// co-occurrence counter.
+	if n := strings.Count(out, `"msg":"trace_write_failed"`); n != 3 || strings.Count(out, `"partition":"EXEC#ex_lost"`) != 1 || strings.Count(out, `"call_id"`) != 5 {
 		t.Fatalf("%d trace_write_failed lines:\n%s", n, out)
 	}
 	if s.Stats().Failed < 6 {
@@ -297,5 +299,21 @@ func TestCallsStreamedDuringTheExecutionAreWrittenOnce(t *testing.T) {
 	}
 	if st := s.Stats(); st.Written != 61 || st.Failed != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestBuiltinCallsWithEmptyFieldsDoNotFailTheirBatch(t *testing.T) {
+	s, _ := dynamoStore(t, nil, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	ex, calls := execution("ex_builtin", 3, "a:x")
+	ex.CodeHash = ""
+	calls[1].Server, calls[1].Tool, calls[1].Kind = "", "tools.search", trace.KindBuiltin
+	s.Record(ctx, ex, calls)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := s.GetExecution(ctx, "ex_builtin")
+	if err != nil || len(got) != 3 || got[1].Tool != "tools.search" || got[1].Server != "" {
+		t.Fatalf("%+v %v", got, err)
 	}
 }

@@ -33,13 +33,12 @@ import (
 type Sink struct {
 	emitter *xray.DefaultEmitter
 	service string
-	lambda  bool
 }
 
 // New sends to the daemon at AWS_XRAY_DAEMON_ADDRESS (default
-// 127.0.0.1:2000). In Lambda (LAMBDA_TASK_ROOT set) each execution becomes a
-// subsegment of the function's own segment, named by the trace header;
-// elsewhere it is a segment of its own named service.
+// 127.0.0.1:2000). An execution that ran under a trace header with a parent
+// (as in Lambda) becomes a subsegment of that segment; otherwise it is a
+// segment of its own named service.
 func New(service string) (*Sink, error) {
 	addr := os.Getenv("AWS_XRAY_DAEMON_ADDRESS")
 	if addr == "" {
@@ -61,7 +60,7 @@ func New(service string) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{emitter: em, service: service, lambda: os.Getenv("LAMBDA_TASK_ROOT") != ""}, nil
+	return &Sink{emitter: em, service: service}, nil
 }
 
 var configureOnce sync.Once
