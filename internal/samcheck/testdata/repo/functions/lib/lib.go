@@ -1,0 +1,2 @@
+// Package lib is no main package.
+package lib
