@@ -263,3 +263,19 @@ func TestLambdaHandlerRejectsBadPayloads(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
+
+func TestChildRunNeverOutlivesItsCaller(t *testing.T) {
+	w := newWorld(t, map[string]string{"slow:wait": "await mcp.demo.sleep({ms: 5000}); return 1"})
+	start := time.Now()
+	r := w.svc.Execute(context.Background(), bridge.Request{Code: "return await mcp.slow.wait({})", TimeoutMS: 300})
+	if r.OK || r.Error.Code != fault.Timeout || time.Since(start) > 2*time.Second {
+		t.Fatalf("%+v after %v", r.Error, time.Since(start))
+	}
+	// The payload to the capability function carries what is left.
+	h := capability.Handler(w.reg, func() *bridge.Service { return w.svc })
+	start = time.Now()
+	resp, err := h(context.Background(), json.RawMessage(`{"capability": "slow:wait", "depth": 1, "chain": ["slow:wait"], "timeout_ms": 200}`))
+	if err != nil || resp.OK || resp.Error.Code != fault.Timeout || time.Since(start) > 2*time.Second {
+		t.Fatalf("%+v %v after %v", resp, err, time.Since(start))
+	}
+}

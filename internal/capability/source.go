@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/bridge"
@@ -31,6 +32,9 @@ type Invocation struct {
 	Chain             []string        `json:"chain"` // capabilities from the root down to this one, this one last
 	TraceHeader       string          `json:"trace_header,omitempty"`
 	AllowDestructive  bool            `json:"allow_destructive,omitempty"`
+	// TimeoutMS is what is left of the caller's deadline, so a child run
+	// never outlives its caller (0: no deadline known).
+	TimeoutMS int `json:"timeout_ms,omitempty"`
 }
 
 // Invoker runs capabilities somewhere: in this process, or in the
@@ -103,12 +107,20 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	if err := s.reg.IncrementCalls(ctx, name); err != nil {
 		s.log.WarnContext(ctx, "capability call count not updated", "capability", name, "err", err)
 	}
-	resp, err := s.inv.Invoke(ctx, Invocation{
+	inv := Invocation{
 		Capability: name, Version: c.Version, Args: args,
 		ParentExecutionID: opt.ExecutionID, ParentCallID: opt.CallID,
 		Depth: depth, Chain: append(chain, name),
 		TraceHeader: opt.TraceHeader, AllowDestructive: opt.AllowDestructive,
-	})
+	}
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d).Milliseconds()
+		if left < 1 {
+			return nil, fault.New(fault.Timeout, "no time left to run %s", name).WithTool(name)
+		}
+		inv.TimeoutMS = int(left)
+	}
+	resp, err := s.inv.Invoke(ctx, inv)
 	if err != nil {
 		return nil, fault.As(err).WithTool(name)
 	}
@@ -178,6 +190,7 @@ func Run(ctx context.Context, reg Registry, svc *bridge.Service, inv Invocation)
 	}
 	return svc.Execute(ctx, bridge.Request{
 		Code:             c.Code,
+		TimeoutMS:        inv.TimeoutMS,
 		Args:             inv.Args,
 		AllowDestructive: inv.AllowDestructive,
 		Source:           "capability",
