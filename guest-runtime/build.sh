@@ -35,6 +35,7 @@ command -v wasm-ld >/dev/null 2>&1 || command -v wasm-ld-14 >/dev/null 2>&1 || n
 [ -f /usr/include/wasm32-wasi/stdio.h ] || need_pkgs+=(wasi-libc)
 ls /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 || need_pkgs+=(libclang-rt-14-dev-wasm32)
 command -v wasm-opt >/dev/null 2>&1 || need_pkgs+=(binaryen)
+command -v wasm2wat >/dev/null 2>&1 && command -v wat2wasm >/dev/null 2>&1 || need_pkgs+=(wabt)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "installing toolchain: ${need_pkgs[*]}"
   sudo_cmd=()
@@ -117,5 +118,18 @@ mkdir -p "$(dirname "$out")"
 # the development machine); Debian pins its version.
 wasm-opt -O3 "$out.tmp" -o "$out.opt"
 rm -f "$out.tmp"
-mv "$out.opt" "$out"
+
+# Loop check-ins: C code inside QuickJS (Array.prototype.includes over an
+# array-like of length 2**53, say) can loop for hours without reaching the
+# interpreter's interrupt poll, and a goroutine inside compiled wasm cannot
+# be preempted, so one such loop would stall the host's garbage collector.
+# Every loop header therefore counts down a budget and, when it runs out,
+# calls pml.poll: the host traps if the run must stop and otherwise hands
+# back the next budget. See guest-runtime/loopcheck.awk.
+wasm2wat "$out.opt" -o "$work/guest.wat"
+awk -f "$here/loopcheck.awk" "$work/guest.wat" >"$work/guest-checked.wat" ||
+  die "loop instrumentation failed"
+wat2wasm "$work/guest-checked.wat" -o "$out.checked"
+rm -f "$out.opt"
+mv "$out.checked" "$out"
 say "built $out ($(wc -c <"$out") bytes, sha256 $(sha256sum "$out" | cut -c1-16))"

@@ -16,7 +16,18 @@
  *                                           0 = nothing in flight, <0 = stop
  *   take_result(id, buf)                   copies that call's answer
  *   log(level, msg) -> keep                console output; 0 = stop sending
- *   interrupted() -> bool                  deadline check (interrupt handler)
+ *   fault(doc) -> id                       keeps an error the prelude raises
+ *                                           for the host, so the host can
+ *                                           tell later whether it was edited
+ *   poll() -> budget                       check-in: traps when the run must
+ *                                           stop, else the loop budget
+ *
+ * The run ends by a trap, never by a JS exception: once the deadline has
+ * passed, the host traps at the guest's next contact (any import). The
+ * guest contacts it often enough: QuickJS's interrupt handler calls poll,
+ * and the build (loopcheck.awk) makes every loop header count down a budget
+ * and call poll when it runs out, so C code looping over a huge array-like
+ * is stopped too, and the host's garbage collector is never kept waiting.
  */
 #include "quickjs.c"
 
@@ -35,8 +46,10 @@ IMPORT("take_result")
 void host_take_result(int32_t id, char *buf);
 IMPORT("log")
 int32_t host_log(int32_t level, const char *msg, int32_t msg_len);
-IMPORT("interrupted")
-int32_t host_interrupted(void);
+IMPORT("fault")
+int32_t host_fault(const char *doc, int32_t doc_len);
+IMPORT("poll")
+int32_t host_poll(void);
 
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
@@ -46,10 +59,15 @@ static JSContext *ctx;
 /* Functions returned by the prelude, kept across the snapshot. */
 static JSValue fn_setup, fn_settle, fn_finish, fn_fail;
 
+/* The handler never asks QuickJS to raise "interrupted": that exception
+ * needs memory (a script at its heap limit would get a catchable
+ * out-of-memory error instead) and scripts could observe it. The host traps
+ * instead. */
 static int interrupt_handler(JSRuntime *r, void *opaque) {
     (void)r;
     (void)opaque;
-    return host_interrupted();
+    host_poll();
+    return 0;
 }
 
 /* native.start(toolIndex, argsJSON) -> id */
@@ -80,6 +98,17 @@ static JSValue native_log(JSContext *c, JSValueConst this_val, int argc, JSValue
     return JS_NewBool(c, keep);
 }
 
+/* native.fault(errorJSON) -> id */
+static JSValue native_fault(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    size_t dl;
+    const char *d = JS_ToCStringLen(c, &dl, argv[0]);
+    if (!d)
+        return JS_EXCEPTION;
+    JSValue ret = JS_NewInt32(c, host_fault(d, (int32_t)dl));
+    JS_FreeCString(c, d);
+    return ret;
+}
+
 __attribute__((export_name("pml_alloc"))) void *pml_alloc(int32_t n) { return malloc(n > 0 ? n : 1); }
 
 __attribute__((export_name("pml_free"))) void pml_free(void *p) { free(p); }
@@ -104,6 +133,7 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     JSValue native = JS_NewObject(ctx);
     JS_SetPropertyStr(ctx, native, "start", JS_NewCFunction(ctx, native_start, "start", 2));
     JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
+    JS_SetPropertyStr(ctx, native, "fault", JS_NewCFunction(ctx, native_fault, "fault", 1));
     JSValue api = JS_Call(ctx, prelude, JS_UNDEFINED, 1, (JSValueConst *)&native);
     JS_FreeValue(ctx, prelude);
     JS_FreeValue(ctx, native);
@@ -150,10 +180,6 @@ static int64_t emit_static(const char *s) {
 /* Turn the pending exception into the output document via the prelude. */
 static int64_t emit_exception(void) {
     JSValue exc = JS_GetException(ctx);
-    if (host_interrupted()) {
-        JS_FreeValue(ctx, exc);
-        return emit_static("{\"ok\":false,\"error\":{\"code\":\"TIMEOUT\",\"message\":\"execution deadline exceeded\"}}");
-    }
     JSValue doc = JS_Call(ctx, fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&exc);
     JS_FreeValue(ctx, exc);
     if (JS_IsException(doc)) {
@@ -232,18 +258,20 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
             return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
         host_take_result(id, buf);
         buf[len] = 0;
-        JSValue argv[3];
+        JSValue argv[4];
         argv[0] = JS_NewInt32(ctx, id);
         argv[1] = JS_NewBool(ctx, ok);
         argv[2] = JS_ParseJSON(ctx, buf, len, "tool-result.json");
+        argv[3] = JS_FALSE;
         free(buf);
         if (JS_IsException(argv[2])) {
             /* Malformed host JSON or OOM while parsing: reject the call
              * with the exception instead of aborting the whole script. */
             argv[1] = JS_NewBool(ctx, 0);
             argv[2] = JS_GetException(ctx);
+            argv[3] = JS_TRUE;
         }
-        JSValue s = JS_Call(ctx, fn_settle, JS_UNDEFINED, 3, (JSValueConst *)argv);
+        JSValue s = JS_Call(ctx, fn_settle, JS_UNDEFINED, 4, (JSValueConst *)argv);
         JS_FreeValue(ctx, argv[2]);
         if (JS_IsException(s))
             return emit_exception();

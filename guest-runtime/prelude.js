@@ -1,59 +1,119 @@
 // PML Sandbox guest prelude.
 //
 // Evaluated once per process before the memory snapshot. It is a function
-// the C glue calls with the native bindings (`start`, `log`); those stay in
-// this closure and never reach user code. It returns the entry points the
-// glue calls for every execution: setup, settle, finish, fail.
+// the C glue calls with the native bindings (`start`, `log`, `fault`);
+// those stay in this closure and never reach user code. It returns the
+// entry points the glue calls for every execution: setup, settle, finish,
+// fail.
+//
+// User code runs in the same realm and may replace any built-in method
+// (Array.prototype.push, Map.prototype.set, Function.prototype.call...) or
+// define setters on prototypes. So everything this file does while a
+// script runs goes through intrinsics captured here, before any user code,
+// and keeps its internal objects (call jobs, resolvers, the native
+// bindings) in objects without prototypes, where no script-defined setter
+// or method can see them.
 (function (native) {
   "use strict";
 
-  const hostErrors = new WeakSet();
+  // uncurry(f)(self, ...args) is f.call(self, ...args), bound now.
+  const uncurry = Function.prototype.bind.bind(Function.prototype.call);
+  const weakMapGet = uncurry(WeakMap.prototype.get);
+  const weakMapSet = uncurry(WeakMap.prototype.set);
+  const WeakMapCtor = WeakMap;
+  const ErrorCtor = Error;
+  const StringCtor = String;
+  const NumberCtor = Number;
+  const numberParseInt = Number.parseInt;
+  const mathMax = Math.max;
   const jsonStringify = JSON.stringify;
   const ObjectCreate = Object.create;
   const ObjectFreeze = Object.freeze;
   const ObjectKeys = Object.keys;
+  const ObjectSetPrototypeOf = Object.setPrototypeOf;
   const defineProperty = Object.defineProperty;
   const ProxyCtor = Proxy;
   const PromiseCtor = Promise;
+  const promiseReject = Promise.reject.bind(Promise);
   const MapCtor = Map;
   const globalObject = globalThis;
-  const hasOwn = Object.hasOwn;
+
+  // A dense array no script can reach through its prototype: writes past
+  // its end consult no setter and reads of holes no getter.
+  function bareArray() {
+    const a = [];
+    ObjectSetPrototypeOf(a, null);
+    return a;
+  }
+
+  // Errors the host (or this prelude on its behalf) created, each with the
+  // id under which the host keeps the original. A failing script's error
+  // keeps its code only when the host finds it unchanged (see fail).
+  const hostErrorIds = new WeakMapCtor();
+  function define(o, k, v) {
+    defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
+  }
 
   // Tool calls in flight are capped; calls beyond the cap wait in `queue`
   // so Promise.all over many calls just works, `cap` at a time.
   let cap = 16;
   let inflight = 0;
-  const queue = [];
+  const queue = bareArray();
   let queueHead = 0;
+  let queueTail = 0;
   // Call ids are small consecutive integers: an array is the cheapest map.
-  const pending = [];
+  const pending = bareArray();
 
   // The wrapper `(async function (args) {` shares line 1 with the user's
   // first line; stacks are rewritten so columns match the user's code, and
   // prelude frames (our internals) are dropped.
   const WRAP_COLS = 24;
   const MAX_FRAMES = 32;
+  // Only captured string methods here: this runs on the failure path,
+  // after the script may have replaced any built-in.
+  const stringSplit = uncurry(String.prototype.split);
+  const stringIncludes = uncurry(String.prototype.includes);
+  const stringIndexOf = uncurry(String.prototype.indexOf);
+  const stringSlice = uncurry(String.prototype.slice);
+  const FIRST_LINE = "main.js:1:";
   function cleanStack(stack) {
-    const out = [];
-    let dropped = 0;
-    for (const line of String(stack || "").split("\n")) {
-      if (line === "" || line.includes("prelude.js") || line.includes("(native)")) continue;
-      if (out.length >= MAX_FRAMES) { dropped++; continue; }
-      out.push(line.replace(/main\.js:1:(\d+)/, (m, c) => "main.js:1:" + Math.max(1, Number(c) - WRAP_COLS)));
+    const lines = stringSplit(typeof stack === "string" ? stack : "", "\n");
+    let out = "";
+    let kept = 0, dropped = 0;
+    for (let i = 0; i < lines.length; i++) {
+      let line = lines[i];
+      if (line === "" || stringIncludes(line, "prelude.js") || stringIncludes(line, "(native)")) continue;
+      if (kept >= MAX_FRAMES) { dropped++; continue; }
+      const at = stringIndexOf(line, FIRST_LINE);
+      if (at >= 0) {
+        const rest = stringSlice(line, at + FIRST_LINE.length);
+        const col = numberParseInt(rest, 10);
+        if (col > 0) line = stringSlice(line, 0, at) + FIRST_LINE + mathMax(1, col - WRAP_COLS) + stringSlice(rest, StringCtor(col).length);
+      }
+      out += (kept++ ? "\n" : "") + line;
     }
-    if (dropped) out.push("    ... " + dropped + " more frames");
-    return out.join("\n");
+    if (dropped) out += "\n    ... " + dropped + " more frames";
+    return out;
   }
 
-  function hostError(e) {
-    const err = new Error(String(e.message || e.code || "tool call failed"));
-    err.code = e.code || "INTERNAL";
-    if (e.tool) err.tool = e.tool;
-    if (e.limit) err.limit = e.limit;
-    err.retryable = !!e.retryable;
-    if (e.details !== undefined) err.details = e.details;
-    hostErrors.add(err);
+  // hostError turns an error document the host delivered under id into
+  // the Error the script sees.
+  function hostError(e, id) {
+    const err = new ErrorCtor(StringCtor(e.message || e.code || "tool call failed"));
+    define(err, "code", e.code || "INTERNAL");
+    if (e.tool) define(err, "tool", e.tool);
+    if (e.limit) define(err, "limit", e.limit);
+    define(err, "retryable", !!e.retryable);
+    if (e.details !== undefined) define(err, "details", e.details);
+    weakMapSet(hostErrorIds, err, id);
     return err;
+  }
+
+  // preludeError is an error this prelude raises for the host (a missing
+  // tool, arguments that are not JSON...): the host keeps the original
+  // first, so it is checked like any other.
+  function preludeError(e) {
+    return hostError(e, native.fault(jsonStringify(e)));
   }
 
   function levenshtein(a, b) {
@@ -86,7 +146,7 @@
     let msg = "mcp." + what + " is not a tool of this execution";
     if (near.length) msg += "; did you mean " + near.map((n) => "mcp." + n).join(", ") + "?";
     else if (candidates.length === 0) msg += "; this execution has no tools";
-    return hostError({ code: "TOOL_NOT_FOUND", message: msg, tool: what.replace(".", ":"), details: { suggestions: near.map((n) => n.replace(".", ":")) } });
+    return preludeError({ code: "TOOL_NOT_FOUND", message: msg, tool: what.replace(".", ":"), details: { suggestions: near.map((n) => n.replace(".", ":")) } });
   }
 
   // Names a guarded object answers with undefined instead of throwing, so
@@ -114,10 +174,22 @@
   // the host's built-ins.
   const SLEEP = -1, SEARCH = -2, LIST = -3, DESCRIBE = -4;
 
+  // A job is one call the host serves: a tool call, a timer or a tools.*
+  // built-in. It lives in a prototype-less object so no script-defined
+  // setter ever sees one.
+  function newJob(index, args, resolve, reject, uncapped) {
+    const job = ObjectCreate(null);
+    job.index = index;
+    job.args = args;
+    job.resolve = resolve;
+    job.reject = reject;
+    job.uncapped = uncapped;
+    return job;
+  }
+
   function startJob(job) {
-    inflight++;
-    const id = native.start(job.index, job.args);
-    pending[id] = job;
+    if (!job.uncapped) inflight++;
+    pending[native.start(job.index, job.args)] = job;
   }
 
   function invoke(index, server, tool, a) {
@@ -128,16 +200,18 @@
       try {
         args = jsonStringify(a);
       } catch (e) {
-        return PromiseCtor.reject(hostError({ code: "INVALID_ARGUMENTS", tool: server + ":" + tool, message: "arguments are not JSON-serialisable: " + e.message }));
+        let why;
+        try { why = StringCtor(e && e.message); } catch (_) { why = "unknown error"; }
+        return promiseReject(preludeError({ code: "INVALID_ARGUMENTS", tool: server + ":" + tool, message: "arguments are not JSON-serialisable: " + why }));
       }
       if (args === undefined) {
-        return PromiseCtor.reject(hostError({ code: "INVALID_ARGUMENTS", tool: server + ":" + tool, message: "arguments must be a JSON value, got " + typeof a }));
+        return promiseReject(preludeError({ code: "INVALID_ARGUMENTS", tool: server + ":" + tool, message: "arguments must be a JSON value, got " + typeof a }));
       }
     }
     return new PromiseCtor((resolve, reject) => {
-      const job = { index, args, resolve, reject, uncapped: false };
+      const job = newJob(index, args, resolve, reject, false);
       if (inflight < cap) startJob(job);
-      else queue.push(job);
+      else queue[queueTail++] = job;
     });
   }
 
@@ -221,34 +295,35 @@
 
   // Timers are host-side sleeps (server ""), so they share the one event loop
   // with tool calls and never run after the script has finished.
+  // Timer handles are consecutive integers; a cleared or fired timer's slot
+  // holds false.
   let timerSeq = 0;
-  const timers = new MapCtor();
+  const timers = bareArray();
+  const TypeErrorCtor = TypeError;
   function setTimeoutImpl(fn, ms, ...rest) {
-    if (typeof fn !== "function") throw new TypeError("setTimeout: callback is not a function");
+    if (typeof fn !== "function") throw new TypeErrorCtor("setTimeout: callback is not a function");
     const handle = ++timerSeq;
-    const delay = Math.max(0, Number(ms) || 0);
-    const job = {
-      index: SLEEP, args: jsonStringify({ ms: delay }), uncapped: true,
-      resolve() {
-        if (timers.delete(handle)) fn(...rest);
-      },
-      reject() { timers.delete(handle); },
+    const delay = mathMax(0, NumberCtor(ms) || 0);
+    timers[handle] = true;
+    const fire = () => {
+      if (timers[handle]) {
+        timers[handle] = false;
+        fn(...rest);
+      }
     };
-    timers.set(handle, job);
-    const id = native.start(job.index, job.args);
-    pending[id] = job;
+    const drop = () => { timers[handle] = false; };
+    startJob(newJob(SLEEP, "{\"ms\":" + delay + "}", fire, drop, true));
     return handle;
   }
-  function clearTimeoutImpl(handle) { timers.delete(handle); }
+  function clearTimeoutImpl(handle) {
+    if (typeof handle === "number" && handle > 0 && handle <= timerSeq) timers[handle] = false;
+  }
 
   // Built-ins (server "") are served by the host like tools but are not
   // queued behind the in-flight cap.
   function builtinCall(index, a) {
-    return new PromiseCtor((resolve, reject) => {
-      const job = { index, args: jsonStringify(a), resolve, reject, uncapped: true };
-      const id = native.start(job.index, job.args);
-      pending[id] = job;
-    });
+    const args = jsonStringify(a);
+    return new PromiseCtor((resolve, reject) => startJob(newJob(index, args, resolve, reject, true)));
   }
 
   // Globals that do not depend on the run are defined once, before the
@@ -278,25 +353,27 @@
     return cfg.args === undefined ? null : cfg.args;
   }
 
-  function settle(id, ok, value) {
+  // settle delivers the host's answer to call id. raw is true when the
+  // glue could not read the answer (value is then the exception).
+  function settle(id, ok, value, raw) {
     const job = pending[id];
     if (job === undefined) return;
     pending[id] = undefined;
     if (!job.uncapped) {
       inflight--;
-      while (queueHead < queue.length && inflight < cap) {
+      while (queueHead < queueTail && inflight < cap) {
         const next = queue[queueHead];
         queue[queueHead++] = undefined;
         startJob(next);
       }
-      if (queueHead === queue.length) { queue.length = 0; queueHead = 0; }
+      if (queueHead === queueTail) { queue.length = 0; queueHead = queueTail = 0; }
     }
     if (ok) job.resolve(value);
-    else job.reject(value instanceof Error ? value : hostError(value));
+    else job.reject(raw ? value : hostError(value, id));
   }
 
   function invalidResult(message) {
-    return hostError({ code: "INVALID_RESULT", message: "the script's return value cannot be sent as JSON: " + message });
+    return preludeError({ code: "INVALID_RESULT", message: "the script's return value cannot be sent as JSON: " + message });
   }
 
   function finish(value) {
@@ -314,40 +391,56 @@
         return v;
       });
     } catch (e) {
-      if (hostErrors.has(e)) throw e;
-      if (e instanceof TypeError && /circular/i.test(e.message)) throw invalidResult("it contains a circular reference");
-      if (e instanceof TypeError && /bigint/i.test(e.message)) throw invalidResult("it contains a BigInt (convert it with String() or Number())");
+      if (e !== null && typeof e === "object" && weakMapGet(hostErrorIds, e) !== undefined) throw e;
+      const m = e instanceof TypeError ? StringCtor(e.message) : "";
+      if (m === "circular reference") throw invalidResult("it contains a circular reference");
+      if (m === "Do not know how to serialize a BigInt") throw invalidResult("it contains a BigInt (convert it with String() or Number())");
       throw e;
     }
     if (json === undefined) return '{"ok":true,"value":null}';
     return '{"ok":true,"value":' + json + "}";
   }
 
+  // fail turns the script's failure into the output document. An error
+  // the host delivered keeps its code only if the host finds it unchanged:
+  // the document carries the id the host kept the original under and the
+  // fields as the script left them, and the host compares the two (a
+  // script that edits e.code = "TIMEOUT" and rethrows gets SCRIPT_ERROR).
   function fail(reason) {
     let e;
-    if (reason !== null && typeof reason === "object" && hostErrors.has(reason)) {
-      e = { code: reason.code, message: reason.message };
-      if (reason.tool) e.tool = reason.tool;
-      if (reason.limit) e.limit = reason.limit;
-      if (reason.retryable) e.retryable = true;
+    try {
+      e = describeFailure(reason);
+    } catch (_) {
+      // A getter or override of the script's threw while we read its error.
+      e = { code: "SCRIPT_ERROR", message: "Uncaught exception (reading it threw again)" };
+    }
+    return jsonStringify({ ok: false, error: e });
+  }
+
+  function describeFailure(reason) {
+    let e;
+    const id = reason !== null && typeof reason === "object" ? weakMapGet(hostErrorIds, reason) : undefined;
+    if (id !== undefined) {
+      e = { host_error: id, code: reason.code, message: reason.message };
+      if (reason.tool !== undefined) e.tool = reason.tool;
+      if (reason.limit !== undefined) e.limit = reason.limit;
+      if (reason.retryable !== undefined) e.retryable = reason.retryable;
       if (reason.details !== undefined) e.details = reason.details;
       const st = cleanStack(reason.stack);
       if (st) e.stack = st;
-    } else if (reason instanceof Error) {
-      const name = String(reason.name || "Error");
-      const message = String(reason.message);
+    } else if (reason instanceof ErrorCtor) {
+      const name = StringCtor(reason.name || "Error");
+      const message = StringCtor(reason.message);
       e = { code: "SCRIPT_ERROR", message: name + ": " + message, stack: cleanStack(reason.stack) };
       if (name === "InternalError" && message === "out of memory") {
         e = { code: "LIMIT_EXCEEDED", limit: "memory", message: "the script ran out of memory", stack: e.stack };
       } else if (name === "InternalError" && message === "stack overflow") {
         e = { code: "LIMIT_EXCEEDED", limit: "stack", message: "the script overflowed its stack (too deep recursion)", stack: e.stack };
-      } else if (name === "InternalError" && message === "interrupted") {
-        e = { code: "TIMEOUT", message: "execution deadline exceeded" };
       }
     } else {
       e = { code: "SCRIPT_ERROR", message: "Uncaught " + inspect(reason, 1, []) };
     }
-    return jsonStringify({ ok: false, error: e });
+    return e;
   }
 
   return { setup, settle, finish, fail };

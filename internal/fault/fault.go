@@ -58,6 +58,7 @@ const (
 	LimitToolCalls   = "tool_calls"
 	LimitInFlight    = "calls_in_flight"
 	LimitLogBytes    = "log_bytes"
+	LimitLogEntries  = "log_entries"
 	LimitResultBytes = "result_bytes"
 	LimitArgsBytes   = "args_bytes"
 	LimitDepth       = "depth"

@@ -80,7 +80,8 @@ type Limits struct {
 	CodeBytes      int           // size of Code
 	ToolCalls      int           // calls per execution
 	InFlight       int           // calls in flight at once
-	LogBytes       int           // total console output kept
+	LogBytes       int           // console output kept: each line costs its length plus LogEntryOverhead
+	LogEntries     int           // console lines kept
 	ResultBytes    int           // size of the JSON result
 	ToolArgsBytes  int           // size of one call's arguments
 	ToolResultSize int           // size of one call's result as given to the script

@@ -51,8 +51,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Wasm overrides the embedded guest binary (tests only).
 	Wasm []byte
-	// UnsafeNoDeadline turns QuickJS's deadline polling off, so a runaway
-	// script can only be stopped by its tool calls. It exists for
+	// UnsafeNoDeadline turns the guest's deadline polling off (QuickJS's
+	// interrupt handler, and the loop check-ins all but), so a runaway
+	// script is stopped only when it next reaches the host. It exists for
 	// benchmarks that measure what deadline enforcement costs; never set it
 	// for real work.
 	UnsafeNoDeadline bool
@@ -110,7 +111,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 	cfg := wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(memoryPages(e.max.MemoryBytes)).
-		WithCloseOnContextDone(false) // deadlines are enforced by QuickJS's interrupt handler; see limits.go
+		WithCloseOnContextDone(false) // deadlines are enforced by the guest's check-ins; see limits.go
 	if opts.CacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {

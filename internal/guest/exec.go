@@ -1,16 +1,20 @@
 package guest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -32,6 +36,7 @@ type completion struct {
 	ok    bool
 	timer bool
 	data  []byte
+	fault *fault.Error // what data encodes when !ok, kept to check the script's failure against
 }
 
 // execution is the host-side state of one run. The guest's host calls all
@@ -56,10 +61,23 @@ type execution struct {
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
 	calls []trace.Call
+	// over summarises the calls refused past the tool_calls limit, which
+	// get no record of their own (nil until the first).
+	over *trace.Call
+
+	// delivered holds every error the guest was handed, by id, so a
+	// failure the script reports as a host error can be checked against
+	// the original (see verifyFailure). Guest goroutine only.
+	delivered map[int32]*fault.Error
+	// abortErr, when set, is why the host trapped a misbehaving guest.
+	abortErr *fault.Error
 
 	logs          []LogEntry
 	logBytes      int
 	logsTruncated bool
+
+	stopping  bool      // the guest was trapped; nothing of it may run again
+	lastYield time.Time // when the run last gave up its thread (maybeYield)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
@@ -86,7 +104,10 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 type outputDoc struct {
 	OK    bool            `json:"ok"`
 	Value json.RawMessage `json:"value"`
-	Error *fault.Error    `json:"error"`
+	Error *fault.Error    `json:"-"`
+	// RawError is the failure as the guest reported it, checked by
+	// verifyFailure before it becomes Error.
+	RawError json.RawMessage `json:"error"`
 }
 
 // run calls pml_run on a fresh instance and decodes its answer.
@@ -131,6 +152,9 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "the sandbox returned malformed output")
 	}
+	if len(doc.RawError) > 0 && string(doc.RawError) != "null" {
+		doc.Error = x.verifyFailure(doc.RawError)
+	}
 	if !doc.OK && doc.Error == nil {
 		doc.Error = fault.New(fault.SandboxError, "the sandbox failed without an error")
 	}
@@ -146,11 +170,92 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	return &doc, nil
 }
 
+// verifyFailure turns the guest's report of a failure into the error the
+// caller sees. A report that names a host error (host_error: the id the
+// host delivered it under) keeps that error's code only when every field
+// the script could have changed is still what the host delivered;
+// otherwise the failure is the script's own, SCRIPT_ERROR. So a script
+// cannot dress its failure up as TIMEOUT or a retryable UNAVAILABLE.
+// Reports without host_error come from the glue and the prelude's own
+// code paths, which only produce SCRIPT_ERROR, the memory and stack
+// limits, and the glue's fixed documents.
+func (x *execution) verifyFailure(raw json.RawMessage) *fault.Error {
+	var report map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &report); err != nil {
+		return fault.Wrap(fault.SandboxError, err, "the sandbox reported an unreadable failure")
+	}
+	var stack string
+	_ = json.Unmarshal(report["stack"], &stack)
+	idRaw, claimed := report["host_error"]
+	if !claimed {
+		var e fault.Error
+		if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
+			return fault.New(fault.SandboxError, "the sandbox reported a failure without a code")
+		}
+		return &e
+	}
+	var id int32
+	orig := (*fault.Error)(nil)
+	if json.Unmarshal(idRaw, &id) == nil {
+		orig = x.delivered[id]
+	}
+	delete(report, "host_error")
+	delete(report, "stack")
+	if orig != nil && sameAsDelivered(report, orig) {
+		e := *orig
+		e.Stack = stack
+		return &e
+	}
+	var msg string
+	if json.Unmarshal(report["message"], &msg) != nil {
+		msg = "(an error whose message is not a string)"
+	}
+	return &fault.Error{Code: fault.ScriptError, Message: "Error: " + msg, Stack: stack}
+}
+
+// sameAsDelivered reports whether the fields of a host error, as the
+// script left them, are exactly what the prelude made of orig (hostError
+// in prelude.js: the same defaults, tool and limit only when set).
+func sameAsDelivered(report map[string]json.RawMessage, orig *fault.Error) bool {
+	want := map[string]any{
+		"code":      cmp.Or(string(orig.Code), "INTERNAL"),
+		"message":   cmp.Or(orig.Message, string(orig.Code), "tool call failed"),
+		"retryable": orig.Retryable,
+	}
+	if orig.Tool != "" {
+		want["tool"] = orig.Tool
+	}
+	if orig.Limit != "" {
+		want["limit"] = orig.Limit
+	}
+	if orig.Details != nil {
+		want["details"] = orig.Details
+	}
+	return sameJSON(report, want)
+}
+
+// sameJSON compares two values by their JSON meaning.
+func sameJSON(a, b any) bool {
+	norm := func(v any) (any, bool) {
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, false
+		}
+		var out any
+		return out, json.Unmarshal(j, &out) == nil
+	}
+	na, ok1 := norm(a)
+	nb, ok2 := norm(b)
+	return ok1 && ok2 && reflect.DeepEqual(na, nb)
+}
+
 // trapError classifies a failure of the guest itself (not of the script).
 func (x *execution) trapError(err error) *fault.Error {
 	var exit *sys.ExitError
 	msg := err.Error()
 	switch {
+	case x.abortErr != nil:
+		return x.abortErr
 	case x.interrupted():
 		return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
 	case errors.As(err, &exit):
@@ -164,7 +269,46 @@ func (x *execution) trapError(err error) *fault.Error {
 
 // interrupted reports whether the run must stop now.
 func (x *execution) interrupted() bool {
-	return !time.Now().Before(x.deadline) || x.ctx.Err() != nil
+	return x.interruptedAt(time.Now())
+}
+
+func (x *execution) interruptedAt(now time.Time) bool {
+	return !now.Before(x.deadline) || x.ctx.Err() != nil
+}
+
+// errStop is the panic that ends a run at the guest's next contact with the
+// host. wazero turns it into a trap that unwinds the guest without running
+// any more of its code: unlike a JS exception, nothing in the script can
+// catch it, and it needs no guest memory (a script at its heap limit would
+// otherwise get a catchable out-of-memory error in its place).
+var errStop = errors.New("guest: the run must stop")
+
+// checkIn traps the guest when the run must stop.
+func (x *execution) checkIn() {
+	x.checkInAt(time.Now())
+}
+
+func (x *execution) checkInAt(now time.Time) {
+	if x.stopping || x.interruptedAt(now) {
+		x.stopping = true
+		panic(errStop)
+	}
+}
+
+// yieldEvery is how long a run computes before it lets other goroutines
+// have its thread. Go preempts a goroutine running Go code at any
+// instruction, but one inside compiled wasm only at its next host call, and
+// the runtime asks for that only every 10 ms: with every CPU running a
+// busy script, a request handler or a garbage collection phase would wait
+// that long per step. Yielding at check-ins keeps them moving.
+const yieldEvery = time.Millisecond
+
+// maybeYield is called at check-ins.
+func (x *execution) maybeYield(now time.Time) {
+	if now.Sub(x.lastYield) >= yieldEvery {
+		x.lastYield = now
+		runtime.Gosched()
+	}
 }
 
 // Built-ins the guest reaches by negative tool index.
@@ -193,7 +337,24 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	case builtinNames[index] != "":
 		tool, kind = builtinNames[index], trace.KindBuiltin
 	default:
-		panic(fmt.Sprintf("pml.start_call: no tool %d", index))
+		// Only a guest whose internals were tampered with asks for a tool
+		// that is not in its table: refuse the call like any other.
+		e := fault.New(fault.ToolNotFound, "the sandbox asked for tool number %d, which this execution does not have", index)
+		x.inflight++
+		x.ready = append(x.ready, completion{id: id, data: errorJSON(e), fault: e})
+		return id
+	}
+	full := server + ":" + tool
+	x.inflight++
+
+	// Every attempt counts against tool_calls, refused ones included; past
+	// the limit a call fails at once and only adds to one summary record,
+	// so a loop of refusals cannot flood the trace.
+	if len(x.calls) >= x.limits.ToolCalls {
+		e := fault.Limitf(fault.LimitToolCalls, "more than %d tool calls in one execution", x.limits.ToolCalls).WithTool(full)
+		x.countOver()
+		x.ready = append(x.ready, completion{id: id, data: errorJSON(e), fault: e})
+		return id
 	}
 	rec := trace.Call{
 		ExecutionID: x.req.ExecutionID,
@@ -205,21 +366,17 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 		ArgsBytes:   len(args),
 		ArgsHash:    trace.Hash(args),
 	}
-	full := server + ":" + tool
 	x.mu.Lock()
 	x.calls = append(x.calls, rec)
 	idx := len(x.calls) - 1
 	x.mu.Unlock()
-	x.inflight++
 
 	refuse := func(e *fault.Error) int32 {
 		x.finishRecord(idx, nil, e)
-		x.ready = append(x.ready, completion{id: id, ok: false, data: errorJSON(e)})
+		x.ready = append(x.ready, completion{id: id, ok: false, data: errorJSON(e), fault: e})
 		return id
 	}
 	switch {
-	case len(x.calls) > x.limits.ToolCalls:
-		return refuse(fault.Limitf(fault.LimitToolCalls, "more than %d tool calls in one execution", x.limits.ToolCalls).WithTool(full))
 	case x.inflight > x.limits.InFlight:
 		return refuse(fault.Limitf(fault.LimitInFlight, "more than %d tool calls in flight", x.limits.InFlight).WithTool(full))
 	case len(args) > x.limits.ToolArgsBytes:
@@ -248,6 +405,25 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	return id
 }
 
+// countOver adds one refused call to the summary record of calls past the
+// tool_calls limit.
+func (x *execution) countOver() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.over == nil {
+		x.over = &trace.Call{
+			ExecutionID: x.req.ExecutionID,
+			CallID:      x.limits.ToolCalls + 1,
+			Server:      "*",
+			Tool:        "*",
+			Kind:        trace.KindBuiltin,
+			StartedAt:   time.Now(),
+			ErrorCode:   fault.LimitExceeded,
+		}
+	}
+	x.over.Count++
+}
+
 // complete turns a host's answer into what the guest receives, and closes
 // the call's trace record.
 func (x *execution) complete(id int32, idx int, full string, data json.RawMessage, err error) completion {
@@ -258,11 +434,11 @@ func (x *execution) complete(id int32, idx int, full string, data json.RawMessag
 			fe.Tool = full
 		}
 		x.finishRecord(idx, nil, fe)
-		return completion{id: id, data: errorJSON(fe)}
+		return completion{id: id, data: errorJSON(fe), fault: fe}
 	case len(data) > x.limits.ToolResultSize:
 		fe := fault.Limitf(fault.LimitResultBytes, "tool result is %d bytes; the limit is %d", len(data), x.limits.ToolResultSize).WithTool(full)
 		x.finishRecord(idx, data, fe)
-		return completion{id: id, data: errorJSON(fe)}
+		return completion{id: id, data: errorJSON(fe), fault: fe}
 	}
 	if len(data) == 0 {
 		data = json.RawMessage("null")
@@ -335,6 +511,7 @@ func (x *execution) waitAny() (id int32, n int, ok bool) {
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
+			x.checkIn() // traps
 			return -1, 0, false
 		}
 	}
@@ -342,6 +519,9 @@ func (x *execution) waitAny() (id int32, n int, ok bool) {
 		x.timers--
 	} else {
 		x.inflight--
+	}
+	if c.fault != nil {
+		x.deliver(c.id, c.fault)
 	}
 	x.taken = c
 	return c.id, len(c.data), c.ok
@@ -357,8 +537,10 @@ func (x *execution) takeResult(id int32) []byte {
 }
 
 // log keeps one console line and reports whether the guest should keep
-// sending: once the log budget is spent the rest is dropped, and one marker
-// line names the limit.
+// sending. Every line costs its length plus LogEntryOverhead against
+// log_bytes, and at most log_entries lines are kept, so neither long lines
+// nor a flood of empty ones can grow the output past its bounds: once
+// either is spent the rest is dropped, and one marker line names the limit.
 func (x *execution) log(level int32, msg string) bool {
 	if x.logsTruncated {
 		return false
@@ -373,19 +555,38 @@ func (x *execution) log(level int32, msg string) bool {
 		lv = "error"
 	}
 	at := float64(time.Since(x.start).Microseconds()) / 1000
-	if room := x.limits.LogBytes - x.logBytes; len(msg) > room {
-		if room > 0 {
-			x.logs = append(x.logs, LogEntry{Level: lv, Message: msg[:room], AtMS: at})
-		}
-		x.logBytes = x.limits.LogBytes
-		x.logsTruncated = true
-		x.logs = append(x.logs, LogEntry{Level: "warn", AtMS: at,
-			Message: fmt.Sprintf("[pml] console output reached the %s limit of %d bytes; the rest was dropped", fault.LimitLogBytes, x.limits.LogBytes)})
+	if len(x.logs) >= x.limits.LogEntries {
+		x.truncateLogs(at, fault.LimitLogEntries, x.limits.LogEntries, "lines")
 		return false
 	}
-	x.logBytes += len(msg)
+	if room := x.limits.LogBytes - x.logBytes - LogEntryOverhead; len(msg) > room {
+		if room > 0 {
+			x.logs = append(x.logs, LogEntry{Level: lv, Message: truncateUTF8(msg, room), AtMS: at})
+		}
+		x.truncateLogs(at, fault.LimitLogBytes, x.limits.LogBytes, "bytes")
+		return false
+	}
+	x.logBytes += len(msg) + LogEntryOverhead
 	x.logs = append(x.logs, LogEntry{Level: lv, Message: msg, AtMS: at})
 	return true
+}
+
+func (x *execution) truncateLogs(at float64, limit string, n int, unit string) {
+	x.logBytes = x.limits.LogBytes
+	x.logsTruncated = true
+	x.logs = append(x.logs, LogEntry{Level: "warn", AtMS: at,
+		Message: fmt.Sprintf("[pml] console output reached the %s limit of %d %s; the rest was dropped", limit, n, unit)})
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (x *execution) takeLogs() ([]LogEntry, bool) {
@@ -402,14 +603,53 @@ func (x *execution) traceCalls() []trace.Call {
 	x.cancel()
 	x.wg.Wait()
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	return slices.Clone(x.calls)
+	calls := slices.Clone(x.calls)
+	over := x.over
+	x.mu.Unlock()
+	if over != nil {
+		calls = append(calls, *over)
+		if x.req.OnCall != nil {
+			x.req.OnCall(*over)
+		}
+	}
+	return calls
 }
 
 // shutdown cancels whatever is still running and waits for it.
 func (x *execution) shutdown() {
 	x.cancel()
 	x.wg.Wait()
+}
+
+// deliver remembers an error handed to the guest under id.
+func (x *execution) deliver(id int32, e *fault.Error) {
+	if x.delivered == nil {
+		x.delivered = map[int32]*fault.Error{}
+	}
+	x.delivered[id] = e
+}
+
+// registerFault keeps an error the prelude raises on the host's behalf
+// (pml.fault) and returns the id it is kept under. The document comes from
+// the guest, so it is parsed as untrusted input.
+func (x *execution) registerFault(doc []byte) int32 {
+	x.nextID++
+	id := x.nextID
+	var e fault.Error
+	if err := json.Unmarshal(doc, &e); err != nil || e.Code == "" {
+		e = fault.Error{Code: fault.SandboxError, Message: "the sandbox raised an unreadable error"}
+	}
+	x.deliver(id, &e)
+	return id
+}
+
+// abort ends the run of a guest that broke the host protocol (a pointer
+// out of range, say): the run fails with SANDBOX_ERROR and the instance is
+// discarded like any other.
+func (x *execution) abort(format string, a ...any) {
+	x.abortErr = fault.New(fault.SandboxError, "the sandbox misbehaved: "+format, a...)
+	x.stopping = true
+	panic(errStop)
 }
 
 func errorJSON(e *fault.Error) []byte {

@@ -3,6 +3,7 @@ package guest
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -34,7 +35,8 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn("wait_any", hostWaitAny, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("take_result", hostTakeResult, []api.ValueType{i32, i32}, nil)
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
-	fn("interrupted", hostInterrupted, nil, []api.ValueType{i32})
+	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn("poll", hostPoll, nil, []api.ValueType{i32})
 	if _, err := pml.Instantiate(ctx); err != nil {
 		return fmt.Errorf("guest: host module pml: %w", err)
 	}
@@ -55,8 +57,15 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 
 type execKey struct{}
 
+// execFrom returns the run a host call belongs to, and ends the run with a
+// trap when it must stop: every contact with the host is a check-in, so a
+// script past its deadline never runs another instruction of its own.
+// Outside a run (pml_init, before the snapshot) there is no execution.
 func execFrom(ctx context.Context) *execution {
 	x, _ := ctx.Value(execKey{}).(*execution)
+	if x != nil {
+		x.checkIn()
+	}
 	return x
 }
 
@@ -69,17 +78,26 @@ func readString(m api.Module, ptr, n uint32) (string, bool) {
 	return string(b), true
 }
 
-func hostStartCall(ctx context.Context, m api.Module, st []uint64) {
+// inRun is execFrom for the imports that only make sense inside a run.
+func inRun(ctx context.Context) *execution {
 	x := execFrom(ctx)
+	if x == nil {
+		panic(errStop) // a guest calling out before any run started
+	}
+	return x
+}
+
+func hostStartCall(ctx context.Context, m api.Module, st []uint64) {
+	x := inRun(ctx)
 	args, ok := m.Memory().Read(uint32(st[1]), uint32(st[2]))
-	if x == nil || !ok {
-		panic("pml.start_call: out-of-range arguments")
+	if !ok {
+		x.abort("start_call with arguments out of range")
 	}
 	st[0] = uint64(uint32(x.startCall(int32(st[0]), args)))
 }
 
 func hostWaitAny(ctx context.Context, m api.Module, st []uint64) {
-	x := execFrom(ctx)
+	x := inRun(ctx)
 	id, n, ok := x.waitAny()
 	if id > 0 {
 		okv := uint32(0)
@@ -88,25 +106,25 @@ func hostWaitAny(ctx context.Context, m api.Module, st []uint64) {
 		}
 		mem := m.Memory()
 		if !mem.WriteUint32Le(uint32(st[0]), uint32(n)) || !mem.WriteUint32Le(uint32(st[1]), okv) {
-			panic("pml.wait_any: out-of-range pointers")
+			x.abort("wait_any with pointers out of range")
 		}
 	}
 	st[0] = uint64(uint32(id))
 }
 
 func hostTakeResult(ctx context.Context, m api.Module, st []uint64) {
-	x := execFrom(ctx)
+	x := inRun(ctx)
 	data := x.takeResult(int32(st[0]))
 	if !m.Memory().Write(uint32(st[1]), data) {
-		panic("pml.take_result: out-of-range buffer")
+		x.abort("take_result into a buffer out of range")
 	}
 }
 
 func hostLog(ctx context.Context, m api.Module, st []uint64) {
-	x := execFrom(ctx)
+	x := inRun(ctx)
 	msg, ok := readString(m, uint32(st[1]), uint32(st[2]))
 	if !ok {
-		panic("pml.log: out-of-range message")
+		x.abort("log with a message out of range")
 	}
 	if x.log(int32(st[0]), msg) {
 		st[0] = 1
@@ -115,12 +133,37 @@ func hostLog(ctx context.Context, m api.Module, st []uint64) {
 	}
 }
 
-func hostInterrupted(ctx context.Context, _ api.Module, st []uint64) {
-	if execFrom(ctx).interrupted() {
-		st[0] = 1
-	} else {
-		st[0] = 0
+func hostFault(ctx context.Context, m api.Module, st []uint64) {
+	x := inRun(ctx)
+	doc, ok := m.Memory().Read(uint32(st[0]), uint32(st[1]))
+	if !ok {
+		x.abort("fault with a document out of range")
 	}
+	st[0] = uint64(uint32(x.registerFault(doc)))
+}
+
+// pollBudget is how many loop iterations the guest runs between check-ins
+// (guest-runtime/loopcheck.awk). The cheapest iteration is a few
+// nanoseconds and a check-in ~50 ns, so this costs at most ~1% on the
+// tightest loops while an iteration as slow as 100 ns still checks in every
+// millisecond: often enough for a prompt stop, and for Go's scheduler and
+// garbage collector, which can only stop a goroutine in Go code.
+const pollBudget = 10_000
+
+// hostPoll is the guest's check-in: it traps when the run must stop, and
+// lets other goroutines run when this one has computed for a while.
+func hostPoll(ctx context.Context, _ api.Module, st []uint64) {
+	st[0] = pollBudget
+	x, _ := ctx.Value(execKey{}).(*execution)
+	if x == nil {
+		return // pml_init, before the snapshot
+	}
+	if x.engine.runFlags&1 != 0 {
+		st[0] = math.MaxInt32 // benchmarks measuring the cost of deadlines
+	}
+	now := time.Now()
+	x.checkInAt(now)
+	x.maybeYield(now)
 }
 
 func wasiClockTimeGet(_ context.Context, m api.Module, st []uint64) {

@@ -2,13 +2,15 @@ package guest
 
 import "time"
 
-// Deadline enforcement. QuickJS polls an interrupt handler on backward jumps
-// and calls (every 10,000 "ticks"); ours asks the host whether the deadline
-// has passed, which costs one host call per poll and nothing measurable on
-// CPU-bound code (see docs/BENCHMARKS.md). wazero's WithCloseOnContextDone
-// would also stop runaway code but makes CPU-bound JS several times slower,
-// so it is off. Host imports that block (wait_any) watch the deadline
-// themselves.
+// Deadline enforcement. The guest checks in with the host (pml.poll) from
+// QuickJS's interrupt handler and from every loop header, at most every
+// pollBudget iterations (guest-runtime/loopcheck.awk), and every other host
+// call is a check-in too. Once the deadline has passed, the next check-in
+// traps: the run ends at once and nothing in the script can catch or delay
+// it. Check-ins also let Go's scheduler and garbage collector in (see
+// yieldEvery). wazero's WithCloseOnContextDone would stop runaway code as
+// well, but makes CPU-bound JS several times slower and never lets the
+// goroutine be preempted before the deadline, so it is off.
 
 // DefaultLimits returns the limits that apply when neither the engine options
 // nor the request say otherwise.
@@ -21,6 +23,7 @@ func DefaultLimits() Limits {
 		ToolCalls:      1000,
 		InFlight:       16,
 		LogBytes:       1 << 20,
+		LogEntries:     10_000,
 		ResultBytes:    1 << 20,
 		ToolArgsBytes:  1 << 20,
 		ToolResultSize: 4 << 20,
@@ -37,11 +40,17 @@ func DefaultMaxLimits() Limits {
 		ToolCalls:      10000,
 		InFlight:       64,
 		LogBytes:       8 << 20,
+		LogEntries:     100_000,
 		ResultBytes:    6 << 20, // a synchronous Lambda response is at most 6 MB
 		ToolArgsBytes:  6 << 20,
 		ToolResultSize: 32 << 20,
 	}
 }
+
+// LogEntryOverhead is what every console line costs against LogBytes on
+// top of its text, so that a flood of empty lines is bounded like any other
+// output (each entry is a Go struct and a JSON object downstream).
+const LogEntryOverhead = 64
 
 // maxTimers bounds setTimeout calls per execution, so a loop of timers
 // cannot pile up host goroutines.
@@ -63,6 +72,7 @@ func (l Limits) withDefaults(d Limits) Limits {
 		ToolCalls:      int(pick(int64(l.ToolCalls), int64(d.ToolCalls))),
 		InFlight:       int(pick(int64(l.InFlight), int64(d.InFlight))),
 		LogBytes:       int(pick(int64(l.LogBytes), int64(d.LogBytes))),
+		LogEntries:     int(pick(int64(l.LogEntries), int64(d.LogEntries))),
 		ResultBytes:    int(pick(int64(l.ResultBytes), int64(d.ResultBytes))),
 		ToolArgsBytes:  int(pick(int64(l.ToolArgsBytes), int64(d.ToolArgsBytes))),
 		ToolResultSize: int(pick(int64(l.ToolResultSize), int64(d.ToolResultSize))),
@@ -80,6 +90,7 @@ func (l Limits) capped(m Limits) Limits {
 		ToolCalls:      int(lo(int64(l.ToolCalls), int64(m.ToolCalls))),
 		InFlight:       int(lo(int64(l.InFlight), int64(m.InFlight))),
 		LogBytes:       int(lo(int64(l.LogBytes), int64(m.LogBytes))),
+		LogEntries:     int(lo(int64(l.LogEntries), int64(m.LogEntries))),
 		ResultBytes:    int(lo(int64(l.ResultBytes), int64(m.ResultBytes))),
 		ToolArgsBytes:  int(lo(int64(l.ToolArgsBytes), int64(m.ToolArgsBytes))),
 		ToolResultSize: int(lo(int64(l.ToolResultSize), int64(m.ToolResultSize))),

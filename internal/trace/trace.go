@@ -47,6 +47,10 @@ type Call struct {
 	ResultHash string `json:"result_hash,omitempty"`
 	// ChildExecutionID links a capability call to the execution it started.
 	ChildExecutionID string `json:"child_execution_id,omitempty"`
+	// Count, when above 1, is how many calls this one record stands for:
+	// calls refused past the tool_calls limit are summarised in a single
+	// record (Tool "*", ErrorCode LIMIT_EXCEEDED) instead of one each.
+	Count int `json:"count,omitempty"`
 }
 
 // Execution is one run of a script.
