@@ -58,6 +58,11 @@ func (v *Validator) compiled() (*jsonschema.Schema, error) {
 }
 
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	// Every compile goes through here, so no path can reach the
+	// uncancellable Compile with an unbounded schema.
+	if err := CheckBounds(raw); err != nil {
+		return nil, err
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("input schema is not JSON: %w", err)
@@ -172,7 +177,8 @@ func (v *Validator) Check(args json.RawMessage) (json.RawMessage, *fault.Error) 
 	return trimmed, nil
 }
 
-// Compile reports whether raw is a usable schema (for checks at save time).
+// Compile reports whether raw is a usable schema (for checks at save time):
+// within the bounds of CheckBounds and compilable.
 func Compile(raw json.RawMessage) error {
 	_, err := compileSchema(raw)
 	return err

@@ -84,7 +84,9 @@ func ParseRef(ref string) (name string, version int, err error) {
 func ID(name string, version int) string { return fmt.Sprintf("cap:%s@%d", name, version) }
 
 // Validate checks what Save must check before storing: the name, that the
-// code parses, and that the input schema compiles.
+// code parses, and that the input schema compiles. argcheck.Compile first
+// checks the schema's size and depth, so a hostile schema is refused before
+// the compile, which cannot be cancelled.
 func Validate(c Capability) error {
 	if _, _, err := ParseName(c.Name); err != nil {
 		return err

@@ -622,6 +622,13 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 		if t.InputSchema == nil {
 			t.InputSchema = emptyObjectSchema
 		}
+		// Its compile (on first call) cannot be cancelled and grows faster
+		// than the schema, so a server must not be able to hand us one
+		// past the bounds.
+		if err := argcheck.CheckBounds(t.InputSchema); err != nil {
+			s.log.Warn("mcp tool dropped: input schema out of bounds", "tool", w.Name, "reason", err.Error())
+			continue
+		}
 		if w.Annotations != nil {
 			t.Annotations = w.Annotations.Annotations
 			if t.Title == "" {

@@ -6,10 +6,14 @@ package tracedb
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,10 +47,60 @@ type Store interface {
 	Reader
 }
 
-// record is one execution with its calls, as stored by the embedded store.
+// record is one execution with its calls, as stored by the embedded store
+// (one line of the file).
 type record struct {
 	Execution trace.Execution `json:"execution"`
 	Calls     []trace.Call    `json:"calls"`
+	// OmittedCalls counts the calls past the first ones kept (see
+	// MaxStoredCalls); Execution.Calls still counts them all.
+	OmittedCalls int `json:"omitted_calls,omitempty"`
+}
+
+// MaxStoredCalls bounds the calls the embedded store keeps per execution:
+// the first ones (by call id) are kept and the rest only counted. It is
+// above the engine's highest call limit (10,000) and the one record that
+// sums up refused calls past it, so it only trims a runaway execution: a
+// loop of refused calls once wrote one line of 227 MB.
+const MaxStoredCalls = 16384
+
+// maxLineBytes bounds one line of the file: Flush never writes a longer
+// one (it keeps fewer calls instead) and readers skip a longer one without
+// holding it. 16,384 calls take about 6 MB. A variable for tests.
+var maxLineBytes = 32 << 20
+
+// newRecord keeps the first MaxStoredCalls calls of ex, in call order.
+func newRecord(ex trace.Execution, calls []trace.Call) *record {
+	calls = slices.Clone(calls)
+	slices.SortStableFunc(calls, func(a, b trace.Call) int { return a.CallID - b.CallID })
+	r := &record{Execution: ex, Calls: calls}
+	if len(calls) > MaxStoredCalls {
+		r.Calls, r.OmittedCalls = slices.Clip(calls[:MaxStoredCalls]), len(calls)-MaxStoredCalls
+	}
+	return r
+}
+
+// encodeLine is r as one line of the file, newline included, at most
+// maxLineBytes long: when r is longer (calls with very long names), it
+// keeps the share of its first calls that fits. It fails only when the
+// execution alone does not fit.
+func encodeLine(r *record) ([]byte, error) {
+	for {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) < maxLineBytes {
+			return append(b, '\n'), nil
+		}
+		if len(r.Calls) == 0 {
+			return nil, fmt.Errorf("execution %s: a record of %d bytes without calls is past the %d-byte line bound", r.Execution.ID, len(b), maxLineBytes)
+		}
+		// Calls are most of the line; keep the share that fits, at least
+		// one fewer each round, so this ends.
+		keep := min(len(r.Calls)-1, int(int64(len(r.Calls))*int64(maxLineBytes)/int64(len(b))))
+		r = &record{Execution: r.Execution, Calls: r.Calls[:keep], OmittedCalls: r.OmittedCalls + len(r.Calls) - keep}
+	}
 }
 
 // pairs returns the distinct tools of calls, for co-occurrence counting.
@@ -74,6 +128,7 @@ func notFound(id string) error {
 // process did not see.
 type Memory struct {
 	path string
+	log  *slog.Logger // nil: slog.Default()
 
 	mu      sync.Mutex
 	records map[string]*record
@@ -98,12 +153,26 @@ func NewFile(path string, max int) *Memory {
 	return m
 }
 
+// WithLogger sets the logger that is warned about lines of the file a read
+// skips (default slog.Default()) and returns m. Call it before using m.
+func (m *Memory) WithLogger(log *slog.Logger) *Memory {
+	m.log = log
+	return m
+}
+
+func (m *Memory) logger() *slog.Logger {
+	if m.log != nil {
+		return m.log
+	}
+	return slog.Default()
+}
+
 // DefaultFilePath is $PML_TRACES_FILE, else $XDG_DATA_HOME/pml/traces.jsonl.
 func DefaultFilePath() string { return userdata.Path("PML_TRACES_FILE", "traces.jsonl") }
 
 // Record implements trace.Sink.
 func (m *Memory) Record(_ context.Context, ex trace.Execution, calls []trace.Call) {
-	r := &record{Execution: ex, Calls: slices.Clone(calls)}
+	r := newRecord(ex, calls)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, seen := m.records[ex.ID]; !seen {
@@ -147,9 +216,15 @@ func (m *Memory) Flush(context.Context) error {
 		return err
 	}
 	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
 	for _, r := range pending {
-		if err := enc.Encode(r); err != nil {
+		line, err := encodeLine(r)
+		if err != nil {
+			// Never write a line readers would skip; the other records
+			// are still worth keeping.
+			m.logger().Warn("trace record not written to the file", "file", m.path, "execution_id", r.Execution.ID, "error", err.Error())
+			continue
+		}
+		if _, err := w.Write(line); err != nil {
 			f.Close()
 			return err
 		}
@@ -183,29 +258,85 @@ func (m *Memory) GetExecution(_ context.Context, id string) (trace.Execution, []
 
 // scanFile finds the newest record of id in the file.
 func (m *Memory) scanFile(id string) (*record, error) {
-	f, err := os.Open(m.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	var found *record
+	needle := []byte(`"execution_id":"` + id + `"`)
+	err := m.eachLine(func(n int, line []byte) {
+		// Only lines that name id are worth decoding.
+		if !bytes.Contains(line, needle) {
+			return
+		}
+		if r, ok := m.decodeLine(n, line); ok && r.Execution.ID == id {
+			found = r
+		}
+	})
+	return found, err
+}
+
+// decodeLine decodes line n of the file, or warns that it is skipped.
+func (m *Memory) decodeLine(n int, line []byte) (*record, bool) {
+	var r record
+	err := json.Unmarshal(line, &r)
+	if err == nil && r.Execution.ID == "" {
+		err = errors.New("not an execution record")
 	}
 	if err != nil {
-		return nil, err
+		m.skipLine(n, err.Error())
+		return nil, false
+	}
+	return &r, true
+}
+
+func (m *Memory) skipLine(n int, reason string) {
+	m.logger().Warn("trace file line skipped", "file", m.path, "line", n, "reason", reason)
+}
+
+// eachLine calls fn with every non-empty line of the file (without its
+// newline) and its number from 1; line is only valid during the call. A
+// line longer than maxLineBytes is read through in pieces, never held
+// whole, and skipped with a warning: one bad line must not make the whole
+// file unreadable, as bufio.Scanner's "token too long" did. A missing file
+// has no lines.
+func (m *Memory) eachLine(fn func(n int, line []byte)) error {
+	f, err := os.Open(m.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	defer f.Close()
-	var found *record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	needle := `"execution_id":"` + id + `"`
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !strings.Contains(string(line), needle) {
-			continue
+	br := bufio.NewReaderSize(f, 64<<10)
+	var line []byte
+	for n := 1; ; n++ {
+		line = line[:0]
+		tooLong := false
+		var err error
+		for {
+			var piece []byte
+			piece, err = br.ReadSlice('\n')
+			if !tooLong && len(line)+len(piece) > maxLineBytes+1 { // +1: the newline
+				tooLong, line = true, line[:0]
+			}
+			if !tooLong {
+				line = append(line, piece...)
+			}
+			if !errors.Is(err, bufio.ErrBufferFull) {
+				break
+			}
 		}
-		var r record
-		if json.Unmarshal(line, &r) == nil && r.Execution.ID == id {
-			found = &r
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		switch line = bytes.TrimSuffix(line, []byte("\n")); {
+		case tooLong:
+			m.skipLine(n, fmt.Sprintf("longer than %d bytes", maxLineBytes))
+		case len(line) > 0:
+			fn(n, line)
+		}
+		if err != nil { // io.EOF
+			return nil
 		}
 	}
-	return found, sc.Err()
 }
 
 // RelatedTools implements Reader (over what this process recorded, plus
@@ -226,20 +357,10 @@ func (m *Memory) RelatedTools(_ context.Context, tool string, limit int) ([]Rela
 }
 
 func (m *Memory) scanRelated(tool string, counts map[string]int64) error {
-	f, err := os.Open(m.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		var r record
-		if json.Unmarshal(sc.Bytes(), &r) != nil {
-			continue
+	return m.eachLine(func(n int, line []byte) {
+		r, ok := m.decodeLine(n, line)
+		if !ok {
+			return
 		}
 		tools := distinctTools(r.Calls)
 		if slices.Contains(tools, tool) {
@@ -249,8 +370,7 @@ func (m *Memory) scanRelated(tool string, counts map[string]int64) error {
 				}
 			}
 		}
-	}
-	return sc.Err()
+	})
 }
 
 func topRelated(counts map[string]int64, limit int) []Related {

@@ -1,0 +1,63 @@
+package mcpclient
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/argcheck"
+)
+
+// TestDiscoveryDropsUnboundedSchemas: a server's tool whose input schema is
+// too deep or too large to compile safely is left out of the catalog with
+// one warning giving the reason, and the server's other tools stay.
+func TestDiscoveryDropsUnboundedSchemas(t *testing.T) {
+	var wide strings.Builder
+	wide.WriteString(`{"type":"object","properties":{`)
+	for i := range 1000 {
+		if i > 0 {
+			wide.WriteByte(',')
+		}
+		fmt.Fprintf(&wide, `"p%d":{"type":"string"}`, i)
+	}
+	wide.WriteString(`}}`)
+	tools := []wireTool{
+		{Name: "fine", InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"}}}`)},
+		{Name: "wide", InputSchema: json.RawMessage(wide.String())},
+		{Name: "deep", InputSchema: json.RawMessage(strings.Repeat(`{"items":`, 2000) + `{}` + strings.Repeat(`}`, 2000))},
+		{Name: "huge", InputSchema: json.RawMessage(`{"enum":["` + strings.Repeat("x", argcheck.MaxSchemaBytes) + `"]}`)},
+	}
+	var logs bytes.Buffer
+	s := &remote{cfg: ServerConfig{Name: "hostile"}, log: slog.New(slog.NewJSONHandler(&logs, nil))}
+	ts := s.buildToolSet(tools)
+
+	var names []string
+	for _, tl := range ts.visible {
+		names = append(names, tl.Name)
+	}
+	if got := strings.Join(names, ","); got != "fine,wide" {
+		t.Errorf("catalog %s; want fine,wide", got)
+	}
+	for _, name := range []string{"deep", "huge"} {
+		if ts.lookup(name) != nil {
+			t.Errorf("%s is callable", name)
+		}
+	}
+	want := map[string]string{"deep": argcheck.ErrSchemaTooDeep.Error(), "huge": argcheck.ErrSchemaTooLarge.Error()}
+	for line := range strings.Lines(logs.String()) {
+		var rec struct{ Level, Msg, Tool, Reason string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Level != "WARN" || !strings.Contains(rec.Reason, want[rec.Tool]) || want[rec.Tool] == "" {
+			t.Errorf("unexpected log %s", line)
+		}
+		delete(want, rec.Tool)
+	}
+	if len(want) > 0 {
+		t.Errorf("no warning for %v", want)
+	}
+}
