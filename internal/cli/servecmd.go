@@ -57,7 +57,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(errOut, `pml serve: listening on %s (Ctrl-C stops)
 
-  curl -s %[1]s/execute -d '{"code":"await mcp.demo.kv_set({key:\"n\", value: 41}); const v = await mcp.demo.kv_get({key:\"n\"}); return v.value + 1"}'
+  curl -s %[1]s/execute -H 'Content-Type: application/json' -d '{"code":"await mcp.demo.kv_set({key:\"n\", value: 41}); const v = await mcp.demo.kv_get({key:\"n\"}); return v.value + 1"}'
   curl -s %[1]s/tools?format=dts
   curl -s %[1]s/executions/EXECUTION_ID
   MCP endpoint for agents: %[1]s/mcp   (claude mcp add --transport http pml %[1]s/mcp)
