@@ -64,6 +64,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// FlushTimeout bounds writing traces after an execution (default 2 s).
 	FlushTimeout time.Duration
+	// Guard, when set, checks every request's Host, Origin and bearer
+	// token before routing it; `pml serve` sets it, the Lambda does not.
+	Guard *Guard
 }
 
 type api struct {
@@ -91,7 +94,11 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /healthz", a.health)
 	mux.Handle("POST /mcp", requireJSON(a.mcpHandler()))
 	mux.HandleFunc("/mcp", mcpPostOnly)
-	return a.middleware(jsonMisses(mux))
+	h := jsonMisses(mux)
+	if opts.Guard != nil {
+		h = newGuard(*opts.Guard, opts.Logger).wrap(h)
+	}
+	return a.middleware(h)
 }
 
 // jsonMisses answers unknown routes (404) and wrong methods (405) with the
