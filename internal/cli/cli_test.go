@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/cli"
 	"github.com/pml-sandbox/pml/internal/demoserver"
@@ -159,5 +164,191 @@ func TestRunAgainstMCPServer(t *testing.T) {
 	if code := cli.Main(context.Background(), []string{"tools", "--mcp", "demo=" + ds.StreamableURL(), "--dts"}, &out, &errOut); code != 0 ||
 		!strings.Contains(out.String(), "word_count(args: {") {
 		t.Fatalf("pml tools --dts: %d %s %s", code, out.String(), errOut.String())
+	}
+}
+
+// serving is a `pml serve` running in the background on Main.
+type serving struct {
+	base   string // from the banner; "" when serve returned before listening
+	cancel context.CancelFunc
+	done   chan int // Main's exit code
+	stderr *bannerWriter
+}
+
+// bannerWriter collects stderr and reports the URL of the banner's
+// "listening on" line once, so tests wait for the listener, not a clock.
+type bannerWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan string
+	sent  bool
+}
+
+var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
+
+func (b *bannerWriter) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.buf.Write(p)
+	if m := listeningRE.FindSubmatch(b.buf.Bytes()); m != nil && !b.sent {
+		b.sent = true
+		b.ready <- string(m[1])
+	}
+	return n, err
+}
+
+func (b *bannerWriter) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// serve starts `pml serve ARGS` and returns once it listens or has exited.
+func serve(t *testing.T, args ...string) *serving {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &serving{cancel: cancel, done: make(chan int, 1), stderr: &bannerWriter{ready: make(chan string, 1)}}
+	args = append([]string{"serve", "--cache-dir", cacheDir, "--no-demo-server"}, args...)
+	go func() { s.done <- cli.Main(ctx, args, io.Discard, s.stderr) }()
+	select {
+	case s.base = <-s.stderr.ready:
+		t.Cleanup(func() {
+			cancel()
+			<-s.done
+		})
+	case code := <-s.done:
+		cancel()
+		s.done <- code
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("pml serve neither listened nor exited: %s", s.stderr)
+	}
+	return s
+}
+
+// stop cancels serve's context, as SIGTERM does, and returns its exit
+// code; it fails the test if serve takes longer than a prompt shutdown.
+func (s *serving) stop(t *testing.T) int {
+	t.Helper()
+	s.cancel()
+	select {
+	case code := <-s.done:
+		s.done <- code // for the cleanup
+		return code
+	case <-time.After(5 * time.Second):
+		t.Fatalf("pml serve did not stop promptly: %s", s.stderr)
+		return -1
+	}
+}
+
+// get sends method path with the given headers ("Host" sets the Host).
+func get(t *testing.T, method, url string, kv ...string) (*http.Response, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "Host" {
+			req.Host = kv[i+1]
+		}
+		req.Header.Set(kv[i], kv[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+// TestServeNeedsTokenBeyondLoopback: listening where the network can reach
+// the server without a token is refused before anything is served.
+func TestServeNeedsTokenBeyondLoopback(t *testing.T) {
+	t.Setenv("PML_SERVE_TOKEN", "")
+	for _, addr := range []string{"0.0.0.0:0", ":0"} {
+		t.Run(addr, func(t *testing.T) {
+			s := serve(t, "--addr", addr)
+			if s.base != "" {
+				code := s.stop(t)
+				t.Fatalf("serve listened on %s without a token (exit %d)", s.base, code)
+			}
+			if code := <-s.done; code != cli.ExitUsage || !strings.Contains(s.stderr.String(), "--token") {
+				t.Fatalf("exit %d, stderr %s", code, s.stderr)
+			}
+		})
+	}
+}
+
+// TestServeGuarded: with a token (here from the environment) serve
+// listens on every interface, and every route but /healthz needs it.
+func TestServeGuarded(t *testing.T) {
+	t.Setenv("PML_SERVE_TOKEN", "env-token")
+	s := serve(t, "--addr", "0.0.0.0:0", "--allowed-host", "pml.test", "--allowed-origin", "https://app.test")
+	if s.base == "" {
+		t.Fatalf("serve did not start: %d %s", <-s.done, s.stderr)
+	}
+	bearer := "Bearer env-token"
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		kv     []string
+		status int
+	}{
+		{"no token", "GET", "/tools", nil, 401},
+		{"token", "GET", "/tools", []string{"Authorization", bearer}, 200},
+		{"healthz without token", "GET", "/healthz", nil, 200},
+		{"rebinding Host", "GET", "/tools", []string{"Authorization", bearer, "Host", "evil.example"}, 403},
+		{"allowed host", "GET", "/tools", []string{"Authorization", bearer, "Host", "pml.test"}, 200},
+		{"cross-site Origin", "GET", "/tools", []string{"Authorization", bearer, "Origin", "https://evil.example"}, 403},
+		{"allowed origin", "GET", "/tools", []string{"Authorization", bearer, "Origin", "https://app.test"}, 200},
+		{"GET /mcp", "GET", "/mcp", []string{"Authorization", bearer, "Accept", "text/event-stream"}, 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := get(t, tt.method, s.base+tt.path, tt.kv...)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.status, body)
+			}
+		})
+	}
+	if !strings.Contains(s.stderr.String(), "Authorization: Bearer $PML_SERVE_TOKEN") || strings.Contains(s.stderr.String(), "env-token") {
+		t.Fatalf("the banner must show how to send the token, never the token: %s", s.stderr)
+	}
+	if code := s.stop(t); code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, s.stderr)
+	}
+}
+
+// TestServeStopsWithMCPGetOpen: a client's GET /mcp (Claude Code sends one
+// after initializing) must not hold serve open past SIGTERM.
+func TestServeStopsWithMCPGetOpen(t *testing.T) {
+	t.Setenv("PML_SERVE_TOKEN", "")
+	s := serve(t, "--addr", "127.0.0.1:0")
+	if s.base == "" {
+		t.Fatalf("serve did not start: %d %s", <-s.done, s.stderr)
+	}
+	if !strings.Contains(s.stderr.String(), "-H 'Content-Type: application/json'") {
+		t.Fatalf("the banner's curl example must send JSON: %s", s.stderr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() // left open until serve has stopped, as a client holding the stream would
+	code := s.stop(t)
+	if code != cli.ExitOK || !strings.Contains(s.stderr.String(), "pml serve: stopped") {
+		t.Fatalf("exit %d (GET /mcp answered %d): %s", code, resp.StatusCode, s.stderr)
+	}
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /mcp answered %d, want 405", resp.StatusCode)
 	}
 }

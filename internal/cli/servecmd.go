@@ -3,12 +3,19 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
@@ -18,13 +25,30 @@ import (
 func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
 	fs := newFlagSet("serve", errOut)
 	var sf serviceFlags
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	var gf serveGuardFlags
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address; beyond loopback it needs --token")
 	noDemo := fs.Bool("no-demo-server", false, "do not start the built-in demo MCP server")
 	sf.register(fs)
+	gf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
 	}
+	if err := gf.check(); err != nil {
+		return ExitUsage, err
+	}
 	log := loggerAt(errOut, slog.LevelInfo)
+
+	// Listening first tells the guard what the network can reach before
+	// anything slower starts; connections wait in the backlog meanwhile.
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return ExitUsage, err
+	}
+	defer ln.Close()
+	guard, err := gf.guard(*addr, ln.Addr())
+	if err != nil {
+		return ExitUsage, err
+	}
 
 	// The demo MCP server gives a first run something real to call: a
 	// scratch key-value store, text tools and a clock, over loopback.
@@ -48,20 +72,10 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Capabilities: app.NewCapabilityAPI(w.registry),
 		Health:       func() any { return map[string]any{"mcp_servers": w.health()} },
 		Logger:       log,
+		Guard:        guard,
 	})
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return ExitUsage, err
-	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(errOut, `pml serve: listening on %s (Ctrl-C stops)
-
-  curl -s %[1]s/execute -d '{"code":"await mcp.demo.kv_set({key:\"n\", value: 41}); const v = await mcp.demo.kv_get({key:\"n\"}); return v.value + 1"}'
-  curl -s %[1]s/tools?format=dts
-  curl -s %[1]s/executions/EXECUTION_ID
-  MCP endpoint for agents: %[1]s/mcp   (claude mcp add --transport http pml %[1]s/mcp)
-`, base)
+	printBanner(errOut, bannerURL(ln.Addr()), guard.Token != "")
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -72,11 +86,96 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return ExitFailed, err
+		return ExitFailed, fmt.Errorf("shutting down: %w", err)
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return ExitFailed, err
 	}
 	fmt.Fprintln(errOut, "pml serve: stopped")
 	return ExitOK, nil
+}
+
+// printBanner shows how to call the server. With a token it shows the
+// header to send but never the token, which would end up in logs.
+func printBanner(w io.Writer, base string, token bool) {
+	auth, mcpAuth, note := "", "", ""
+	if token {
+		auth = ` -H "Authorization: Bearer $PML_SERVE_TOKEN"`
+		mcpAuth = ` --header "Authorization: Bearer $PML_SERVE_TOKEN"`
+		note = "  Every route but /healthz needs the token (export PML_SERVE_TOKEN for these examples).\n"
+	}
+	fmt.Fprintf(w, `pml serve: listening on %s (Ctrl-C stops)
+%[4]s
+  curl -s %[1]s/execute%[2]s -H 'Content-Type: application/json' -d '{"code":"await mcp.demo.kv_set({key:\"n\", value: 41}); const v = await mcp.demo.kv_get({key:\"n\"}); return v.value + 1"}'
+  curl -s%[2]s '%[1]s/tools?format=dts'
+  curl -s%[2]s %[1]s/executions/EXECUTION_ID
+  MCP endpoint for agents: %[1]s/mcp   (claude mcp add --transport http pml %[1]s/mcp%[3]s)
+`, base, auth, mcpAuth, note)
+}
+
+// bannerURL is a URL that reaches the listener and passes the Host check:
+// a wildcard address is shown as 127.0.0.1.
+func bannerURL(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+	}
+	return "http://" + addr.String()
+}
+
+// serveGuardFlags protect pml serve from the web pages its user visits
+// (cross-site requests, DNS rebinding) and, beyond loopback, from the
+// network.
+type serveGuardFlags struct {
+	hosts, origins listFlag
+	token          string
+}
+
+func (f *serveGuardFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.hosts, "allowed-host", "a Host to answer besides loopback names, as NAME or NAME:PORT, e.g. behind a reverse proxy (repeatable)")
+	fs.Var(&f.origins, "allowed-origin", "a web origin (https://app.example) whose pages may call the API; requests with any other Origin are refused (repeatable)")
+	fs.StringVar(&f.token, "token", "", "require Authorization: Bearer TOKEN on every route but /healthz (default $PML_SERVE_TOKEN; required beyond loopback)")
+}
+
+// check validates the flags and takes the token from PML_SERVE_TOKEN when
+// --token is not given (the environment keeps it out of `ps`).
+func (f *serveGuardFlags) check() error {
+	if f.token == "" {
+		f.token = os.Getenv("PML_SERVE_TOKEN")
+	}
+	if strings.ContainsFunc(f.token, unicode.IsSpace) {
+		return usagef("the token (--token or PML_SERVE_TOKEN) must not contain spaces")
+	}
+	for _, h := range f.hosts {
+		if h == "" || strings.ContainsAny(h, "/@ \t") {
+			return usagef("--allowed-host %q is not a host: give NAME or NAME:PORT", h)
+		}
+	}
+	for _, o := range f.origins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+			return usagef("--allowed-origin %q is not an origin such as https://app.example", o)
+		}
+	}
+	return nil
+}
+
+// guard returns the handler's guard for a server listening on addr (what
+// --addr, given as listen, resolved to). Beyond
+// loopback anyone on the network could run code and call the configured
+// tools, so a token is required there; a specific address listened on is a
+// Host the server answers to (an IP address cannot be rebound).
+func (f *serveGuardFlags) guard(listen string, addr net.Addr) (*httpapi.Guard, error) {
+	g := &httpapi.Guard{AllowedHosts: f.hosts, AllowedOrigins: f.origins, Token: f.token}
+	tcp, ok := addr.(*net.TCPAddr)
+	if ok && tcp.IP.IsLoopback() {
+		return g, nil
+	}
+	if f.token == "" {
+		return nil, usagef("--addr %s is reachable beyond this machine: set a token with PML_SERVE_TOKEN or --token (clients then send Authorization: Bearer TOKEN), or listen on 127.0.0.1", listen)
+	}
+	if ok && !tcp.IP.IsUnspecified() {
+		g.AllowedHosts = append(slices.Clone(g.AllowedHosts), tcp.IP.String())
+	}
+	return g, nil
 }

@@ -28,8 +28,11 @@ const (
 	// LimitExceeded: an execution limit was hit; Details names which.
 	LimitExceeded Code = "LIMIT_EXCEEDED"
 	// Forbidden: the request may not use this tool (e.g. a destructive tool
-	// the request did not allow).
+	// the request did not allow), or `pml serve` refused its Host or Origin.
 	Forbidden Code = "FORBIDDEN"
+	// Unauthorized: the request lacks the bearer token the server requires
+	// (`pml serve --token`), or sent a wrong one.
+	Unauthorized Code = "UNAUTHORIZED"
 	// CapabilityCycle: a capability called itself through a chain.
 	CapabilityCycle Code = "CAPABILITY_CYCLE"
 	// ScriptError: the user's code threw (SyntaxError, TypeError, a thrown

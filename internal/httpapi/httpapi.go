@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"runtime/debug"
@@ -63,6 +64,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// FlushTimeout bounds writing traces after an execution (default 2 s).
 	FlushTimeout time.Duration
+	// Guard, when set, checks every request's Host, Origin and bearer
+	// token before routing it; `pml serve` sets it, the Lambda does not.
+	Guard *Guard
 }
 
 type api struct {
@@ -82,14 +86,19 @@ func New(opts Options) http.Handler {
 	}
 	a := &api{opts}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /execute", a.execute)
+	mux.Handle("POST /execute", requireJSON(http.HandlerFunc(a.execute)))
 	mux.HandleFunc("GET /executions/{id}", a.getExecution)
 	mux.HandleFunc("GET /tools", a.tools)
 	mux.HandleFunc("GET /capabilities", a.listCapabilities)
-	mux.HandleFunc("POST /capabilities", a.saveCapability)
+	mux.Handle("POST /capabilities", requireJSON(http.HandlerFunc(a.saveCapability)))
 	mux.HandleFunc("GET /healthz", a.health)
-	mux.Handle("/mcp", a.mcpHandler())
-	return a.middleware(jsonMisses(mux))
+	mux.Handle("POST /mcp", requireJSON(a.mcpHandler()))
+	mux.HandleFunc("/mcp", mcpPostOnly)
+	h := jsonMisses(mux)
+	if opts.Guard != nil {
+		h = newGuard(*opts.Guard, opts.Logger).wrap(h)
+	}
+	return a.middleware(h)
 }
 
 // jsonMisses answers unknown routes (404) and wrong methods (405) with the
@@ -110,6 +119,35 @@ func jsonMisses(mux *http.ServeMux) http.Handler {
 		}
 		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
+}
+
+// requireJSON refuses a body that is not declared as JSON. A web page can
+// send text/plain, form and multipart bodies to any origin without a CORS
+// preflight, so accepting them would let any site the user visits run code
+// here; application/json needs a preflight, which this API never grants
+// unless the serve guard allows the origin. API clients always send JSON,
+// so this holds behind API Gateway too.
+func requireJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ct := r.Header.Get("Content-Type")
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, fault.New(fault.InvalidRequest,
+				"the body must be JSON sent with Content-Type: application/json (got %q)", ct))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// mcpPostOnly answers every method but POST on /mcp. The endpoint is
+// stateless and never sends anything unprompted, so the standalone event
+// stream of GET would only hold a connection open (and keep `pml serve` from
+// shutting down), and there is no session for DELETE to end; the MCP
+// transport lets a server decline both with 405.
+func mcpPostOnly(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", http.MethodPost)
+	writeError(w, http.StatusMethodNotAllowed, fault.New(fault.InvalidRequest,
+		"%s is not allowed on /mcp (allowed: POST): the endpoint is stateless and opens no event stream", r.Method))
 }
 
 // statusWriter remembers the status for the request log.

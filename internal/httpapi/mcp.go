@@ -50,7 +50,10 @@ func (a *api) mcpHandler() http.Handler {
 		mcp.WithObject("input_schema", mcp.Description("JSON Schema of the arguments")),
 		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(false),
 	), a.mcpSaveCapability)
-	return server.NewStreamableHTTPServer(s, server.WithStateLess(true))
+	// With a Guard, the library's own DNS-rebinding check is redundant and
+	// would refuse the allowed hosts (with a text error), so it is off.
+	return server.NewStreamableHTTPServer(s, server.WithStateLess(true),
+		server.WithDisableLocalhostProtection(a.Guard != nil))
 }
 
 func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
