@@ -32,6 +32,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/redact"
 )
 
 // ProtocolVersion is the MCP revision the pool asks for. See the package doc.
@@ -52,12 +53,14 @@ const (
 	StateUnavailable State = "unavailable"
 )
 
-// ServerHealth is one server's state.
+// ServerHealth is one server's state. It never holds a secret: URL shows
+// the server's URL without userinfo and query values, and LastError is
+// scrubbed of every secret the pool knows.
 type ServerHealth struct {
 	Name  string `json:"name"`
+	URL   string `json:"url"`
 	State State  `json:"state"`
-	// LastError says why the server is not healthy; it never holds header
-	// values.
+	// LastError says why the server is not healthy.
 	LastError string `json:"last_error,omitempty"`
 	// Since is when State last changed.
 	Since time.Time `json:"since"`
@@ -122,7 +125,9 @@ func defaultOptions() options {
 type Option func(*options)
 
 // WithLogger sets the logger (default slog.Default()). Every record carries
-// the server name; header values are never logged.
+// the server name. The pool logs through a handler that scrubs every secret
+// of the configs (header values, URL credentials and query values) from
+// each record, its own and mcp-go's alike.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -200,8 +205,11 @@ func WithClientInfo(name, version string) Option {
 // Pool holds the clients of a fixed set of servers. It is safe for
 // concurrent use; Close releases everything it started.
 type Pool struct {
-	log     *slog.Logger
-	opts    options
+	log  *slog.Logger
+	opts options
+	// red knows every secret of the configs; whatever leaves the pool
+	// (call errors, Health, log records) passes through it.
+	red     *redact.Redactor
 	servers map[string]*remote
 	order   []*remote
 
@@ -232,10 +240,15 @@ func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error
 	for _, opt := range opts {
 		opt(&o)
 	}
+	red := redact.New()
+	for _, c := range cfgs {
+		red.Add(c.secrets()...)
+	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Pool{
-		log:     o.logger,
+		log:     slog.New(red.Handler(o.logger.Handler())),
 		opts:    o,
+		red:     red,
 		servers: make(map[string]*remote, len(cfgs)),
 		ctx:     pctx,
 		cancel:  cancel,
@@ -316,7 +329,9 @@ func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 func (p *Pool) Health() []ServerHealth {
 	out := make([]ServerHealth, 0, len(p.order))
 	for _, s := range p.order {
-		out = append(out, s.health())
+		h := s.health()
+		h.LastError = p.red.String(h.LastError)
+		out = append(out, h)
 	}
 	return out
 }

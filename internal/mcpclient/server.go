@@ -186,7 +186,7 @@ func (s *remote) setState(st State, lastErr string) {
 
 func (s *remote) health() ServerHealth {
 	s.mu.Lock()
-	h := ServerHealth{Name: s.cfg.Name, State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
+	h := ServerHealth{Name: s.cfg.Name, URL: redactURL(s.cfg.URL), State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
 	s.mu.Unlock()
 	if c := s.conn.Load(); c != nil {
 		h.ProtocolVersion = c.protocol
@@ -276,6 +276,11 @@ func (s *remote) connectOnce() error {
 	headers, err := resolveHeaders(s.cfg.Headers)
 	if err != nil {
 		return err
+	}
+	// Known before any request goes out, so before any error or log line
+	// can quote them.
+	for _, v := range headers {
+		s.p.red.Add(headerSecrets(v)...)
 	}
 	var errs []error
 	for _, kind := range s.transportOrder() {
