@@ -64,7 +64,8 @@ type ServerHealth struct {
 	LastError string `json:"last_error,omitempty"`
 	// Since is when State last changed.
 	Since time.Time `json:"since"`
-	// Tools counts the tools the server exposes through the pool.
+	// Tools counts the tools the server exposes through the pool: while it
+	// is down, its last known ones.
 	Tools           int    `json:"tools"`
 	Transport       string `json:"transport,omitempty"`
 	ProtocolVersion string `json:"protocol_version,omitempty"`
@@ -295,13 +296,15 @@ func (p *Pool) isClosed() bool {
 	return p.closed
 }
 
-// Tools returns the catalog of every connected server, sorted by server
-// (config order) then tool name. It waits, at most until ctx is done, for
-// each server's first connect attempt; servers that are down are absent and
-// Health says why. Tools hidden by allow/deny lists are left out.
-// Destructive tools stay listed (their annotations say so) because mcp-go
-// servers mark every tool destructiveHint=true unless told otherwise, as the
-// MCP default says; Call refuses them unless allowed.
+// Tools returns the catalog of every server, sorted by server (config
+// order) then tool name. It waits, at most until ctx is done, for each
+// server's first connect attempt. A server that is down keeps its last
+// known tools, so that a call to one fails with a retryable UNAVAILABLE
+// instead of looking like a missing tool; a server never reached has none
+// (CheckServer and Health say why). Tools hidden by allow/deny lists are
+// left out. Destructive tools stay listed (their annotations say so)
+// because mcp-go servers mark every tool destructiveHint=true unless told
+// otherwise, as the MCP default says; Call refuses them unless allowed.
 func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	if p.isClosed() {
 		return nil, fault.Wrap(fault.Unavailable, errPoolClosed, "")
@@ -312,12 +315,11 @@ func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 		case <-s.firstDone:
 		case <-ctx.Done():
 		}
-		c := s.conn.Load()
-		if c == nil {
+		if c := s.conn.Load(); c != nil {
+			s.maybeRefresh(c)
+		} else {
 			s.kick()
-			continue
 		}
-		s.maybeRefresh(c)
 		if ts := s.cat.Load(); ts != nil {
 			out = append(out, ts.visible...)
 		}
@@ -385,4 +387,35 @@ func newHTTPTransport() *http.Transport {
 	// beyond the default 2 idle per host.
 	t.MaxIdleConnsPerHost = 64
 	return t
+}
+
+// Servers returns the configured server names, in config order. Every
+// mcp.<name>.* of these names is the pool's, whether or not the server can
+// be reached: no other tool source may serve it.
+func (p *Pool) Servers() []string {
+	out := make([]string, len(p.order))
+	for i, s := range p.order {
+		out[i] = s.cfg.Name
+	}
+	return out
+}
+
+// CheckServer reports whether server can serve calls now, without waiting:
+// nil when it is connected (so a tool it does not list is missing), a
+// retryable UNAVAILABLE *fault.Error when it is configured but down or was
+// never reached (a tool it does not list may exist), TOOL_NOT_FOUND when no
+// server has that name. Messages are scrubbed like Call's.
+func (p *Pool) CheckServer(server string) error {
+	s := p.servers[server]
+	switch {
+	case s == nil:
+		return fault.New(fault.ToolNotFound, "no MCP server named %q", server)
+	case p.isClosed():
+		return fault.Wrap(fault.Unavailable, errPoolClosed, "")
+	case s.conn.Load() != nil:
+		return nil
+	}
+	fe := s.unavailable("", nil)
+	fe.Message = p.red.String(fe.Message)
+	return fe
 }

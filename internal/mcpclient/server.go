@@ -190,9 +190,10 @@ func (s *remote) health() ServerHealth {
 	s.mu.Unlock()
 	if c := s.conn.Load(); c != nil {
 		h.ProtocolVersion = c.protocol
-		if ts := s.cat.Load(); ts != nil {
-			h.Tools = len(ts.visible)
-		}
+	}
+	// A down server keeps its last known tools in the catalog; count them.
+	if ts := s.cat.Load(); ts != nil {
+		h.Tools = len(ts.visible)
 	}
 	return h
 }
