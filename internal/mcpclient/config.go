@@ -2,6 +2,7 @@ package mcpclient
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,7 +177,11 @@ func (c ServerConfig) secrets() []string {
 		return out
 	}
 	if u.User != nil {
-		if p, ok := u.User.Password(); ok {
+		// net/http sends userinfo as a Basic Authorization header, which a
+		// refusal may echo.
+		p, hasPass := u.User.Password()
+		out = append(out, base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+p)))
+		if hasPass {
 			out = append(out, p)
 		} else {
 			// A bare username is a token (https://TOKEN@host); beside a

@@ -2,8 +2,10 @@ package mcpclient
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,6 +217,21 @@ func TestConfigNeverPrintsURLCredentials(t *testing.T) {
 		r := redact.New(cfg.secrets()...)
 		if got := r.String("Post " + c.url + ": refused"); strings.Contains(got, "SECRET") {
 			t.Errorf("%s: the redactor missed a secret: %s", c.url, got)
+		}
+	}
+	// net/http turns userinfo into a Basic Authorization header, which a
+	// refusal may echo.
+	for _, u := range []string{"https://user:pw-SECRET@h.example/mcp", "https://tok-SECRET@h.example/mcp"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		r := redact.New(ServerConfig{Name: "s", URL: u}.secrets()...)
+		sent := req.URL.User.String()
+		user, pass := req.URL.User.Username(), ""
+		if p, ok := req.URL.User.Password(); ok {
+			pass = p
+		}
+		echo := "denied: Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+		if got := r.String(echo); strings.Contains(got, base64.StdEncoding.EncodeToString([]byte(user+":"+pass))) {
+			t.Errorf("%s (userinfo %s): the Basic credentials were not scrubbed: %s", u, sent, got)
 		}
 	}
 	// A URL that does not parse is not quoted whole in the error.
