@@ -124,6 +124,11 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 	if err := a.capabilities(ctx, log); err != nil {
 		return fail(err)
 	}
+	if a.Pool != nil {
+		// Every save path (HTTP, the MCP endpoint) goes through this
+		// registry; a capability may not take a server's name.
+		a.Registry = capability.Reserve(a.Registry, a.Pool.Servers()...)
+	}
 	var invoker capability.Invoker = capability.InProcess{Registry: a.Registry, NewService: a.NewService}
 	if fn := os.Getenv(EnvCapFunction); fn != "" {
 		cfg, err := a.awsConfig(ctx)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpapi"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -65,5 +68,35 @@ func TestFromEnv(t *testing.T) {
 				t.Fatalf("incomplete wiring: %+v", a)
 			}
 		})
+	}
+}
+
+// TestSaveRefusesAServerNamespace: a capability named after a configured
+// MCP server would take that server's calls while it is down; saving one is
+// refused, and nothing is stored.
+func TestSaveRefusesAServerNamespace(t *testing.T) {
+	t.Setenv(app.EnvCompileCache, t.TempDir())
+	t.Setenv(app.EnvCapFile, filepath.Join(t.TempDir(), "caps.json"))
+	for _, k := range []string{app.EnvMCPServersParam, app.EnvDemoTools, app.EnvTracesTable, app.EnvCapTable, app.EnvCapFunction, "AWS_XRAY_DAEMON_ADDRESS", "LAMBDA_TASK_ROOT"} {
+		t.Setenv(k, "")
+	}
+	// Never reachable: the refusal must not depend on the server's state.
+	t.Setenv(app.EnvMCPServers, `{"servers": [{"name": "kv", "url": "http://127.0.0.1:1/mcp"}]}`)
+	ctx := context.Background()
+	a, err := app.FromEnv(ctx, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+
+	_, err = a.Capabilities.Save(ctx, httpapi.CapabilitySave{Name: "kv:kv_get", Code: "return 1"})
+	if fault.CodeOf(err) != fault.InvalidRequest || !strings.Contains(err.Error(), "MCP server") {
+		t.Fatalf("saving kv:kv_get next to server kv: %v; want INVALID_REQUEST naming the server", err)
+	}
+	if caps, err := a.Registry.List(ctx); err != nil || len(caps) != 0 {
+		t.Errorf("registry after the refused save: %v, %v; want it empty", caps, err)
+	}
+	if _, err := a.Capabilities.Save(ctx, httpapi.CapabilitySave{Name: "math:double", Code: "return 1"}); err != nil {
+		t.Errorf("saving in a free namespace: %v", err)
 	}
 }

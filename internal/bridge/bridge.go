@@ -92,6 +92,21 @@ type ToolSource interface {
 	Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) (json.RawMessage, error)
 }
 
+// ServerSource is a ToolSource that owns whole server names: the MCP client
+// pool. Every mcp.<server>.* of a server it names is its own, reachable or
+// not, so no other source may serve that name (a capability saved as
+// "kv:kv_get" must never take over a call meant for server kv), and a name
+// it does not list while the server is down is unavailable, not missing.
+type ServerSource interface {
+	ToolSource
+	// Servers lists the server names the source owns, whether or not they
+	// can be reached now.
+	Servers() []string
+	// CheckServer returns nil when server can serve calls now, else the
+	// error a call to it would get (a retryable UNAVAILABLE).
+	CheckServer(server string) error
+}
+
 // Options configure a Service.
 type Options struct {
 	// Sources, in priority order: when two offer the same server:tool, the
@@ -150,12 +165,22 @@ func (s *Service) Catalog(ctx context.Context) []catalog.Tool {
 func (s *Service) catalog(ctx context.Context) []entry {
 	var out []entry
 	seen := map[string]bool{}
-	for _, src := range s.sources {
+	owners := s.serverOwners()
+	for i, src := range s.sources {
 		tools, err := src.Tools(ctx)
 		if err != nil {
 			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
 		}
 		for _, t := range tools {
+			// Checked on every build, not only when a capability is
+			// saved: one saved before the server was configured, or
+			// through a store the save check does not guard, must not
+			// take the server's calls either.
+			if o, ok := owners[t.Server]; ok && o.index != i {
+				s.log.WarnContext(ctx, "tool dropped: its server name belongs to a configured MCP server",
+					"tool", t.FullName(), "kind", string(t.Kind))
+				continue
+			}
 			if seen[t.FullName()] || catalog.ValidName(t.Server) != nil || catalog.ValidName(t.Name) != nil {
 				continue
 			}
@@ -165,6 +190,51 @@ func (s *Service) catalog(ctx context.Context) []entry {
 	}
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.tool.FullName(), b.tool.FullName()) })
 	return out
+}
+
+// owner is the ServerSource that owns a server name, and its position in
+// Service.sources.
+type owner struct {
+	index  int
+	source ServerSource
+}
+
+// serverOwners maps each server name a ServerSource owns to it; the first
+// source to claim a name keeps it.
+func (s *Service) serverOwners() map[string]owner {
+	out := map[string]owner{}
+	for i, src := range s.sources {
+		ss, ok := src.(ServerSource)
+		if !ok {
+			continue
+		}
+		for _, name := range ss.Servers() {
+			if _, taken := out[name]; !taken {
+				out[name] = owner{index: i, source: ss}
+			}
+		}
+	}
+	return out
+}
+
+// downServer returns the retryable UNAVAILABLE error of a reference to a
+// configured server that cannot serve now, nil otherwise: while a server
+// is down (or was never reached), a name it does not list may still be
+// one of its tools.
+func downServer(owners map[string]owner, r analysis.Ref, filter catalog.Filter) *fault.Error {
+	o, ok := owners[r.Server]
+	if !ok || !filter.Allows(r.Server, r.Tool) {
+		// Not a server's, or narrowed away by the request: missing.
+		return nil
+	}
+	err := o.source.CheckServer(r.Server)
+	if err == nil {
+		return nil
+	}
+	fe := *fault.As(err)
+	fe.Tool = r.FullName()
+	fe.Message = "mcp." + r.Server + "." + r.Tool + " (line " + strconv.Itoa(r.Line) + "): " + fe.Message
+	return &fe
 }
 
 // Execute runs one request. It always returns a Response; failures are in
@@ -214,7 +284,7 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if aerr != nil {
 		return fail(fault.As(aerr))
 	}
-	if ferr := unresolved(refs, entries); ferr != nil {
+	if ferr := s.unresolved(refs, entries, req.Tools); ferr != nil {
 		return fail(ferr)
 	}
 
@@ -280,11 +350,18 @@ func finishCall(c trace.Call, entries map[string]entry, req *Request, host *tool
 }
 
 // unresolved reports the first mcp.x.y the code names that the tool set
-// lacks, with the nearest names.
-func unresolved(refs analysis.Refs, entries map[string]entry) *fault.Error {
+// lacks: a retryable UNAVAILABLE when it names a configured server that is
+// down, else TOOL_NOT_FOUND with the nearest names.
+func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, patterns []string) *fault.Error {
+	// The patterns already narrowed the tool set, so they parse.
+	filter, _ := catalog.ParseFilter(patterns)
+	owners := s.serverOwners()
 	for _, r := range refs.Tools {
 		if _, ok := entries[r.FullName()]; ok {
 			continue
+		}
+		if ferr := downServer(owners, r, filter); ferr != nil {
+			return ferr
 		}
 		names := make([]string, 0, len(entries))
 		for n := range entries {

@@ -10,7 +10,7 @@ import (
 
 // MCPSource offers the tools of remote MCP servers through a client pool,
 // which validates arguments, enforces per-server policy and normalises
-// results.
+// results. It owns its servers' names (see ServerSource).
 type MCPSource struct {
 	Pool *mcpclient.Pool
 }
@@ -20,6 +20,13 @@ func (s MCPSource) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	return s.Pool.Tools(ctx)
 }
 
+// Servers implements ServerSource: every configured server, reachable or
+// not.
+func (s MCPSource) Servers() []string { return s.Pool.Servers() }
+
+// CheckServer implements ServerSource.
+func (s MCPSource) CheckServer(server string) error { return s.Pool.CheckServer(server) }
+
 // Call implements ToolSource.
 func (s MCPSource) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
 	return s.Pool.Call(ctx, t.Server, t.Name, args, mcpclient.CallOptions{
@@ -27,3 +34,5 @@ func (s MCPSource) Call(ctx context.Context, t catalog.Tool, args json.RawMessag
 		ParseJSONText:    opt.ParseJSONText,
 	})
 }
+
+var _ ServerSource = MCPSource{}

@@ -228,6 +228,11 @@ func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, 
 	// Capabilities come after the MCP servers and demo tools: a name both
 	// offer is the server's. Each capability call runs in a fresh service.
 	w.registry = capability.NewFileRegistry(capability.DefaultFilePath())
+	if pool != nil {
+		// `pml serve` saves through this registry: a capability may not
+		// take a configured server's name.
+		w.registry = capability.Reserve(w.registry, pool.Servers()...)
+	}
 	w.service = capability.LocalServices(engine, sources, w.registry, w.sink, logger)()
 	return w, nil
 }

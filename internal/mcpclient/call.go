@@ -29,7 +29,22 @@ const maxErrorText = 4096
 // input schema (INVALID_ARGUMENTS, Details []ArgError). A server that is
 // down fails at once with retryable UNAVAILABLE. See normalizeResult for the
 // shape of results.
+//
+// Errors are *fault.Error whose messages are scrubbed of every secret the
+// pool knows: they reach scripts, which must never see a credential a
+// server or a library quoted back (a URL in a net/http error, a header
+// echoed in a refusal).
 func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
+	out, err := p.callTool(ctx, serverName, toolName, args, opt)
+	if err != nil {
+		fe := fault.As(err)
+		fe.Message = p.red.String(fe.Message)
+		return nil, fe
+	}
+	return out, nil
+}
+
+func (p *Pool) callTool(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
 	full := serverName + ":" + toolName
 	s := p.servers[serverName]
 	if s == nil {

@@ -2,6 +2,7 @@ package mcpclient
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/pml-sandbox/pml/internal/redact"
 )
 
 // Transport names accepted in ServerConfig.Transport.
@@ -31,8 +34,10 @@ const (
 // DefaultCallTimeout bounds one tool call when the server sets none.
 const DefaultCallTimeout = 30 * time.Second
 
-// redacted stands in for header values wherever a config is printed.
-const redacted = "[REDACTED]"
+// redacted stands in for header values and URL credentials wherever a
+// config is printed; the same mask as the pool's redactor, so that one
+// search of the logs finds both.
+const redacted = redact.Mask
 
 // ServerConfig describes one remote MCP server.
 type ServerConfig struct {
@@ -124,12 +129,103 @@ func (c ServerConfig) callTimeout() time.Duration {
 	return c.CallTimeout
 }
 
+// redactURL shows a URL without its credentials: userinfo and every query
+// value are masked, keys and the rest are kept so that an operator can
+// still tell the URLs apart.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	return u.Redacted()
+	hasUser, query := u.User != nil, u.RawQuery
+	u.User, u.RawQuery, u.ForceQuery = nil, "", false
+	out := u.String()
+	if hasUser {
+		out = strings.Replace(out, "://", "://"+redacted+"@", 1)
+	}
+	if query != "" {
+		parts := strings.Split(query, "&")
+		for i, kv := range parts {
+			if k, _, ok := strings.Cut(kv, "="); ok {
+				parts[i] = k + "=" + redacted
+			}
+		}
+		// The fragment, if any, went out with u.String(); put the query
+		// before it.
+		frag := ""
+		if i := strings.IndexByte(out, '#'); i >= 0 {
+			out, frag = out[:i], out[i:]
+		}
+		out += "?" + strings.Join(parts, "&") + frag
+	}
+	return out
+}
+
+// secrets lists what the config holds that must never be shown: header
+// values without secret references (resolved values are added at connect
+// time, see headerSecrets), the URL's userinfo and every query value, both
+// decoded and as written.
+func (c ServerConfig) secrets() []string {
+	var out []string
+	for _, v := range c.Headers {
+		if !secretRef.MatchString(v) {
+			out = append(out, headerSecrets(v)...)
+		}
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return out
+	}
+	if u.User != nil {
+		// net/http sends userinfo as a Basic Authorization header, which a
+		// refusal may echo.
+		p, hasPass := u.User.Password()
+		out = append(out, base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+p)))
+		if hasPass {
+			out = append(out, p)
+		} else {
+			// A bare username is a token (https://TOKEN@host); beside a
+			// password it is an identifier, and masking a name like
+			// "admin" everywhere would shred messages for nothing.
+			out = append(out, u.User.Username())
+		}
+		// As written in the URL, which may escape differently.
+		if _, rest, ok := strings.Cut(c.URL, "://"); ok {
+			if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+				rest = rest[:i]
+			}
+			if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+				user, pass, hasPass := strings.Cut(rest[:at], ":")
+				if hasPass {
+					out = append(out, pass)
+				} else {
+					out = append(out, user)
+				}
+			}
+		}
+	}
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		_, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		out = append(out, v)
+		if dec, err := url.QueryUnescape(v); err == nil {
+			out = append(out, dec)
+		}
+	}
+	return out
+}
+
+// headerSecrets is a header value and, for "Scheme credentials" values
+// such as "Bearer TOKEN", the credentials alone, which a server may quote
+// without the scheme.
+func headerSecrets(v string) []string {
+	out := []string{v}
+	if f := strings.Fields(v); len(f) > 1 {
+		out = append(out, f[1:]...)
+	}
+	return out
 }
 
 // reservedNames would reach prototype machinery if they became properties
@@ -171,6 +267,11 @@ func (c ServerConfig) Validate() error {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
+		// *url.Error quotes the whole URL, credentials and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("server %q: invalid URL: %w", c.Name, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -2,13 +2,17 @@ package mcpclient
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/redact"
 )
 
 func TestParseServerFlag(t *testing.T) {
@@ -188,5 +192,51 @@ func TestMatchGlob(t *testing.T) {
 		if got := matchGlob(tc.pattern, tc.name); got != tc.want {
 			t.Errorf("matchGlob(%q, %q) = %v; want %v", tc.pattern, tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestConfigNeverPrintsURLCredentials(t *testing.T) {
+	cases := []struct{ url, want string }{
+		{"https://user:pw-SECRET@h.example/mcp?api_key=SECRET1&x", "https://[REDACTED]@h.example/mcp?api_key=[REDACTED]&x"},
+		{"https://tok-SECRET@h.example/sse", "https://[REDACTED]@h.example/sse"},
+		{"https://h.example/mcp?a=SECRET%2F1&b=SECRET2#frag", "https://h.example/mcp?a=[REDACTED]&b=[REDACTED]#frag"},
+	}
+	for _, c := range cases {
+		cfg := ServerConfig{Name: "s", URL: c.url}
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("cfg", "server", cfg)
+		for _, out := range []string{cfg.String(), fmt.Sprintf("%#v", cfg), buf.String()} {
+			if strings.Contains(out, "SECRET") {
+				t.Errorf("%s: secret printed: %s", c.url, out)
+			}
+		}
+		if got := redactURL(c.url); got != c.want {
+			t.Errorf("redactURL(%s) = %s; want %s", c.url, got, c.want)
+		}
+		// Whatever quotes the URL as written is scrubbed too.
+		r := redact.New(cfg.secrets()...)
+		if got := r.String("Post " + c.url + ": refused"); strings.Contains(got, "SECRET") {
+			t.Errorf("%s: the redactor missed a secret: %s", c.url, got)
+		}
+	}
+	// net/http turns userinfo into a Basic Authorization header, which a
+	// refusal may echo.
+	for _, u := range []string{"https://user:pw-SECRET@h.example/mcp", "https://tok-SECRET@h.example/mcp"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		r := redact.New(ServerConfig{Name: "s", URL: u}.secrets()...)
+		sent := req.URL.User.String()
+		user, pass := req.URL.User.Username(), ""
+		if p, ok := req.URL.User.Password(); ok {
+			pass = p
+		}
+		echo := "denied: Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+		if got := r.String(echo); strings.Contains(got, base64.StdEncoding.EncodeToString([]byte(user+":"+pass))) {
+			t.Errorf("%s (userinfo %s): the Basic credentials were not scrubbed: %s", u, sent, got)
+		}
+	}
+	// A URL that does not parse is not quoted whole in the error.
+	err := ServerConfig{Name: "s", URL: "http://u:pw-SECRET@h:port-SECRET/x"}.Validate()
+	if err == nil || strings.Contains(err.Error(), "pw-SECRET") {
+		t.Errorf("Validate: %v; want an error without the password", err)
 	}
 }

@@ -17,6 +17,12 @@ import (
 // to sit under it, in the HTTP layer.
 var errMessageTooLarge = errors.New("server sent a message over the size cap")
 
+// maxErrorBody is how much of a non-2xx body is read. mcp-go quotes such
+// bodies whole in its errors, which reach scripts and logs; a refusal may
+// echo the request's Authorization header, and a long one says nothing
+// more useful than its start.
+const maxErrorBody = 256
+
 // sessionDeleteTimeout bounds the DELETE mcp-go sends when it closes a
 // streamable HTTP session: its own bound is 5 s, and a server that never
 // answers must not hold up Close that long.
@@ -59,8 +65,17 @@ func (t *capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	tw, _ := req.Context().Value(tripwireKey{}).(*tripwire)
+	body := resp.Body
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// Cut silently (EOF, not an error): mcp-go still parses a short
+		// JSON-RPC error answer and quotes a prefix of anything else.
+		body = struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(body, maxErrorBody), body}
+	}
 	resp.Body = &cappedBody{
-		rc:       resp.Body,
+		rc:       body,
 		limit:    t.limit,
 		perEvent: mediaType == "text/event-stream",
 		tw:       tw,

@@ -32,6 +32,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/redact"
 )
 
 // ProtocolVersion is the MCP revision the pool asks for. See the package doc.
@@ -52,16 +53,19 @@ const (
 	StateUnavailable State = "unavailable"
 )
 
-// ServerHealth is one server's state.
+// ServerHealth is one server's state. It never holds a secret: URL shows
+// the server's URL without userinfo and query values, and LastError is
+// scrubbed of every secret the pool knows.
 type ServerHealth struct {
 	Name  string `json:"name"`
+	URL   string `json:"url"`
 	State State  `json:"state"`
-	// LastError says why the server is not healthy; it never holds header
-	// values.
+	// LastError says why the server is not healthy.
 	LastError string `json:"last_error,omitempty"`
 	// Since is when State last changed.
 	Since time.Time `json:"since"`
-	// Tools counts the tools the server exposes through the pool.
+	// Tools counts the tools the server exposes through the pool: while it
+	// is down, its last known ones.
 	Tools           int    `json:"tools"`
 	Transport       string `json:"transport,omitempty"`
 	ProtocolVersion string `json:"protocol_version,omitempty"`
@@ -122,7 +126,9 @@ func defaultOptions() options {
 type Option func(*options)
 
 // WithLogger sets the logger (default slog.Default()). Every record carries
-// the server name; header values are never logged.
+// the server name. The pool logs through a handler that scrubs every secret
+// of the configs (header values, URL credentials and query values) from
+// each record, its own and mcp-go's alike.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -200,8 +206,11 @@ func WithClientInfo(name, version string) Option {
 // Pool holds the clients of a fixed set of servers. It is safe for
 // concurrent use; Close releases everything it started.
 type Pool struct {
-	log     *slog.Logger
-	opts    options
+	log  *slog.Logger
+	opts options
+	// red knows every secret of the configs; whatever leaves the pool
+	// (call errors, Health, log records) passes through it.
+	red     *redact.Redactor
 	servers map[string]*remote
 	order   []*remote
 
@@ -232,10 +241,15 @@ func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error
 	for _, opt := range opts {
 		opt(&o)
 	}
+	red := redact.New()
+	for _, c := range cfgs {
+		red.Add(c.secrets()...)
+	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Pool{
-		log:     o.logger,
+		log:     slog.New(red.Handler(o.logger.Handler())),
 		opts:    o,
+		red:     red,
 		servers: make(map[string]*remote, len(cfgs)),
 		ctx:     pctx,
 		cancel:  cancel,
@@ -282,13 +296,15 @@ func (p *Pool) isClosed() bool {
 	return p.closed
 }
 
-// Tools returns the catalog of every connected server, sorted by server
-// (config order) then tool name. It waits, at most until ctx is done, for
-// each server's first connect attempt; servers that are down are absent and
-// Health says why. Tools hidden by allow/deny lists are left out.
-// Destructive tools stay listed (their annotations say so) because mcp-go
-// servers mark every tool destructiveHint=true unless told otherwise, as the
-// MCP default says; Call refuses them unless allowed.
+// Tools returns the catalog of every server, sorted by server (config
+// order) then tool name. It waits, at most until ctx is done, for each
+// server's first connect attempt. A server that is down keeps its last
+// known tools, so that a call to one fails with a retryable UNAVAILABLE
+// instead of looking like a missing tool; a server never reached has none
+// (CheckServer and Health say why). Tools hidden by allow/deny lists are
+// left out. Destructive tools stay listed (their annotations say so)
+// because mcp-go servers mark every tool destructiveHint=true unless told
+// otherwise, as the MCP default says; Call refuses them unless allowed.
 func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	if p.isClosed() {
 		return nil, fault.Wrap(fault.Unavailable, errPoolClosed, "")
@@ -299,12 +315,11 @@ func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 		case <-s.firstDone:
 		case <-ctx.Done():
 		}
-		c := s.conn.Load()
-		if c == nil {
+		if c := s.conn.Load(); c != nil {
+			s.maybeRefresh(c)
+		} else {
 			s.kick()
-			continue
 		}
-		s.maybeRefresh(c)
 		if ts := s.cat.Load(); ts != nil {
 			out = append(out, ts.visible...)
 		}
@@ -316,7 +331,9 @@ func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 func (p *Pool) Health() []ServerHealth {
 	out := make([]ServerHealth, 0, len(p.order))
 	for _, s := range p.order {
-		out = append(out, s.health())
+		h := s.health()
+		h.LastError = p.red.String(h.LastError)
+		out = append(out, h)
 	}
 	return out
 }
@@ -370,4 +387,35 @@ func newHTTPTransport() *http.Transport {
 	// beyond the default 2 idle per host.
 	t.MaxIdleConnsPerHost = 64
 	return t
+}
+
+// Servers returns the configured server names, in config order. Every
+// mcp.<name>.* of these names is the pool's, whether or not the server can
+// be reached: no other tool source may serve it.
+func (p *Pool) Servers() []string {
+	out := make([]string, len(p.order))
+	for i, s := range p.order {
+		out[i] = s.cfg.Name
+	}
+	return out
+}
+
+// CheckServer reports whether server can serve calls now, without waiting:
+// nil when it is connected (so a tool it does not list is missing), a
+// retryable UNAVAILABLE *fault.Error when it is configured but down or was
+// never reached (a tool it does not list may exist), TOOL_NOT_FOUND when no
+// server has that name. Messages are scrubbed like Call's.
+func (p *Pool) CheckServer(server string) error {
+	s := p.servers[server]
+	switch {
+	case s == nil:
+		return fault.New(fault.ToolNotFound, "no MCP server named %q", server)
+	case p.isClosed():
+		return fault.Wrap(fault.Unavailable, errPoolClosed, "")
+	case s.conn.Load() != nil:
+		return nil
+	}
+	fe := s.unavailable("", nil)
+	fe.Message = p.red.String(fe.Message)
+	return fe
 }

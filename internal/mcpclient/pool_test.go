@@ -343,8 +343,10 @@ func TestServerKilledMidCallThenRestarted(t *testing.T) {
 			if codeOf(err) != fault.Unavailable || time.Since(start) > 50*time.Millisecond {
 				t.Errorf("call to a down server: %v after %s; want UNAVAILABLE at once", err, time.Since(start))
 			}
-			if tools, _ := p.Tools(context.Background()); len(tools) != 0 {
-				t.Errorf("down server still lists %d tools", len(tools))
+			// ...and its tools stay listed, so that calls to them get
+			// UNAVAILABLE rather than TOOL_NOT_FOUND.
+			if tools, _ := p.Tools(context.Background()); len(tools) == 0 {
+				t.Error("a down server's last known tools left the catalog")
 			}
 
 			ts.restart()
@@ -536,5 +538,63 @@ func TestDownServerAbsentOthersServed(t *testing.T) {
 	_, err = call(t, p, "dead", "echo", `{}`, CallOptions{})
 	if fe := fault.As(err); fe.Code != fault.Unavailable || !fe.Retryable {
 		t.Errorf("call to dead server: %v", err)
+	}
+}
+
+// TestDownServerKeepsLastKnownTools: a server that goes down keeps its last
+// known catalog; any call to it, even to a name it never listed, is a
+// retryable UNAVAILABLE, and CheckServer says so before any call.
+func TestDownServerKeepsLastKnownTools(t *testing.T) {
+	ts := newTestServer(t, TransportSSE, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: TransportSSE}})
+	waitTools(t, p, "demo", "echo")
+	if err := p.CheckServer("demo"); err != nil {
+		t.Fatalf("CheckServer while up: %v", err)
+	}
+	before, _ := p.Tools(context.Background())
+
+	ts.stop()
+	waitState(t, p, "demo", StateUnavailable)
+	after, _ := p.Tools(context.Background())
+	if len(after) != len(before) {
+		t.Errorf("a down server lists %d tools; want its last known %d", len(after), len(before))
+	}
+	if h := p.Health()[0]; h.Tools != len(before) {
+		t.Errorf("health %+v; want the %d last known tools counted", h, len(before))
+	}
+	for _, tool := range []string{"echo", "never_listed"} {
+		start := time.Now()
+		_, err := call(t, p, "demo", tool, `{"text":"x"}`, CallOptions{})
+		if fe := fault.As(err); fe == nil || fe.Code != fault.Unavailable || !fe.Retryable {
+			t.Errorf("%s on a down server: %v; want retryable UNAVAILABLE", tool, err)
+		}
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Errorf("%s on a down server failed after %s; want at once", tool, took)
+		}
+	}
+	if fe := fault.As(p.CheckServer("demo")); fe == nil || fe.Code != fault.Unavailable || !fe.Retryable {
+		t.Errorf("CheckServer on a down server: %v; want retryable UNAVAILABLE", fe)
+	}
+}
+
+func TestServersAndCheckServer(t *testing.T) {
+	ts := newTestServer(t, TransportSSE, srvOpts{})
+	p := newTestPool(t, []ServerConfig{
+		{Name: "dead", URL: "http://127.0.0.1:1/mcp?api_key=SECRET-key"},
+		{Name: "live", URL: ts.URL()},
+	})
+	waitTools(t, p, "live", "echo")
+	if got := p.Servers(); !slices.Equal(got, []string{"dead", "live"}) {
+		t.Errorf("Servers() = %v; want the configured names in order", got)
+	}
+	err := p.CheckServer("dead")
+	if fe := fault.As(err); fe == nil || fe.Code != fault.Unavailable || !fe.Retryable || strings.Contains(fe.Message, "SECRET") {
+		t.Errorf("CheckServer(dead) = %v; want a scrubbed retryable UNAVAILABLE", err)
+	}
+	if err := p.CheckServer("live"); err != nil {
+		t.Errorf("CheckServer(live) = %v", err)
+	}
+	if codeOf(p.CheckServer("ghost")) != fault.ToolNotFound {
+		t.Errorf("CheckServer(ghost) = %v; want TOOL_NOT_FOUND", p.CheckServer("ghost"))
 	}
 }

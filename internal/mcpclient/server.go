@@ -186,13 +186,14 @@ func (s *remote) setState(st State, lastErr string) {
 
 func (s *remote) health() ServerHealth {
 	s.mu.Lock()
-	h := ServerHealth{Name: s.cfg.Name, State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
+	h := ServerHealth{Name: s.cfg.Name, URL: redactURL(s.cfg.URL), State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
 	s.mu.Unlock()
 	if c := s.conn.Load(); c != nil {
 		h.ProtocolVersion = c.protocol
-		if ts := s.cat.Load(); ts != nil {
-			h.Tools = len(ts.visible)
-		}
+	}
+	// A down server keeps its last known tools in the catalog; count them.
+	if ts := s.cat.Load(); ts != nil {
+		h.Tools = len(ts.visible)
 	}
 	return h
 }
@@ -276,6 +277,11 @@ func (s *remote) connectOnce() error {
 	headers, err := resolveHeaders(s.cfg.Headers)
 	if err != nil {
 		return err
+	}
+	// Known before any request goes out, so before any error or log line
+	// can quote them.
+	for _, v := range headers {
+		s.p.red.Add(headerSecrets(v)...)
 	}
 	var errs []error
 	for _, kind := range s.transportOrder() {
