@@ -54,6 +54,9 @@ type Parent struct {
 	Capability  string   `json:"capability"`
 	Depth       int      `json:"depth"`
 	Chain       []string `json:"chain"` // capabilities from the root run down to this one
+	// Narrowing holds the tools filter of every run above this one that
+	// narrowed; this run may use only tools each of them allows.
+	Narrowing [][]string `json:"narrowing,omitempty"`
 }
 
 // Response is what every front end returns.
@@ -77,6 +80,9 @@ type CallOptions struct {
 	CallID      int
 	Parent      *Parent
 	TraceHeader string
+	// Narrowing is what a capability run started by this call inherits:
+	// the calling run's inherited filters plus its own.
+	Narrowing [][]string
 	// OnChild, when the call starts another execution (a capability run),
 	// receives that execution's id and calls so traces link parent and
 	// child and the caller's response shows the whole tree.
@@ -200,6 +206,11 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if err != nil {
 		return fail(fault.As(err))
 	}
+	inherited, err := inheritedFilters(req.Parent)
+	if err != nil {
+		return fail(fault.As(err))
+	}
+	visible, forbidden := applyInherited(visible, tools, inherited)
 	byName := make(map[string]entry, len(visible))
 	for _, e := range all {
 		byName[e.tool.FullName()] = e
@@ -214,21 +225,25 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if aerr != nil {
 		return fail(fault.As(aerr))
 	}
+	if ferr := forbiddenRef(refs, forbidden, req.Parent); ferr != nil {
+		return fail(ferr)
+	}
 	if ferr := unresolved(refs, entries); ferr != nil {
 		return fail(ferr)
 	}
 
-	gtools := make([]guest.Tool, 0, len(visible))
+	gtools := make([]guest.Tool, 0, len(visible)+len(forbidden))
 	for _, t := range visible {
 		gtools = append(gtools, guest.Tool{Server: t.Server, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
+	gtools = append(gtools, forbiddenGuestTools(tools, forbidden)...)
 	limits := s.limits
 	timeout := s.maxTime
 	if req.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
 	}
 	limits.Timeout = timeout
-	host := &toolHost{service: s, req: &req, entries: entries, visible: visible}
+	host := &toolHost{service: s, req: &req, entries: entries, visible: visible, forbidden: forbidden}
 	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
 		Code:        req.Code,

@@ -32,6 +32,9 @@ type Invocation struct {
 	Chain             []string        `json:"chain"` // capabilities from the root down to this one, this one last
 	TraceHeader       string          `json:"trace_header,omitempty"`
 	AllowDestructive  bool            `json:"allow_destructive,omitempty"`
+	// Narrowing is the tools filter of every run above, one entry per run
+	// that narrowed: the child may use only tools each allows.
+	Narrowing [][]string `json:"narrowing,omitempty"`
 	// TimeoutMS is what is left of the caller's deadline, so a child run
 	// never outlives its caller (0: no deadline known).
 	TimeoutMS int `json:"timeout_ms,omitempty"`
@@ -112,6 +115,7 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		ParentExecutionID: opt.ExecutionID, ParentCallID: opt.CallID,
 		Depth: depth, Chain: append(chain, name),
 		TraceHeader: opt.TraceHeader, AllowDestructive: opt.AllowDestructive,
+		Narrowing: opt.Narrowing,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d).Milliseconds()
@@ -196,7 +200,7 @@ func Run(ctx context.Context, reg Registry, svc *bridge.Service, inv Invocation)
 		Source:           "capability",
 		TraceHeader:      inv.TraceHeader,
 		Parent: &bridge.Parent{ExecutionID: inv.ParentExecutionID, CallID: inv.ParentCallID,
-			Capability: inv.Capability, Depth: inv.Depth, Chain: inv.Chain},
+			Capability: inv.Capability, Depth: inv.Depth, Chain: inv.Chain, Narrowing: inv.Narrowing},
 	}), nil
 }
 
