@@ -20,6 +20,8 @@ type toolHost struct {
 	visible []catalog.Tool
 	// forbidden names the catalog's tools an inherited narrowing excludes.
 	forbidden map[string]bool
+	// budget is what this execution's capability calls may spend.
+	budget *Budget
 
 	mu       sync.Mutex
 	children map[int]string // call id → child execution id (capability runs)
@@ -52,6 +54,7 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		Parent:           h.req.Parent,
 		TraceHeader:      h.req.TraceHeader,
 		Narrowing:        passedDown(h.req),
+		Sandboxes:        h.budget,
 		OnChild:          func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
 	})
 }

@@ -86,6 +86,9 @@ func Handler(reg Registry, newService func() *bridge.Service) func(ctx context.C
 		if inv.Depth < 1 || len(inv.Chain) == 0 || inv.Chain[len(inv.Chain)-1] != inv.Capability {
 			return invalid(errors.New("depth must be ≥ 1 and chain must end with the capability")), nil
 		}
+		if inv.Budget < 0 {
+			return invalid(errors.New("budget must not be negative")), nil
+		}
 		svc := newService()
 		resp, err := Run(ctx, reg, svc, inv)
 		if err != nil {
