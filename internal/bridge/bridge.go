@@ -54,6 +54,12 @@ type Parent struct {
 	Capability  string   `json:"capability"`
 	Depth       int      `json:"depth"`
 	Chain       []string `json:"chain"` // capabilities from the root run down to this one
+	// Narrowing holds the tools filter of every run above this one that
+	// narrowed; this run may use only tools each of them allows.
+	Narrowing [][]string `json:"narrowing,omitempty"`
+	// Sandboxes is this run's share of the request tree's sandbox budget:
+	// how many capability runs it and its descendants may start.
+	Sandboxes int `json:"sandboxes"`
 }
 
 // Response is what every front end returns.
@@ -66,6 +72,10 @@ type Response struct {
 	Calls         []trace.Call     `json:"calls"`
 	DurationMS    float64          `json:"duration_ms"`
 	ExecutionID   string           `json:"execution_id"`
+	// Sandboxes counts the capability runs the execution's calls started,
+	// descendants' included (a capability run reports it to its caller,
+	// which takes back what it reserved for the run and the run did not use).
+	Sandboxes int `json:"sandboxes,omitempty"`
 }
 
 // CallOptions travel with each tool call to its source.
@@ -77,6 +87,12 @@ type CallOptions struct {
 	CallID      int
 	Parent      *Parent
 	TraceHeader string
+	// Narrowing is what a capability run started by this call inherits:
+	// the calling run's inherited filters plus its own.
+	Narrowing [][]string
+	// Sandboxes is the calling execution's share of the request tree's
+	// sandbox budget, which a capability call spends from.
+	Sandboxes *Budget
 	// OnChild, when the call starts another execution (a capability run),
 	// receives that execution's id and calls so traces link parent and
 	// child and the caller's response shows the whole tree.
@@ -120,6 +136,10 @@ type Options struct {
 	MaxTimeout time.Duration
 	// Limits apply to every execution (zero fields: engine defaults).
 	Limits guest.Limits
+	// Sandboxes bounds the capability runs one request tree may start
+	// (default DefaultSandboxes); a capability run gets at most what its
+	// caller handed down.
+	Sandboxes int
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -130,16 +150,20 @@ type Service struct {
 	log     *slog.Logger
 	maxTime time.Duration
 	limits  guest.Limits
+	sandbox int
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
-	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits}
+	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if s.maxTime <= 0 {
 		s.maxTime = 60 * time.Second
+	}
+	if s.sandbox <= 0 {
+		s.sandbox = DefaultSandboxes
 	}
 	return s
 }
@@ -270,6 +294,11 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if err != nil {
 		return fail(fault.As(err))
 	}
+	inherited, err := inheritedFilters(req.Parent)
+	if err != nil {
+		return fail(fault.As(err))
+	}
+	visible, forbidden := applyInherited(visible, tools, inherited)
 	byName := make(map[string]entry, len(visible))
 	for _, e := range all {
 		byName[e.tool.FullName()] = e
@@ -284,21 +313,26 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if aerr != nil {
 		return fail(fault.As(aerr))
 	}
+	if ferr := forbiddenRef(refs, forbidden, req.Parent); ferr != nil {
+		return fail(ferr)
+	}
 	if ferr := s.unresolved(refs, entries, req.Tools); ferr != nil {
 		return fail(ferr)
 	}
 
-	gtools := make([]guest.Tool, 0, len(visible))
+	gtools := make([]guest.Tool, 0, len(visible)+len(forbidden))
 	for _, t := range visible {
 		gtools = append(gtools, guest.Tool{Server: t.Server, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
+	gtools = append(gtools, forbiddenGuestTools(tools, forbidden)...)
 	limits := s.limits
 	timeout := s.maxTime
 	if req.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
 	}
 	limits.Timeout = timeout
-	host := &toolHost{service: s, req: &req, entries: entries, visible: visible}
+	host := &toolHost{service: s, req: &req, entries: entries, visible: visible, forbidden: forbidden,
+		budget: s.budget(req.Parent)}
 	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
 		Code:        req.Code,
@@ -328,6 +362,7 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		Calls:         res.Calls,
 		DurationMS:    ms(time.Since(start)),
 		ExecutionID:   res.ExecutionID,
+		Sandboxes:     host.budget.Used(),
 	}
 	if resp.Calls == nil {
 		resp.Calls = []trace.Call{}

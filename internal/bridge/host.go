@@ -18,6 +18,10 @@ type toolHost struct {
 	req     *Request
 	entries map[string]entry
 	visible []catalog.Tool
+	// forbidden names the catalog's tools an inherited narrowing excludes.
+	forbidden map[string]bool
+	// budget is what this execution's capability calls may spend.
+	budget *Budget
 
 	mu       sync.Mutex
 	children map[int]string // call id → child execution id (capability runs)
@@ -31,6 +35,9 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 	}
 	full := c.Server + ":" + c.Tool
 	e, ok := h.entries[full]
+	if !ok && h.forbidden[full] {
+		return nil, forbiddenErr(full, "", h.req.Parent)
+	}
 	if !ok {
 		// Reached only through dynamic access the static check could not
 		// see; it is served only if it resolves now, never waited for.
@@ -46,6 +53,8 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		CallID:           c.ID,
 		Parent:           h.req.Parent,
 		TraceHeader:      h.req.TraceHeader,
+		Narrowing:        passedDown(h.req),
+		Sandboxes:        h.budget,
 		OnChild:          func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
 	})
 }

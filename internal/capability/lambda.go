@@ -43,6 +43,15 @@ func (l LambdaInvoker) Invoke(ctx context.Context, inv Invocation) (*bridge.Resp
 		if ctx.Err() != nil {
 			return nil, fault.Wrap(fault.Timeout, err, "invoking capability "+inv.Capability)
 		}
+		// A throttle is the capability function's reserved concurrency
+		// (or the account's) at work, after the SDK's own retries: the
+		// caller may well succeed later, so it is named and retryable.
+		var throttle *types.TooManyRequestsException
+		if errors.As(err, &throttle) {
+			return nil, &fault.Error{Code: fault.Unavailable, Retryable: true,
+				Message: "capability function throttled (concurrency limit reached) running " + inv.Capability + ": " + err.Error(),
+				Details: map[string]any{"reason": "throttled", "throttle_reason": string(throttle.Reason)}}
+		}
 		return nil, &fault.Error{Code: fault.Unavailable, Retryable: true, Message: "invoking capability " + inv.Capability + ": " + err.Error()}
 	}
 	if out.FunctionError != nil {
@@ -76,6 +85,9 @@ func Handler(reg Registry, newService func() *bridge.Service) func(ctx context.C
 		}
 		if inv.Depth < 1 || len(inv.Chain) == 0 || inv.Chain[len(inv.Chain)-1] != inv.Capability {
 			return invalid(errors.New("depth must be ≥ 1 and chain must end with the capability")), nil
+		}
+		if inv.Budget < 0 {
+			return invalid(errors.New("budget must not be negative")), nil
 		}
 		svc := newService()
 		resp, err := Run(ctx, reg, svc, inv)

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
@@ -32,9 +34,16 @@ type Invocation struct {
 	Chain             []string        `json:"chain"` // capabilities from the root down to this one, this one last
 	TraceHeader       string          `json:"trace_header,omitempty"`
 	AllowDestructive  bool            `json:"allow_destructive,omitempty"`
+	// Narrowing is the tools filter of every run above, one entry per run
+	// that narrowed: the child may use only tools each allows.
+	Narrowing [][]string `json:"narrowing,omitempty"`
 	// TimeoutMS is what is left of the caller's deadline, so a child run
 	// never outlives its caller (0: no deadline known).
 	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// Budget is the run's share of the request tree's sandbox budget, for
+	// its own capability calls (its own sandbox is already paid for).
+	// Always sent: a payload without it may start no sandbox.
+	Budget int `json:"budget"`
 }
 
 // Invoker runs capabilities somewhere: in this process, or in the
@@ -50,8 +59,13 @@ type Source struct {
 	maxDepth int
 	log      *slog.Logger
 
+	// names are the capabilities the last Tools call listed, to tell which
+	// names a capability's code calls are capabilities.
+	names atomic.Pointer[map[string]bool]
+
 	mu         sync.Mutex
 	validators map[string]*argcheck.Validator // by capability id
+	refs       map[string]analysis.Refs       // by capability id
 }
 
 // NewSource returns a Source; maxDepth ≤ 0 means DefaultMaxDepth.
@@ -62,7 +76,7 @@ func NewSource(reg Registry, inv Invoker, maxDepth int, log *slog.Logger) *Sourc
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{reg: reg, inv: inv, maxDepth: maxDepth, log: log, validators: map[string]*argcheck.Validator{}}
+	return &Source{reg: reg, inv: inv, maxDepth: maxDepth, log: log, validators: map[string]*argcheck.Validator{}, refs: map[string]analysis.Refs{}}
 }
 
 // Tools implements bridge.ToolSource: the latest version of each capability.
@@ -72,15 +86,19 @@ func (s *Source) Tools(ctx context.Context) ([]catalog.Tool, error) {
 		return nil, err
 	}
 	out := make([]catalog.Tool, 0, len(caps))
+	names := make(map[string]bool, len(caps))
 	for _, c := range caps {
 		out = append(out, catalog.Tool{Server: c.Namespace(), Name: c.Action(), Description: c.Description,
 			InputSchema: c.InputSchema, Kind: trace.KindCapability})
+		names[c.Name] = true
 	}
+	s.names.Store(&names)
 	return out, nil
 }
 
 // Call implements bridge.ToolSource: checks depth, cycles and arguments,
-// then runs the capability through the invoker.
+// takes a sandbox and a share of the caller's budget for the run, then runs
+// the capability through the invoker.
 func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt bridge.CallOptions) (json.RawMessage, error) {
 	name := t.FullName()
 	var chain []string
@@ -104,6 +122,25 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	if ferr != nil {
 		return nil, ferr.WithTool(name)
 	}
+	timeoutMS := 0
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d).Milliseconds()
+		if left < 1 {
+			return nil, fault.New(fault.Timeout, "no time left to run %s", name).WithTool(name)
+		}
+		timeoutMS = int(left)
+	}
+	budget := opt.Sandboxes
+	if budget == nil {
+		// A caller outside a bridge execution is a request tree of its own.
+		budget = bridge.NewBudget(bridge.DefaultSandboxes)
+	}
+	reserved, ok := budget.Reserve(s.share(c, depth))
+	if !ok {
+		return nil, fault.Limitf(fault.LimitSandboxes,
+			"no sandbox left to run %s: this run's share of the request's sandbox budget (%d) is spent or held by calls in flight",
+			name, budget.Share()).WithTool(name)
+	}
 	if err := s.reg.IncrementCalls(ctx, name); err != nil {
 		s.log.WarnContext(ctx, "capability call count not updated", "capability", name, "err", err)
 	}
@@ -112,18 +149,16 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		ParentExecutionID: opt.ExecutionID, ParentCallID: opt.CallID,
 		Depth: depth, Chain: append(chain, name),
 		TraceHeader: opt.TraceHeader, AllowDestructive: opt.AllowDestructive,
-	}
-	if d, ok := ctx.Deadline(); ok {
-		left := time.Until(d).Milliseconds()
-		if left < 1 {
-			return nil, fault.New(fault.Timeout, "no time left to run %s", name).WithTool(name)
-		}
-		inv.TimeoutMS = int(left)
+		Narrowing: opt.Narrowing, Budget: reserved - 1, TimeoutMS: timeoutMS,
 	}
 	resp, err := s.inv.Invoke(ctx, inv)
 	if err != nil {
+		// The run may have started, and may still be running in another
+		// process: all it was given counts as spent.
+		budget.Settle(reserved, reserved)
 		return nil, fault.As(err).WithTool(name)
 	}
+	budget.Settle(reserved, 1+resp.Sandboxes)
 	if opt.OnChild != nil && resp.ExecutionID != "" {
 		opt.OnChild(resp.ExecutionID, resp.Calls)
 	}
@@ -155,6 +190,58 @@ func childError(name string, e *fault.Error) *fault.Error {
 		out.Tool = name
 	}
 	return &out
+}
+
+// share returns how much of what is left of its caller's budget (after its
+// own sandbox) a run of c gets for its own capability calls.
+//
+// Without a counter shared across processes, every run must be handed its
+// share up front, before its caller knows how many siblings will follow
+// (Promise.all issues its calls one by one). So a run that may call
+// capabilities gets half of what is left (rounded up, so that the last
+// sandbox is usable): siblings started together get 1/2, 1/4, 1/8... and
+// can never claim more than the whole between them,
+// while a lone call (the common "one capability orchestrates" case) still
+// gets half of the budget. Whatever a run does not spend comes back when it
+// returns, so calls made one after another each find the budget as the
+// previous ones left it. A run that provably calls no capability — it is
+// at the depth limit, or its code names no capability and reaches mcp only
+// statically — gets nothing beyond its own sandbox, so a wide Promise.all
+// over such leaves costs exactly one sandbox per call.
+func (s *Source) share(c Capability, depth int) func(rest int) int {
+	if depth >= s.maxDepth || !s.mayCallCapabilities(c) {
+		return func(int) int { return 0 }
+	}
+	return func(rest int) int { return (rest + 1) / 2 }
+}
+
+// mayCallCapabilities reports whether c's code may call a capability:
+// dynamic access to mcp, or a static name that is a capability (an MCP
+// tool of the same name would win, so this errs on the generous side).
+// Unknown capability names (no listing yet) count as capabilities.
+func (s *Source) mayCallCapabilities(c Capability) bool {
+	s.mu.Lock()
+	refs, ok := s.refs[c.ID]
+	s.mu.Unlock()
+	if !ok {
+		var err error
+		if refs, err = analysis.MCPReferences(c.Code); err != nil {
+			return true // it will fail to run; be generous rather than wrong
+		}
+		s.mu.Lock()
+		s.refs[c.ID] = refs
+		s.mu.Unlock()
+	}
+	if refs.Dynamic {
+		return true
+	}
+	names := s.names.Load()
+	for _, r := range refs.Tools {
+		if names == nil || (*names)[r.FullName()] {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Source) validator(c Capability) *argcheck.Validator {
@@ -196,7 +283,8 @@ func Run(ctx context.Context, reg Registry, svc *bridge.Service, inv Invocation)
 		Source:           "capability",
 		TraceHeader:      inv.TraceHeader,
 		Parent: &bridge.Parent{ExecutionID: inv.ParentExecutionID, CallID: inv.ParentCallID,
-			Capability: inv.Capability, Depth: inv.Depth, Chain: inv.Chain},
+			Capability: inv.Capability, Depth: inv.Depth, Chain: inv.Chain, Narrowing: inv.Narrowing,
+			Sandboxes: inv.Budget},
 	}), nil
 }
 

@@ -65,6 +65,7 @@ const (
 	LimitResultBytes = "result_bytes"
 	LimitArgsBytes   = "args_bytes"
 	LimitDepth       = "depth"
+	LimitSandboxes   = "sandboxes" // capability runs one request tree may start
 )
 
 // Error is the one structured error type. It marshals to the wire shape
