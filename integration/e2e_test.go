@@ -41,13 +41,13 @@ func decodeHTTP(t *testing.T, raw json.RawMessage) (events.APIGatewayV2HTTPRespo
 // from DynamoDB Local and the segments the X-Ray daemon received.
 func TestHTTPEventThroughBothFunctions(t *testing.T) {
 	s := newStack(t)
-	save := httpEvent("POST", "/capabilities", `{"name": "text:shout", "code": "return await mcp.text.transform_text({text: args.text, op: 'upper'})", "description": "Upper-case a text"}`)
+	save := httpEvent("POST", "/capabilities", `{"name": "loud:shout", "code": "return await mcp.text.transform_text({text: args.text, op: 'upper'})", "description": "Upper-case a text"}`)
 	if resp, _ := decodeHTTP(t, s.invoke(t, "execute", save, "")); resp.StatusCode != 201 {
 		t.Fatalf("saving the capability: %+v", resp)
 	}
 	code := `const [w, s] = await Promise.all([
   mcp.text.word_count({text: "one two three"}),
-  mcp.text.shout({text: "hi"}),
+  mcp.loud.shout({text: "hi"}),
 ]);
 await mcp.kv.kv_set({key: "k", value: w.words});
 return {words: (await mcp.kv.kv_get({key: "k"})).value, shout: s}`
@@ -91,7 +91,7 @@ return {words: (await mcp.kv.kv_get({key: "k"})).value, shout: s}`
 		t.Fatalf("stored execution %+v with %d calls: %v", ex, len(calls), err)
 	}
 	child, childCalls, err := s.traces.GetExecution(ctx, childID)
-	if err != nil || child.ParentExecutionID != r.ExecutionID || child.Capability != "text:shout" || len(childCalls) != 1 {
+	if err != nil || child.ParentExecutionID != r.ExecutionID || child.Capability != "loud:shout" || len(childCalls) != 1 {
 		t.Fatalf("stored child %+v %+v: %v", child, childCalls, err)
 	}
 	// The HTTP route reads the same store.
