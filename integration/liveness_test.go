@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"net/http/httptest"
+)
+
+// signalServer is a real MCP server with one tool, started, that tells the
+// test each time a script calls it: hostile scripts call it first, so the
+// test knows they are past their start and into their loops.
+func signalServer(t *testing.T) (url string, started <-chan struct{}) {
+	ch := make(chan struct{}, 16)
+	m := server.NewMCPServer("signal", "1.0.0", server.WithToolCapabilities(true))
+	m.AddTool(mcp.NewTool("started", mcp.WithDescription("Announces that a script started."), mcp.WithReadOnlyHintAnnotation(true)),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			ch <- struct{}{}
+			return mcp.NewToolResultText("ok"), nil
+		})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(m, server.WithStateLess(true)))
+	t.Cleanup(hs.Close)
+	return hs.URL, ch
+}
+
+// servePML starts `pml serve` with env added and returns its base URL and
+// a channel of its stderr lines.
+func servePML(t *testing.T, env []string, args ...string) (string, <-chan string) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(bins.pml, append([]string{"serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir}, args...)...)
+	cmd.Env = append(cmd.Environ(), "PML_TRACES_FILE="+dir+"/traces.jsonl", "PML_CAPABILITIES_FILE="+dir+"/caps.json", "PML_SERVE_TOKEN=")
+	cmd.Env = append(cmd.Env, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 4096)
+	exited := make(chan struct{})
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	ready := make(chan string, 1)
+	go func() {
+		defer close(exited)
+		listening := regexp.MustCompile(`listening on (http://\S+)`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				ready <- m[1]
+			}
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	select {
+	case base := <-ready:
+		return base, lines
+	case <-exited:
+		t.Fatal("pml serve exited before it listened")
+	case <-time.After(60 * time.Second):
+		t.Fatal("pml serve did not come up")
+	}
+	return "", nil
+}
+
+// execute posts code to /execute and returns the decoded response.
+func execute(ctx context.Context, base, code string, timeoutMS int) (map[string]any, error) {
+	body, _ := json.Marshal(map[string]any{"code": code, "timeout_ms": timeoutMS})
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/execute", strings.NewReader(string(body)))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("status %d: %w", resp.StatusCode, err)
+	}
+	return out, nil
+}
+
+// TestServeStaysLiveUnderHostileScripts is the liveness test of the
+// absolute-bounds work: while scripts that loop inside QuickJS's C
+// built-ins keep both CPUs busy, `pml serve` answers other executions and
+// /healthz in under a second and its garbage collector keeps running; the
+// hostile scripts end at their deadline with TIMEOUT.
+func TestServeStaysLiveUnderHostileScripts(t *testing.T) {
+	sigURL, started := signalServer(t)
+	// gctrace prints a line per garbage collection; a low GOGC makes the
+	// answers below trigger several.
+	base, lines := servePML(t, []string{"GODEBUG=gctrace=1", "GOGC=25"}, "--mcp", "sig="+sigURL)
+
+	hostile := []string{
+		"return Array.prototype.includes.call({length: 2**53-1}, 1)",
+		`return Array.prototype.join.call({length: 2**40}, "")`,
+		"let a = []; for (;;) { try { a.push(new Array(1e6).fill(1)) } catch (e) { a = [] } }",
+	}
+	const deadline = 6 * time.Second
+	var wg sync.WaitGroup
+	for _, code := range hostile {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			r, err := execute(ctx, base, "await mcp.sig.started({})\n"+code, int(deadline/time.Millisecond))
+			if err != nil {
+				t.Errorf("hostile script: %v", err)
+				return
+			}
+			e, _ := r["error"].(map[string]any)
+			if e["code"] != "TIMEOUT" || time.Since(start) > deadline+time.Second {
+				t.Errorf("hostile script: want TIMEOUT at its deadline, got %v after %v", r["error"], time.Since(start))
+			}
+		}()
+	}
+	for range hostile {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the hostile scripts did not start")
+		}
+	}
+	drain := func() (gcs int) {
+		for {
+			select {
+			case l := <-lines:
+				if strings.HasPrefix(l, "gc ") {
+					gcs++
+				}
+			default:
+				return gcs
+			}
+		}
+	}
+	drain()
+	window := time.Now().Add(deadline - 2*time.Second)
+	var slowest time.Duration
+	answers := 0
+	for time.Now().Before(window) {
+		for _, path := range []string{"/execute", "/healthz"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			start := time.Now()
+			var err error
+			if path == "/execute" {
+				var r map[string]any
+				// Half a megabyte per answer keeps the collector busy.
+				r, err = execute(ctx, base, "return 'x'.repeat(500000).length + 1", 5000)
+				if err == nil && r["result"] != float64(500001) {
+					err = fmt.Errorf("unexpected answer %v", r)
+				}
+			} else {
+				var resp *http.Response
+				req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+				if resp, err = http.DefaultClient.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+			cancel()
+			if err != nil {
+				t.Fatalf("%s while hostile scripts ran: %v", path, err)
+			}
+			slowest = max(slowest, time.Since(start))
+			answers++
+		}
+	}
+	gcs := drain()
+	t.Logf("while %d hostile scripts ran: %d answers, slowest %v, %d garbage collections", len(hostile), answers, slowest, gcs)
+	if slowest > time.Second {
+		t.Errorf("slowest answer took %v; want < 1s", slowest)
+	}
+	if gcs == 0 {
+		t.Errorf("no garbage collection completed while the hostile scripts ran")
+	}
+	wg.Wait()
+}
+
+// TestRunStopsOnSIGTERM: `pml run` on a script stuck in a C built-in exits
+// promptly when told to.
+func TestRunStopsOnSIGTERM(t *testing.T) {
+	cmd := exec.Command(bins.pml, "run", "--timeout", "60s", "--cache-dir", t.TempDir(), "-e", "return Array.prototype.indexOf.call({length: 2**53-1}, 1)")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Whenever the signal lands (compiling, or deep in the loop), the
+	// command must end within a second of it.
+	time.Sleep(2 * time.Second)
+	sent := time.Now()
+	_ = cmd.Process.Signal(syscallTERM)
+	select {
+	case err := <-exited:
+		t.Logf("exited %v after SIGTERM: %v %s", time.Since(sent), err, out.String())
+		if time.Since(sent) > time.Second {
+			t.Errorf("pml run took %v to stop after SIGTERM", time.Since(sent))
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("pml run ignored SIGTERM")
+	}
+}
