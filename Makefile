@@ -4,7 +4,7 @@
 
 GO        ?= go
 GUEST     := internal/guest/pml.wasm
-GUEST_SRC := guest-runtime/build.sh guest-runtime/glue.c guest-runtime/prelude.js
+GUEST_SRC := guest-runtime/build.sh guest-runtime/glue.c guest-runtime/prelude.js guest-runtime/loopcheck.awk
 PML       := bin/pml
 
 # Lambda artifacts, as `sam build` makes them (BuildMethod: makefile).

@@ -104,19 +104,22 @@ for f in "$work/glue.c" "$work/prelude.c" "$src/libregexp.c" "$src/libunicode.c"
   objs+=("$o")
 done
 
-# clang 14 runs wasm-opt on its own when it is on PATH; hide it from clang
-# and run it explicitly below, so the flags are ours and always the same.
+# Link without -O: with an optimisation level clang 14 runs wasm-opt on its
+# own (from its install directory, whatever PATH says), which would strip
+# the function names loopcheck.awk needs. We run wasm-opt ourselves below,
+# with our flags. wasm-ld is found through PATH under its plain name.
 pathdir=$work/bin
 mkdir -p "$pathdir"
 ln -s "$(command -v wasm-ld || command -v wasm-ld-14)" "$pathdir/wasm-ld"
 mkdir -p "$(dirname "$out")"
-(cd "$work" && PATH=$pathdir "$CC" --target=wasm32-wasi -O2 \
+(cd "$work" && PATH=$pathdir "$CC" --target=wasm32-wasi \
   -mexec-model=reactor \
-  -Wl,--stack-first -Wl,-z,stack-size=1048576 -Wl,--strip-all \
+  -Wl,--stack-first -Wl,-z,stack-size=1048576 \
   -o "$out.tmp" "${objs[@]}" -lm)
 # binaryen's -O3 makes CPU-bound JS ~1.8x faster (fib(25): 29 -> 16 ms on
-# the development machine); Debian pins its version.
-wasm-opt -O3 "$out.tmp" -o "$out.opt"
+# the development machine); Debian pins its version. -g keeps the names
+# for the next step; the final binary has none.
+wasm-opt -O3 -g "$out.tmp" -o "$out.opt"
 rm -f "$out.tmp"
 
 # Loop check-ins: C code inside QuickJS (Array.prototype.includes over an
@@ -127,7 +130,7 @@ rm -f "$out.tmp"
 # calls pml.poll: the host traps if the run must stop and otherwise hands
 # back the next budget. See guest-runtime/loopcheck.awk.
 wasm2wat "$out.opt" -o "$work/guest.wat"
-awk -f "$here/loopcheck.awk" "$work/guest.wat" >"$work/guest-checked.wat" ||
+awk -f "$here/loopcheck.awk" "$work/guest.wat" "$work/guest.wat" >"$work/guest-checked.wat" ||
   die "loop instrumentation failed"
 wat2wasm "$work/guest-checked.wat" -o "$out.checked"
 rm -f "$out.opt"

@@ -30,7 +30,6 @@
   const ObjectCreate = Object.create;
   const ObjectFreeze = Object.freeze;
   const ObjectKeys = Object.keys;
-  const ObjectSetPrototypeOf = Object.setPrototypeOf;
   const defineProperty = Object.defineProperty;
   const ProxyCtor = Proxy;
   const PromiseCtor = Promise;
@@ -38,12 +37,23 @@
   const MapCtor = Map;
   const globalObject = globalThis;
 
-  // A dense array no script can reach through its prototype: writes past
-  // its end consult no setter and reads of holes no getter.
-  function bareArray() {
+  // Arrays the prelude keeps its jobs in. A write past an array's end looks
+  // for a setter on Array.prototype, where a script may have put one; so
+  // jobs are only ever stored into slots that already exist. put() grows
+  // an array by defining its new slots (as undefined; a definition consults
+  // no setter) before storing. Arrays made here stay ordinary arrays, which
+  // QuickJS keeps dense and fast.
+  function slots(n) {
     const a = [];
-    ObjectSetPrototypeOf(a, null);
+    for (let i = 0; i < n; i++) a[i] = undefined; // before any user code
     return a;
+  }
+  const slotDescriptor = { value: undefined, writable: true, enumerable: true, configurable: true };
+  function put(a, i, v) {
+    if (i >= a.length) {
+      for (let j = a.length, end = i * 2 + 16; j < end; j++) defineProperty(a, j, slotDescriptor);
+    }
+    a[i] = v;
   }
 
   // Errors the host (or this prelude on its behalf) created, each with the
@@ -58,11 +68,11 @@
   // so Promise.all over many calls just works, `cap` at a time.
   let cap = 16;
   let inflight = 0;
-  const queue = bareArray();
+  const queue = slots(64);
   let queueHead = 0;
   let queueTail = 0;
   // Call ids are small consecutive integers: an array is the cheapest map.
-  const pending = bareArray();
+  const pending = slots(64);
 
   // The wrapper `(async function (args) {` shares line 1 with the user's
   // first line; stacks are rewritten so columns match the user's code, and
@@ -175,21 +185,17 @@
   const SLEEP = -1, SEARCH = -2, LIST = -3, DESCRIBE = -4;
 
   // A job is one call the host serves: a tool call, a timer or a tools.*
-  // built-in. It lives in a prototype-less object so no script-defined
-  // setter ever sees one.
+  // built-in. An object literal defines its properties (no setter runs), and
+  // the prelude only reads a job's own properties.
   function newJob(index, args, resolve, reject, uncapped) {
-    const job = ObjectCreate(null);
-    job.index = index;
-    job.args = args;
-    job.resolve = resolve;
-    job.reject = reject;
-    job.uncapped = uncapped;
-    return job;
+    return { index, args, resolve, reject, uncapped };
   }
 
   function startJob(job) {
     if (!job.uncapped) inflight++;
-    pending[native.start(job.index, job.args)] = job;
+    const id = native.start(job.index, job.args);
+    if (id < pending.length) pending[id] = job;
+    else put(pending, id, job);
   }
 
   function invoke(index, server, tool, a) {
@@ -209,9 +215,9 @@
       }
     }
     return new PromiseCtor((resolve, reject) => {
-      const job = newJob(index, args, resolve, reject, false);
+      const job = { index, args, resolve, reject, uncapped: false };
       if (inflight < cap) startJob(job);
-      else queue[queueTail++] = job;
+      else put(queue, queueTail++, job);
     });
   }
 
@@ -298,13 +304,13 @@
   // Timer handles are consecutive integers; a cleared or fired timer's slot
   // holds false.
   let timerSeq = 0;
-  const timers = bareArray();
+  const timers = slots(16);
   const TypeErrorCtor = TypeError;
   function setTimeoutImpl(fn, ms, ...rest) {
     if (typeof fn !== "function") throw new TypeErrorCtor("setTimeout: callback is not a function");
     const handle = ++timerSeq;
     const delay = mathMax(0, NumberCtor(ms) || 0);
-    timers[handle] = true;
+    put(timers, handle, true);
     const fire = () => {
       if (timers[handle]) {
         timers[handle] = false;
@@ -366,7 +372,7 @@
         queue[queueHead++] = undefined;
         startJob(next);
       }
-      if (queueHead === queueTail) { queue.length = 0; queueHead = queueTail = 0; }
+      if (queueHead === queueTail) queueHead = queueTail = 0;
     }
     if (ok) job.resolve(value);
     else job.reject(raw ? value : hostError(value, id));

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -76,8 +77,10 @@ type execution struct {
 	logBytes      int
 	logsTruncated bool
 
-	stopping  bool      // the guest was trapped; nothing of it may run again
-	lastYield time.Time // when the run last gave up its thread (maybeYield)
+	expired   atomic.Bool // the deadline passed or the caller gave up
+	unwatch   func() bool // stops the watch that sets expired
+	stopping  bool        // the guest was trapped; nothing of it may run again
+	lastYield time.Time   // when the run last gave up its thread (maybeYield)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
@@ -97,6 +100,9 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 		done:     make(chan completion, 16),
 	}
 	x.req.ExecutionID = res.ExecutionID
+	// Every host call checks whether the run must stop; an atomic flag set
+	// when the context ends makes that check a single load.
+	x.unwatch = context.AfterFunc(ctx, func() { x.expired.Store(true) })
 	return x
 }
 
@@ -285,14 +291,20 @@ var errStop = errors.New("guest: the run must stop")
 
 // checkIn traps the guest when the run must stop.
 func (x *execution) checkIn() {
-	x.checkInAt(time.Now())
-}
-
-func (x *execution) checkInAt(now time.Time) {
-	if x.stopping || x.interruptedAt(now) {
+	if x.stopping || x.expired.Load() {
 		x.stopping = true
 		panic(errStop)
 	}
+}
+
+// checkInAt is checkIn with the clock read, for the periodic check-ins
+// (pml.poll), which also catch a deadline whose watch has not fired yet.
+func (x *execution) checkInAt(now time.Time) {
+	if !x.stopping && !x.expired.Load() && !x.interruptedAt(now) {
+		return
+	}
+	x.stopping = true
+	panic(errStop)
 }
 
 // yieldEvery is how long a run computes before it lets other goroutines
@@ -600,6 +612,7 @@ func (x *execution) takeLogs() ([]LogEntry, bool) {
 // still running when the script finished are cancelled, and each closes its
 // own record with the error its host returned.
 func (x *execution) traceCalls() []trace.Call {
+	x.unwatch()
 	x.cancel()
 	x.wg.Wait()
 	x.mu.Lock()
@@ -617,6 +630,7 @@ func (x *execution) traceCalls() []trace.Call {
 
 // shutdown cancels whatever is still running and waits for it.
 func (x *execution) shutdown() {
+	x.unwatch()
 	x.cancel()
 	x.wg.Wait()
 }
