@@ -95,6 +95,10 @@ cflags=(
   -include malloc.h
   -D_GNU_SOURCE '-DCONFIG_VERSION="2025-04-26"'
   -funsigned-char -O2 -g0 -Wno-everything
+  # WebAssembly 2.0 features wazero supports by default: memcpy/memset
+  # become single memory.copy/memory.fill instructions instead of loops,
+  # which each tool call runs many of (per call ~13.3 -> ~13.0 us).
+  -mbulk-memory -msign-ext -mnontrapping-fptoint
   "-ffile-prefix-map=$work=."
 )
 objs=()

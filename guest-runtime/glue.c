@@ -12,9 +12,11 @@
  *
  * Host imports (module "pml"):
  *   start_call(tool_index, args) -> id     starts a tool call; never blocks
- *   wait_any(&len, &ok) -> id              blocks until some call finishes;
- *                                           0 = nothing in flight, <0 = stop
- *   take_result(id, buf)                   copies that call's answer
+ *   wait_any(&len, &ok, buf, cap) -> id    blocks until some call finishes;
+ *                                           0 = nothing in flight, <0 = stop;
+ *                                           an answer shorter than cap is
+ *                                           written to buf at once
+ *   take_result(id, buf)                   copies a longer answer
  *   log(level, msg) -> keep                console output; 0 = stop sending
  *   fault(doc) -> id                       keeps an error the prelude raises
  *                                           for the host, so the host can
@@ -41,7 +43,7 @@
 IMPORT("start_call")
 int32_t host_start_call(int32_t tool_index, const char *args, int32_t args_len);
 IMPORT("wait_any")
-int32_t host_wait_any(int32_t *len, int32_t *ok);
+int32_t host_wait_any(int32_t *len, int32_t *ok, char *buf, int32_t cap);
 IMPORT("take_result")
 void host_take_result(int32_t id, char *buf);
 IMPORT("log")
@@ -246,24 +248,32 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
         if (st != JS_PROMISE_PENDING)
             break;
         int32_t len = 0, ok = 0;
-        int32_t id = host_wait_any(&len, &ok);
+        /* Most answers are small: they arrive with the announcement, in a
+         * buffer kept for that, which saves a host call and an allocation
+         * per tool call. */
+        static char small[4096];
+        int32_t id = host_wait_any(&len, &ok, small, (int32_t)sizeof(small));
         if (id == 0) {
             return emit_static("{\"ok\":false,\"error\":{\"code\":\"DEADLOCK\",\"message\":\"the script is waiting for a promise "
                                "that nothing can settle (no tool call is in flight)\"}}");
         }
         if (id < 0)
             return emit_static("{\"ok\":false,\"error\":{\"code\":\"TIMEOUT\",\"message\":\"execution deadline exceeded\"}}");
-        char *buf = malloc(len + 1);
-        if (!buf)
-            return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
-        host_take_result(id, buf);
+        char *buf = small;
+        if (len >= (int32_t)sizeof(small)) {
+            buf = malloc(len + 1);
+            if (!buf)
+                return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
+            host_take_result(id, buf);
+        }
         buf[len] = 0;
         JSValue argv[4];
         argv[0] = JS_NewInt32(ctx, id);
         argv[1] = JS_NewBool(ctx, ok);
         argv[2] = JS_ParseJSON(ctx, buf, len, "tool-result.json");
         argv[3] = JS_FALSE;
-        free(buf);
+        if (buf != small)
+            free(buf);
         if (JS_IsException(argv[2])) {
             /* Malformed host JSON or OOM while parsing: reject the call
              * with the exception instead of aborting the whole script. */

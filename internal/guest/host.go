@@ -32,7 +32,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 		pml.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
 	}
 	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
-	fn("wait_any", hostWaitAny, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn("wait_any", hostWaitAny, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
 	fn("take_result", hostTakeResult, []api.ValueType{i32, i32}, nil)
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
 	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
@@ -107,6 +107,13 @@ func hostWaitAny(ctx context.Context, m api.Module, st []uint64) {
 		mem := m.Memory()
 		if !mem.WriteUint32Le(uint32(st[0]), uint32(n)) || !mem.WriteUint32Le(uint32(st[1]), okv) {
 			x.abort("wait_any with pointers out of range")
+		}
+		// An answer that fits the guest's buffer goes with the
+		// announcement; a longer one waits for take_result.
+		if n < int(uint32(st[3])) {
+			if !mem.Write(uint32(st[2]), x.takeResult(id)) {
+				x.abort("wait_any with a buffer out of range")
+			}
 		}
 	}
 	st[0] = uint64(uint32(id))
