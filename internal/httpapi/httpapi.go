@@ -15,6 +15,7 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -348,11 +349,25 @@ func (a *api) saveCapability(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) health(w http.ResponseWriter, _ *http.Request) {
-	out := map[string]any{"ok": true}
+	out := map[string]any{"ok": true, "runtime": runtimeStats()}
 	if a.Health != nil {
 		out["details"] = a.Health()
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// RuntimeStats is the process's state in /healthz: enough to see a leak or
+// a stalled collector from outside (the soak test watches it).
+type RuntimeStats struct {
+	Goroutines     int    `json:"goroutines"`
+	HeapAllocBytes uint64 `json:"heap_alloc_bytes"`
+	GCCycles       uint32 `json:"gc_cycles"`
+}
+
+func runtimeStats() RuntimeStats {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapAllocBytes: m.HeapAlloc, GCCycles: m.NumGC}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

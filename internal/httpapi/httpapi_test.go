@@ -87,6 +87,7 @@ func TestRoutes(t *testing.T) {
 		{"save bad capability", "POST", "/capabilities", `{"name": "nocolon", "code": "return 1"}`, 400, "INVALID_REQUEST"},
 		{"list capabilities", "GET", "/capabilities", "", 200, `"capabilities"`},
 		{"health", "GET", "/healthz", "", 200, `"ok":true`},
+		{"health shows the runtime", "GET", "/healthz", "", 200, `"runtime":{"goroutines":`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
