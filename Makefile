@@ -11,7 +11,7 @@ PML       := bin/pml
 LAMBDA_GOFLAGS := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 LAMBDA_TAGS    := lambda.norpc
 
-.PHONY: all guest build pml run test unit race lint bench clean guest-reproducible \
+.PHONY: all guest build pml run test unit race fuzz lint bench clean guest-reproducible \
 	build-ExecuteFunction build-CapabilityFunction
 
 all: build
@@ -34,15 +34,20 @@ run: $(PML)
 	$(PML) run examples/hello.js
 	$(PML) serve
 
-## test: everything CI runs: lint, all tests (integration included), and the
-## packages again under the race detector (long loops skipped).
-test: lint unit race
+## test: everything CI runs: lint, all tests (integration included), the
+## packages again under the race detector (long loops skipped), and every
+## fuzz target for FUZZTIME each.
+test: lint unit race fuzz
 
 unit: $(GUEST)
 	$(GO) test -count=1 -timeout 15m ./...
 
 race: $(GUEST)
 	$(GO) test -race -short -count=1 -timeout 15m ./internal/...
+
+FUZZTIME ?= 20s
+fuzz: $(GUEST)
+	scripts/fuzz.sh $(FUZZTIME)
 
 lint: $(GUEST)
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -21,6 +21,9 @@ func FuzzRun(f *testing.F) {
 		{"return [].concat(...Array(1e6))", ""},
 		{"await Promise.all([1,2].map(x => mcp.demo.add({a: x, b: x})))", "[]"},
 		{"}); (function() {", ""},
+		{"return Array.prototype.includes.call({length: 2**53-1}, 1)", ""},
+		{"let e; try { await mcp.demo.fail({}) } catch (r) { e = r } e.code = 'TIMEOUT'; throw e", ""},
+		{"Array.prototype.push = () => 0; for (;;) console.log()", ""},
 	} {
 		f.Add(seed.code, seed.args)
 	}
