@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -38,6 +39,13 @@ func signalServer(t *testing.T) (url string, started <-chan struct{}) {
 // servePML starts `pml serve` with env added and returns its base URL and
 // a channel of its stderr lines.
 func servePML(t *testing.T, env []string, args ...string) (string, <-chan string) {
+	base, lines, _ := servePMLProcess(t, env, args...)
+	return base, lines
+}
+
+// servePMLProcess is servePML that also returns the process, for tests
+// that watch its resources.
+func servePMLProcess(t *testing.T, env []string, args ...string) (string, <-chan string, *os.Process) {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(bins.pml, append([]string{"serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir}, args...)...)
@@ -74,13 +82,13 @@ func servePML(t *testing.T, env []string, args ...string) (string, <-chan string
 	}()
 	select {
 	case base := <-ready:
-		return base, lines
+		return base, lines, cmd.Process
 	case <-exited:
 		t.Fatal("pml serve exited before it listened")
 	case <-time.After(60 * time.Second):
 		t.Fatal("pml serve did not come up")
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // execute posts code to /execute and returns the decoded response.

@@ -136,9 +136,17 @@ type Memory struct {
 	pending []*record
 	related map[string]map[string]int64
 	max     int
+	calls   int // call records held, over all executions
 }
 
-// NewMemory keeps the last max executions (default 10,000) in memory.
+// maxHeldCalls bounds the call records a Memory holds, whatever the number
+// of executions: at ~250 bytes each, about 25 MB. Without it, 10,000
+// executions that each made the engine's maximum of calls would hold
+// gigabytes.
+const maxHeldCalls = 100_000
+
+// NewMemory keeps the last max executions (default 10,000) in memory, and
+// fewer when together they hold more than 100,000 call records.
 func NewMemory(max int) *Memory {
 	if max <= 0 {
 		max = 10000
@@ -175,11 +183,17 @@ func (m *Memory) Record(_ context.Context, ex trace.Execution, calls []trace.Cal
 	r := newRecord(ex, calls)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, seen := m.records[ex.ID]; !seen {
+	if old, seen := m.records[ex.ID]; seen {
+		m.calls -= len(old.Calls)
+	} else {
 		m.order = append(m.order, ex.ID)
 	}
 	m.records[ex.ID] = r
-	for len(m.order) > m.max {
+	m.calls += len(r.Calls)
+	for len(m.order) > 1 && (len(m.order) > m.max || m.calls > maxHeldCalls) {
+		if old := m.records[m.order[0]]; old != nil {
+			m.calls -= len(old.Calls)
+		}
 		delete(m.records, m.order[0])
 		m.order = m.order[1:]
 	}

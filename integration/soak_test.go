@@ -1,0 +1,216 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/demoserver"
+)
+
+// soakCase is one kind of request the soak sends. Normal ones must succeed
+// with the expected result; hostile ones must fail cleanly with one of the
+// expected codes.
+type soakCase struct {
+	name, code string
+	timeoutMS  int
+	want       string   // normal: the result, as JSON
+	codes      []string // hostile: acceptable error codes
+}
+
+var soakCases = []soakCase{
+	{name: "arithmetic", code: "return 6 * 7", want: "42"},
+	{name: "kv round trip", code: "const k = 'k' + Math.random(); await mcp.demo.kv_set({key: k, value: 41}); return (await mcp.demo.kv_get({key: k})).value + 1", want: "42"},
+	{name: "parallel text tools", code: "const r = await Promise.all([1, 2, 3, 4, 5].map(n => mcp.demo.word_count({text: 'a b c'.repeat(n)}))); return r.length", want: "5"},
+	{name: "loop and log", code: "let s = 0; for (let i = 0; i < 1e4; i++) s += i; console.log(s); return s", want: "49995000"},
+	{name: "escape in a C built-in", code: "return Array.prototype.includes.call({length: 2**53-1}, 1)", timeoutMS: 300, codes: []string{"TIMEOUT"}},
+	{name: "caught out-of-memory loop", code: "let a = []; for (;;) { try { a.push(new Array(1e6).fill(1)) } catch (e) { a = [] } }", timeoutMS: 300, codes: []string{"TIMEOUT"}},
+	{name: "console flood", code: "for (;;) console.log()", timeoutMS: 300, codes: []string{"TIMEOUT"}},
+	{name: "refused calls", code: "for (let i = 0; i < 3000; i++) { try { await mcp.demo.kv_get({}) } catch (e) {} } throw new Error('done')", timeoutMS: 5000, codes: []string{"SCRIPT_ERROR"}},
+	{name: "forged host error", code: "let e; try { await mcp.demo.kv_get({}) } catch (r) { e = r } e.code = 'UNAVAILABLE'; e.retryable = true; throw e", codes: []string{"SCRIPT_ERROR"}},
+	{name: "deep recursion", code: "function f() { return f() + 1 } return f()", codes: []string{"LIMIT_EXCEEDED"}},
+}
+
+// rssKB reads a process's resident set size.
+func rssKB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	return 0
+}
+
+func goroutines(base string) int {
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Runtime struct {
+			Goroutines int `json:"goroutines"`
+		} `json:"runtime"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&h) != nil {
+		return -1
+	}
+	return h.Runtime.Goroutines
+}
+
+// TestSoak drives `pml serve` with 8 concurrent clients for
+// PML_SOAK_DURATION (default 60 s; 10 s with -short, which only checks the
+// answers), a normal request three times in four and a hostile one
+// otherwise: no normal request may fail, and resident memory and
+// goroutines must stay flat.
+func TestSoak(t *testing.T) {
+	duration := 60 * time.Second
+	if v := os.Getenv("PML_SOAK_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("PML_SOAK_DURATION: %v", err)
+		}
+		duration = d
+	}
+	if testing.Short() {
+		duration = 10 * time.Second
+	}
+	demo, err := demoserver.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer demo.Close()
+	// gctrace prints the live heap after every collection: the leak check
+	// watches that, while resident memory also carries what Go has freed but
+	// not yet returned to the system.
+	base, lines, proc := servePMLProcess(t, []string{"GODEBUG=gctrace=1"}, "--mcp", "demo="+demo.StreamableURL())
+	liveHeap := regexp.MustCompile(`^gc \d+ .*->(\d+) MB`)
+	var live atomic.Int64
+	go func() {
+		for l := range lines {
+			if m := liveHeap.FindStringSubmatch(l); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				live.Store(int64(n))
+			}
+		}
+	}()
+
+	var normal, hostile, failed atomic.Int64
+	var failMu sync.Mutex
+	var failures []string
+	fail := func(format string, a ...any) {
+		failed.Add(1)
+		failMu.Lock()
+		if len(failures) < 10 {
+			failures = append(failures, fmt.Sprintf(format, a...))
+		}
+		failMu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; ctx.Err() == nil; i++ {
+				kind := soakCases[i%4] // normal three times in four...
+				if i%4 == 3 {
+					kind = soakCases[4+(i/4)%(len(soakCases)-4)] // ...hostile otherwise
+				}
+				rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+				r, err := execute(rctx, base, kind.code, kind.timeoutMS)
+				rcancel()
+				if err != nil {
+					fail("%s: %v", kind.name, err)
+					continue
+				}
+				if kind.codes == nil {
+					normal.Add(1)
+					got, _ := json.Marshal(r["result"])
+					if r["ok"] != true || string(got) != kind.want {
+						fail("%s: ok=%v result=%s error=%v", kind.name, r["ok"], got, r["error"])
+					}
+					continue
+				}
+				hostile.Add(1)
+				e, _ := r["error"].(map[string]any)
+				code, _ := e["code"].(string)
+				if r["ok"] == true || !strings.Contains(strings.Join(kind.codes, ","), code) || code == "" {
+					fail("%s: ok=%v error=%v, want one of %v", kind.name, r["ok"], r["error"], kind.codes)
+				}
+			}
+		}()
+	}
+
+	// Resources: sampled every second; "flat" compares the last quarter of
+	// the run with the second (after warm-up).
+	type sample struct{ rss, gor, live int }
+	var samples []sample
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-tick.C:
+			samples = append(samples, sample{rssKB(proc.Pid), goroutines(base), int(live.Load())})
+		case <-ctx.Done():
+		}
+	}
+	wg.Wait()
+	idle := goroutines(base)
+	// The first third warms up (pool, caches, the heap finding its size);
+	// the middle third is compared with the last.
+	q := len(samples) / 3
+	if q == 0 {
+		t.Fatalf("too few samples: %v", samples)
+	}
+	// The live heap after collection is judged by its floor (hostile
+	// scripts make the peaks; a leak raises the floor); resident memory is
+	// reported.
+	type stats struct{ live, rss, gor float64 }
+	floor := func(s []sample) (st stats) {
+		st.live, st.rss = float64(s[0].live), float64(s[0].rss)
+		for _, x := range s {
+			st.live = min(st.live, float64(x.live))
+			st.rss = min(st.rss, float64(x.rss))
+			st.gor += float64(x.gor)
+		}
+		st.gor /= float64(len(s))
+		return st
+	}
+	t.Logf("samples (live heap MB/RSS MB/goroutines): %v", func() (s []string) {
+		for _, x := range samples {
+			s = append(s, fmt.Sprintf("%d/%d/%d", x.live, x.rss/1024, x.gor))
+		}
+		return s
+	}())
+	mid, last := floor(samples[q:2*q]), floor(samples[len(samples)-q:])
+	t.Logf("soak %v, 8 clients: %d normal and %d hostile requests, %d failed; live heap floor %.0f -> %.0f MB, RSS floor %.0f -> %.0f MB (middle vs last third), goroutines %.0f -> %.0f under load, %d idle after",
+		duration, normal.Load(), hostile.Load(), failed.Load(), mid.live, last.live, mid.rss/1024, last.rss/1024, mid.gor, last.gor, idle)
+	for _, f := range failures {
+		t.Error(f)
+	}
+	if duration >= 30*time.Second && last.live > mid.live*1.25+8 {
+		t.Errorf("the live heap's floor grew from %.0f to %.0f MB", mid.live, last.live)
+	}
+	if duration >= 30*time.Second && last.gor > mid.gor+16 {
+		t.Errorf("goroutines grew from %.0f to %.0f under the same load", mid.gor, last.gor)
+	}
+	if normal.Load() == 0 || hostile.Load() == 0 {
+		t.Errorf("the soak sent %d normal and %d hostile requests", normal.Load(), hostile.Load())
+	}
+}
