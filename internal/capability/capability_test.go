@@ -207,6 +207,8 @@ func TestRegistryVersions(t *testing.T) {
 		for _, bad := range []capability.Capability{
 			{Name: "nocolon", Code: "return 1"},
 			{Name: "a:__proto__", Code: "return 1"},
+			{Name: "then:b", Code: "return 1"},
+			{Name: "a:toJSON", Code: "return 1"},
 			{Name: "a:b", Code: "return ("},
 			{Name: "a:b", Code: "return 1", InputSchema: json.RawMessage(`{"type": 5}`)},
 			{Name: "a:b", Code: "  "},

@@ -18,7 +18,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		code     = fs.String("e", "", "the script to run (instead of a FILE)")
 		argsJSON = fs.String("args", "", "JSON value bound to `args` in the script")
 		timeout  = fs.Duration("timeout", 30*time.Second, "execution deadline")
-		tools    = fs.String("tools", "", "narrow the tool set: comma-separated server:tool or server:* patterns")
+		tools    = fs.String("tools", "", "narrow the tool set: comma-separated server:tool patterns, * matching any run of characters (kv:*, fs:read_*)")
 		destruct = fs.Bool("allow-destructive", false, "let tools annotated destructiveHint run")
 		parseTxt = fs.Bool("parse-json-text", false, "parse text tool results as JSON even without an output schema")
 	)
