@@ -50,7 +50,7 @@ func commands() []command {
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
-		{"demo-server", "serve the demo MCP server (key-value store, text tools, clock) on loopback", demoServerCmd},
+		{"demo-server", "serve the demo tools (echo, add, fail, sleep, key-value store, text tools, clock) as an MCP server on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
 	}
 }

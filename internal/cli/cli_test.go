@@ -81,6 +81,8 @@ func TestRun(t *testing.T) {
 		{"file with args", []string{"run", "--args", `{"n": 21}`, script}, 0, `42`, "", 0},
 		{"script error exits 1", []string{"run", "-e", "throw new Error('x')"}, 1, "", "SCRIPT_ERROR", 0},
 		{"tool error exits 1", []string{"run", "-e", "await mcp.demo.fail({})"}, 1, "", "TOOL_ERROR", 1},
+		{"one demo: store and text tools in process", []string{"run", "-e", "await mcp.demo.kv_set({key: 'n', value: 41}); return (await mcp.demo.kv_get({key: 'n'})).value + (await mcp.demo.word_count({text: 'a'})).words"}, 0, `42`, "", 3},
+		{"one demo: one sleep", []string{"run", "-e", "return await mcp.demo.sleep({ms: 1})"}, 0, `{"slept_ms":1}`, "", 1},
 		{"timeout exits 1", []string{"run", "--timeout", "100ms", "-e", "while (true) {}"}, 1, "", "TIMEOUT", 0},
 		{"narrowed tool set", []string{"run", "--tools", "demo:echo", "-e", "return await mcp.demo.add({a:1,b:2})"}, 1, "", "TOOL_NOT_FOUND", 0},
 		{"nothing to run", []string{"run"}, 2, "", "", 0},
@@ -350,5 +352,31 @@ func TestServeStopsWithMCPGetOpen(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET /mcp answered %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestServeOffersTheDemoTools: the demo MCP server pml serve starts offers
+// the one demo tool set, the tools pml run offers in process included.
+func TestServeOffersTheDemoTools(t *testing.T) {
+	t.Setenv("PML_SERVE_TOKEN", "")
+	s := serve(t, "--addr", "127.0.0.1:0", "--no-demo-server=false")
+	if s.base == "" {
+		t.Fatalf("serve did not start: %d %s", <-s.done, s.stderr)
+	}
+	code := `await mcp.demo.kv_set({key: "n", value: 1});
+const failed = await mcp.demo.fail({message: "no"}).catch(e => e.code);
+return [await mcp.demo.echo({x: 1}), await mcp.demo.add({a: 2, b: 3}), (await mcp.demo.kv_get({key: "n"})).value, failed, await mcp.demo.sleep({ms: 1})]`
+	body, _ := json.Marshal(map[string]string{"code": code})
+	resp, err := http.Post(s.base+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var o output
+	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
+		t.Fatal(err)
+	}
+	if !o.OK || string(o.Result) != `[{"x":1},5,1,"TOOL_ERROR",{"slept_ms":1}]` {
+		t.Fatalf("got %s %+v", o.Result, o.Error)
 	}
 }
