@@ -48,13 +48,13 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	}
 
 	log := logger(errOut)
-	w, err := sf.wire(ctx, log)
+	a, err := sf.open(ctx, log)
 	if err != nil {
-		return ExitUsage, err
+		return ExitFailed, err
 	}
-	defer w.close(context.Background())
-	resp := w.service.Execute(ctx, req)
-	if err := w.service.Flush(context.Background()); err != nil {
+	defer a.Close(context.Background())
+	resp := a.Service.Execute(ctx, req)
+	if err := a.Service.Flush(context.Background()); err != nil {
 		log.Warn("trace flush failed", "err", err)
 	}
 	if err := writeJSON(out, resp); err != nil {
