@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkColdStart(b *testing.B) {
 	warm := b.TempDir()
 	// Fill the shared cache once, as an earlier container (or the build) would.
 	if emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bins.execute, Stderr: os.Stderr,
-		Env: []string{"PML_COMPILE_CACHE_DIR=" + warm, "PML_LOG_LEVEL=error", "PML_CAPABILITIES_FILE=" + b.TempDir() + "/caps.json"}}); err == nil {
+		Env: []string{app.EnvCompileCache + "=" + warm, app.EnvLogLevel + "=error", app.EnvCapFile + "=" + b.TempDir() + "/caps.json"}}); err == nil {
 		_, _, _ = emu.Invoke(context.Background(), "execute", []byte(`{"code": "return 1"}`))
 		emu.Close()
 	}
@@ -35,8 +36,8 @@ func BenchmarkColdStart(b *testing.B) {
 			n := 0
 			for b.Loop() {
 				emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bins.execute, Stderr: os.Stderr,
-					Env: []string{"PML_COMPILE_CACHE_DIR=" + bc.cache(), "PML_DEMO_TOOLS=on", "PML_LOG_LEVEL=error",
-						"PML_CAPABILITIES_FILE=" + b.TempDir() + "/caps.json", "AWS_REGION=us-east-1"}})
+					Env: []string{app.EnvCompileCache + "=" + bc.cache(), app.EnvDemoTools + "=on", app.EnvLogLevel + "=error",
+						app.EnvCapFile + "=" + b.TempDir() + "/caps.json", "AWS_REGION=us-east-1"}})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
 	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
@@ -220,7 +221,7 @@ func TestPMLServeREADMEExample(t *testing.T) {
 	ln.Close()
 	dir := t.TempDir()
 	cmd := exec.Command(bins.pml, "serve", "--addr", addr, "--cache-dir", dir)
-	cmd.Env = append(cmd.Environ(), "PML_TRACES_FILE="+dir+"/traces.jsonl", "PML_CAPABILITIES_FILE="+dir+"/caps.json")
+	cmd.Env = append(cmd.Environ(), app.EnvTracesFile+"="+dir+"/traces.jsonl", app.EnvCapFile+"="+dir+"/caps.json")
 	cmd.Stderr = &testLog{t: t}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
@@ -102,12 +103,12 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 		"AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
 		"AWS_XRAY_DAEMON_ADDRESS=" + xr.Addr(),
 		"LAMBDA_TASK_ROOT=" + cache,
-		"PML_TRACES_TABLE=" + tracesTable,
-		"PML_CAPABILITIES_TABLE=" + capTable,
-		"PML_CAPABILITY_FUNCTION=capability",
-		"PML_COMPILE_CACHE_DIR=" + cache,
-		`PML_MCP_SERVERS={"servers": [` + strings.Join(servers, ",") + `]}`,
-		"PML_LOG_LEVEL=warn",
+		app.EnvTracesTable + "=" + tracesTable,
+		app.EnvCapTable + "=" + capTable,
+		app.EnvCapFunction + "=capability",
+		app.EnvCompileCache + "=" + cache,
+		app.EnvMCPServers + `={"servers": [` + strings.Join(servers, ",") + `]}`,
+		app.EnvLogLevel + "=warn",
 	}
 	// The emulator's address is only known once it listens, and the
 	// functions need it to invoke each other: start them lazily after.

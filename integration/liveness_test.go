@@ -18,6 +18,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"net/http/httptest"
+
+	"github.com/pml-sandbox/pml/internal/app"
 )
 
 // signalServer is a real MCP server with one tool, started, that tells the
@@ -49,7 +51,7 @@ func servePMLProcess(t *testing.T, env []string, args ...string) (string, <-chan
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(bins.pml, append([]string{"serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir}, args...)...)
-	cmd.Env = append(cmd.Environ(), "PML_TRACES_FILE="+dir+"/traces.jsonl", "PML_CAPABILITIES_FILE="+dir+"/caps.json", "PML_SERVE_TOKEN=")
+	cmd.Env = append(cmd.Environ(), app.EnvTracesFile+"="+dir+"/traces.jsonl", app.EnvCapFile+"="+dir+"/caps.json", app.EnvServeToken+"=")
 	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/app"
 )
 
 // TestServeSafeByDefault runs the real binary as a user would: what a web
@@ -18,7 +20,7 @@ import (
 func TestServeSafeByDefault(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(bins.pml, "serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir)
-	cmd.Env = append(cmd.Environ(), "PML_TRACES_FILE="+dir+"/traces.jsonl", "PML_CAPABILITIES_FILE="+dir+"/caps.json", "PML_SERVE_TOKEN=")
+	cmd.Env = append(cmd.Environ(), app.EnvTracesFile+"="+dir+"/traces.jsonl", app.EnvCapFile+"="+dir+"/caps.json", app.EnvServeToken+"=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

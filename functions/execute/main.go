@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 )
 
 func main() {
-	log := app.Logger()
+	log := app.Logger(os.Stdout, slog.LevelInfo)
 	start := time.Now()
 	a, err := app.FromEnv(context.Background(), log)
 	if err != nil {

@@ -1,11 +1,14 @@
-// Package app wires PML Sandbox's parts from the environment, the way the
-// Lambda functions are configured: one place that knows which variable
-// selects which implementation, so the function mains only start handlers.
+// Package app wires PML Sandbox's parts: one Config says what to build,
+// New builds it, and the front ends only start handlers. The Lambda
+// functions fill the Config from the environment (FromEnv); the pml command
+// fills it from its flags, with the same environment variables as
+// defaults. This is also the one place environment variables are named.
 package app
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -14,7 +17,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
@@ -24,23 +26,136 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/trace"
-	"github.com/pml-sandbox/pml/internal/tracedb"
+	"github.com/pml-sandbox/pml/internal/userdata"
 	"github.com/pml-sandbox/pml/internal/xraysink"
 )
 
-// Environment variables read by FromEnv.
+// Environment variables. FromEnv reads them all; the pml command reads the
+// ones marked CLI too.
 const (
-	EnvMCPServers      = "PML_MCP_SERVERS"       // inline {"servers":[...]} (JSON or YAML)
-	EnvMCPServersParam = "PML_MCP_SERVERS_PARAM" // SSM parameter holding the same document
-	EnvCompileCache    = "PML_COMPILE_CACHE_DIR" // wazero compilation cache (default /tmp/pml-cache)
-	EnvDemoTools       = "PML_DEMO_TOOLS"        // "on" adds the built-in demo tools
-	EnvLogLevel        = "PML_LOG_LEVEL"         // debug, info (default), warn, error
-	EnvCapTable        = "PML_CAPABILITIES_TABLE"
-	EnvCapFunction     = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in-process)
-	EnvCapFile         = "PML_CAPABILITIES_FILE"   // file registry when no table is set
-	EnvTracesTable     = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory)
-	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"
+	EnvMCPServers      = "PML_MCP_SERVERS"         // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
+	EnvMCPServersParam = "PML_MCP_SERVERS_PARAM"   // SSM parameter holding the same document
+	EnvCompileCache    = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
+	EnvDemoTools       = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
+	EnvLogLevel        = "PML_LOG_LEVEL"           // debug, info, warn, error; CLI too
+	EnvCapTable        = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
+	EnvCapFunction     = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in process)
+	EnvCapFile         = "PML_CAPABILITIES_FILE"   // the file registry (default in the user's data directory); CLI too
+	EnvTracesTable     = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory); CLI: --table's default
+	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
+	EnvTracesFile      = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
+	EnvServeToken      = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
+
+	// Set by AWS: either means the X-Ray daemon is there to send to.
+	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
+	EnvXRayDaemon     = "AWS_XRAY_DAEMON_ADDRESS"
 )
+
+// EnvVars lists every variable above, for tests that must start from a
+// clean environment.
+var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvDemoTools, EnvLogLevel,
+	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvServeToken,
+	EnvLambdaTaskRoot, EnvXRayDaemon}
+
+// Where traces go (TraceConfig.Store).
+const (
+	StoreMemory = "memory"
+	StoreFile   = "file"
+	StoreDynamo = "dynamodb"
+)
+
+// Config is what New wires.
+type Config struct {
+	// CacheDir holds wazero's compilation cache; "" compiles from scratch.
+	CacheDir string
+	// Servers are the MCP servers. When there are none and ServersParam
+	// names an SSM parameter, New reads the list from it.
+	Servers      []mcpclient.ServerConfig
+	ServersParam string
+	// Demo offers the demo tools in process (bridge.DemoSource).
+	Demo bool
+	// Traces says where execution records go; XRay sends them to X-Ray
+	// too.
+	Traces TraceConfig
+	XRay   bool
+	// CapabilitiesTable names the DynamoDB capability registry; without
+	// it the registry is the file CapabilitiesFile.
+	CapabilitiesTable string
+	CapabilitiesFile  string
+	// CapabilityFunction, when set, runs capability calls in that Lambda
+	// function; else each runs in process, in a fresh service.
+	CapabilityFunction string
+}
+
+// TraceConfig says where execution records go.
+type TraceConfig struct {
+	Store string        // StoreMemory (the default), StoreFile or StoreDynamo
+	File  string        // the file, for StoreFile
+	Table string        // the table, for StoreDynamo
+	TTL   time.Duration // how long DynamoDB keeps a record; 0 forever
+	// Endpoint points DynamoDB at another endpoint, such as DynamoDB
+	// Local: the table is created when missing, and without AWS
+	// credentials in the environment local ones are used.
+	Endpoint string
+}
+
+// ConfigFromEnv reads a Config from the environment, as the Lambda
+// functions are configured.
+func ConfigFromEnv() (Config, error) {
+	servers, err := ServersFromEnv()
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := Config{
+		CacheDir:           os.Getenv(EnvCompileCache),
+		Servers:            servers,
+		ServersParam:       os.Getenv(EnvMCPServersParam),
+		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
+		Traces:             TraceConfig{Store: StoreMemory},
+		XRay:               os.Getenv(EnvLambdaTaskRoot) != "" || os.Getenv(EnvXRayDaemon) != "",
+		CapabilitiesTable:  os.Getenv(EnvCapTable),
+		CapabilitiesFile:   CapabilitiesFile(),
+		CapabilityFunction: os.Getenv(EnvCapFunction),
+	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = "/tmp/pml-cache"
+	}
+	if table := os.Getenv(EnvTracesTable); table != "" {
+		days, _ := strconv.Atoi(os.Getenv(EnvTraceTTLDays))
+		cfg.Traces = TraceConfig{Store: StoreDynamo, Table: table, TTL: time.Duration(days) * 24 * time.Hour}
+	}
+	return cfg, nil
+}
+
+// ServersFromEnv parses the server list in PML_MCP_SERVERS (none when it
+// is unset).
+func ServersFromEnv() ([]mcpclient.ServerConfig, error) {
+	doc := os.Getenv(EnvMCPServers)
+	if doc == "" {
+		return nil, nil
+	}
+	return mcpclient.ParseConfig(EnvMCPServers, []byte(doc))
+}
+
+// CapabilitiesFile is the file registry's path: $PML_CAPABILITIES_FILE,
+// else capabilities.json in the user's data directory.
+func CapabilitiesFile() string { return userdata.Path(EnvCapFile, "capabilities.json") }
+
+// TracesFile is the trace file's path: $PML_TRACES_FILE, else traces.jsonl
+// in the user's data directory.
+func TracesFile() string { return userdata.Path(EnvTracesFile, "traces.jsonl") }
+
+// Logger returns the JSON logger everything logs with, writing to w at
+// PML_LOG_LEVEL, or at def when that is unset or not a level.
+func Logger(w io.Writer, def slog.Level) *slog.Logger {
+	level := def
+	if v := os.Getenv(EnvLogLevel); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			level = def
+		}
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
 
 // App is a wired service and what it needs closed.
 type App struct {
@@ -51,59 +166,43 @@ type App struct {
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities
 	Sink         trace.Sink
-	AWS          *aws.Config
-	sources      []bridge.ToolSource
-	log          *slog.Logger
+	newService   func() *bridge.Service
+	aws          awsConfig
 	closers      []func(context.Context) error
 }
 
-// Health reports the MCP servers' states for /healthz.
-func (a *App) Health() any {
-	if a.Pool == nil {
-		return map[string]any{"mcp_servers": []any{}}
-	}
-	return map[string]any{"mcp_servers": a.Pool.Health()}
-}
-
-// Close releases everything FromEnv opened.
-func (a *App) Close(ctx context.Context) {
-	for i := len(a.closers) - 1; i >= 0; i-- {
-		_ = a.closers[i](ctx)
-	}
-}
-
-// Logger returns the JSON logger the functions use, at PML_LOG_LEVEL.
-func Logger() *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv(EnvLogLevel))); err != nil {
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
-}
-
-// FromEnv builds the service: the guest engine (compiled once per
-// container), the MCP client pool, and the sources and sinks the
-// environment selects.
+// FromEnv builds the service the environment describes (see
+// ConfigFromEnv).
 func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
+	cfg, err := ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, log)
+}
+
+// New builds the service: the guest engine (compiled once per process),
+// the MCP client pool, and the sources and sinks cfg selects. Errors in
+// cfg itself (a bad server list) are *fault.Error with code
+// INVALID_REQUEST.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a := &App{}
 	fail := func(err error) (*App, error) {
 		a.Close(ctx)
 		return nil, err
 	}
-	cacheDir := os.Getenv(EnvCompileCache)
-	if cacheDir == "" {
-		cacheDir = "/tmp/pml-cache"
-	}
-	eng, err := guest.New(ctx, guest.Options{CacheDir: cacheDir, Logger: log})
+	eng, err := guest.New(ctx, guest.Options{CacheDir: cfg.CacheDir, Logger: log})
 	if err != nil {
 		return fail(fmt.Errorf("guest engine: %w", err))
 	}
 	a.Engine = eng
 	a.closers = append(a.closers, eng.Close)
 
-	servers, err := a.mcpServers(ctx)
-	if err != nil {
-		return fail(err)
+	servers := cfg.Servers
+	if len(servers) == 0 && cfg.ServersParam != "" {
+		if servers, err = a.serversFromSSM(ctx, cfg.ServersParam); err != nil {
+			return fail(err)
+		}
 	}
 	var sources []bridge.ToolSource
 	if len(servers) > 0 {
@@ -115,13 +214,22 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 		a.closers = append(a.closers, func(context.Context) error { return pool.Close() })
 		sources = append(sources, bridge.MCPSource{Pool: pool})
 	}
-	if strings.EqualFold(os.Getenv(EnvDemoTools), "on") {
+	if cfg.Demo {
 		sources = append(sources, bridge.DemoSource{})
 	}
-	if err := a.traces(ctx, log); err != nil {
+	store, err := a.aws.openTraces(ctx, cfg.Traces, log)
+	if err != nil {
 		return fail(err)
 	}
-	if err := a.capabilities(ctx, log); err != nil {
+	a.Traces, a.Sink = store, store
+	if cfg.XRay {
+		xs, err := xraysink.New("pml-sandbox")
+		if err != nil {
+			return fail(err)
+		}
+		a.Sink = xraysink.Multi{store, xs}
+	}
+	if a.Registry, err = a.aws.openRegistry(ctx, cfg, log); err != nil {
 		return fail(err)
 	}
 	if a.Pool != nil {
@@ -129,105 +237,72 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 		// registry; a capability may not take a server's name.
 		a.Registry = capability.Reserve(a.Registry, a.Pool.Servers()...)
 	}
-	var invoker capability.Invoker = capability.InProcess{Registry: a.Registry, NewService: a.NewService}
-	if fn := os.Getenv(EnvCapFunction); fn != "" {
-		cfg, err := a.awsConfig(ctx)
+	var invoker capability.Invoker // nil: in process
+	if cfg.CapabilityFunction != "" {
+		awsCfg, err := a.aws.load(ctx)
 		if err != nil {
 			return fail(err)
 		}
-		invoker = capability.LambdaInvoker{Client: lambda.NewFromConfig(*cfg), Function: fn}
+		invoker = capability.LambdaInvoker{Client: lambda.NewFromConfig(awsCfg), Function: cfg.CapabilityFunction}
 	}
-	// MCP servers first, capabilities after: a name both offer is the
-	// server's (ADR-052).
-	a.sources = append(sources, capability.NewSource(a.Registry, invoker, 0, log))
-	a.log = log
-	a.Service = a.NewService()
+	a.newService = capability.NewServices(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log}, a.Registry, invoker)
+	a.Service = a.newService()
 	a.Capabilities = capabilityAPI{a.Registry}
 	return a, nil
 }
 
 // NewService returns a fresh service over the same engine, clients and
 // sources: capability runs each get one, never the caller's.
-func (a *App) NewService() *bridge.Service {
-	return bridge.New(a.Engine, bridge.Options{Sources: a.sources, Sink: a.Sink, Logger: a.log})
+func (a *App) NewService() *bridge.Service { return a.newService() }
+
+// ServerHealth reports the MCP servers' states, an empty list without
+// servers.
+func (a *App) ServerHealth() []mcpclient.ServerHealth {
+	if a.Pool == nil {
+		return []mcpclient.ServerHealth{}
+	}
+	return a.Pool.Health()
 }
 
-// traces picks where records go: DynamoDB when a table is named, else
-// memory; plus X-Ray when running in Lambda or a daemon address is set.
-func (a *App) traces(ctx context.Context, log *slog.Logger) error {
-	var store tracedb.Store = tracedb.NewMemory(0)
-	if table := os.Getenv(EnvTracesTable); table != "" {
-		cfg, err := a.awsConfig(ctx)
-		if err != nil {
-			return err
-		}
-		days, _ := strconv.Atoi(os.Getenv(EnvTraceTTLDays))
-		store = tracedb.NewDynamo(dynamodb.NewFromConfig(*cfg), table, time.Duration(days)*24*time.Hour, log)
+// Health is the details of /healthz: the MCP servers' states.
+func (a *App) Health() any { return map[string]any{"mcp_servers": a.ServerHealth()} }
+
+// Close releases everything New opened.
+func (a *App) Close(ctx context.Context) {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i](ctx)
 	}
-	a.Traces = store
-	a.Sink = store
-	if os.Getenv("LAMBDA_TASK_ROOT") != "" || os.Getenv("AWS_XRAY_DAEMON_ADDRESS") != "" {
-		xs, err := xraysink.New("pml-sandbox")
-		if err != nil {
-			return err
-		}
-		a.Sink = xraysink.Multi{store, xs}
-	}
-	return nil
 }
 
-// capabilities picks the registry: DynamoDB when a table is named, else the
-// file registry.
-func (a *App) capabilities(ctx context.Context, log *slog.Logger) error {
-	table := os.Getenv(EnvCapTable)
-	if table == "" {
-		a.Registry = capability.NewFileRegistry(capability.DefaultFilePath())
-		return nil
-	}
-	cfg, err := a.awsConfig(ctx)
-	if err != nil {
-		return err
-	}
-	a.Registry = capability.NewDynamoRegistry(dynamodb.NewFromConfig(*cfg), table)
-	log.Debug("capabilities in DynamoDB", "table", table)
-	return nil
-}
-
-// mcpServers reads the server list from the environment or SSM.
-func (a *App) mcpServers(ctx context.Context) ([]mcpclient.ServerConfig, error) {
-	if doc := os.Getenv(EnvMCPServers); doc != "" {
-		cfgs, err := mcpclient.ParseConfig(EnvMCPServers, []byte(doc))
-		if err != nil {
-			return nil, err
-		}
-		return cfgs, nil
-	}
-	name := os.Getenv(EnvMCPServersParam)
-	if name == "" {
-		return nil, nil
-	}
-	cfg, err := a.awsConfig(ctx)
+// serversFromSSM reads the server list from an SSM parameter.
+func (a *App) serversFromSSM(ctx context.Context, name string) ([]mcpclient.ServerConfig, error) {
+	cfg, err := a.aws.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out, err := ssm.NewFromConfig(*cfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
+	out, err := ssm.NewFromConfig(cfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
 	if err != nil {
 		return nil, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
 	}
 	return mcpclient.ParseConfig(name, []byte(aws.ToString(out.Parameter.Value)))
 }
 
-// awsConfig loads the AWS SDK configuration once.
-func (a *App) awsConfig(ctx context.Context) (*aws.Config, error) {
-	if a.AWS != nil {
-		return a.AWS, nil
+// awsConfig loads the AWS SDK configuration once, when something first
+// needs it: a process that uses no AWS service never looks for
+// credentials.
+type awsConfig struct{ cfg *aws.Config }
+
+func (c *awsConfig) load(ctx context.Context) (aws.Config, error) {
+	if c.cfg != nil {
+		return *c.cfg, nil
 	}
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("aws config: %w", err)
+		return aws.Config{}, fmt.Errorf("aws config: %w", err)
 	}
-	// DynamoDB writes and capability invocations show in the X-Ray map.
+	// DynamoDB writes and capability invocations show in the X-Ray map
+	// (outside a traced context the instrumentation stays silent).
 	xraysink.InstrumentAWS(&cfg)
-	a.AWS = &cfg
-	return a.AWS, nil
+	c.cfg = &cfg
+	return cfg, nil
 }

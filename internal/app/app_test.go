@@ -1,7 +1,9 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,17 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
+
+// cleanEnv clears every variable app reads, then points the compilation
+// cache and the capability file at the test's own directories.
+func cleanEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range app.EnvVars {
+		t.Setenv(k, "")
+	}
+	t.Setenv(app.EnvCompileCache, t.TempDir())
+	t.Setenv(app.EnvCapFile, filepath.Join(t.TempDir(), "caps.json"))
+}
 
 func TestFromEnv(t *testing.T) {
 	ds, err := demoserver.Start("127.0.0.1:0")
@@ -32,14 +45,12 @@ func TestFromEnv(t *testing.T) {
 		{"malformed server list", map[string]string{app.EnvMCPServers: `{"servers": [{"name": "kv"`}, true, nil},
 		{"unknown field in the server list", map[string]string{app.EnvMCPServers: `{"servers": [{"name": "kv", "url": "http://127.0.0.1:1/mcp", "colour": "red"}]}`}, true, nil},
 		{"bad server name", map[string]string{app.EnvMCPServers: `{"servers": [{"name": "__proto__", "url": "http://127.0.0.1:1/mcp"}]}`}, true, nil},
+		{"a server named then", map[string]string{app.EnvMCPServers: `{"servers": [{"name": "then", "url": "http://127.0.0.1:1/mcp"}]}`}, true, nil},
+		{"one demo in process", map[string]string{app.EnvDemoTools: "on"}, false, []string{"demo:echo", "demo:add", "demo:fail", "demo:sleep", "demo:kv_get", "demo:word_count", "demo:now"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(app.EnvCompileCache, t.TempDir())
-			t.Setenv(app.EnvCapFile, filepath.Join(t.TempDir(), "caps.json"))
-			for _, k := range []string{app.EnvMCPServers, app.EnvMCPServersParam, app.EnvDemoTools, app.EnvTracesTable, app.EnvCapTable, app.EnvCapFunction, "AWS_XRAY_DAEMON_ADDRESS", "LAMBDA_TASK_ROOT"} {
-				t.Setenv(k, "")
-			}
+			cleanEnv(t)
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
@@ -75,11 +86,7 @@ func TestFromEnv(t *testing.T) {
 // MCP server would take that server's calls while it is down; saving one is
 // refused, and nothing is stored.
 func TestSaveRefusesAServerNamespace(t *testing.T) {
-	t.Setenv(app.EnvCompileCache, t.TempDir())
-	t.Setenv(app.EnvCapFile, filepath.Join(t.TempDir(), "caps.json"))
-	for _, k := range []string{app.EnvMCPServersParam, app.EnvDemoTools, app.EnvTracesTable, app.EnvCapTable, app.EnvCapFunction, "AWS_XRAY_DAEMON_ADDRESS", "LAMBDA_TASK_ROOT"} {
-		t.Setenv(k, "")
-	}
+	cleanEnv(t)
 	// Never reachable: the refusal must not depend on the server's state.
 	t.Setenv(app.EnvMCPServers, `{"servers": [{"name": "kv", "url": "http://127.0.0.1:1/mcp"}]}`)
 	ctx := context.Background()
@@ -98,5 +105,46 @@ func TestSaveRefusesAServerNamespace(t *testing.T) {
 	}
 	if _, err := a.Capabilities.Save(ctx, httpapi.CapabilitySave{Name: "math:double", Code: "return 1"}); err != nil {
 		t.Errorf("saving in a free namespace: %v", err)
+	}
+}
+
+// TestHealthWithoutServers: /healthz lists no servers as an empty list,
+// never null, whichever front end serves it.
+func TestHealthWithoutServers(t *testing.T) {
+	cleanEnv(t)
+	a, err := app.FromEnv(context.Background(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b, err := json.Marshal(a.Health())
+	if err != nil || string(b) != `{"mcp_servers":[]}` {
+		t.Fatalf("health %s %v; want {\"mcp_servers\":[]}", b, err)
+	}
+}
+
+func TestLogger(t *testing.T) {
+	tests := []struct {
+		env        string
+		def        slog.Level
+		debug, err bool // which lines get through
+	}{
+		{"", slog.LevelWarn, false, true},
+		{"debug", slog.LevelWarn, true, true},
+		{"error", slog.LevelInfo, false, true},
+		{"loud", slog.LevelInfo, false, true},
+	}
+	for _, tt := range tests {
+		t.Setenv(app.EnvLogLevel, tt.env)
+		var buf bytes.Buffer
+		log := app.Logger(&buf, tt.def)
+		log.Debug("d")
+		log.Error("e")
+		if got := strings.Contains(buf.String(), `"msg":"d"`); got != tt.debug {
+			t.Errorf("%s=%q, default %s: debug logged %v", app.EnvLogLevel, tt.env, tt.def, got)
+		}
+		if got := strings.Contains(buf.String(), `"msg":"e"`); got != tt.err {
+			t.Errorf("%s=%q, default %s: error logged %v", app.EnvLogLevel, tt.env, tt.def, got)
+		}
 	}
 }

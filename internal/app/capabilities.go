@@ -10,9 +10,6 @@ import (
 // capabilityAPI serves the registry to the HTTP routes and MCP tools.
 type capabilityAPI struct{ reg capability.Registry }
 
-// NewCapabilityAPI adapts a registry to httpapi.Capabilities.
-func NewCapabilityAPI(reg capability.Registry) httpapi.Capabilities { return capabilityAPI{reg} }
-
 func (c capabilityAPI) List(ctx context.Context) (any, error) { return c.reg.List(ctx) }
 
 func (c capabilityAPI) Save(ctx context.Context, s httpapi.CapabilitySave) (any, error) {

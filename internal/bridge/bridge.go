@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -29,7 +30,8 @@ type Request struct {
 	Code string `json:"code"`
 	// Args is bound to `args` in the script.
 	Args json.RawMessage `json:"args,omitempty"`
-	// Tools narrows the visible tool set: "server:tool" or "server:*".
+	// Tools narrows the visible tool set: "server:tool" patterns whose
+	// sides are globs ("kv:*", "fs:read_*"; see catalog.MatchGlob).
 	// Empty means every tool the service has. It can never widen the set.
 	Tools []string `json:"tools,omitempty"`
 	// TimeoutMS bounds the execution (capped by the service's limit).
@@ -140,6 +142,11 @@ type Options struct {
 	// (default DefaultSandboxes); a capability run gets at most what its
 	// caller handed down.
 	Sandboxes int
+	// Drops logs the tools the catalog leaves out. Services built alike
+	// (a capability run gets a fresh one) should share one, so that each
+	// drop is logged once per process rather than once per execution
+	// (default: one per Service, writing to Logger).
+	Drops *catalog.DropLog
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -151,13 +158,17 @@ type Service struct {
 	maxTime time.Duration
 	limits  guest.Limits
 	sandbox int
+	drops   *catalog.DropLog
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
-	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes}
+	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.drops == nil {
+		s.drops = catalog.NewDropLog(s.log)
 	}
 	if s.maxTime <= 0 {
 		s.maxTime = 60 * time.Second
@@ -201,11 +212,15 @@ func (s *Service) catalog(ctx context.Context) []entry {
 			// through a store the save check does not guard, must not
 			// take the server's calls either.
 			if o, ok := owners[t.Server]; ok && o.index != i {
-				s.log.WarnContext(ctx, "tool dropped: its server name belongs to a configured MCP server",
-					"tool", t.FullName(), "kind", string(t.Kind))
+				s.drops.Drop(ctx, t.Server, t.Name, "its server name belongs to a configured MCP server", "kind", string(t.Kind))
 				continue
 			}
-			if seen[t.FullName()] || catalog.ValidName(t.Server) != nil || catalog.ValidName(t.Name) != nil {
+			if seen[t.FullName()] {
+				s.drops.Drop(ctx, t.Server, t.Name, "an earlier source offers the same name", "kind", string(t.Kind))
+				continue
+			}
+			if err := errors.Join(catalog.ValidName(t.Server), catalog.ValidName(t.Name)); err != nil {
+				s.drops.Drop(ctx, t.Server, t.Name, err.Error(), "kind", string(t.Kind))
 				continue
 			}
 			seen[t.FullName()] = true

@@ -113,6 +113,9 @@ func (f *shadowFixture) checkNoShadow(t *testing.T) {
 	}
 	if logs := f.logs.String(); !strings.Contains(logs, "kv:kv_get") || !strings.Contains(logs, "configured MCP server") {
 		t.Errorf("dropping kv:kv_get was not logged with its reason:\n%s", logs)
+	} else if n := strings.Count(logs, `"tool":"kv:kv_get"`); n != 1 {
+		// Every execution builds the catalog again; the drop is news once.
+		t.Errorf("dropping kv:kv_get was logged %d times, want once:\n%s", n, logs)
 	}
 }
 

@@ -48,10 +48,16 @@ type Registry interface {
 	IncrementCalls(ctx context.Context, name string) error
 }
 
+// partRE is the shape of a capability name's parts, narrower than what
+// catalog.ValidName lets servers and tools be called: capability names are
+// minted here, and stay short and identifier-like so that ids
+// (cap:ns:action@n) and references (name@version) always parse.
 var partRE = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$-]{0,63}$`)
 
-// ParseName checks "namespace:action" (each part identifier-like, at most 64
-// characters, none of the names a JS object must not be given).
+// ParseName checks "namespace:action": each part of the shape partRE
+// describes and a valid name by the one rule every server and tool name
+// follows (catalog.ValidName), so a capability is always reachable as
+// mcp.<namespace>.<action>.
 func ParseName(name string) (namespace, action string, err error) {
 	ns, act, ok := strings.Cut(name, ":")
 	if !ok {

@@ -37,7 +37,7 @@ func newWorld(t *testing.T, caps map[string]string) *world {
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	w := &world{reg: reg}
 	log := slog.New(slog.DiscardHandler)
-	w.svc = capability.LocalServices(engine, []bridge.ToolSource{bridge.DemoSource{}}, reg, nil, log)()
+	w.svc = capability.NewServices(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log}, reg, nil)()
 	for name, code := range caps {
 		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}); err != nil {
 			t.Fatalf("save %s: %v", name, err)
@@ -207,6 +207,8 @@ func TestRegistryVersions(t *testing.T) {
 		for _, bad := range []capability.Capability{
 			{Name: "nocolon", Code: "return 1"},
 			{Name: "a:__proto__", Code: "return 1"},
+			{Name: "then:b", Code: "return 1"},
+			{Name: "a:toJSON", Code: "return 1"},
 			{Name: "a:b", Code: "return ("},
 			{Name: "a:b", Code: "return 1", InputSchema: json.RawMessage(`{"type": 5}`)},
 			{Name: "a:b", Code: "  "},

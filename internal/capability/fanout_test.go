@@ -97,16 +97,14 @@ func (c countingInvoker) Invoke(ctx context.Context, inv capability.Invocation) 
 	return c.next.Invoke(ctx, inv)
 }
 
-// countingServices is capability.LocalServices with every capability run
-// counted, over opts (Sources are the demo tools plus the capabilities).
+// countingServices is capability.NewServices, capabilities run in
+// process, with every capability run counted, over opts (Sources are the
+// demo tools).
 func countingServices(reg capability.Registry, opts bridge.Options, started *atomic.Int64) func() *bridge.Service {
 	var newService func() *bridge.Service
-	newService = func() *bridge.Service {
-		inv := countingInvoker{next: capability.InProcess{Registry: reg, NewService: func() *bridge.Service { return newService() }}, started: started}
-		o := opts
-		o.Sources = []bridge.ToolSource{bridge.DemoSource{}, capability.NewSource(reg, inv, 0, nil)}
-		return bridge.New(engine, o)
-	}
+	inv := countingInvoker{next: capability.InProcess{Registry: reg, NewService: func() *bridge.Service { return newService() }}, started: started}
+	opts.Sources = []bridge.ToolSource{bridge.DemoSource{}}
+	newService = capability.NewServices(engine, opts, reg, inv)
 	return newService
 }
 

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/pml-sandbox/pml/internal/userdata"
 )
 
 // FileRegistry keeps every capability version in one JSON file, so separate
@@ -32,10 +30,6 @@ type fileDoc struct {
 
 // NewFileRegistry uses path (created on first save).
 func NewFileRegistry(path string) *FileRegistry { return &FileRegistry{path: path} }
-
-// DefaultFilePath is $PML_CAPABILITIES_FILE, else
-// $XDG_DATA_HOME/pml/capabilities.json (~/.local/share/pml/...).
-func DefaultFilePath() string { return userdata.Path("PML_CAPABILITIES_FILE", "capabilities.json") }
 
 // locked runs f with the lock held and the current document loaded; when
 // write is true the (possibly changed) document is saved afterwards.

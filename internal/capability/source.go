@@ -288,16 +288,22 @@ func Run(ctx context.Context, reg Registry, svc *bridge.Service, inv Invocation)
 	}), nil
 }
 
-// LocalServices returns a factory of services that run capabilities
-// in-process: each service offers sources plus the registry's capabilities,
-// and each capability call it serves runs in a new service from the same
-// factory. `pml` and tests use it; the Lambda functions invoke the
-// capability function instead.
-func LocalServices(engine *guest.Engine, sources []bridge.ToolSource, reg Registry, sink trace.Sink, log *slog.Logger) func() *bridge.Service {
+// NewServices returns a factory of services, each offering opts.Sources
+// followed by reg's capabilities (a name both offer is the sources', as
+// ADR-052 resolves it for MCP servers). Capability calls go to inv; a nil
+// inv runs each in process, in a fresh service from the same factory
+// (every run is a fresh sandbox anyway), which is how pml and the tests
+// run them. The services share one capability source and one log of
+// dropped tools, so a drop is logged once, not once per capability run.
+func NewServices(engine *guest.Engine, opts bridge.Options, reg Registry, inv Invoker) func() *bridge.Service {
 	var newService func() *bridge.Service
-	newService = func() *bridge.Service {
-		src := NewSource(reg, InProcess{Registry: reg, NewService: func() *bridge.Service { return newService() }}, 0, log)
-		return bridge.New(engine, bridge.Options{Sources: append(slices.Clone(sources), src), Sink: sink, Logger: log})
+	if inv == nil {
+		inv = InProcess{Registry: reg, NewService: func() *bridge.Service { return newService() }}
 	}
+	if opts.Drops == nil {
+		opts.Drops = catalog.NewDropLog(opts.Logger)
+	}
+	opts.Sources = append(slices.Clone(opts.Sources), NewSource(reg, inv, 0, opts.Logger))
+	newService = func() *bridge.Service { return bridge.New(engine, opts) }
 	return newService
 }

@@ -8,60 +8,52 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// Wildcard stands for any server or any tool in a Pattern.
-const Wildcard = "*"
-
-// Pattern is one narrowing pattern of a request: "server:tool",
-// "server:*", "*:tool" or "*:*".
-type Pattern struct {
-	Server string // a server name or Wildcard
-	Tool   string // a tool name or Wildcard
+// pattern is one narrowing pattern of a request, "server:tool", each side
+// a glob (see MatchGlob): "fs:read_*", "*:echo", "*:*".
+type pattern struct {
+	server, tool string
 }
 
-// ParsePattern parses "server:tool" where either side may be "*". Partial
-// wildcards ("fs:read_*") are refused rather than taken literally, because a
-// glob that silently matched nothing would hide the caller's intent.
-func ParsePattern(s string) (Pattern, error) {
+// parsePattern parses "server:tool". A partial glob ("fs:read_*") is
+// allowed, as in allow and deny lists: narrowing can only remove tools, so
+// a glob that matches less than meant costs the caller tools, never safety,
+// and one that matches nothing is reported (see Filter.Narrow).
+func parsePattern(s string) (pattern, error) {
 	server, tool, ok := strings.Cut(s, ":")
 	if !ok {
-		return Pattern{}, fault.New(fault.InvalidRequest,
+		return pattern{}, fault.New(fault.InvalidRequest,
 			"tools filter %q: want \"server:tool\", \"server:*\" or \"*:tool\"", s)
 	}
 	for _, part := range []string{server, tool} {
-		if part == Wildcard {
-			continue
-		}
-		if strings.Contains(part, Wildcard) {
-			return Pattern{}, fault.New(fault.InvalidRequest,
-				"tools filter %q: \"*\" stands for a whole server or tool name, not part of one", s)
-		}
+		// A glob is held to the name rule too ('*' is no reserved name
+		// and no ':'): "fs:__proto__" or "a:b:c" is a mistake either way.
 		if err := ValidName(part); err != nil {
-			return Pattern{}, fault.Wrap(fault.InvalidRequest, err, fmt.Sprintf("tools filter %q", s))
+			return pattern{}, fault.Wrap(fault.InvalidRequest, err, fmt.Sprintf("tools filter %q", s))
 		}
 	}
-	return Pattern{Server: server, Tool: tool}, nil
+	return pattern{server: server, tool: tool}, nil
 }
 
 // String returns the pattern in its "server:tool" form.
-func (p Pattern) String() string { return p.Server + ":" + p.Tool }
+func (p pattern) String() string { return p.server + ":" + p.tool }
 
-// Match reports whether the pattern selects the tool server:tool.
-func (p Pattern) Match(server, tool string) bool {
-	return (p.Server == Wildcard || p.Server == server) && (p.Tool == Wildcard || p.Tool == tool)
+// match reports whether the pattern selects the tool server:tool.
+func (p pattern) match(server, tool string) bool {
+	return MatchGlob(p.server, server) && MatchGlob(p.tool, tool)
 }
 
 // Filter is a parsed set of narrowing patterns. The zero Filter narrows
 // nothing.
 type Filter struct {
-	patterns []Pattern
+	patterns []pattern
 }
 
 // ParseFilter parses a request's patterns. Errors are *fault.Error with code
 // InvalidRequest.
 func ParseFilter(patterns []string) (Filter, error) {
-	f := Filter{patterns: make([]Pattern, 0, len(patterns))}
+	f := Filter{patterns: make([]pattern, 0, len(patterns))}
 	for _, s := range patterns {
-		p, err := ParsePattern(s)
+		p, err := parsePattern(s)
 		if err != nil {
 			return Filter{}, err
 		}
@@ -73,9 +65,6 @@ func ParseFilter(patterns []string) (Filter, error) {
 // IsZero reports whether the filter narrows nothing.
 func (f Filter) IsZero() bool { return len(f.patterns) == 0 }
 
-// Patterns returns a copy of the parsed patterns.
-func (f Filter) Patterns() []Pattern { return append([]Pattern(nil), f.patterns...) }
-
 // Allows reports whether a tool passes the filter; everything passes the
 // zero Filter. Use it for names resolved at call time (dynamic access).
 func (f Filter) Allows(server, tool string) bool {
@@ -83,7 +72,7 @@ func (f Filter) Allows(server, tool string) bool {
 		return true
 	}
 	for _, p := range f.patterns {
-		if p.Match(server, tool) {
+		if p.match(server, tool) {
 			return true
 		}
 	}
@@ -107,7 +96,7 @@ func (f Filter) Narrow(tools []Tool) ([]Tool, error) {
 	for _, t := range tools {
 		keep := false
 		for i, p := range f.patterns {
-			if p.Match(t.Server, t.Name) {
+			if p.match(t.Server, t.Name) {
 				used[i], keep = true, true
 			}
 		}
@@ -138,7 +127,7 @@ func (f Filter) Narrow(tools []Tool) ([]Tool, error) {
 		msg += "; no tools are available"
 	}
 	e := fault.New(fault.ToolNotFound, "%s", msg)
-	if len(missing) == 1 && !strings.Contains(missing[0], Wildcard) {
+	if len(missing) == 1 && !strings.Contains(missing[0], wildcard) {
 		e.Tool = missing[0]
 	}
 	e.Details = map[string]any{"patterns": missing, "suggestions": nonNil(suggestions)}
@@ -156,9 +145,9 @@ func Narrow(tools []Tool, patterns []string) ([]Tool, error) {
 
 // suggestFor proposes patterns that would have matched: near servers for
 // "server:*", near tools otherwise.
-func suggestFor(p Pattern, tools []Tool) []string {
+func suggestFor(p pattern, tools []Tool) []string {
 	const n = 3
-	if p.Tool == Wildcard {
+	if p.tool == wildcard {
 		var servers []string
 		seen := map[string]bool{}
 		for _, t := range tools {
@@ -167,9 +156,9 @@ func suggestFor(p Pattern, tools []Tool) []string {
 				servers = append(servers, t.Server)
 			}
 		}
-		near := Suggest(p.Server, servers, n)
+		near := Suggest(p.server, servers, n)
 		for i, s := range near {
-			near[i] = s + ":" + Wildcard
+			near[i] = s + ":" + wildcard
 		}
 		return near
 	}
@@ -179,8 +168,8 @@ func suggestFor(p Pattern, tools []Tool) []string {
 	}
 	// A bare tool name is compared with the tool part of each candidate.
 	q := p.String()
-	if p.Server == Wildcard {
-		q = p.Tool
+	if p.server == wildcard {
+		q = p.tool
 	}
 	return Suggest(q, names, n)
 }

@@ -28,6 +28,12 @@ func TestValidName(t *testing.T) {
 		{"constructor", false},
 		{"prototype", false},
 		{"then", false},
+		{"toJSON", false},
+		{"toString", false},
+		{"valueOf", false},
+		{"inspect", false},
+		{"Then", true}, // names are case-sensitive in JS
+		{"then_", true},
 		{"a:b", false},
 		{"a\nb", false},
 		{"a\x00b", false},
@@ -78,6 +84,9 @@ func TestNarrow(t *testing.T) {
 		{"tool on any server", []string{"*:echo"}, []string{"demo:echo"}},
 		{"everything", []string{"*:*"}, fullNames(tools)},
 		{"non-identifier name", []string{"demo:get-sum"}, []string{"demo:get-sum"}},
+		{"partial glob in a tool", []string{"fs:read_*"}, []string{"fs:read_file"}},
+		{"glob in the middle", []string{"*:*_file*"}, []string{"fs:read_file", "fs:write_file", "github:get_file_contents"}},
+		{"partial glob in a server", []string{"git*:*"}, []string{"github:create_issue", "github:get_file_contents"}},
 		{"overlap keeps input order, no duplicates",
 			[]string{"demo:echo", "fs:read_file", "fs:*", "demo:echo"},
 			[]string{"fs:read_file", "fs:write_file", "fs:list_directory", "demo:echo"}},
@@ -105,9 +114,10 @@ func TestNarrowErrors(t *testing.T) {
 	}{
 		{"no colon", []string{"fs"}, fault.InvalidRequest, nil},
 		{"empty", []string{""}, fault.InvalidRequest, nil},
-		{"partial wildcard", []string{"fs:read_*"}, fault.InvalidRequest, nil},
+		{"glob matching nothing", []string{"fs:zz*"}, fault.ToolNotFound, []string{}},
 		{"empty tool", []string{"fs:"}, fault.InvalidRequest, nil},
 		{"reserved", []string{"fs:__proto__"}, fault.InvalidRequest, nil},
+		{"reserved server", []string{"then:*"}, fault.InvalidRequest, nil},
 		{"two colons", []string{"a:b:c"}, fault.InvalidRequest, nil},
 		{"typo in tool", []string{"fs:raed_file"}, fault.ToolNotFound, []string{"fs:read_file"}},
 		{"wrong server", []string{"files:read_file"}, fault.ToolNotFound, []string{"fs:read_file"}},
@@ -146,7 +156,7 @@ func TestNarrowErrors(t *testing.T) {
 // safety, over random pattern sets: the result is a subset of the input.
 func TestNarrowNeverWidens(t *testing.T) {
 	tools := sampleTools()
-	words := []string{"fs", "github", "demo", "read_file", "echo", "get-sum", "*", "other", "create_issue"}
+	words := []string{"fs", "github", "demo", "read_file", "echo", "get-sum", "*", "other", "create_issue", "*_file", "g*", "*e*"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
 		var patterns []string

@@ -14,21 +14,32 @@ const MaxNameLen = 128
 // ErrInvalidName is wrapped by every error ValidName returns.
 var ErrInvalidName = errors.New("invalid name")
 
-// reservedNames would reach into JavaScript's object machinery instead of
-// naming a tool if they became keys of the `mcp` object: `__proto__` swaps
-// the prototype, `constructor` and `prototype` shadow built-ins, and a
-// function named `then` makes a server object a thenable, so `await
-// mcp.server` would call it.
+// reservedNames are the names the sandbox's `mcp` object and its server
+// objects answer with undefined (the prelude's `quiet` set, which a test
+// keeps in step): `await mcp.x` asks for `then`, JSON.stringify for
+// `toJSON`, string conversion for `toString` and `valueOf`, and `__proto__`,
+// `constructor` and `prototype` reach into JavaScript's object machinery.
+// A server or tool with one of these names could never be called as
+// intended, or would be called by accident (a tool named `then` turns its
+// server object into a thenable), so it is refused where it is configured
+// or listed rather than dropped later.
 var reservedNames = map[string]bool{
 	"__proto__":   true,
 	"constructor": true,
+	"inspect":     true,
 	"prototype":   true,
 	"then":        true,
+	"toJSON":      true,
+	"toString":    true,
+	"valueOf":     true,
 }
 
-// ValidName reports whether s may be used as a server or tool name reachable
-// as mcp.<server>.<tool>. Names that are not JavaScript identifiers
-// ("get-sum") are allowed: scripts reach them as mcp.ev["get-sum"].
+// ValidName reports why s cannot name a server, a tool or a capability's
+// namespace or action, reachable as mcp.<server>.<tool>; nil when it can.
+// It is the one name rule: the MCP client's configuration, its tool
+// discovery, the capability registry and the bridge's catalog all apply it.
+// Names that are not JavaScript identifiers ("get-sum") are allowed:
+// scripts reach them as mcp.ev["get-sum"].
 func ValidName(s string) error {
 	switch {
 	case s == "":
@@ -38,7 +49,7 @@ func ValidName(s string) error {
 	case utf8.RuneCountInString(s) > MaxNameLen:
 		return fmt.Errorf("%w: %.20q… is longer than %d characters", ErrInvalidName, s, MaxNameLen)
 	case reservedNames[s]:
-		return fmt.Errorf("%w: %q is reserved in JavaScript objects", ErrInvalidName, s)
+		return fmt.Errorf("%w: %q is reserved: the sandbox's mcp object answers it with undefined", ErrInvalidName, s)
 	}
 	for _, r := range s {
 		switch {

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/guest"
 )
 
@@ -114,8 +115,9 @@ func measure(ctx context.Context, ef engineFlags, samples int, progress func(str
 		return nil, err
 	}
 	defer eng.Close(context.Background())
+	demoTools, demoHost := demoserver.New().Guest()
 	demo := func(code string) *guest.Result {
-		return eng.Run(ctx, guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}, Limits: guest.Limits{Timeout: time.Minute, ToolCalls: 10000}})
+		return eng.Run(ctx, guest.Request{Code: code, Tools: demoTools, Host: demoHost, Limits: guest.Limits{Timeout: time.Minute, ToolCalls: 10000}})
 	}
 	must := func(r *guest.Result) (*guest.Result, error) {
 		if !r.OK {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
@@ -16,7 +17,11 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 	if len(args) == 0 {
 		return ExitUsage, usage
 	}
-	reg := capability.NewFileRegistry(capability.DefaultFilePath())
+	file := app.CapabilitiesFile()
+	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, logger(errOut))
+	if err != nil {
+		return ExitFailed, err
+	}
 	switch args[0] {
 	case "save":
 		fs := newFlagSet("capability save", errOut)
@@ -54,7 +59,7 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 		}
 		saved, err := reg.Save(ctx, c)
 		if err != nil {
-			return exitFor(err), err
+			return ExitFailed, badInput(err)
 		}
 		return ExitOK, writeJSON(out, saved)
 	case "list":
@@ -65,29 +70,31 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 		for i := range list {
 			list[i].Code = "" // list shows what exists; show gives the code
 		}
-		return ExitOK, writeJSON(out, map[string]any{"capabilities": list, "file": capability.DefaultFilePath()})
+		return ExitOK, writeJSON(out, map[string]any{"capabilities": list, "file": file})
 	case "show":
 		if len(args) != 2 {
 			return ExitUsage, usage
 		}
 		name, version, err := capability.ParseRef(args[1])
 		if err != nil {
-			return ExitUsage, err
+			return ExitUsage, usageError{err}
 		}
 		c, err := reg.Get(ctx, name, version)
 		if err != nil {
-			return exitFor(err), err
+			return ExitFailed, err
 		}
 		return ExitOK, writeJSON(out, c)
 	}
 	return ExitUsage, usage
 }
 
-// exitFor is 2 for errors in what the user gave, else 1.
-func exitFor(err error) int {
+// badInput marks a refused save as a usage error when what was refused is
+// what the user gave (a bad name, code that does not parse, a bad schema),
+// and leaves any other failure (the registry's) alone.
+func badInput(err error) error {
 	switch fault.CodeOf(err) {
-	case fault.InvalidRequest, fault.ScriptError, fault.NotFound:
-		return ExitUsage
+	case fault.InvalidRequest, fault.ScriptError:
+		return usageError{err}
 	}
-	return ExitFailed
+	return err
 }

@@ -14,23 +14,21 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
-	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
-	"github.com/pml-sandbox/pml/internal/trace"
-	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
-// Exit codes.
+// Exit codes; the README's table is where users read them.
 const (
 	ExitOK     = 0
-	ExitFailed = 1 // the script or a tool failed
-	ExitUsage  = 2 // bad flags, unreadable files, malformed input
+	ExitFailed = 1 // the script, a tool, or anything else failed
+	ExitUsage  = 2 // a usage error: bad flags or arguments, unreadable or malformed input
 )
 
-// usageError marks errors that are the caller's to fix (exit 2).
+// usageError marks errors in how pml was called, the caller's to fix: the
+// only errors that exit 2.
 type usageError struct{ err error }
 
 func (u usageError) Error() string { return u.err.Error() }
@@ -50,7 +48,7 @@ func commands() []command {
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
-		{"demo-server", "serve the demo MCP server (key-value store, text tools, clock) on loopback", demoServerCmd},
+		{"demo-server", "serve the demo tools (echo, add, fail, sleep, key-value store, text tools, clock) as an MCP server on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
 	}
 }
@@ -69,20 +67,20 @@ func Main(ctx context.Context, args []string, out, errOut io.Writer) int {
 			continue
 		}
 		code, err := c.run(ctx, args[1:], out, errOut)
-		if err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return ExitOK
-			}
-			fmt.Fprintf(errOut, "pml %s: %v\n", c.name, err)
-			var u usageError
-			if errors.As(err, &u) {
-				return ExitUsage
-			}
-			if code == ExitOK {
-				code = ExitFailed
-			}
+		switch {
+		case err == nil:
+			return code
+		case errors.Is(err, flag.ErrHelp):
+			return ExitOK
 		}
-		return code
+		fmt.Fprintf(errOut, "pml %s: %v\n", c.name, err)
+		// The error decides, not the code beside it: 2 is for usage
+		// errors alone.
+		var u usageError
+		if errors.As(err, &u) {
+			return ExitUsage
+		}
+		return ExitFailed
 	}
 	fmt.Fprintf(errOut, "pml: unknown command %q\n\n", args[0])
 	usage(errOut)
@@ -132,16 +130,20 @@ func (f *engineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noCache, "no-cache", false, "compile the guest from scratch (no on-disk cache)")
 }
 
-func (f *engineFlags) engine(ctx context.Context, logger *slog.Logger) (*guest.Engine, error) {
-	opts := guest.Options{Logger: logger}
-	if !f.noCache && f.cacheDir != "" {
-		opts.CacheDir = f.cacheDir
+// dir is the compilation cache to use, "" for none.
+func (f *engineFlags) dir() string {
+	if f.noCache {
+		return ""
 	}
-	return guest.New(ctx, opts)
+	return f.cacheDir
+}
+
+func (f *engineFlags) engine(ctx context.Context, logger *slog.Logger) (*guest.Engine, error) {
+	return guest.New(ctx, guest.Options{Logger: logger, CacheDir: f.dir()})
 }
 
 func defaultCacheDir() string {
-	if d := os.Getenv("PML_COMPILE_CACHE_DIR"); d != "" {
+	if d := os.Getenv(app.EnvCompileCache); d != "" {
 		return d
 	}
 	d, err := os.UserCacheDir()
@@ -163,123 +165,81 @@ type serviceFlags struct {
 func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.engineFlags.register(fs)
 	f.storeFlags.register(fs)
-	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable)")
-	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML)")
-	fs.StringVar(&f.demo, "demo", "auto", "offer the built-in demo tools: on, off, or auto (on when no MCP server is configured)")
+	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
+	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
 }
 
-// wiring is a service and what must be closed after it.
-type wiring struct {
-	service  *bridge.Service
-	registry capability.Registry
-	sink     trace.Sink
-	traces   httpapi.TraceReader
-	store    tracedb.Store
-	pool     *mcpclient.Pool
-	closers  []func(context.Context) error
-}
-
-// health reports the MCP servers' states (nil without servers).
-func (w *wiring) health() []mcpclient.ServerHealth {
-	if w.pool == nil {
-		return nil
-	}
-	return w.pool.Health()
-}
-
-func (w *wiring) close(ctx context.Context) {
-	for i := len(w.closers) - 1; i >= 0; i-- {
-		_ = w.closers[i](ctx)
-	}
-}
-
-func (f *serviceFlags) wire(ctx context.Context, logger *slog.Logger) (*wiring, error) {
+// appConfig is the wiring the flags ask for. Its errors are usage errors.
+func (f *serviceFlags) appConfig() (app.Config, error) {
 	switch f.demo {
 	case "on", "off", "auto":
 	default:
-		return nil, usagef("--demo must be on, off or auto, not %q", f.demo)
+		return app.Config{}, usagef("--demo must be on, off or auto, not %q", f.demo)
 	}
-	w := &wiring{}
-	pool, err := f.mcpPool(ctx, logger)
+	servers, err := f.mcpConfigs()
 	if err != nil {
-		return nil, err
+		return app.Config{}, err
 	}
-	var sources []bridge.ToolSource
-	if pool != nil {
-		w.pool = pool
-		w.closers = append(w.closers, func(context.Context) error { return pool.Close() })
-		sources = append(sources, bridge.MCPSource{Pool: pool})
-	}
-	if f.demo == "on" || (f.demo == "auto" && pool == nil) {
-		sources = append(sources, bridge.DemoSource{})
-	}
-	engine, err := f.engine(ctx, logger)
+	traces, err := f.storeFlags.traceConfig()
 	if err != nil {
-		w.close(ctx)
-		return nil, err
+		return app.Config{}, err
 	}
-	w.closers = append(w.closers, engine.Close)
-	store, err := f.storeFlags.open(ctx, logger)
-	if err != nil {
-		w.close(ctx)
-		return nil, err
-	}
-	w.sink, w.traces, w.store = store, store, store
-	// Capabilities come after the MCP servers and demo tools: a name both
-	// offer is the server's. Each capability call runs in a fresh service.
-	w.registry = capability.NewFileRegistry(capability.DefaultFilePath())
-	if pool != nil {
-		// `pml serve` saves through this registry: a capability may not
-		// take a configured server's name.
-		w.registry = capability.Reserve(w.registry, pool.Servers()...)
-	}
-	w.service = capability.LocalServices(engine, sources, w.registry, w.sink, logger)()
-	return w, nil
+	return app.Config{
+		CacheDir:         f.engineFlags.dir(),
+		Servers:          servers,
+		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),
+		Traces:           traces,
+		CapabilitiesFile: app.CapabilitiesFile(),
+	}, nil
 }
 
-// mcpPool connects to the configured MCP servers; nil when there are none.
-func (f *serviceFlags) mcpPool(ctx context.Context, logger *slog.Logger) (*mcpclient.Pool, error) {
-	cfgs, err := f.mcpConfigs()
-	if err != nil || len(cfgs) == 0 {
+// open wires the service the flags ask for.
+func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App, error) {
+	cfg, err := f.appConfig()
+	if err != nil {
 		return nil, err
 	}
-	pool, err := mcpclient.New(ctx, cfgs, mcpclient.WithLogger(logger))
+	a, err := app.New(ctx, cfg, logger)
+	if fault.CodeOf(err) == fault.InvalidRequest {
+		return nil, usageError{err}
+	}
+	return a, err
+}
+
+// mcpConfigs merges $PML_MCP_SERVERS, --config and --mcp, in that order: a
+// later one wins a name.
+func (f *serviceFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
+	cfgs, err := app.ServersFromEnv()
 	if err != nil {
 		return nil, usageError{err}
 	}
-	return pool, nil
-}
-
-// mcpConfigs merges --config and --mcp (flags win on a name clash).
-func (f *serviceFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
-	var cfgs []mcpclient.ServerConfig
 	if f.config != "" {
 		c, err := mcpclient.LoadConfig(f.config)
 		if err != nil {
 			return nil, usageError{err}
 		}
-		cfgs = c
+		cfgs = mergeServers(cfgs, c...)
 	}
 	for _, m := range f.mcp {
 		c, err := mcpclient.ParseServerFlag(m)
 		if err != nil {
 			return nil, usageError{err}
 		}
-		cfgs = slices.DeleteFunc(cfgs, func(x mcpclient.ServerConfig) bool { return x.Name == c.Name })
-		cfgs = append(cfgs, c)
+		cfgs = mergeServers(cfgs, c)
 	}
 	return cfgs, nil
 }
 
+// mergeServers adds more to cfgs, each replacing a server of its name.
+func mergeServers(cfgs []mcpclient.ServerConfig, more ...mcpclient.ServerConfig) []mcpclient.ServerConfig {
+	for _, c := range more {
+		cfgs = slices.DeleteFunc(cfgs, func(x mcpclient.ServerConfig) bool { return x.Name == c.Name })
+		cfgs = append(cfgs, c)
+	}
+	return cfgs
+}
+
 // logger returns the JSON logger commands write diagnostics with: warnings
 // and errors only, unless PML_LOG_LEVEL says otherwise.
-func logger(errOut io.Writer) *slog.Logger { return loggerAt(errOut, slog.LevelWarn) }
-
-// loggerAt is logger with another default level (pml serve logs requests).
-func loggerAt(errOut io.Writer, def slog.Level) *slog.Logger {
-	level := def
-	if v := os.Getenv("PML_LOG_LEVEL"); v != "" {
-		_ = level.UnmarshalText([]byte(v))
-	}
-	return slog.New(slog.NewJSONHandler(errOut, &slog.HandlerOptions{Level: level}))
-}
+func logger(errOut io.Writer) *slog.Logger { return app.Logger(errOut, slog.LevelWarn) }

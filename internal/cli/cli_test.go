@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/cli"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 )
@@ -50,15 +52,20 @@ func pml(t *testing.T, args ...string) (int, output, string) {
 
 var cacheDir = filepath.Join(os.TempDir(), "pml-cli-test-cache")
 
-// TestMain keeps the commands' traces and capabilities out of the user's
-// data directory.
+// TestMain starts from an environment without pml's variables (a
+// developer's own PML_MCP_SERVERS must not change what the tests see) and
+// keeps the commands' traces and capabilities out of the user's data
+// directory.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "pml-cli-test")
 	if err != nil {
 		panic(err)
 	}
-	os.Setenv("PML_TRACES_FILE", filepath.Join(dir, "traces.jsonl"))
-	os.Setenv("PML_CAPABILITIES_FILE", filepath.Join(dir, "capabilities.json"))
+	for _, k := range app.EnvVars {
+		os.Unsetenv(k)
+	}
+	os.Setenv(app.EnvTracesFile, filepath.Join(dir, "traces.jsonl"))
+	os.Setenv(app.EnvCapFile, filepath.Join(dir, "capabilities.json"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -81,6 +88,8 @@ func TestRun(t *testing.T) {
 		{"file with args", []string{"run", "--args", `{"n": 21}`, script}, 0, `42`, "", 0},
 		{"script error exits 1", []string{"run", "-e", "throw new Error('x')"}, 1, "", "SCRIPT_ERROR", 0},
 		{"tool error exits 1", []string{"run", "-e", "await mcp.demo.fail({})"}, 1, "", "TOOL_ERROR", 1},
+		{"one demo: store and text tools in process", []string{"run", "-e", "await mcp.demo.kv_set({key: 'n', value: 41}); return (await mcp.demo.kv_get({key: 'n'})).value + (await mcp.demo.word_count({text: 'a'})).words"}, 0, `42`, "", 3},
+		{"one demo: one sleep", []string{"run", "-e", "return await mcp.demo.sleep({ms: 1})"}, 0, `{"slept_ms":1}`, "", 1},
 		{"timeout exits 1", []string{"run", "--timeout", "100ms", "-e", "while (true) {}"}, 1, "", "TIMEOUT", 0},
 		{"narrowed tool set", []string{"run", "--tools", "demo:echo", "-e", "return await mcp.demo.add({a:1,b:2})"}, 1, "", "TOOL_NOT_FOUND", 0},
 		{"nothing to run", []string{"run"}, 2, "", "", 0},
@@ -140,8 +149,8 @@ func TestCapabilityAndTraceCommands(t *testing.T) {
 	if code := cli.Main(context.Background(), []string{"trace", o.ExecutionID}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"tool": "sum"`) {
 		t.Fatalf("trace: %d %s %s", code, out.String(), errOut.String())
 	}
-	if code := cli.Main(context.Background(), []string{"trace", "ex_nope"}, &out, &errOut); code != 2 {
-		t.Fatalf("trace of an unknown id exits %d", code)
+	if code := cli.Main(context.Background(), []string{"trace", "ex_nope"}, &out, &errOut); code != cli.ExitFailed {
+		t.Fatalf("trace of an unknown id exits %d; it is no usage error", code)
 	}
 	if code := cli.Main(context.Background(), []string{"capability", "save", "bad", script}, &out, &errOut); code != 2 {
 		t.Fatalf("saving a bad name exits %d", code)
@@ -268,7 +277,7 @@ func get(t *testing.T, method, url string, kv ...string) (*http.Response, string
 // TestServeNeedsTokenBeyondLoopback: listening where the network can reach
 // the server without a token is refused before anything is served.
 func TestServeNeedsTokenBeyondLoopback(t *testing.T) {
-	t.Setenv("PML_SERVE_TOKEN", "")
+	t.Setenv(app.EnvServeToken, "")
 	for _, addr := range []string{"0.0.0.0:0", ":0"} {
 		t.Run(addr, func(t *testing.T) {
 			s := serve(t, "--addr", addr)
@@ -286,7 +295,7 @@ func TestServeNeedsTokenBeyondLoopback(t *testing.T) {
 // TestServeGuarded: with a token (here from the environment) serve
 // listens on every interface, and every route but /healthz needs it.
 func TestServeGuarded(t *testing.T) {
-	t.Setenv("PML_SERVE_TOKEN", "env-token")
+	t.Setenv(app.EnvServeToken, "env-token")
 	s := serve(t, "--addr", "0.0.0.0:0", "--allowed-host", "pml.test", "--allowed-origin", "https://app.test")
 	if s.base == "" {
 		t.Fatalf("serve did not start: %d %s", <-s.done, s.stderr)
@@ -316,7 +325,10 @@ func TestServeGuarded(t *testing.T) {
 			}
 		})
 	}
-	if !strings.Contains(s.stderr.String(), "Authorization: Bearer $PML_SERVE_TOKEN") || strings.Contains(s.stderr.String(), "env-token") {
+	if _, body := get(t, "GET", s.base+"/healthz"); !strings.Contains(body, `"details":{"mcp_servers":[]}`) {
+		t.Errorf("/healthz without servers: %s; want an empty list of servers, as on Lambda", body)
+	}
+	if !strings.Contains(s.stderr.String(), "Authorization: Bearer $"+app.EnvServeToken) || strings.Contains(s.stderr.String(), "env-token") {
 		t.Fatalf("the banner must show how to send the token, never the token: %s", s.stderr)
 	}
 	if code := s.stop(t); code != cli.ExitOK {
@@ -327,7 +339,7 @@ func TestServeGuarded(t *testing.T) {
 // TestServeStopsWithMCPGetOpen: a client's GET /mcp (Claude Code sends one
 // after initializing) must not hold serve open past SIGTERM.
 func TestServeStopsWithMCPGetOpen(t *testing.T) {
-	t.Setenv("PML_SERVE_TOKEN", "")
+	t.Setenv(app.EnvServeToken, "")
 	s := serve(t, "--addr", "127.0.0.1:0")
 	if s.base == "" {
 		t.Fatalf("serve did not start: %d %s", <-s.done, s.stderr)
@@ -350,5 +362,106 @@ func TestServeStopsWithMCPGetOpen(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET /mcp answered %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestServeOffersTheDemoTools: the demo MCP server pml serve starts offers
+// the one demo tool set, the tools pml run offers in process included.
+func TestServeOffersTheDemoTools(t *testing.T) {
+	t.Setenv(app.EnvServeToken, "")
+	s := serve(t, "--addr", "127.0.0.1:0", "--no-demo-server=false")
+	if s.base == "" {
+		t.Fatalf("serve did not start: %d %s", <-s.done, s.stderr)
+	}
+	code := `await mcp.demo.kv_set({key: "n", value: 1});
+const failed = await mcp.demo.fail({message: "no"}).catch(e => e.code);
+return [await mcp.demo.echo({x: 1}), await mcp.demo.add({a: 2, b: 3}), (await mcp.demo.kv_get({key: "n"})).value, failed, await mcp.demo.sleep({ms: 1})]`
+	body, _ := json.Marshal(map[string]string{"code": code})
+	resp, err := http.Post(s.base+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var o output
+	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
+		t.Fatal(err)
+	}
+	if !o.OK || string(o.Result) != `[{"x":1},5,1,"TOOL_ERROR",{"slept_ms":1}]` {
+		t.Fatalf("got %s %+v", o.Result, o.Error)
+	}
+}
+
+// TestRunReadsMCPServersFromEnv: pml reads PML_MCP_SERVERS as the Lambda
+// functions do; --config and --mcp add to it, a flag winning a name.
+func TestRunReadsMCPServersFromEnv(t *testing.T) {
+	ds, err := demoserver.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	words := "return (await mcp.kv.word_count({text: 'a b'})).words"
+	tests := []struct {
+		name string
+		env  string
+		args []string
+		exit int
+		want string // result
+		code string // else the error code
+	}{
+		{"servers from the environment", `{"servers": [{"name": "kv", "url": "` + ds.StreamableURL() + `"}]}`, []string{"-e", words}, 0, "2", ""},
+		{"no in-process demo beside them", `{"servers": [{"name": "kv", "url": "` + ds.StreamableURL() + `"}]}`, []string{"-e", "return await mcp.demo.echo({})"}, 1, "", "TOOL_NOT_FOUND"},
+		{"--mcp wins a name", `{"servers": [{"name": "kv", "url": "http://127.0.0.1:1/mcp"}]}`, []string{"--mcp", "kv=" + ds.SSEURL(), "-e", words}, 0, "2", ""},
+		{"malformed", `{"servers": [`, []string{"-e", "return 1"}, 2, "", ""},
+		{"a server named then", `{"servers": [{"name": "then", "url": "` + ds.StreamableURL() + `"}]}`, []string{"-e", "return 1"}, 2, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(app.EnvMCPServers, tt.env)
+			exit, o, stderr := pml(t, append([]string{"run"}, tt.args...)...)
+			if exit != tt.exit {
+				t.Fatalf("exit %d, want %d: %s", exit, tt.exit, stderr)
+			}
+			if tt.want != "" && string(o.Result) != tt.want {
+				t.Fatalf("result %s, want %s: %+v", o.Result, tt.want, o.Error)
+			}
+			if tt.code != "" && (o.Error == nil || o.Error.Code != tt.code) {
+				t.Fatalf("error %+v, want %s", o.Error, tt.code)
+			}
+		})
+	}
+}
+
+// TestExitCodes: 2 is for usage errors alone; anything else that fails is 1.
+func TestExitCodes(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name string
+		args []string
+		exit int
+	}{
+		{"unknown trace", []string{"trace", "ex_nope"}, cli.ExitFailed},
+		{"unknown capability", []string{"capability", "show", "nope:nope"}, cli.ExitFailed},
+		{"serve on a busy address", []string{"serve", "--no-demo-server", "--addr", busy.Addr().String()}, cli.ExitFailed},
+		{"demo-server on a busy address", []string{"demo-server", "--addr", busy.Addr().String()}, cli.ExitFailed},
+		{"bad capability version", []string{"capability", "show", "a:b@x"}, cli.ExitUsage},
+		{"bad --demo", []string{"run", "--demo", "maybe", "-e", "return 1"}, cli.ExitUsage},
+		{"bad --store", []string{"run", "--store", "tape", "-e", "return 1"}, cli.ExitUsage},
+		{"dynamodb without a table", []string{"trace", "--store", "dynamodb", "ex_x"}, cli.ExitUsage},
+		{"trace without an id", []string{"trace"}, cli.ExitUsage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := cli.Main(context.Background(), tt.args, &out, &errOut); code != tt.exit {
+				t.Fatalf("exit %d, want %d: %s", code, tt.exit, errOut.String())
+			}
+			if errOut.Len() == 0 {
+				t.Fatal("a failure must say what went wrong on stderr")
+			}
+		})
 	}
 }

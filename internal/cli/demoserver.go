@@ -16,7 +16,7 @@ func demoServerCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 	}
 	s, err := demoserver.Start(*addr)
 	if err != nil {
-		return ExitUsage, err
+		return ExitFailed, err
 	}
 	fmt.Fprintf(out, "demo MCP server\n  SSE:             %s\n  streamable HTTP: %s\ntry: pml run --mcp demo=%s -e 'return await mcp.demo.word_count({text: \"hello sandbox\"})'\n",
 		s.SSEURL(), s.StreamableURL(), s.SSEURL())

@@ -18,7 +18,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		code     = fs.String("e", "", "the script to run (instead of a FILE)")
 		argsJSON = fs.String("args", "", "JSON value bound to `args` in the script")
 		timeout  = fs.Duration("timeout", 30*time.Second, "execution deadline")
-		tools    = fs.String("tools", "", "narrow the tool set: comma-separated server:tool or server:* patterns")
+		tools    = fs.String("tools", "", "narrow the tool set: comma-separated server:tool patterns, * matching any run of characters (kv:*, fs:read_*)")
 		destruct = fs.Bool("allow-destructive", false, "let tools annotated destructiveHint run")
 		parseTxt = fs.Bool("parse-json-text", false, "parse text tool results as JSON even without an output schema")
 	)
@@ -48,13 +48,13 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	}
 
 	log := logger(errOut)
-	w, err := sf.wire(ctx, log)
+	a, err := sf.open(ctx, log)
 	if err != nil {
-		return ExitUsage, err
+		return ExitFailed, err
 	}
-	defer w.close(context.Background())
-	resp := w.service.Execute(ctx, req)
-	if err := w.service.Flush(context.Background()); err != nil {
+	defer a.Close(context.Background())
+	resp := a.Service.Execute(ctx, req)
+	if err := a.Service.Flush(context.Background()); err != nil {
 		log.Warn("trace flush failed", "err", err)
 	}
 	if err := writeJSON(out, resp); err != nil {

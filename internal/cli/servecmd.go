@@ -36,13 +36,13 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	if err := gf.check(); err != nil {
 		return ExitUsage, err
 	}
-	log := loggerAt(errOut, slog.LevelInfo)
+	log := app.Logger(errOut, slog.LevelInfo)
 
 	// Listening first tells the guard what the network can reach before
 	// anything slower starts; connections wait in the backlog meanwhile.
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return ExitUsage, err
+		return ExitFailed, err
 	}
 	defer ln.Close()
 	guard, err := gf.guard(*addr, ln.Addr())
@@ -60,17 +60,17 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		defer ds.Close()
 		sf.mcp = append([]string{"demo=" + ds.StreamableURL()}, sf.mcp...)
 	}
-	w, err := sf.wire(ctx, log)
+	a, err := sf.open(ctx, log)
 	if err != nil {
-		return ExitUsage, err
+		return ExitFailed, err
 	}
-	defer w.close(context.Background())
+	defer a.Close(context.Background())
 
 	handler := httpapi.New(httpapi.Options{
-		Service:      w.service,
-		Traces:       w.traces,
-		Capabilities: app.NewCapabilityAPI(w.registry),
-		Health:       func() any { return map[string]any{"mcp_servers": w.health()} },
+		Service:      a.Service,
+		Traces:       a.Traces,
+		Capabilities: a.Capabilities,
+		Health:       a.Health,
 		Logger:       log,
 		Guard:        guard,
 	})
@@ -140,7 +140,7 @@ func (f *serveGuardFlags) register(fs *flag.FlagSet) {
 // --token is not given (the environment keeps it out of `ps`).
 func (f *serveGuardFlags) check() error {
 	if f.token == "" {
-		f.token = os.Getenv("PML_SERVE_TOKEN")
+		f.token = os.Getenv(app.EnvServeToken)
 	}
 	if strings.ContainsFunc(f.token, unicode.IsSpace) {
 		return usagef("the token (--token or PML_SERVE_TOKEN) must not contain spaces")

@@ -2,20 +2,11 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/pml-sandbox/pml/internal/tracedb"
+	"github.com/pml-sandbox/pml/internal/app"
 )
 
 // storeFlags choose where traces go: a file shared by pml commands (the
@@ -27,59 +18,25 @@ type storeFlags struct {
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.store, "store", "file", "where traces are kept: file ("+tracedb.DefaultFilePath()+"), memory, or dynamodb")
-	fs.StringVar(&f.table, "table", os.Getenv("PML_TRACES_TABLE"), "DynamoDB table for --store dynamodb")
+	fs.StringVar(&f.store, "store", app.StoreFile, "where traces are kept: file ("+app.TracesFile()+"), memory, or dynamodb")
+	fs.StringVar(&f.table, "table", os.Getenv(app.EnvTracesTable), "DynamoDB table for --store dynamodb")
 	fs.StringVar(&f.endpoint, "endpoint", "", "DynamoDB endpoint (e.g. DynamoDB Local); the table is created there if missing")
 }
 
-func (f *storeFlags) open(ctx context.Context, log *slog.Logger) (tracedb.Store, error) {
+// traceConfig is the store the flags ask for. Its errors are usage errors.
+func (f *storeFlags) traceConfig() (app.TraceConfig, error) {
 	switch f.store {
-	case "file":
-		return tracedb.NewFile(tracedb.DefaultFilePath(), 0), nil
-	case "memory":
-		return tracedb.NewMemory(0), nil
-	case "dynamodb":
-	default:
-		return nil, usagef("--store must be file, memory or dynamodb, not %q", f.store)
-	}
-	if f.table == "" {
-		return nil, usagef("--store dynamodb needs --table (or PML_TRACES_TABLE)")
-	}
-	cfg, err := config.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, err
-	}
-	opts := []func(*dynamodb.Options){}
-	if f.endpoint != "" {
-		if cfg.Region == "" {
-			cfg.Region = "us-east-1"
+	case app.StoreFile:
+		return app.TraceConfig{Store: app.StoreFile, File: app.TracesFile()}, nil
+	case app.StoreMemory:
+		return app.TraceConfig{Store: app.StoreMemory}, nil
+	case app.StoreDynamo:
+		if f.table == "" {
+			return app.TraceConfig{}, usagef("--store dynamodb needs --table (or %s)", app.EnvTracesTable)
 		}
-		if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
-			// A local endpoint accepts any credentials; never let the
-			// default chain go looking for instance metadata.
-			cfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
-		}
-		opts = append(opts, func(o *dynamodb.Options) {
-			o.BaseEndpoint = aws.String(f.endpoint)
-			o.DisableValidateResponseChecksum = true
-		})
+		return app.TraceConfig{Store: app.StoreDynamo, Table: f.table, Endpoint: f.endpoint}, nil
 	}
-	db := dynamodb.NewFromConfig(cfg, opts...)
-	if f.endpoint != "" {
-		if err := ensureTable(ctx, db, f.table); err != nil {
-			return nil, err
-		}
-	}
-	return tracedb.NewDynamo(db, f.table, 0, log), nil
-}
-
-func ensureTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	_, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
-	var nf *types.ResourceNotFoundException
-	if errors.As(err, &nf) {
-		return tracedb.CreateTable(ctx, db, table)
-	}
-	return err
+	return app.TraceConfig{}, usagef("--store must be file, memory or dynamodb, not %q", f.store)
 }
 
 func traceCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -94,9 +51,17 @@ func traceCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
 	}
-	store, err := sf.open(ctx, logger(errOut))
+	if *related == "" && fs.NArg() != 1 {
+		fs.Usage()
+		return ExitUsage, usagef("give one execution id")
+	}
+	cfg, err := sf.traceConfig()
 	if err != nil {
 		return ExitUsage, err
+	}
+	store, err := app.OpenTraces(ctx, cfg, logger(errOut))
+	if err != nil {
+		return ExitFailed, err
 	}
 	if *related != "" {
 		rel, err := store.RelatedTools(ctx, *related, 20)
@@ -105,13 +70,9 @@ func traceCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		}
 		return ExitOK, writeJSON(out, map[string]any{"tool": *related, "related": rel})
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return ExitUsage, usagef("give one execution id")
-	}
 	ex, calls, err := store.GetExecution(ctx, fs.Arg(0))
 	if err != nil {
-		return exitFor(err), fmt.Errorf("%w", err)
+		return ExitFailed, err
 	}
 	return ExitOK, writeJSON(out, map[string]any{"execution": ex, "calls": calls})
 }

@@ -16,12 +16,12 @@ func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
 	}
-	w, err := sf.wire(ctx, logger(errOut))
+	a, err := sf.open(ctx, logger(errOut))
 	if err != nil {
-		return ExitUsage, err
+		return ExitFailed, err
 	}
-	defer w.close(context.Background())
-	tools := w.service.Catalog(ctx)
+	defer a.Close(context.Background())
+	tools := a.Service.Catalog(ctx)
 	switch {
 	case *dts:
 		_, err = io.WriteString(out, catalog.Declarations(tools))
@@ -29,5 +29,5 @@ func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	case *query != "":
 		return ExitOK, writeJSON(out, catalog.Search(tools, *query, 20))
 	}
-	return ExitOK, writeJSON(out, map[string]any{"tools": tools, "health": w.health()})
+	return ExitOK, writeJSON(out, map[string]any{"tools": tools, "health": a.ServerHealth()})
 }

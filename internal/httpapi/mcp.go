@@ -27,7 +27,7 @@ func (a *api) mcpHandler() http.Handler {
 			"and run concurrently under Promise.all. Returns {ok, result, logs, error, calls, execution_id, duration_ms}."),
 		mcp.WithString("code", mcp.Required(), mcp.Description("the body of an async function")),
 		mcp.WithObject("args", mcp.Description("JSON value bound to `args`")),
-		mcp.WithArray("tools", mcp.Description(`narrow the tool set: "server:tool" or "server:*"`), mcp.WithStringItems()),
+		mcp.WithArray("tools", mcp.Description(`narrow the tool set: "server:tool" patterns, where * matches any run of characters ("kv:*", "fs:read_*")`), mcp.WithStringItems()),
 		mcp.WithNumber("timeout_ms", mcp.Description("deadline in milliseconds")),
 		mcp.WithBoolean("allow_destructive", mcp.Description("let tools annotated destructive run")),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),

@@ -13,11 +13,13 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/redact"
 )
 
@@ -41,7 +43,8 @@ const redacted = redact.Mask
 
 // ServerConfig describes one remote MCP server.
 type ServerConfig struct {
-	// Name is the `mcp.<name>` the sandbox sees. See ValidateServerName.
+	// Name is the `mcp.<name>` the sandbox sees; catalog.ValidName says
+	// which names are refused.
 	Name string
 	// URL is the endpoint: ".../sse" for SSE, ".../mcp" for streamable HTTP.
 	URL string
@@ -55,7 +58,8 @@ type ServerConfig struct {
 	// CallTimeout bounds one tools/call; zero means DefaultCallTimeout.
 	CallTimeout time.Duration
 	// Allow, when not empty, lists the only tool names exposed; Deny lists
-	// names never exposed (Deny wins). A '*' matches any run of characters.
+	// names never exposed (Deny wins). Each entry is a glob as
+	// catalog.MatchGlob reads it: a '*' matches any run of characters.
 	Allow, Deny []string
 	// AllowDestructive lets tools annotated destructiveHint=true run at all
 	// (a request must still opt in through CallOptions.AllowDestructive).
@@ -228,42 +232,10 @@ func headerSecrets(v string) []string {
 	return out
 }
 
-// reservedNames would reach prototype machinery if they became properties
-// of the guest's `mcp` object.
-var reservedNames = []string{"__proto__", "constructor", "prototype"}
-
-// ValidateServerName reports why name cannot name a server: empty, one of
-// the JS prototype names, or containing ':' (which separates server and tool
-// in "server:tool"), whitespace or control characters. Names need not be JS
-// identifiers: the guest reaches them by bracket access.
-func ValidateServerName(name string) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	if strings.ContainsRune(name, ':') {
-		return fmt.Errorf("server name %q contains ':'", name)
-	}
-	if strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return fmt.Errorf("server name %q contains whitespace or control characters", name)
-	}
-	return nil
-}
-
-// checkName holds the rules shared by server and tool names.
-func checkName(name string) error {
-	if name == "" {
-		return errors.New("name is empty")
-	}
-	if slices.Contains(reservedNames, name) {
-		return fmt.Errorf("name %q is reserved", name)
-	}
-	return nil
-}
-
 // Validate checks one config and reports the first problem.
 func (c ServerConfig) Validate() error {
-	if err := ValidateServerName(c.Name); err != nil {
-		return err
+	if err := catalog.ValidName(c.Name); err != nil {
+		return fmt.Errorf("server name: %w", err)
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
@@ -454,43 +426,21 @@ func resolveHeaders(h map[string]string) (map[string]string, error) {
 	return out, nil
 }
 
-// matchGlob reports whether name matches pattern, where '*' matches any run
-// of characters and everything else is literal. path.Match is not used
-// because tool names may contain '/', '[' and '\\'.
-func matchGlob(pattern, name string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
-		return pattern == name
-	}
-	if !strings.HasPrefix(name, parts[0]) {
-		return false
-	}
-	name = name[len(parts[0]):]
-	last := parts[len(parts)-1]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(name, p)
-		if i < 0 {
-			return false
-		}
-		name = name[i+len(p):]
-	}
-	return len(name) >= len(last) && strings.HasSuffix(name, last)
-}
-
-// permits reports whether the allow/deny lists let a tool through.
-func (c ServerConfig) permits(tool string) bool {
+// refusal says why the allow/deny lists hide a tool, "" when they let it
+// through.
+func (c ServerConfig) refusal(tool string) string {
 	for _, p := range c.Deny {
-		if matchGlob(p, tool) {
-			return false
+		if catalog.MatchGlob(p, tool) {
+			return "matches " + strconv.Quote(p) + " in the server's deny list"
 		}
 	}
 	if len(c.Allow) == 0 {
-		return true
+		return ""
 	}
 	for _, p := range c.Allow {
-		if matchGlob(p, tool) {
-			return true
+		if catalog.MatchGlob(p, tool) {
+			return ""
 		}
 	}
-	return false
+	return "not in the server's allow list"
 }

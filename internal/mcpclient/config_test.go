@@ -30,6 +30,8 @@ func TestParseServerFlag(t *testing.T) {
 		{in: "constructor=http://h/mcp", wantErr: "reserved"},
 		{in: "prototype=http://h/mcp", wantErr: "reserved"},
 		{in: "a:b=http://h/mcp", wantErr: "':'"},
+		{in: "then=http://h/mcp", wantErr: "reserved"},
+		{in: "toJSON=http://h/mcp", wantErr: "reserved"},
 		{in: "demo=127.0.0.1:8080", wantErr: "URL"},
 		{in: "demo=file:///etc/passwd", wantErr: "http"},
 	}
@@ -104,6 +106,7 @@ func TestLoadConfig(t *testing.T) {
 		{"typo.json", `{"servers":[{"name":"a","url":"http://h/mcp","allowDestructive":true}]}`, "allowDestructive"},
 		{"dup.yaml", "servers:\n  - {name: a, url: http://h/mcp}\n  - {name: a, url: http://h/sse}\n", "duplicate"},
 		{"proto.yaml", "servers:\n  - {name: __proto__, url: http://h/mcp}\n", "reserved"},
+		{"then.yaml", "servers:\n  - {name: then, url: http://h/mcp}\n", "reserved"},
 		{"timeout.yaml", "servers:\n  - {name: a, url: http://h/mcp, call_timeout: soon}\n", "call_timeout"},
 		{"relative-secret.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    headers: {X-Key: '${file:key.txt}'}\n", "absolute"},
 		{"transport.yaml", "servers:\n  - {name: a, url: http://h/mcp, transport: ws}\n", "transport"},
@@ -166,31 +169,6 @@ func TestConfigNeverPrintsHeaderValues(t *testing.T) {
 		}
 		if !strings.Contains(out, "Authorization") {
 			t.Errorf("header name missing: %s", out)
-		}
-	}
-}
-
-func TestMatchGlob(t *testing.T) {
-	cases := []struct {
-		pattern, name string
-		want          bool
-	}{
-		{"echo", "echo", true},
-		{"echo", "echo2", false},
-		{"*", "anything/at[all]", true},
-		{"get_*", "get_issue", true},
-		{"get_*", "list_issues", false},
-		{"*_issue", "create_issue", true},
-		{"*_issue", "create_issues", false},
-		{"a*b*c", "axxbyyc", true},
-		{"a*b*c", "acb", false},
-		{"ab*ba", "aba", false},
-		{"[a]", "[a]", true},
-		{"[a]", "a", false},
-	}
-	for _, tc := range cases {
-		if got := matchGlob(tc.pattern, tc.name); got != tc.want {
-			t.Errorf("matchGlob(%q, %q) = %v; want %v", tc.pattern, tc.name, got, tc.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
+	"github.com/pml-sandbox/pml/internal/catalog"
 )
 
 // TestDiscoveryDropsUnboundedSchemas: a server's tool whose input schema is
@@ -31,7 +32,8 @@ func TestDiscoveryDropsUnboundedSchemas(t *testing.T) {
 		{Name: "huge", InputSchema: json.RawMessage(`{"enum":["` + strings.Repeat("x", argcheck.MaxSchemaBytes) + `"]}`)},
 	}
 	var logs bytes.Buffer
-	s := &remote{cfg: ServerConfig{Name: "hostile"}, log: slog.New(slog.NewJSONHandler(&logs, nil))}
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	s := &remote{cfg: ServerConfig{Name: "hostile"}, log: log, drops: catalog.NewDropLog(log)}
 	ts := s.buildToolSet(tools)
 
 	var names []string
@@ -46,7 +48,7 @@ func TestDiscoveryDropsUnboundedSchemas(t *testing.T) {
 			t.Errorf("%s is callable", name)
 		}
 	}
-	want := map[string]string{"deep": argcheck.ErrSchemaTooDeep.Error(), "huge": argcheck.ErrSchemaTooLarge.Error()}
+	want := map[string]string{"hostile:deep": argcheck.ErrSchemaTooDeep.Error(), "hostile:huge": argcheck.ErrSchemaTooLarge.Error()}
 	for line := range strings.Lines(logs.String()) {
 		var rec struct{ Level, Msg, Tool, Reason string }
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {

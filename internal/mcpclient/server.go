@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/mark3labs/mcp-go/client"
@@ -44,6 +43,7 @@ type remote struct {
 	p             *Pool
 	cfg           ServerConfig
 	log           *slog.Logger
+	drops         *catalog.DropLog // tools left out of the catalog, each told once
 	httpTransport *http.Transport
 	httpClient    *http.Client
 
@@ -72,10 +72,12 @@ type remote struct {
 
 func newServer(p *Pool, cfg ServerConfig) *remote {
 	ht := newHTTPTransport()
+	log := p.log.With(slog.String("mcp_server", cfg.Name))
 	return &remote{
 		p:             p,
 		cfg:           cfg,
-		log:           p.log.With(slog.String("mcp_server", cfg.Name)),
+		log:           log,
+		drops:         catalog.NewDropLog(log),
 		httpTransport: ht,
 		httpClient:    &http.Client{Transport: &capTransport{base: ht, limit: p.opts.maxMessageBytes}},
 		firstDone:     make(chan struct{}),
@@ -608,12 +610,12 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 	prev := s.cat.Load()
 	ts := &toolSet{byName: make(map[string]*toolEntry, len(tools))}
 	for _, w := range tools {
-		if err := checkName(w.Name); err != nil || !utf8.ValidString(w.Name) {
-			s.log.Warn("mcp tool dropped: unusable name", "tool", w.Name)
+		if err := catalog.ValidName(w.Name); err != nil {
+			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, err.Error())
 			continue
 		}
 		if ts.byName[w.Name] != nil {
-			s.log.Warn("mcp tool dropped: duplicate name", "tool", w.Name)
+			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "the server lists the name twice")
 			continue
 		}
 		t := catalog.Tool{
@@ -632,7 +634,7 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 		// than the schema, so a server must not be able to hand us one
 		// past the bounds.
 		if err := argcheck.CheckBounds(t.InputSchema); err != nil {
-			s.log.Warn("mcp tool dropped: input schema out of bounds", "tool", w.Name, "reason", err.Error())
+			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "input schema out of bounds: "+err.Error())
 			continue
 		}
 		if w.Annotations != nil {
@@ -641,7 +643,13 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 				t.Title = w.Annotations.Title
 			}
 		}
-		e := &toolEntry{tool: t, denied: !s.cfg.permits(w.Name)}
+		// A denied tool stays listed here so that a call to it is
+		// FORBIDDEN rather than TOOL_NOT_FOUND; scripts never see it.
+		e := &toolEntry{tool: t}
+		if why := s.cfg.refusal(w.Name); why != "" {
+			e.denied = true
+			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, why)
+		}
 		if old := prev.lookup(w.Name); old != nil && bytes.Equal(old.input.Schema(), t.InputSchema) {
 			e.input = old.input
 		} else {

@@ -1,3 +1,8 @@
+// The demo host below is the guest tests' in-memory tool host: a file of
+// package guest so that the external tests (package guest_test) can use it
+// too, and a _test.go file so that it never ships in the engine. The demo
+// tools the product offers are internal/demoserver's.
+
 package guest
 
 import (
@@ -8,12 +13,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// DemoServer is the server name of the built-in demo tools.
+// DemoServer is the server name of the test tools.
 const DemoServer = "demo"
 
-// DemoTools returns the definitions of the built-in demo tools: echo, add,
-// sleep and fail. They need no network and serve tests, benchmarks and the
-// CLI when no MCP server is configured.
+// DemoTools returns the definitions of the test tools: echo, add, sleep
+// and fail, all in memory.
 func DemoTools() []Tool {
 	return []Tool{
 		{Server: DemoServer, Name: "echo", Description: "Returns its arguments unchanged.",

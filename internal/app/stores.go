@@ -1,0 +1,96 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/tracedb"
+)
+
+// OpenTraces opens the trace store cfg names, for commands that read
+// traces without running anything (pml trace).
+func OpenTraces(ctx context.Context, cfg TraceConfig, log *slog.Logger) (tracedb.Store, error) {
+	var c awsConfig
+	return c.openTraces(ctx, cfg, log)
+}
+
+// OpenRegistry opens the capability registry cfg names, for commands that
+// manage capabilities without running anything (pml capability).
+func OpenRegistry(ctx context.Context, cfg Config, log *slog.Logger) (capability.Registry, error) {
+	var c awsConfig
+	return c.openRegistry(ctx, cfg, log)
+}
+
+func (c *awsConfig) openTraces(ctx context.Context, cfg TraceConfig, log *slog.Logger) (tracedb.Store, error) {
+	switch cfg.Store {
+	case StoreMemory, "":
+		return tracedb.NewMemory(0), nil
+	case StoreFile:
+		return tracedb.NewFile(cfg.File, 0), nil
+	case StoreDynamo:
+	default:
+		return nil, fault.New(fault.InvalidRequest, "trace store %q: want %s, %s or %s", cfg.Store, StoreMemory, StoreFile, StoreDynamo)
+	}
+	if cfg.Table == "" {
+		return nil, fault.New(fault.InvalidRequest, "DynamoDB traces need a table")
+	}
+	awsCfg, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var opts []func(*dynamodb.Options)
+	if cfg.Endpoint != "" {
+		if awsCfg.Region == "" {
+			awsCfg.Region = "us-east-1"
+		}
+		if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
+			// A local endpoint accepts any credentials; never let the
+			// default chain go looking for instance metadata.
+			awsCfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+		}
+		opts = append(opts, func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+			o.DisableValidateResponseChecksum = true
+		})
+	}
+	db := dynamodb.NewFromConfig(awsCfg, opts...)
+	if cfg.Endpoint != "" {
+		if err := ensureTable(ctx, db, cfg.Table); err != nil {
+			return nil, err
+		}
+	}
+	return tracedb.NewDynamo(db, cfg.Table, cfg.TTL, log), nil
+}
+
+// ensureTable creates a trace table that a local endpoint lacks.
+func ensureTable(ctx context.Context, db *dynamodb.Client, table string) error {
+	_, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	var nf *types.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return tracedb.CreateTable(ctx, db, table)
+	}
+	return err
+}
+
+// openRegistry picks the capability registry: DynamoDB when a table is
+// named, else the file.
+func (c *awsConfig) openRegistry(ctx context.Context, cfg Config, log *slog.Logger) (capability.Registry, error) {
+	if cfg.CapabilitiesTable == "" {
+		return capability.NewFileRegistry(cfg.CapabilitiesFile), nil
+	}
+	awsCfg, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	log.Debug("capabilities in DynamoDB", "table", cfg.CapabilitiesTable)
+	return capability.NewDynamoRegistry(dynamodb.NewFromConfig(awsCfg), cfg.CapabilitiesTable), nil
+}

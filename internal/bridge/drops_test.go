@@ -1,0 +1,69 @@
+package bridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// fixedSource offers the tools it is given and answers every call with
+// its own name.
+type fixedSource struct {
+	name  string
+	tools []catalog.Tool
+}
+
+func (s fixedSource) Tools(context.Context) ([]catalog.Tool, error) { return s.tools, nil }
+
+func (s fixedSource) Call(context.Context, catalog.Tool, json.RawMessage, bridge.CallOptions) (json.RawMessage, error) {
+	return json.Marshal(s.name)
+}
+
+// TestCatalogLogsEveryDropOnce: a tool the catalog leaves out is logged
+// with the reason, once, however many executions build the catalog again;
+// services sharing a DropLog (capability runs) do not repeat it either.
+func TestCatalogLogsEveryDropOnce(t *testing.T) {
+	first := fixedSource{name: "first", tools: []catalog.Tool{{Server: "x", Name: "a"}, {Server: "x", Name: "then"}}}
+	second := fixedSource{name: "second", tools: []catalog.Tool{{Server: "x", Name: "a"}, {Server: "x", Name: "b"}, {Server: "toJSON", Name: "c"}}}
+	logs := &logBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	drops := catalog.NewDropLog(log)
+	newService := func() *bridge.Service {
+		return bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{first, second}, Logger: log, Drops: drops})
+	}
+	for range 2 {
+		svc := newService()
+		for range 2 {
+			r := svc.Execute(context.Background(), bridge.Request{Code: "return [await mcp.x.a(), await mcp.x.b()]", TimeoutMS: 10000})
+			if !r.OK || string(r.Result) != `["first","second"]` {
+				t.Fatalf("got %s %+v; want the first source's x:a and the second's x:b", r.Result, r.Error)
+			}
+		}
+		if r := svc.Execute(context.Background(), bridge.Request{Code: "return await mcp.x.then()", TimeoutMS: 10000}); r.OK || r.Error.Code != fault.ToolNotFound {
+			t.Fatalf("x:then reached the sandbox: %s %+v", r.Result, r.Error)
+		}
+	}
+	tests := []struct{ tool, reason string }{
+		{"x:a", "an earlier source"},
+		{"x:then", "reserved"},
+		{"toJSON:c", "reserved"},
+	}
+	out := logs.String()
+	for _, tt := range tests {
+		var lines []string
+		for line := range strings.Lines(out) {
+			if strings.Contains(line, `"tool":"`+tt.tool+`"`) {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) != 1 || !strings.Contains(lines[0], tt.reason) {
+			t.Errorf("%s: logged %q; want one line giving the reason %q", tt.tool, lines, tt.reason)
+		}
+	}
+}
