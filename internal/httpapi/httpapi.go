@@ -24,6 +24,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
 // Executor runs executions; *bridge.Service implements it.
@@ -298,7 +299,7 @@ func (a *api) tools(w http.ResponseWriter, r *http.Request) {
 	case "dts":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, catalog.Declarations(tools))
+		_, _ = io.WriteString(w, tsdecl.Declarations(tools))
 	case "", "json":
 		if tools == nil {
 			tools = []catalog.Tool{}
