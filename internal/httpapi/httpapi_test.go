@@ -111,6 +111,40 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
+// TestRouteKeysAreServed: every route RouteKeys lists (and template.yaml
+// deploys) reaches a handler of its own rather than the 404/405 answer for
+// unknown routes.
+func TestRouteKeysAreServed(t *testing.T) {
+	srv := newServer(t)
+	keys := httpapi.RouteKeys()
+	if len(keys) == 0 {
+		t.Fatal("no routes")
+	}
+	for _, key := range keys {
+		t.Run(key, func(t *testing.T) {
+			method, path, ok := strings.Cut(key, " ")
+			if !ok {
+				t.Fatalf("route key %q is not METHOD /path", key)
+			}
+			req, _ := http.NewRequest(method, srv.URL+strings.ReplaceAll(path, "{id}", "ex_known"), strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			// /mcp answers GET with its own 405 that says why (no event
+			// stream); the unknown-route answers never say that.
+			if resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), "no route") ||
+				resp.StatusCode == http.StatusMethodNotAllowed && !strings.Contains(string(body), "opens no event stream") {
+				t.Errorf("%s: %d %s", key, resp.StatusCode, body)
+			}
+		})
+	}
+}
+
 func TestMCPEndpoint(t *testing.T) {
 	srv := newServer(t)
 	ctx := context.Background()
