@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -236,9 +237,9 @@ func TestCallRefusals(t *testing.T) {
 			}
 			if tc.paths != nil {
 				t.Logf("%s", fe.Message)
-				details, ok := fe.Details.([]ArgError)
+				details, ok := fe.Details.([]argcheck.Error)
 				if !ok || len(details) == 0 {
-					t.Fatalf("details %#v; want []ArgError", fe.Details)
+					t.Fatalf("details %#v; want []argcheck.Error", fe.Details)
 				}
 				var paths []string
 				for _, d := range details {
