@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -157,7 +158,7 @@ func TestMCPEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = "2025-11-25"
+	init.Params.ProtocolVersion = mcpclient.ProtocolVersion
 	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
