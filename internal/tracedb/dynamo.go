@@ -302,12 +302,13 @@ var errUnprocessed = errors.New("unprocessed after retries")
 // maxWriteTries bounds the attempts at one write, the first included.
 const maxWriteTries = 9
 
-// Backoff between write attempts: 50 ms doubling up to 2 s, each wait
-// drawn from [0, 2×] of that (close to AWS's "full jitter", so writers
-// throttled together do not retry together). Variables for the tests.
+// Backoff between write attempts: AWS's "full jitter", so that writers
+// throttled together do not retry together. With RandomizationFactor 1
+// each wait is drawn from [0, 2×interval): from [0, 50 ms) doubling up to
+// [0, 2 s). Variables for the tests.
 var (
-	retryInitial = 50 * time.Millisecond
-	retryMax     = 2 * time.Second
+	retryInitial = 25 * time.Millisecond
+	retryMax     = time.Second
 )
 
 // noSDKRetries turns the SDK's own retryer off for the writes, which
