@@ -3,21 +3,26 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
 	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
 )
@@ -161,7 +166,7 @@ func TestMCPEndpointThroughAPIGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = "2025-11-25"
+	init.Params.ProtocolVersion = mcpclient.ProtocolVersion
 	init.Params.ClientInfo = mcp.Implementation{Name: "integration", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
@@ -185,29 +190,82 @@ func TestMCPEndpointThroughAPIGateway(t *testing.T) {
 }
 
 // TestReferenceServerAndAServerKilledMidRun adds the npm reference MCP
-// server, then kills our demo server while a call to it is in flight.
+// server, then kills an MCP server while a call to it is in flight: the
+// call fails UNAVAILABLE (retryable) and the script goes on with the other
+// server.
 func TestReferenceServerAndAServerKilledMidRun(t *testing.T) {
 	ev := everything.Start(t, everything.Streamable)
-	s := newStack(t, fmt.Sprintf(`{"name": "ev", "url": %q}`, ev.URL))
+	slow := startWaitServer(t)
+	s := newStack(t, fmt.Sprintf(`{"name": "ev", "url": %q}`, ev.URL), fmt.Sprintf(`{"name": "slow", "url": %q, "transport": "streamable"}`, slow.url))
 	_, r := decodeHTTP(t, s.invoke(t, "execute", httpEvent("POST", "/execute", `{"code": "return await mcp.ev.echo({message: 'from lambda'})"}`), ""))
 	if !r.OK || string(r.Result) != `"Echo: from lambda"` {
 		t.Fatalf("reference server: %+v %s", r.Error, r.Result)
 	}
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		_ = s.demo.Close()
+		// Killed only once the call has certainly reached it: a kill
+		// before would make the call fail differently.
+		<-slow.started
+		slow.kill()
 	}()
 	start := time.Now()
 	resp, r := decodeHTTP(t, s.invoke(t, "execute", httpEvent("POST", "/execute",
-		`{"code": "const slow = await mcp.kv.sleep({ms: 5000}).catch(e => e.code); const ev = await mcp.ev.echo({message: 'still here'}); return {slow, ev}", "timeout_ms": 20000}`), ""))
+		`{"code": "const slow = await mcp.slow.wait().catch(e => e.code); const ev = await mcp.ev.echo({message: 'still here'}); return {slow, ev}", "timeout_ms": 20000}`), ""))
 	if !r.OK || time.Since(start) > 10*time.Second {
 		t.Fatalf("after the kill: %d %s (%v)", resp.StatusCode, resp.Body, time.Since(start))
 	}
 	var out struct{ Slow, Ev string }
 	_ = json.Unmarshal(r.Result, &out)
-	if out.Slow != "UNAVAILABLE" && out.Slow != "TIMEOUT" || out.Ev != "Echo: still here" {
-		t.Fatalf("result %s", r.Result)
+	if out.Slow != string(fault.Unavailable) || out.Ev != "Echo: still here" {
+		t.Fatalf("result %s; want the killed call UNAVAILABLE and the other answered", r.Result)
 	}
+}
+
+// waitServer is a real MCP server on loopback whose one tool, wait,
+// announces on started that a call has begun and answers only when the
+// server is killed.
+type waitServer struct {
+	url     string
+	started chan struct{}
+	hs      *http.Server
+	quit    chan struct{}
+	once    sync.Once
+}
+
+func startWaitServer(t *testing.T) *waitServer {
+	t.Helper()
+	s := &waitServer{started: make(chan struct{}, 16), quit: make(chan struct{})}
+	m := server.NewMCPServer("wait", "1")
+	m.AddTool(mcp.NewTool("wait", mcp.WithDescription("Answers when the server dies"), mcp.WithReadOnlyHintAnnotation(true)),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select {
+			case s.started <- struct{}{}:
+			default:
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-s.quit:
+				return nil, errors.New("killed")
+			}
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.url = "http://" + ln.Addr().String() + "/mcp"
+	s.hs = &http.Server{Handler: server.NewStreamableHTTPServer(m), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.hs.Serve(ln) }()
+	t.Cleanup(s.kill)
+	return s
+}
+
+// kill closes the listener and every connection at once, as a crashed
+// process leaves them, then lets the tool's handlers return.
+func (s *waitServer) kill() {
+	s.once.Do(func() {
+		_ = s.hs.Close()
+		close(s.quit)
+	})
 }
 
 // TestPMLServeREADMEExample runs the README's local server and its curl

@@ -66,7 +66,6 @@ func TestMain(m *testing.M) {
 type stack struct {
 	emu      *lambdaemu.Emulator
 	xray     *xraylisten.Listener
-	demo     *demoserver.Server
 	traces   *tracedb.Dynamo
 	capTable string
 	db       *dynamolocal.Instance
@@ -121,7 +120,7 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 	}
 	emu.SetEnv("AWS_ENDPOINT_URL_LAMBDA=" + emu.Endpoint())
 	t.Cleanup(emu.Close)
-	return &stack{emu: emu, xray: xr, demo: demo, traces: tracedb.NewDynamo(client, tracesTable, 0, nil), capTable: capTable, db: db}
+	return &stack{emu: emu, xray: xr, traces: tracedb.NewDynamo(client, tracesTable, 0, nil), capTable: capTable, db: db}
 }
 
 // testLog sends function output to the test log.

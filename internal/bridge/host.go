@@ -10,6 +10,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
 // toolHost serves the calls of one execution: it is the guest's ToolHost.
@@ -113,7 +114,7 @@ func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
 		}
 		return json.Marshal(out)
 	case "tools.describe":
-		return json.Marshal(catalog.Declarations(h.visible))
+		return json.Marshal(tsdecl.Declarations(h.visible))
 	}
 	return nil, fault.New(fault.ToolNotFound, "no built-in %q", c.Tool)
 }
@@ -130,7 +131,7 @@ type toolSummary struct {
 }
 
 func summarize(t catalog.Tool) toolSummary {
-	return toolSummary{Server: t.Server, Name: t.Name, Call: catalog.CallExpr(t), Description: t.Description, Kind: t.Kind, InputSchema: t.InputSchema}
+	return toolSummary{Server: t.Server, Name: t.Name, Call: tsdecl.CallExpr(t), Description: t.Description, Kind: t.Kind, InputSchema: t.InputSchema}
 }
 
 // decodeBuiltinArgs accepts the object form ({query, limit}); the prelude

@@ -14,28 +14,6 @@ type Hit struct {
 	Score float64 `json:"score"`
 }
 
-// Summary is the short form of a tool that `tools.list()` and
-// `tools.search()` give a script (see the declarations of `tools`).
-type Summary struct {
-	Server      string  `json:"server"`
-	Name        string  `json:"name"`
-	Title       string  `json:"title,omitempty"`
-	Description string  `json:"description,omitempty"`
-	Score       float64 `json:"score,omitempty"`
-}
-
-// Summary returns the tool's short form.
-func (t Tool) Summary() Summary {
-	return Summary{Server: t.Server, Name: t.Name, Title: t.Title, Description: t.Description}
-}
-
-// Summary returns the hit's short form, with its score.
-func (h Hit) Summary() Summary {
-	s := h.Tool.Summary()
-	s.Score = h.Score
-	return s
-}
-
 // BM25F parameters. Names say most about what a tool does, titles are names
 // for people, descriptions are long and chatty: the weights say so.
 const (

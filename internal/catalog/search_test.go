@@ -1,7 +1,6 @@
 package catalog
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -136,17 +135,6 @@ func TestSearchTitleWeighsMoreThanDescription(t *testing.T) {
 	}
 	if got := hitNames(Search(tools, "weather", 0)); !slices.Equal(got, []string{"s:two", "s:one"}) {
 		t.Errorf("got %q", got)
-	}
-}
-
-func TestSummaryJSON(t *testing.T) {
-	h := Hit{Tool: Tool{Server: "fs", Name: "read_file", Description: "Read."}, Score: 1.5}
-	b, err := json.Marshal(h.Summary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := `{"server":"fs","name":"read_file","description":"Read.","score":1.5}`; string(b) != want {
-		t.Errorf("got %s, want %s", b, want)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package catalog holds the tool definitions an execution can see: the
 // shared Tool type, filters that narrow a tool set, name checks, lexical
-// search, nearest-name suggestions and TypeScript declarations for the `mcp`
-// API.
+// search and nearest-name suggestions. How tools look from a script (the
+// TypeScript declarations, call expressions) is internal/tsdecl's.
 package catalog
 
 import (

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
 func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -24,7 +25,7 @@ func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	tools := a.Service.Catalog(ctx)
 	switch {
 	case *dts:
-		_, err = io.WriteString(out, catalog.Declarations(tools))
+		_, err = io.WriteString(out, tsdecl.Declarations(tools))
 		return ExitOK, err
 	case *query != "":
 		return ExitOK, writeJSON(out, catalog.Search(tools, *query, 20))

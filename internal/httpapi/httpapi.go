@@ -24,6 +24,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
 // Executor runs executions; *bridge.Service implements it.
@@ -87,19 +88,46 @@ func New(opts Options) http.Handler {
 	}
 	a := &api{opts}
 	mux := http.NewServeMux()
-	mux.Handle("POST /execute", requireJSON(http.HandlerFunc(a.execute)))
-	mux.HandleFunc("GET /executions/{id}", a.getExecution)
-	mux.HandleFunc("GET /tools", a.tools)
-	mux.HandleFunc("GET /capabilities", a.listCapabilities)
-	mux.Handle("POST /capabilities", requireJSON(http.HandlerFunc(a.saveCapability)))
-	mux.HandleFunc("GET /healthz", a.health)
-	mux.Handle("POST /mcp", requireJSON(a.mcpHandler()))
-	mux.HandleFunc("/mcp", mcpPostOnly)
+	for _, r := range routes {
+		mux.Handle(r.pattern, r.handler(a))
+	}
 	h := jsonMisses(mux)
 	if opts.Guard != nil {
 		h = newGuard(*opts.Guard, opts.Logger).wrap(h)
 	}
 	return a.middleware(h)
+}
+
+// route is one route of the API: the route key API Gateway deploys it
+// under (template.yaml has one AWS::ApiGatewayV2::Route each), the
+// ServeMux pattern that serves it here, and its handler.
+type route struct {
+	key, pattern string
+	handler      func(*api) http.Handler
+}
+
+var routes = []route{
+	{"POST /execute", "POST /execute", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.execute)) }},
+	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
+	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
+	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
+	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
+	{"GET /healthz", "GET /healthz", func(a *api) http.Handler { return http.HandlerFunc(a.health) }},
+	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcpHandler()) }},
+	// GET is routed too so that a client opening an event stream hears
+	// why there is none; here every other method gets the same answer.
+	{"GET /mcp", "/mcp", func(*api) http.Handler { return http.HandlerFunc(mcpPostOnly) }},
+}
+
+// RouteKeys are the routes the API serves, as API Gateway route keys
+// ("POST /execute"), in the order they are registered. template.yaml must
+// declare each of them, and no other.
+func RouteKeys() []string {
+	keys := make([]string, len(routes))
+	for i, r := range routes {
+		keys[i] = r.key
+	}
+	return keys
 }
 
 // jsonMisses answers unknown routes (404) and wrong methods (405) with the
@@ -298,7 +326,7 @@ func (a *api) tools(w http.ResponseWriter, r *http.Request) {
 	case "dts":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, catalog.Declarations(tools))
+		_, _ = io.WriteString(w, tsdecl.Declarations(tools))
 	case "", "json":
 		if tools == nil {
 			tools = []catalog.Tool{}

@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -91,21 +92,59 @@ func TestRoutes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
-			if tt.body != "" {
-				req.Header.Set("Content-Type", "application/json")
+			status, body := send(t, tt.method, srv.URL+tt.path, tt.body)
+			if status != tt.status {
+				t.Fatalf("status %d, want %d: %s", status, tt.status, body)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tt.status {
-				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.status, body)
-			}
-			if !strings.Contains(string(body), tt.contains) {
+			if !strings.Contains(body, tt.contains) {
 				t.Fatalf("body %s does not contain %q", body, tt.contains)
+			}
+		})
+	}
+}
+
+// send makes a request, with body as JSON when there is one, and returns
+// the status and body of the answer.
+func send(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream") // what /mcp wants
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+// TestRouteKeysAreServed: every route RouteKeys lists (and template.yaml
+// deploys) reaches a handler of its own rather than the 404/405 answer for
+// unknown routes.
+func TestRouteKeysAreServed(t *testing.T) {
+	srv := newServer(t)
+	keys := httpapi.RouteKeys()
+	if len(keys) == 0 {
+		t.Fatal("no routes")
+	}
+	for _, key := range keys {
+		t.Run(key, func(t *testing.T) {
+			method, path, ok := strings.Cut(key, " ")
+			if !ok {
+				t.Fatalf("route key %q is not METHOD /path", key)
+			}
+			status, body := send(t, method, srv.URL+strings.ReplaceAll(path, "{id}", "ex_known"), "{}")
+			// /mcp answers GET with its own 405 that says why (no event
+			// stream); the unknown-route answers never say that.
+			if status == http.StatusNotFound && strings.Contains(body, "no route") ||
+				status == http.StatusMethodNotAllowed && !strings.Contains(body, "opens no event stream") {
+				t.Errorf("%s: %d %s", key, status, body)
 			}
 		})
 	}
@@ -123,7 +162,7 @@ func TestMCPEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = "2025-11-25"
+	init.Params.ProtocolVersion = mcpclient.ProtocolVersion
 	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)

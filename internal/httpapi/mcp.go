@@ -10,6 +10,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
 // mcpHandler is the deployment itself as an MCP server: an agent such as
@@ -89,7 +90,7 @@ func (a *api) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	}
 	out := make([]hit, len(hits))
 	for i, h := range hits {
-		out[i] = hit{Call: catalog.CallExpr(h.Tool), Description: h.Tool.Description, InputSchema: h.Tool.InputSchema, Score: h.Score}
+		out[i] = hit{Call: tsdecl.CallExpr(h.Tool), Description: h.Tool.Description, InputSchema: h.Tool.InputSchema, Score: h.Score}
 	}
 	return structured(map[string]any{"tools": out})
 }

@@ -191,6 +191,8 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		path = ev.RequestContext.HTTP.Path
 	}
 	path = stripStage(path, ev.RequestContext.Stage)
+	// API Gateway joins a repeated request header into one value with
+	// commas, which means the same to HTTP (cookies come apart, below).
 	headers := http.Header{}
 	for k, v := range ev.Headers {
 		headers.Set(k, v)
@@ -200,8 +202,18 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	}
 	rec := a.serve(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded)
 	out := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}}
-	for k := range rec.Header() {
-		out.Headers[k] = rec.Header().Get(k)
+	for k, vs := range rec.Header() {
+		if k == "Set-Cookie" {
+			// Payload 2.0 has a field of its own for cookies: a
+			// Set-Cookie value may hold commas (Expires), so it cannot be
+			// joined like the others.
+			out.Cookies = append(out.Cookies, vs...)
+			continue
+		}
+		// Payload 2.0 takes one string a header; several values are
+		// joined with commas, as HTTP allows for every header but
+		// Set-Cookie.
+		out.Headers[k] = strings.Join(vs, ", ")
 	}
 	out.Body, out.IsBase64Encoded = encodeBody(rec)
 	return out
@@ -210,34 +222,42 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 // restV1 serves a REST API (payload 1.0) request through the handler.
 func (a *adapter) restV1(ctx context.Context, ev events.APIGatewayProxyRequest) events.APIGatewayProxyResponse {
 	headers := http.Header{}
-	for k, vs := range ev.MultiValueHeaders {
-		for _, v := range vs {
-			headers.Add(k, v)
-		}
-	}
-	for k, v := range ev.Headers {
-		if headers.Get(k) == "" {
-			headers.Set(k, v)
-		}
-	}
+	merge(headers, ev.MultiValueHeaders, ev.Headers)
 	q := url.Values{}
-	for k, vs := range ev.MultiValueQueryStringParameters {
-		for _, v := range vs {
-			q.Add(k, v)
-		}
-	}
-	for k, v := range ev.QueryStringParameters {
-		if q.Get(k) == "" {
-			q.Set(k, v)
-		}
-	}
+	merge(q, ev.MultiValueQueryStringParameters, ev.QueryStringParameters)
 	rec := a.serve(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
-	out := events.APIGatewayProxyResponse{StatusCode: rec.Code, Headers: map[string]string{}}
-	for k := range rec.Header() {
-		out.Headers[k] = rec.Header().Get(k)
+	// Every value goes in MultiValueHeaders, which API Gateway prefers for
+	// a header named in both; Headers keeps the first value each for
+	// readers of the single-value form.
+	out := events.APIGatewayProxyResponse{StatusCode: rec.Code, Headers: map[string]string{}, MultiValueHeaders: map[string][]string{}}
+	for k, vs := range rec.Header() {
+		out.Headers[k] = vs[0]
+		out.MultiValueHeaders[k] = vs
 	}
 	out.Body, out.IsBase64Encoded = encodeBody(rec)
 	return out
+}
+
+// values is what http.Header and url.Values have in common.
+type values interface {
+	Add(key, value string)
+	Get(key string) string
+}
+
+// merge adds a payload 1.0 request's values to dst: every value of the
+// multi-value form, then, for keys it lacks, the single-value form (API
+// Gateway sends both, the single one with only the last value).
+func merge(dst values, multi map[string][]string, single map[string]string) {
+	for k, vs := range multi {
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+	for k, v := range single {
+		if dst.Get(k) == "" {
+			dst.Add(k, v)
+		}
+	}
 }
 
 func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, headers http.Header, body string, b64 bool) *httptest.ResponseRecorder {

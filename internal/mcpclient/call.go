@@ -26,7 +26,7 @@ const maxErrorText = 4096
 // returns the result as a JSON value. Before anything is sent it checks
 // that the tool exists (TOOL_NOT_FOUND), that allow/deny lists and the
 // destructive policy let it run (FORBIDDEN) and that args match the tool's
-// input schema (INVALID_ARGUMENTS, Details []ArgError). A server that is
+// input schema (INVALID_ARGUMENTS, Details []argcheck.Error). A server that is
 // down fails at once with retryable UNAVAILABLE. See normalizeResult for the
 // shape of results.
 //
@@ -137,7 +137,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	}
 	limit := opt.MaxResultBytes
 	if limit <= 0 {
-		limit = s.p.opts.maxResultBytes
+		limit = defaultMaxResultBytes
 	}
 	if len(value) > limit {
 		return nil, fault.Limitf(fault.LimitResultBytes, "result of %d bytes exceeds the %d-byte limit", len(value), limit).WithTool(full)

@@ -58,6 +58,13 @@ type testServer struct {
 	done chan struct{} // closed when Serve has returned
 	// headers records the Authorization header of every request.
 	authSeen []string
+	// slowStarted receives a value each time the slow tool starts, so a
+	// test can act while a call is certainly in flight.
+	slowStarted chan struct{}
+	// streamOpen receives a value each time a GET event stream sends its
+	// first bytes: the server has registered the stream's session by
+	// then, so a notification sent afterwards reaches the client.
+	streamOpen chan struct{}
 }
 
 func newTestServer(t testing.TB, kind string, opts srvOpts) *testServer {
@@ -66,7 +73,8 @@ func newTestServer(t testing.TB, kind string, opts srvOpts) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{t: t, kind: kind, opts: opts, addr: ln.Addr().String()}
+	ts := &testServer{t: t, kind: kind, opts: opts, addr: ln.Addr().String(),
+		slowStarted: make(chan struct{}, 64), streamOpen: make(chan struct{}, 64)}
 	ts.serve(ln)
 	t.Cleanup(ts.stop)
 	return ts
@@ -86,7 +94,7 @@ func (ts *testServer) serve(ln net.Listener) {
 	}
 	m := server.NewMCPServer("test", "1.0", sopts...)
 	quit := make(chan struct{})
-	addTestTools(m, quit)
+	addTestTools(m, quit, ts.slowStarted)
 	var h http.Handler
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -106,9 +114,18 @@ func (ts *testServer) serve(ln net.Listener) {
 		ts.mu.Lock()
 		ts.authSeen = append(ts.authSeen, r.Header.Get("Authorization"))
 		ts.mu.Unlock()
+		if r.Method == http.MethodGet {
+			w = &flushSignal{ResponseWriter: w, signal: ts.streamOpen}
+		}
 		h.ServeHTTP(w, r)
 	})
 	ts.hs = &http.Server{Handler: record, ReadHeaderTimeout: 5 * time.Second}
+	if ts.opts.stateful {
+		// A connection per request: after a restart no request can go out
+		// on a kept-alive connection to the dead server, which the client
+		// would otherwise notice only after some unknown while.
+		ts.hs.SetKeepAlivesEnabled(false)
+	}
 	ts.done = make(chan struct{})
 	hs, done := ts.hs, ts.done
 	go func() {
@@ -139,6 +156,50 @@ func (ts *testServer) stop() {
 		sh.CloseSessions(context.Background())
 	}
 }
+
+// waitSlowStarted waits until the slow tool has started a call.
+func (ts *testServer) waitSlowStarted(t testing.TB) {
+	t.Helper()
+	waitSignal(t, ts.slowStarted, "the slow tool never started")
+}
+
+// waitStreamOpen waits until a client holds an open event stream.
+func (ts *testServer) waitStreamOpen(t testing.TB) {
+	t.Helper()
+	waitSignal(t, ts.streamOpen, "no event stream was opened")
+}
+
+func waitSignal(t testing.TB, c <-chan struct{}, failure string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second): // a bound on a hang, not a wait
+		t.Fatal(failure)
+	}
+}
+
+// signal sends without blocking: nobody may be waiting.
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// flushSignal signals once, when the response is first flushed.
+type flushSignal struct {
+	http.ResponseWriter
+	once   sync.Once
+	signal chan<- struct{}
+}
+
+func (w *flushSignal) Flush() {
+	http.NewResponseController(w.ResponseWriter).Flush()
+	w.once.Do(func() { signal(w.signal) })
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (w *flushSignal) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // restart starts a fresh server (new sessions, same tools) on the same port.
 func (ts *testServer) restart() {
@@ -191,8 +252,9 @@ const createSchema = `{
 var readOnly = mcp.WithReadOnlyHintAnnotation(true)
 
 // addTestTools registers the tools every test server offers. Slow tools
-// end when quit closes, so killed servers leave no goroutines behind.
-func addTestTools(m *server.MCPServer, quit <-chan struct{}) {
+// end when quit closes, so killed servers leave no goroutines behind, and
+// announce on started (if not nil) that they have begun.
+func addTestTools(m *server.MCPServer, quit <-chan struct{}, started chan<- struct{}) {
 	m.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo text back"), readOnly,
 		mcp.WithString("text", mcp.Required())),
 		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -218,6 +280,7 @@ func addTestTools(m *server.MCPServer, quit <-chan struct{}) {
 	m.AddTool(mcp.NewTool("slow", mcp.WithDescription("Sleeps ms milliseconds"), readOnly,
 		mcp.WithInteger("ms", mcp.Required())),
 		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			signal(started)
 			select {
 			case <-time.After(time.Duration(r.GetInt("ms", 0)) * time.Millisecond):
 				return mcp.NewToolResultText("done"), nil

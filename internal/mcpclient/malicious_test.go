@@ -67,7 +67,7 @@ type rpcMsg struct {
 func answer(m rpcMsg) (string, bool) {
 	switch m.Method {
 	case "initialize":
-		return `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"evil","version":"1"}}`, true
+		return fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"evil","version":"1"}}`, ProtocolVersion), true
 	case "ping":
 		return `{}`, true
 	case "tools/list":

@@ -102,10 +102,14 @@ type options struct {
 	backoffMax      time.Duration
 	maxAttempts     int
 	maxMessageBytes int64
-	maxResultBytes  int
-	clientName      string
-	clientVersion   string
 }
+
+// defaultMaxResultBytes caps a normalised result whose call sets no cap
+// (CallOptions.MaxResultBytes).
+const defaultMaxResultBytes = 1 << 20
+
+// clientInfo is how the pool introduces itself in initialize.
+var clientInfo = mcp.Implementation{Name: "pml-sandbox", Version: "0.1.0"}
 
 func defaultOptions() options {
 	return options{
@@ -116,9 +120,6 @@ func defaultOptions() options {
 		backoffMax:      30 * time.Second,
 		maxAttempts:     8,
 		maxMessageBytes: 16 << 20,
-		maxResultBytes:  1 << 20,
-		clientName:      "pml-sandbox",
-		clientVersion:   "0.1.0",
 	}
 }
 
@@ -181,24 +182,6 @@ func WithMaxMessageBytes(n int64) Option {
 	return func(o *options) {
 		if n > 0 {
 			o.maxMessageBytes = n
-		}
-	}
-}
-
-// WithMaxResultBytes sets the default cap on a normalised result (1 MiB).
-func WithMaxResultBytes(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.maxResultBytes = n
-		}
-	}
-}
-
-// WithClientInfo sets the clientInfo sent in initialize.
-func WithClientInfo(name, version string) Option {
-	return func(o *options) {
-		if name != "" {
-			o.clientName, o.clientVersion = name, version
 		}
 	}
 }

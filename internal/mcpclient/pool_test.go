@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -236,9 +237,9 @@ func TestCallRefusals(t *testing.T) {
 			}
 			if tc.paths != nil {
 				t.Logf("%s", fe.Message)
-				details, ok := fe.Details.([]ArgError)
+				details, ok := fe.Details.([]argcheck.Error)
 				if !ok || len(details) == 0 {
-					t.Fatalf("details %#v; want []ArgError", fe.Details)
+					t.Fatalf("details %#v; want []argcheck.Error", fe.Details)
 				}
 				var paths []string
 				for _, d := range details {
@@ -287,7 +288,7 @@ func TestSlowToolTimesOutWhileOtherServerAnswers(t *testing.T) {
 		slowTook = time.Since(start)
 		slowErr <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the slow call is in flight
+	slow.waitSlowStarted(t)
 	for range 5 {
 		start := time.Now()
 		if _, err := call(t, p, "fast", "echo", `{"text":"x"}`, CallOptions{}); err != nil {
@@ -325,7 +326,7 @@ func TestServerKilledMidCallThenRestarted(t *testing.T) {
 				took = time.Since(start)
 				errc <- err
 			}()
-			time.Sleep(100 * time.Millisecond)
+			ts.waitSlowStarted(t)
 			ts.stop()
 			err := <-errc
 			fe := fault.As(err)
@@ -393,9 +394,10 @@ func TestToolsListChanged(t *testing.T) {
 			ts := newTestServer(t, kind, srvOpts{})
 			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
 			waitTools(t, p, "demo", "echo")
-			// The streamable GET stream opens right after initialize; give
-			// it a moment so the notification has somewhere to go.
-			time.Sleep(200 * time.Millisecond)
+			// The notification goes out on the event stream (SSE: the
+			// connection itself; streamable: the GET stream opened after
+			// initialize), so it must be open first.
+			ts.waitStreamOpen(t)
 			ts.addTool("fresh")
 			waitTools(t, p, "demo", "fresh")
 			out, err := call(t, p, "demo", "fresh", `{}`, CallOptions{})
@@ -417,9 +419,6 @@ func TestExpiredSessionReinitialised(t *testing.T) {
 	// A restarted stateful server knows no sessions: our next request gets
 	// 404 and must be re-initialised and retried without the caller seeing.
 	ts.stop()
-	// Let the client see its kept-alive connections close, as it would
-	// long before a real server came back.
-	time.Sleep(100 * time.Millisecond)
 	ts.restart()
 	out, err := call(t, p, "demo", "echo", `{"text":"2"}`, CallOptions{})
 	if err != nil || out != `"2"` {

@@ -65,7 +65,7 @@ func newEchoServer(t *testing.T, status int, jsonRPC bool) *echoServer {
 	t.Helper()
 	m := server.NewMCPServer("echo", "1.0", server.WithToolCapabilities(true))
 	quit := make(chan struct{})
-	addTestTools(m, quit)
+	addTestTools(m, quit, nil)
 	sh := server.NewStreamableHTTPServer(m)
 	e := &echoServer{status: status, jsonRPC: jsonRPC}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

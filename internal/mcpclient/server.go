@@ -168,7 +168,7 @@ func (c *conn) send(ctx context.Context, method string, params any) (json.RawMes
 func (s *remote) initRequest() mcp.InitializeRequest {
 	var r mcp.InitializeRequest
 	r.Params.ProtocolVersion = ProtocolVersion
-	r.Params.ClientInfo = mcp.Implementation{Name: s.p.opts.clientName, Version: s.p.opts.clientVersion}
+	r.Params.ClientInfo = clientInfo
 	return r
 }
 

@@ -1,16 +1,17 @@
 package samcheck
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -19,6 +20,10 @@ var bootstrapRuntimes = []string{"provided.al2023", "provided.al2"}
 
 // goArch maps Lambda architectures to GOARCH.
 var goArch = map[string]string{"arm64": "arm64", "x86_64": "amd64"}
+
+// artifactsDir stands in for the directory sam build passes as
+// ARTIFACTS_DIR, so the recipe make prints shows where it writes.
+const artifactsDir = "/sam-artifacts"
 
 // packageDir is where the Go main package of a function lives, relative to
 // its CodeUri: ExecuteFunction → functions/execute, CapabilityFunction →
@@ -29,20 +34,25 @@ func packageDir(logicalID string) string {
 
 // checkFunctions checks what `sam build` with BuildMethod makefile needs of
 // each AWS::Serverless::Function: a bootstrap handler on an OS-only
-// runtime, the CodeUri directory with a Makefile, a build-<LogicalId>
-// target whose recipe builds the function's Go main package for Linux and
-// the function's architecture into $(ARTIFACTS_DIR)/bootstrap.
-func (t *template) checkFunctions() []Problem {
+// runtime, the CodeUri directory with a Makefile, and a build-<LogicalId>
+// target whose commands (as `make -n` prints them) build the function's Go
+// main package for Linux and the function's architecture into
+// $(ARTIFACTS_DIR)/bootstrap. The error says make could not be run.
+func (t *template) checkFunctions() ([]Problem, error) {
 	var out []Problem
-	bad := func(at, format string, a ...any) {
-		out = append(out, Problem{Path: at, Message: fmt.Sprintf(format, a...)})
+	bad := func(at, rule, format string, a ...any) {
+		out = append(out, Problem{Path: at, Rule: "pml:" + rule, Message: fmt.Sprintf(format, a...)})
 	}
-	for _, id := range sortedKeys(t.resources) {
-		r := t.resources[id]
-		if typeOf(r) != "AWS::Serverless::Function" {
-			continue
+	var makeErr error
+	ids := make([]string, 0, len(t.resources))
+	for id, r := range t.resources {
+		if typeOf(r) == "AWS::Serverless::Function" {
+			ids = append(ids, id)
 		}
-		at := "/Resources/" + escape(id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		r := t.resources[id]
 		props := propertiesOf(r)
 		prop := func(name string) any {
 			if v, ok := props[name]; ok {
@@ -51,60 +61,75 @@ func (t *template) checkFunctions() []Problem {
 			return t.globals[name]
 		}
 		if h := prop("Handler"); h != "bootstrap" {
-			bad(at+"/Properties/Handler", "handler is %v; a Go function on an OS-only runtime is the executable bootstrap", orNone(h))
+			bad(pointer("Resources", id, "Properties", "Handler"), "handler", "handler is %v; a Go function on an OS-only runtime is the executable bootstrap", orNone(h))
 		}
-		runtime, _ := prop("Runtime").(string)
-		if !contains(bootstrapRuntimes, runtime) {
-			bad(at+"/Properties/Runtime", "runtime is %q; want one of %v", runtime, bootstrapRuntimes)
+		if runtime, _ := prop("Runtime").(string); !slices.Contains(bootstrapRuntimes, runtime) {
+			bad(pointer("Resources", id, "Properties", "Runtime"), "runtime", "runtime is %q; want one of %v", runtime, bootstrapRuntimes)
 		}
 		arch := "x86_64" // Lambda's default
 		if a, ok := prop("Architectures").([]any); ok && len(a) == 1 {
 			arch, _ = a[0].(string)
 		}
-		codeURI, ok := props["CodeUri"].(string)
-		if !ok {
-			codeURI, ok = t.globals["CodeUri"].(string)
-		}
-		if !ok {
-			bad(at+"/Properties/CodeUri", "CodeUri must be a local directory (the module root)")
-			continue
-		}
+		codeURI, ok := prop("CodeUri").(string)
 		codeDir := filepath.Join(t.dir, filepath.FromSlash(codeURI))
-		if st, err := os.Stat(codeDir); err != nil || !st.IsDir() {
-			bad(at+"/Properties/CodeUri", "code directory %q does not exist next to the template", codeURI)
+		if st, err := os.Stat(codeDir); !ok || err != nil || !st.IsDir() {
+			bad(pointer("Resources", id, "Properties", "CodeUri"), "codeuri", "CodeUri %v is not a directory next to the template (the module root)", orNone(prop("CodeUri")))
 			continue
 		}
 		pkg := packageDir(id)
 		if err := mainPackage(filepath.Join(codeDir, filepath.FromSlash(pkg))); err != nil {
-			bad(at, "Go main package %s (in CodeUri %q): %v", pkg, codeURI, err)
+			bad(pointer("Resources", id), "package", "Go main package %s (in CodeUri %q): %v", pkg, codeURI, err)
 		}
+		at := pointer("Resources", id, "Metadata", "BuildMethod")
 		meta, _ := r.(map[string]any)["Metadata"].(map[string]any)
 		if meta["BuildMethod"] != "makefile" {
-			bad(at+"/Metadata/BuildMethod", "BuildMethod is %v; want makefile (sam build then runs make build-%s)", orNone(meta["BuildMethod"]), id)
+			bad(at, "make", "BuildMethod is %v; want makefile (sam build then runs make build-%s)", orNone(meta["BuildMethod"]), id)
 			continue
 		}
-		mk, err := readMakefile(filepath.Join(codeDir, "Makefile"))
-		if err != nil {
-			bad(at+"/Metadata/BuildMethod", "sam build runs make in CodeUri %q: %v", codeURI, err)
+		if _, err := os.Stat(filepath.Join(codeDir, "Makefile")); err != nil {
+			bad(at, "make", "sam build runs make in CodeUri %q: %v", codeURI, err)
 			continue
 		}
-		recipe, ok := mk.recipe("build-" + id)
-		if !ok {
-			bad(at+"/Metadata/BuildMethod", "the Makefile has no target build-%s, which sam build runs", id)
+		commands, err := dryRun(codeDir, "build-"+id)
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			bad(at, "make", "make -n build-%s in CodeUri %q, as sam build runs it, fails: %v", id, codeURI, err)
+			continue
+		case err != nil:
+			makeErr = err
 			continue
 		}
-		for _, want := range []string{
-			"GOOS=linux",
-			"GOARCH=" + goArch[arch],
-			"$(ARTIFACTS_DIR)/bootstrap",
-			"./" + pkg,
-		} {
-			if !strings.Contains(recipe, want) {
-				bad(at+"/Metadata/BuildMethod", "the recipe of build-%s does not contain %q (Architectures %s, package %s)", id, want, arch, pkg)
+		for _, want := range []string{"GOOS=linux", "GOARCH=" + goArch[arch], artifactsDir + "/bootstrap", "./" + pkg} {
+			if !strings.Contains(commands, want) {
+				bad(at, "make", "make build-%s does not run %q (Architectures %s, package %s); it runs:\n%s", id, want, arch, pkg, commands)
 			}
 		}
 	}
-	return out
+	return out, makeErr
+}
+
+// dryRun returns the commands `make target` would run in dir, as sam build
+// runs it (ARTIFACTS_DIR set), without running them: make -n expands every
+// variable, include and pattern rule as make itself does. The flags of a
+// make that runs this test are not passed on.
+func dryRun(dir, target string) (string, error) {
+	cmd := exec.Command("make", "--no-print-directory", "-n", target, "ARTIFACTS_DIR="+artifactsDir)
+	cmd.Dir = dir
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains([]string{"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}, name)
+	})
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		return "", fmt.Errorf("make could not be run; the build targets were not checked: %w", err)
+	}
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 func orNone(v any) string {
@@ -114,119 +139,27 @@ func orNone(v any) string {
 	return fmt.Sprintf("%q", fmt.Sprint(v))
 }
 
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
-}
-
-// mainPackage checks that dir holds a Go package main with a func main.
+// mainPackage checks that dir holds a Go package main with a func main
+// (go vet does not notice a main package without one; only the link does).
 func mainPackage(dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	pkg, err := build.ImportDir(dir, 0)
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 {
-		return errors.New("no Go files there")
+	if pkg.Name != "main" {
+		return fmt.Errorf("package %s, not main", pkg.Name)
 	}
 	fset := token.NewFileSet()
-	found := false
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+	for _, name := range pkg.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
-		if file.Name.Name != "main" {
-			return fmt.Errorf("%s is package %s, not main", filepath.Base(f), file.Name.Name)
-		}
-		for _, d := range file.Decls {
+		for _, d := range f.Decls {
 			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "main" {
-				found = true
+				return nil
 			}
 		}
 	}
-	if !found {
-		return errors.New("no func main")
-	}
-	return nil
-}
-
-// makefile is the part of a Makefile this check reads: simple variable
-// definitions and the recipes of explicit targets.
-type makefile struct {
-	vars    map[string]string
-	recipes map[string][]string
-}
-
-var (
-	makeVar    = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*(?::=|\?=|=)\s*(.*)$`)
-	makeRule   = regexp.MustCompile(`^([^\t#=:][^=:]*?):(?:[^=]|$)`)
-	makeVarUse = regexp.MustCompile(`\$[({]([A-Za-z_][A-Za-z0-9_]*)[)}]`)
-)
-
-func readMakefile(path string) (*makefile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	mk := &makefile{vars: map[string]string{}, recipes: map[string][]string{}}
-	var current []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "\t") {
-			for _, target := range current {
-				mk.recipes[target] = append(mk.recipes[target], strings.TrimSpace(line))
-			}
-			continue
-		}
-		if m := makeVar.FindStringSubmatch(line); m != nil {
-			mk.vars[m[1]] = strings.TrimSpace(m[2])
-			current = nil
-			continue
-		}
-		if m := makeRule.FindStringSubmatch(line); m != nil {
-			current = strings.Fields(m[1])
-			for _, target := range current {
-				if _, ok := mk.recipes[target]; !ok {
-					mk.recipes[target] = nil
-				}
-			}
-			continue
-		}
-		if strings.TrimSpace(line) != "" && !strings.HasPrefix(line, "#") {
-			current = nil
-		}
-	}
-	return mk, sc.Err()
-}
-
-// recipe returns target's recipe with the Makefile's own variables
-// expanded (ARTIFACTS_DIR, set by sam build, stays as written).
-func (mk *makefile) recipe(target string) (string, bool) {
-	lines, ok := mk.recipes[target]
-	if !ok {
-		return "", false
-	}
-	s := strings.Join(lines, "\n")
-	for range 10 { // variables may name variables; 10 levels is plenty
-		next := makeVarUse.ReplaceAllStringFunc(s, func(use string) string {
-			name := makeVarUse.FindStringSubmatch(use)[1]
-			if v, ok := mk.vars[name]; ok {
-				return v
-			}
-			return use
-		})
-		if next == s {
-			break
-		}
-		s = next
-	}
-	return s, true
+	return errors.New("no func main")
 }

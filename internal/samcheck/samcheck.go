@@ -1,79 +1,102 @@
 // Package samcheck checks a SAM template offline, because neither the SAM
-// CLI nor AWS is reachable from CI. Check parses the template with
-// goformation, validates it against goformation's bundled SAM JSON Schema
-// (allowing only the schema's known false positives, each listed with its
-// reason), checks that every reference (Ref, Fn::GetAtt, Fn::Sub variables,
-// conditions, DependsOn) resolves, that references to conditional resources
-// are guarded by the same condition, and that every function's handler, Go
-// main package, Makefile target and build recipe exist and agree.
+// CLI nor AWS is reachable from CI. CloudFormation itself (the schema,
+// references, conditions, DependsOn, resource types) is cfn-lint's job:
+// Check runs it when it is installed and says so when it is not. What
+// cfn-lint cannot know is this project's build: that every function's
+// handler, runtime, CodeUri, Go main package and `make build-<LogicalId>`
+// target exist and agree, which sam build needs and Check checks itself.
 package samcheck
 
 import (
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
+	"slices"
+	"strings"
 
-	"github.com/awslabs/goformation/v7"
 	"github.com/awslabs/goformation/v7/intrinsics"
 )
 
-// Problem is one thing wrong with a template. Path is a JSON pointer into
-// the template (e.g. /Resources/ExecuteFunction/Properties/Handler), or the
-// file's path when the file itself cannot be read.
+// Problem is one thing wrong with a template.
 type Problem struct {
-	Path    string `json:"path"`
+	// File is the template's path as it was given to Check.
+	File string `json:"file"`
+	// Path is a JSON pointer into the template (e.g.
+	// /Resources/ExecuteFunction/Properties/Handler); "" when the problem
+	// is the file as a whole.
+	Path string `json:"path"`
+	// Line is the 1-based line cfn-lint reported; 0 when unknown.
+	Line int `json:"line,omitempty"`
+	// Rule is the cfn-lint rule (E3002, W1001, ...) or, for the project's
+	// own checks, "pml:" and what is checked (pml:handler, pml:make, ...).
+	Rule    string `json:"rule"`
 	Message string `json:"message"`
 }
 
-// String renders the problem as "path: message".
-func (p Problem) String() string { return p.Path + ": " + p.Message }
-
-// Check returns every problem found in the SAM template at templatePath;
-// an empty result means the template passed. Relative paths in the template
-// (CodeUri) are resolved against the template's directory.
-func Check(templatePath string) []Problem {
-	problems, _ := check(templatePath)
-	return problems
+// String renders the problem as "file:line: path: [rule] message".
+func (p Problem) String() string {
+	at := p.File
+	if p.Line > 0 {
+		at = fmt.Sprintf("%s:%d", at, p.Line)
+	}
+	if p.Path != "" {
+		at += ": " + p.Path
+	}
+	return at + ": [" + p.Rule + "] " + p.Message
 }
 
-// check is Check that also reports which allowed schema false positives
-// were seen, so a test can keep that list from going stale.
-func check(templatePath string) ([]Problem, []allowedFalsePositive) {
-	data, err := os.ReadFile(templatePath)
-	if err != nil {
-		return []Problem{{Path: templatePath, Message: err.Error()}}, nil
-	}
-	t, err := load(data, filepath.Dir(templatePath))
-	if err != nil {
-		return []Problem{{Path: templatePath, Message: err.Error()}}, nil
-	}
+// Check returns every problem found in the SAM templates; none means they
+// passed. Relative paths in a template (CodeUri) are resolved against the
+// template's directory. The error is not about the templates: it says
+// which part of the check could not run (errors.Is ErrNoCfnLint when
+// cfn-lint is not installed, or make is missing), and the problems of the
+// parts that did run are returned with it.
+func Check(templates ...string) ([]Problem, error) {
 	var problems []Problem
-	problems = append(problems, t.parseWithGoformation(data)...)
-	schemaProblems, allowed := t.validateSchema()
-	problems = append(problems, schemaProblems...)
-	problems = append(problems, t.checkReferences()...)
-	problems = append(problems, t.checkFunctions()...)
-	sort.Slice(problems, func(i, j int) bool {
-		if problems[i].Path != problems[j].Path {
-			return problems[i].Path < problems[j].Path
+	var readable []string
+	for _, path := range templates {
+		if _, err := os.Stat(path); err != nil {
+			problems = append(problems, Problem{File: path, Rule: "pml:file", Message: err.Error()})
+			continue
 		}
-		return problems[i].Message < problems[j].Message
+		readable = append(readable, path)
+	}
+	lintProblems, lintErr := lint(readable)
+	problems = append(problems, lintProblems...)
+	var makeErr error
+	for _, path := range readable {
+		ps, err := checkFunctionsIn(path)
+		problems = append(problems, ps...)
+		makeErr = cmp.Or(makeErr, err)
+	}
+	slices.SortFunc(problems, func(a, b Problem) int {
+		return cmp.Or(strings.Compare(a.File, b.File), strings.Compare(a.Path, b.Path),
+			strings.Compare(a.Rule, b.Rule), strings.Compare(a.Message, b.Message))
 	})
-	return dedupe(problems), allowed
+	return slices.Compact(problems), errors.Join(lintErr, makeErr)
+}
+
+func checkFunctionsIn(path string) ([]Problem, error) {
+	t, err := loadFile(path)
+	if err != nil {
+		return []Problem{{File: path, Rule: "pml:yaml", Message: err.Error()}}, nil
+	}
+	ps, err := t.checkFunctions()
+	for i := range ps {
+		ps[i].File = path
+	}
+	return ps, err
 }
 
 // template is a template in long form (intrinsic functions as objects,
-// e.g. {"Ref": "X"}), with its sections picked out.
+// e.g. {"Ref": "X"}), with the sections the checks read picked out.
 type template struct {
-	doc        map[string]any
-	dir        string
-	parameters map[string]any
-	resources  map[string]any
-	conditions map[string]any
-	globals    map[string]any
+	dir       string
+	resources map[string]any
+	globals   map[string]any // Globals.Function
 }
 
 // loadFile reads and loads the template at path.
@@ -82,12 +105,9 @@ func loadFile(path string) (*template, error) {
 	if err != nil {
 		return nil, err
 	}
-	return load(data, filepath.Dir(path))
-}
-
-func load(data []byte, dir string) (*template, error) {
-	// NoProcess turns short-form tags (!Ref, !GetAtt ...) into their long
-	// form and leaves them unevaluated, which is what every check needs.
+	// goformation's intrinsics turn short-form tags (!Ref, !GetAtt ...)
+	// into their long form; NoProcess leaves them unevaluated, so a tagged
+	// value is never mistaken for the literal it names.
 	raw, err := intrinsics.ProcessYAML(data, &intrinsics.ProcessorOptions{NoProcess: true})
 	if err != nil {
 		return nil, fmt.Errorf("not a valid YAML template: %w", err)
@@ -96,44 +116,11 @@ func load(data []byte, dir string) (*template, error) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("not a template (the document is not a mapping): %w", err)
 	}
-	t := &template{doc: doc, dir: dir}
-	t.parameters, _ = doc["Parameters"].(map[string]any)
+	t := &template{dir: filepath.Dir(path)}
 	t.resources, _ = doc["Resources"].(map[string]any)
-	t.conditions, _ = doc["Conditions"].(map[string]any)
 	g, _ := doc["Globals"].(map[string]any)
 	t.globals, _ = g["Function"].(map[string]any)
 	return t, nil
-}
-
-// parseWithGoformation unmarshals the template into goformation's typed
-// model, which catches values of the wrong shape that the schema pass
-// cannot see once intrinsics are resolved. CloudFormation hands a Number
-// parameter to a numeric property as a number, so Number parameters are
-// resolved to numbers here (goformation would keep the string default).
-func (t *template) parseWithGoformation(data []byte) []Problem {
-	overrides := map[string]any{}
-	for name, p := range t.parameters {
-		m, _ := p.(map[string]any)
-		if m["Type"] != "Number" {
-			continue
-		}
-		switch d := m["Default"].(type) {
-		case string:
-			if f, err := strconv.ParseFloat(d, 64); err == nil {
-				overrides[name] = f
-			}
-		case float64:
-			overrides[name] = d
-		}
-	}
-	tmpl, err := goformation.ParseYAMLWithOptions(data, &intrinsics.ProcessorOptions{ParameterOverrides: overrides})
-	if err != nil {
-		return []Problem{{Path: "/", Message: "goformation cannot parse the template: " + err.Error()}}
-	}
-	if len(tmpl.Resources) == 0 {
-		return []Problem{{Path: "/Resources", Message: "the template has no resources"}}
-	}
-	return nil
 }
 
 func typeOf(r any) string {
@@ -148,23 +135,11 @@ func propertiesOf(r any) map[string]any {
 	return p
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// pointer joins JSON pointer segments, escaping each (RFC 6901).
+func pointer(segments ...string) string {
+	var b strings.Builder
+	for _, s := range segments {
+		b.WriteString("/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(s))
 	}
-	sort.Strings(keys)
-	return keys
-}
-
-func dedupe(ps []Problem) []Problem {
-	seen := map[Problem]bool{}
-	out := ps[:0]
-	for _, p := range ps {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	return out
+	return b.String()
 }

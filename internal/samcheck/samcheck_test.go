@@ -1,28 +1,52 @@
 package samcheck
 
 import (
+	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pml-sandbox/pml/internal/httpapi"
 )
 
 const realTemplate = "../../template.yaml"
 
-// TestRealTemplate checks the repository's template.yaml against the
-// repository's Makefile and functions/ packages: it must pass.
-func TestRealTemplate(t *testing.T) {
-	for _, p := range Check(realTemplate) {
-		t.Error(p)
+// skipWithout skips a test that needs cfn-lint when it is not installed,
+// and fails it on any other reason the check could not run.
+func skipWithout(t *testing.T, err error) {
+	t.Helper()
+	switch {
+	case errors.Is(err, ErrNoCfnLint):
+		t.Skip(err)
+	case err != nil:
+		t.Fatal(err)
 	}
 }
 
-// want is an expected problem: its exact path and a part of its message.
-type want struct{ path, message string }
+// TestRealTemplate checks the repository's template.yaml against the
+// repository's Makefile and functions/ packages: it must pass.
+func TestRealTemplate(t *testing.T) {
+	problems, err := Check(realTemplate)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	skipWithout(t, err)
+}
 
-// TestFixtures runs the check on the small templates in testdata/repo,
-// which share a Makefile and functions/ built to exercise each check; each
-// must yield exactly the problems listed, no more.
+// want is an expected problem: the rule that reports it (a cfn-lint rule,
+// or pml:... for the project's own checks), its exact path and a part of
+// its message.
+type want struct{ rule, path, message string }
+
+// TestFixtures checks the small templates in testdata/repo, which share a
+// Makefile and functions/ built to exercise each check: each broken one
+// must be caught, by cfn-lint or by a project check as its table row says,
+// and yield exactly the problems listed, no more. cfn-lint runs once for
+// all of them; without it, only the fixtures the project checks catch are
+// checked.
 func TestFixtures(t *testing.T) {
 	const fn = "/Resources/ExecuteFunction"
 	const env = fn + "/Properties/Environment/Variables"
@@ -31,44 +55,68 @@ func TestFixtures(t *testing.T) {
 		want []want
 	}{
 		{"good.yaml", nil},
-		{"broken-ref.yaml", []want{{env + "/TABLE/Ref", `Ref "Tabel" names no parameter`}}},
-		{"broken-getatt.yaml", []want{{env + "/TABLE_ARN/Fn::GetAtt", `Fn::GetAtt "Nope.Arn": "Nope" is no resource`}}},
+		// cfn-lint: CloudFormation references, conditions, schema, types.
+		{"broken-ref.yaml", []want{{"E1020", env + "/TABLE/Ref", `'Tabel' is not one of`}}},
+		{"broken-getatt.yaml", []want{{"E1010", env + "/TABLE_ARN/Fn::GetAtt/0", `'Nope' is not one of`}}},
 		{"broken-sub.yaml", []want{
-			{env + "/NAME/Fn::Sub", `${Gone.Arn}: "Gone" is no resource`},
-			{env + "/NAME/Fn::Sub", `${Missing} names no parameter`},
+			{"E1019", env + "/NAME/Fn::Sub", `'Gone' is not one of`},
+			{"E1019", env + "/NAME/Fn::Sub", `'Missing' is not one of`},
 		}},
-		{"unknown-condition.yaml", []want{{fn + "/Properties/MemorySize/Fn::If/0", `unknown condition "Huge"`}}},
-		{"unguarded-conditional.yaml", []want{{"/Outputs/QueueUrl/Value/Ref", "exists only when condition QueueEnabled holds"}}},
-		{"dangling-dependson.yaml", []want{{"/Resources/Queue/DependsOn/0", `DependsOn "Tables" names no resource`}}},
-		{"schema-violation.yaml", []want{
-			{"/", `goformation cannot parse the template: json: unknown field "Colour"`},
-			{"/Resources/Table/Properties/Colour", "schema: property not allowed here"},
+		{"unknown-condition.yaml", []want{
+			{"W8001", "/Conditions/Big", "Condition Big not used"}, // its only use was misspelt
+			{"E1028", fn + "/Properties/MemorySize/Fn::If/0", `'Huge' is not one of`},
 		}},
-		{"unknown-type.yaml", []want{
-			{"/", "goformation cannot parse the template"},
-			{"/Resources/Table/Type", `unknown resource type "AWS::DynamoDB::Tabel"`},
+		{"unguarded-conditional.yaml", []want{{"W1001", "/Outputs/QueueUrl/Value", "may not be available when condition 'QueueEnabled' is False"}}},
+		{"dangling-dependson.yaml", []want{{"E3005", "/Resources/Queue/DependsOn", `'Tables' is not one of`}}},
+		{"schema-violation.yaml", []want{{"E3002", "/Resources/Table/Properties/Colour", "'Colour' was unexpected"}}},
+		{"unknown-type.yaml", []want{{"E3006", "/Resources/Table/Type", "Resource type 'AWS::DynamoDB::Tabel' does not exist"}}},
+		// Both: neither reads it.
+		{"not-yaml.yaml", []want{
+			{"E0000", "", "did not find expected"},
+			{"pml:yaml", "", "not a valid YAML template"},
 		}},
-		{"wrong-handler.yaml", []want{{fn + "/Properties/Handler", `handler is "main"`}}},
-		{"missing-codeuri.yaml", []want{{fn + "/Properties/CodeUri", `code directory "build/" does not exist`}}},
-		{"missing-package.yaml", []want{{"/Resources/CapabilityFunction", "Go main package functions/capability (in CodeUri \".\"): no Go files there"}}},
-		{"not-main.yaml", []want{{"/Resources/LibFunction", "lib.go is package lib, not main"}}},
-		{"missing-target.yaml", []want{{"/Resources/OrphanFunction/Metadata/BuildMethod", "the Makefile has no target build-OrphanFunction"}}},
+		// The project's checks: what sam build needs of this repository.
+		{"wrong-handler.yaml", []want{{"pml:handler", fn + "/Properties/Handler", `handler is "main"`}}},
+		{"missing-codeuri.yaml", []want{{"pml:codeuri", fn + "/Properties/CodeUri", `CodeUri "build/" is not a directory`}}},
+		{"missing-package.yaml", []want{{"pml:package", "/Resources/CapabilityFunction", "Go main package functions/capability (in CodeUri \".\"): cannot find package"}}},
+		{"not-main.yaml", []want{{"pml:package", "/Resources/LibFunction", "package lib, not main"}}},
+		{"missing-target.yaml", []want{{"pml:make", "/Resources/OrphanFunction/Metadata/BuildMethod", "No rule to make target 'build-OrphanFunction'"}}},
 		{"wrong-build.yaml", []want{
-			{"/Resources/HelloFunction/Metadata/BuildMethod", `does not contain "./functions/hello"`},
-			{"/Resources/HelloFunction/Metadata/BuildMethod", `does not contain "GOARCH=arm64"`},
+			{"pml:make", "/Resources/HelloFunction/Metadata/BuildMethod", `does not run "./functions/hello"`},
+			{"pml:make", "/Resources/HelloFunction/Metadata/BuildMethod", `does not run "GOARCH=arm64"`},
 		}},
-		{"not-yaml.yaml", []want{{filepath.Join("testdata", "repo", "not-yaml.yaml"), "not a valid YAML template"}}},
-		{"no-such-file.yaml", []want{{filepath.Join("testdata", "repo", "no-such-file.yaml"), "no such file"}}},
+		{"no-such-file.yaml", []want{{"pml:file", "", "no such file"}}},
 	}
+	var files []string
 	for _, tt := range tests {
+		files = append(files, filepath.Join("testdata", "repo", tt.file))
+	}
+	problems, err := Check(files...)
+	noLint := errors.Is(err, ErrNoCfnLint)
+	if err != nil && !noLint {
+		t.Fatal(err)
+	}
+	for i, tt := range tests {
 		t.Run(strings.TrimSuffix(tt.file, ".yaml"), func(t *testing.T) {
-			got := Check(filepath.Join("testdata", "repo", tt.file))
-			if len(got) != len(tt.want) {
-				t.Fatalf("got %d problems, want %d:\n%s", len(got), len(tt.want), list(got))
+			var got []Problem
+			for _, p := range problems {
+				if p.File == files[i] {
+					got = append(got, p)
+				}
 			}
-			for i, w := range tt.want {
-				if got[i].Path != w.path || !strings.Contains(got[i].Message, w.message) {
-					t.Errorf("problem %d = %v; want path %s and a message containing %q", i, got[i], w.path, w.message)
+			wants := tt.want
+			if noLint {
+				wants = slices.DeleteFunc(slices.Clone(wants), func(w want) bool { return !strings.HasPrefix(w.rule, "pml:") })
+				if len(tt.want) > 0 && len(wants) == 0 {
+					t.Skip(err)
+				}
+			}
+			if len(got) != len(wants) {
+				t.Fatalf("got %d problems, want %d:\n%s", len(got), len(wants), list(got))
+			}
+			for i, w := range wants {
+				if got[i].Rule != w.rule || got[i].Path != w.path || !strings.Contains(got[i].Message, w.message) {
+					t.Errorf("problem %d = %v; want [%s] at %q and a message containing %q", i, got[i], w.rule, w.path, w.message)
 				}
 			}
 		})
@@ -83,68 +131,24 @@ func list(ps []Problem) string {
 	return b.String()
 }
 
-// TestAllowedFalsePositivesAreNeeded keeps the allow list honest: every
-// entry must be met by the real template or the good fixture, so an entry
-// goformation stops needing (or the template stops using) is removed.
-func TestAllowedFalsePositivesAreNeeded(t *testing.T) {
-	var seen []allowedFalsePositive
-	for _, path := range []string{realTemplate, filepath.Join("testdata", "repo", "good.yaml")} {
-		problems, allowed := check(path)
-		if len(problems) > 0 {
-			t.Fatalf("%s: %v", path, problems)
-		}
-		seen = append(seen, allowed...)
-	}
-	for _, a := range allowedFalsePositives {
-		if !slices.Contains(seen, a) {
-			t.Errorf("allowed false positive %s (%s) is never met; remove it", a.Path, a.Keyword)
-		}
-	}
-}
-
-func TestAllowedFalsePositiveMatches(t *testing.T) {
-	a := allowedFalsePositive{Path: "/Resources/*/Properties/Events/*/Properties/FunctionResponseTypes", Keyword: "additionalProperties"}
-	def := allowedFalsePositive{Path: "/Parameters/*/Default", Keyword: "type", Got: "number"}
-	tests := []struct {
-		a                  allowedFalsePositive
-		path, keyword, got string
-		want               bool
-	}{
-		{a, "/Resources/Fn/Properties/Events/Q/Properties/FunctionResponseTypes", "additionalProperties", "", true},
-		{a, "/Resources/Fn/Properties/Events/Q/Properties/FunctionResponseTypes", "type", "array", false},
-		{a, "/Resources/Fn/Properties/FunctionResponseTypes", "additionalProperties", "", false},
-		{a, "/Resources/Fn/Properties/Events/Q/Properties/FunctionResponseTypes/0", "additionalProperties", "", false},
-		{a, "/Resources/Fn/Properties/Events/Q/Properties/BatchSize", "additionalProperties", "", false},
-		{def, "/Parameters/Memory/Default", "type", "number", true},
-		{def, "/Parameters/Memory/Default", "type", "array", false},
-		{def, "/Parameters/Memory/Default/x", "type", "number", false},
-	}
-	for _, tt := range tests {
-		if got := tt.a.matches(tt.path, tt.keyword, tt.got); got != tt.want {
-			t.Errorf("%s matches(%s, %s, %s) = %v; want %v", tt.a.Path, tt.path, tt.keyword, tt.got, got, tt.want)
-		}
-	}
-}
-
-func TestMakefileRecipes(t *testing.T) {
-	mk, err := readMakefile(filepath.Join("testdata", "repo", "Makefile"))
+// TestWithoutCfnLint: with no cfn-lint on PATH the check says so and still
+// runs the project's checks.
+func TestWithoutCfnLint(t *testing.T) {
+	make, err := exec.LookPath("make")
 	if err != nil {
+		t.Skip("no make")
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(make, filepath.Join(dir, "make")); err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		target string
-		want   string // "" means no such target
-	}{
-		{"build-ExecuteFunction", "GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -o $(ARTIFACTS_DIR)/bootstrap ./functions/execute"},
-		{"build-HelloFunction", "GOOS=linux GOARCH=amd64 go build -o $(ARTIFACTS_DIR)/bootstrap ./functions/execute"},
-		{"LAMBDA_GOFLAGS", ""}, // a variable, not a target
-		{"build-OrphanFunction", ""},
+	t.Setenv("PATH", dir)
+	problems, err := Check(filepath.Join("testdata", "repo", "wrong-handler.yaml"))
+	if !errors.Is(err, ErrNoCfnLint) {
+		t.Errorf("error %v; want ErrNoCfnLint", err)
 	}
-	for _, tt := range tests {
-		got, ok := mk.recipe(tt.target)
-		if ok != (tt.want != "") || got != tt.want {
-			t.Errorf("recipe(%s) = %q, %v; want %q", tt.target, got, ok, tt.want)
-		}
+	if len(problems) != 1 || problems[0].Rule != "pml:handler" {
+		t.Errorf("problems %v; want the handler problem alone", problems)
 	}
 }
 
@@ -177,7 +181,7 @@ func TestTemplateContract(t *testing.T) {
 		}
 	}
 	slices.Sort(routes)
-	wantRoutes := []string{"GET /capabilities", "GET /executions/{id}", "GET /healthz", "GET /mcp", "GET /tools", "POST /capabilities", "POST /execute", "POST /mcp"}
+	wantRoutes := slices.Sorted(slices.Values(httpapi.RouteKeys()))
 	if !slices.Equal(routes, wantRoutes) {
 		t.Errorf("routes %v; want %v", routes, wantRoutes)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -37,9 +37,10 @@ type DynamoAPI interface {
 //
 // One partition per execution makes a whole trace one Query. Record only
 // buffers; Flush writes with BatchWriteItem (25 items a request), retrying
-// unprocessed items and throttling with exponential backoff and full
-// jitter. What still cannot be written is logged as one structured line per
-// item and counted: never dropped silently.
+// unprocessed items, throttling and transient failures with jittered
+// exponential backoff (see retryWrite). What still cannot be written is
+// logged as one structured line per item and counted: never dropped
+// silently.
 type Dynamo struct {
 	db    DynamoAPI
 	table string
@@ -230,26 +231,23 @@ func (d *Dynamo) writeBatch(ctx context.Context, items []map[string]types.Attrib
 	for i, it := range items {
 		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
 	}
-	for attempt := 0; ; attempt++ {
-		out, err := d.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{d.table: reqs}})
-		if err == nil {
-			left := out.UnprocessedItems[d.table]
-			d.written.Add(int64(len(reqs) - len(left)))
-			if len(left) == 0 {
-				return 0
-			}
-			reqs = left
-		} else if !retryable(err) {
-			return d.giveUp(ctx, reqs, err)
+	err := d.retryWrite(ctx, func() error {
+		out, err := d.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{d.table: reqs}}, noSDKRetries)
+		if err != nil {
+			return err
 		}
-		if attempt >= maxAttempts || !sleep(ctx, attempt) {
-			if err == nil {
-				err = errors.New("unprocessed after retries")
-			}
-			return d.giveUp(ctx, reqs, err)
+		left := out.UnprocessedItems[d.table]
+		d.written.Add(int64(len(reqs) - len(left)))
+		reqs = left
+		if len(left) > 0 {
+			return errUnprocessed
 		}
-		d.retried.Add(int64(len(reqs)))
+		return nil
+	}, func() { d.retried.Add(int64(len(reqs))) })
+	if err != nil {
+		return d.giveUp(ctx, reqs, err)
 	}
+	return 0
 }
 
 // giveUp logs the items it could not write as one structured line per
@@ -276,7 +274,7 @@ func (d *Dynamo) giveUp(ctx context.Context, reqs []types.WriteRequest, err erro
 
 // bump adds one to the co-occurrence counter a → b.
 func (d *Dynamo) bump(ctx context.Context, p [2]string) bool {
-	for attempt := 0; ; attempt++ {
+	err := d.retryWrite(ctx, func() error {
 		_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(d.table),
 			Key: map[string]types.AttributeValue{
@@ -286,33 +284,65 @@ func (d *Dynamo) bump(ctx context.Context, p [2]string) bool {
 			UpdateExpression:          aws.String("ADD #c :one SET #t = :tool, #o = :other"),
 			ExpressionAttributeNames:  map[string]string{"#c": "count", "#t": "tool", "#o": "other"},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}, ":tool": &types.AttributeValueMemberS{Value: p[0]}, ":other": &types.AttributeValueMemberS{Value: p[1]}},
-		})
-		if err == nil {
-			return true
-		}
-		if !retryable(err) || attempt >= maxAttempts || !sleep(ctx, attempt) {
-			d.failed.Add(1)
-			d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "co_occurrence", p[0]+" with "+p[1])
-			return false
-		}
-		d.retried.Add(1)
-	}
-}
-
-const maxAttempts = 8
-
-// sleep waits the full-jitter backoff for attempt (50 ms doubling, capped
-// at 2 s), or returns false when ctx ends first.
-func sleep(ctx context.Context, attempt int) bool {
-	ceiling := min(50*time.Millisecond<<attempt, 2*time.Second)
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceiling)) + 1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
+		}, noSDKRetries)
+		return err
+	}, func() { d.retried.Add(1) })
+	if err != nil {
+		d.failed.Add(1)
+		d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "co_occurrence", p[0]+" with "+p[1])
 		return false
 	}
+	return true
+}
+
+// errUnprocessed is the retryable outcome of a batch DynamoDB accepted only
+// in part.
+var errUnprocessed = errors.New("unprocessed after retries")
+
+// maxWriteTries bounds the attempts at one write, the first included.
+const maxWriteTries = 9
+
+// Backoff between write attempts: AWS's "full jitter", so that writers
+// throttled together do not retry together. With RandomizationFactor 1
+// each wait is drawn from [0, 2×interval): from [0, 50 ms) doubling up to
+// [0, 2 s). Variables for the tests.
+var (
+	retryInitial = 25 * time.Millisecond
+	retryMax     = time.Second
+)
+
+// noSDKRetries turns the SDK's own retryer off for the writes, which
+// retryWrite retries: stacked, the SDK's three attempts inside each of our
+// nine made up to 27 requests per batch, with two backoffs that knew
+// nothing of each other and retry counts that missed most of them. Ours is
+// the one kept because BatchWriteItem's partial success (unprocessed
+// items) is no error to the SDK, so that loop is needed anyway; reads keep
+// the SDK's retryer.
+func noSDKRetries(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} }
+
+// retryWrite runs write until it succeeds, fails for a reason retrying
+// cannot fix, maxWriteTries attempts fail or ctx ends; retrying is called
+// before each new attempt. It returns the last error.
+func (d *Dynamo) retryWrite(ctx context.Context, write func() error, retrying func()) error {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     retryInitial,
+		RandomizationFactor: 1,
+		Multiplier:          2,
+		MaxInterval:         retryMax,
+	}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		err := write()
+		if err != nil && !retryable(err) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		return struct{}{}, err
+	},
+		backoff.WithBackOff(b),
+		backoff.WithMaxTries(maxWriteTries),
+		backoff.WithMaxElapsedTime(0), // ctx bounds the time
+		backoff.WithNotify(func(error, time.Duration) { retrying() }),
+	)
+	return err
 }
 
 // retryable reports throttling and other transient DynamoDB errors.

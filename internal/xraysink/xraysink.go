@@ -75,15 +75,6 @@ func InstrumentAWS(cfg *aws.Config) {
 	awsv2.AWSV2Instrumentor(&cfg.APIOptions)
 }
 
-// TraceHeader returns the X-Ray trace header of the Lambda invocation in
-// ctx ("Root=...;Parent=...;Sampled=1"), or "".
-func TraceHeader(ctx context.Context) string {
-	if v, ok := ctx.Value(xray.LambdaTraceHeaderKey).(string); ok {
-		return v
-	}
-	return ""
-}
-
 func seconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // Record implements trace.Sink: it emits the execution at once (UDP to a

@@ -123,17 +123,6 @@ func Start(fns ...Function) (*Emulator, error) {
 // Endpoint is the base URL to give an AWS SDK Lambda client.
 func (e *Emulator) Endpoint() string { return "http://" + e.invokeLn.Addr().String() }
 
-// Processes reports how many processes of a function were started.
-func (e *Emulator) Processes(name string) int {
-	f := e.funcs[name]
-	if f == nil {
-		return 0
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.procs)
-}
-
 // Close stops the listeners and kills every function process.
 func (e *Emulator) Close() {
 	if e.invokeHS != nil {

@@ -1,8 +1,10 @@
-package catalog
+package tsdecl
+
+import "github.com/pml-sandbox/pml/internal/catalog"
 
 // CallExpr is how a script reaches the tool: `mcp.demo.echo(args)`, or with
 // bracket access where a name is not a JS identifier: `mcp.ev["get-sum"](args)`.
-func CallExpr(t Tool) string {
+func CallExpr(t catalog.Tool) string {
 	return "mcp" + member(t.Server) + member(t.Name) + "(args)"
 }
 

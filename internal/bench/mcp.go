@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // measureMCP compares a tool call made from a script, through the sandbox
 // and the bridge, with the same call made directly by a bare mcp-go client,
 // both against the demo MCP server over loopback SSE.
-func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) ([]figure, error) {
+func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) ([]Figure, error) {
 	srv, err := demoserver.Start("127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) (
 		}
 		par = append(par, d)
 	}
-	return []figure{
+	return []Figure{
 		{Key: "mcp_sse_call_sandbox_us", Name: "MCP call over loopback SSE, from a script", Value: float64(sb.Microseconds()), Unit: "µs", Target: "≤ 1.1× direct"},
 		{Key: "mcp_sse_call_direct_us", Name: "same call, bare mcp-go client", Value: float64(dr.Microseconds()), Unit: "µs"},
 		{Key: "mcp_sse_ratio", Name: "script / direct", Value: float64(sb) / float64(dr), Unit: "×", Target: "≤ 1.1"},

@@ -1,4 +1,10 @@
-package catalog
+// Package tsdecl writes what a script sees of its tools as JavaScript and
+// TypeScript source: the declarations of the `mcp` object (and the `args`
+// and `tools` globals) generated from the tools' JSON Schemas, and the call
+// expression that reaches one tool. It reads schemas with its own small JSON
+// reader because encoding/json forgets the order of object members, and the
+// declarations list properties in the order the schema's author chose.
+package tsdecl
 
 import (
 	"bytes"
@@ -8,28 +14,30 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
 )
 
 // Limits that keep Declarations bounded on hostile schemas. Past a limit the
 // generator writes `unknown` (or elides), which is always a correct, if
 // vaguer, type.
 const (
-	// dtsMaxDepth is the deepest schema nesting rendered.
-	dtsMaxDepth = 12
-	// dtsNodeBudget is the number of schema nodes rendered per tool; it
+	// maxDepth is the deepest schema nesting rendered.
+	maxDepth = 12
+	// nodeBudget is the number of schema nodes rendered per tool; it
 	// stops $ref fan-out (each definition used twice by the one above it)
 	// from growing the output exponentially.
-	dtsNodeBudget = 4000
-	// dtsMaxEnum is the longest enum rendered as a union of literals.
-	dtsMaxEnum = 64
-	// dtsMaxProps is the most properties rendered per object.
-	dtsMaxProps = 200
-	// dtsMaxDoc is the longest description kept in a JSDoc comment, in
+	nodeBudget = 4000
+	// maxEnum is the longest enum rendered as a union of literals.
+	maxEnum = 64
+	// maxProps is the most properties rendered per object.
+	maxProps = 200
+	// maxDoc is the longest description kept in a JSDoc comment, in
 	// characters.
-	dtsMaxDoc = 2000
+	maxDoc = 2000
 )
 
-const dtsIndent = "  "
+const indent = "  "
 
 // Declarations returns TypeScript declarations of the `mcp` object the
 // given tools make, and of the `args` and `tools` globals, so an agent can
@@ -37,12 +45,12 @@ const dtsIndent = "  "
 // each tool becomes a method whose parameter type comes from its input
 // schema and whose Promise type comes from its output schema (unknown when
 // it has none). Names that are not identifiers are quoted ("get-sum").
-func Declarations(tools []Tool) string {
+func Declarations(tools []catalog.Tool) string {
 	sorted := slices.Clone(tools)
-	slices.SortStableFunc(sorted, func(a, b Tool) int {
+	slices.SortStableFunc(sorted, func(a, b catalog.Tool) int {
 		return cmp.Or(cmp.Compare(a.Server, b.Server), cmp.Compare(a.Name, b.Name))
 	})
-	sorted = slices.CompactFunc(sorted, func(a, b Tool) bool { return a.Server == b.Server && a.Name == b.Name })
+	sorted = slices.CompactFunc(sorted, func(a, b catalog.Tool) bool { return a.Server == b.Server && a.Name == b.Name })
 
 	var b strings.Builder
 	b.WriteString("// The tools of this execution. Call them as `await mcp.<server>.<tool>(args)`;\n")
@@ -53,11 +61,11 @@ func Declarations(tools []Tool) string {
 		b.WriteString("declare const mcp: {\n")
 		for i := 0; i < len(sorted); {
 			server := sorted[i].Server
-			b.WriteString(dtsIndent + propertyKey(server) + ": {\n")
+			b.WriteString(indent + propertyKey(server) + ": {\n")
 			for ; i < len(sorted) && sorted[i].Server == server; i++ {
-				writeMethod(&b, sorted[i], dtsIndent+dtsIndent)
+				writeMethod(&b, sorted[i], indent+indent)
 			}
-			b.WriteString(dtsIndent + "};\n")
+			b.WriteString(indent + "};\n")
 		}
 		b.WriteString("};\n")
 	}
@@ -66,7 +74,7 @@ func Declarations(tools []Tool) string {
 }
 
 // helperDeclarations describe the globals the prelude defines besides mcp;
-// the shapes match Summary.
+// the bridge's tools.* built-ins answer them.
 const helperDeclarations = `/** The JSON value passed as this execution's arguments (null when none). */
 declare const args: unknown;
 /** Discovery of the tools above from inside the script. */
@@ -81,21 +89,21 @@ declare const tools: {
 `
 
 // writeMethod writes one tool as a method signature.
-func writeMethod(b *strings.Builder, t Tool, ind string) {
+func writeMethod(b *strings.Builder, t catalog.Tool, ind string) {
 	doc := t.Description
 	if t.Title != "" && t.Title != t.Description {
 		doc = strings.TrimSpace(t.Title + "\n\n" + t.Description)
 	}
 	writeDoc(b, ind, doc, nil)
 
-	g := &generator{budget: dtsNodeBudget}
+	g := &generator{budget: nodeBudget}
 	param, optional := "Record<string, unknown>", true
 	if in := g.load(t.InputSchema); in != nil {
 		param = g.typeOf(in, 0, ind)
 		optional = !hasRequired(g, in)
 	}
 	result := "unknown"
-	out := &generator{budget: dtsNodeBudget}
+	out := &generator{budget: nodeBudget}
 	if o := out.load(t.OutputSchema); o != nil {
 		result = out.typeOf(o, 0, ind)
 	}
@@ -239,7 +247,7 @@ func atoi(s string) (int, bool) {
 // the line the type starts on; nested object members go one level deeper.
 func (g *generator) typeOf(s *jvalue, depth int, ind string) string {
 	g.budget--
-	if g.budget < 0 || depth > dtsMaxDepth || s == nil {
+	if g.budget < 0 || depth > maxDepth || s == nil {
 		return "unknown"
 	}
 	switch s.kind {
@@ -360,12 +368,12 @@ func (g *generator) objectType(s *jvalue, depth int, ind string) string {
 			}
 		}
 	}
-	inner := ind + dtsIndent
+	inner := ind + indent
 	var b strings.Builder
 	b.WriteString("{\n")
 	for i, k := range props.keys {
-		if i == dtsMaxProps {
-			b.WriteString(inner + "// … " + strconv.Itoa(len(props.keys)-dtsMaxProps) + " more properties\n")
+		if i == maxProps {
+			b.WriteString(inner + "// … " + strconv.Itoa(len(props.keys)-maxProps) + " more properties\n")
 			b.WriteString(inner + "[key: string]: unknown;\n")
 			extra = nil
 			break
@@ -426,7 +434,7 @@ func (g *generator) enumType(e *jvalue) string {
 	if len(e.items) == 0 {
 		return "never"
 	}
-	if len(e.items) > dtsMaxEnum {
+	if len(e.items) > maxEnum {
 		// Too many literals to be useful: the union of their JSON types.
 		kinds := make([]string, 0, 4)
 		for _, it := range e.items {
@@ -546,8 +554,8 @@ func propDoc(p *jvalue) string {
 // default, the format and deprecation, which help a caller pick values.
 func writeDoc(b *strings.Builder, ind, doc string, p *jvalue) {
 	doc = strings.TrimSpace(doc)
-	if utf8.RuneCountInString(doc) > dtsMaxDoc {
-		doc = string([]rune(doc)[:dtsMaxDoc]) + "…"
+	if utf8.RuneCountInString(doc) > maxDoc {
+		doc = string([]rune(doc)[:maxDoc]) + "…"
 	}
 	var lines []string
 	if doc != "" {

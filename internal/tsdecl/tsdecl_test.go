@@ -1,4 +1,4 @@
-package catalog
+package tsdecl
 
 import (
 	"encoding/json"
@@ -10,17 +10,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-func loadTools(t *testing.T, name string) []Tool {
+func loadTools(t *testing.T, name string) []catalog.Tool {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tools []Tool
+	var tools []catalog.Tool
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestSchemaTypes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := &generator{budget: dtsNodeBudget}
+			g := &generator{budget: nodeBudget}
 			s := g.load([]byte(tc.schema))
 			got := g.typeOf(s, 0, "")
 			if got != tc.want {
@@ -178,7 +180,7 @@ func TestSchemaTypes(t *testing.T) {
 }
 
 func TestDeclarationsShape(t *testing.T) {
-	got := Declarations([]Tool{
+	got := Declarations([]catalog.Tool{
 		{Server: "s", Name: "req", InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}`)},
 		{Server: "s", Name: "opt", InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}}}`)},
 		{Server: "s", Name: "none"},
@@ -208,7 +210,7 @@ func TestDeclarationsShape(t *testing.T) {
 }
 
 // hostileTools are schemas built to blow up a naive generator.
-func hostileTools() []Tool {
+func hostileTools() []catalog.Tool {
 	deep := strings.Repeat(`{"type":"object","properties":{"a":`, 100) + `{"type":"string"}` + strings.Repeat(`}}`, 100)
 	// Each definition uses the next twice: 2^40 nodes if expanded naively.
 	var defs []string
@@ -229,7 +231,7 @@ func hostileTools() []Tool {
 	wide := `{"type":"object","properties":{` + strings.Join(props, ",") + `}}`
 	cycle := `{"type":"object","properties":{"n":{"$ref":"#/$defs/n"}},"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}}}`
 	tooDeepJSON := strings.Repeat(`[`, 100000) + strings.Repeat(`]`, 100000)
-	return []Tool{
+	return []catalog.Tool{
 		{Server: "h", Name: "deep", InputSchema: json.RawMessage(deep)},
 		{Server: "h", Name: "fanout", InputSchema: json.RawMessage(fanout)},
 		{Server: "h", Name: "huge_enum", InputSchema: json.RawMessage(huge)},
@@ -263,7 +265,7 @@ func TestDeclarationsHostile(t *testing.T) {
 	if strings.Contains(got, "*/ declare const evil") {
 		t.Error("description closed the JSDoc comment")
 	}
-	if depth := maxIndent(got); depth > (dtsMaxDepth+4)*len(dtsIndent) {
+	if depth := maxIndent(got); depth > (maxDepth+4)*len(indent) {
 		t.Errorf("nesting rendered %d spaces deep", depth)
 	}
 }
@@ -281,7 +283,7 @@ func FuzzDeclarations(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, schema string) {
-		out := Declarations([]Tool{{Server: "s", Name: "t", InputSchema: json.RawMessage(schema), OutputSchema: json.RawMessage(schema)}})
+		out := Declarations([]catalog.Tool{{Server: "s", Name: "t", InputSchema: json.RawMessage(schema), OutputSchema: json.RawMessage(schema)}})
 		if !strings.Contains(out, "declare const mcp") {
 			t.Fatal("no mcp declaration")
 		}
@@ -293,7 +295,7 @@ func BenchmarkDeclarations(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var tools []Tool
+	var tools []catalog.Tool
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,229 @@
+// Package bench measures the figures `pml bench` reports: a fresh sandbox,
+// the per-call overhead, parallel calls, fib(25), the cost of the deadline,
+// MCP calls over loopback against a bare mcp-go client and process start.
+// It also runs the peer sandboxes' benchmark script and reads its figures,
+// so each of ours can be printed beside the peers' (shared/peers/run). The
+// command prints; this package only measures.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/guest"
+)
+
+// Figure is one benchmark result; lower is better. Its JSON fields are the
+// keys `pml bench --json` prints.
+type Figure struct {
+	Key    string  `json:"key"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Target string  `json:"target,omitempty"`
+	// Compare names the peers' figures this one is compared with.
+	Compare []PeerRef `json:"-"`
+}
+
+// PeerRef names one figure of a peer: the peer, the key of the figure in
+// its JSON line, and how a table labels it.
+type PeerRef struct{ Peer, Key, Label string }
+
+// Options say what Measure measures.
+type Options struct {
+	// Engine runs the sandbox figures; Measure does not close it.
+	Engine *guest.Engine
+	// CacheDir is the engine's compilation cache ("" for none): the engine
+	// without deadline enforcement and the cached process start use it.
+	CacheDir string
+	// Samples is the number of fresh-sandbox samples (default 500).
+	Samples int
+	// Executable is the pml binary timed from process start to first
+	// result; empty leaves those figures out.
+	Executable string
+	// Progress is told what is being measured (may be nil).
+	Progress func(string)
+}
+
+// Measure runs our side of the benchmarks, one after another (never two
+// at once on the same cores).
+func Measure(ctx context.Context, o Options) ([]Figure, error) {
+	eng, samples, progress := o.Engine, o.Samples, o.Progress
+	if samples <= 0 {
+		samples = 500
+	}
+	if progress == nil {
+		progress = func(string) {}
+	}
+	// The demo tools in process, without bridge or schema check: the
+	// per-call figure measures the engine's own hand-off.
+	demoTools, demoHost := demoserver.New().Guest()
+	demo := func(code string) *guest.Result {
+		return eng.Run(ctx, guest.Request{Code: code, Tools: demoTools, Host: demoHost, Limits: guest.Limits{Timeout: time.Minute, ToolCalls: 10000}})
+	}
+	must := func(r *guest.Result) (*guest.Result, error) {
+		if !r.OK {
+			return r, fmt.Errorf("benchmark script failed: %v", r.Err)
+		}
+		return r, nil
+	}
+	var figs []Figure
+
+	progress("fresh sandbox + return 1+1")
+	for range 50 {
+		demo("return 1+1") // warm up
+	}
+	// Back to back: each Run takes a prepared instance while the pool
+	// restores the next on the other core, as a busy service does.
+	var b2b []time.Duration
+	for range samples {
+		start := time.Now()
+		if _, err := must(demo("return 1+1")); err != nil {
+			return nil, err
+		}
+		b2b = append(b2b, time.Since(start))
+	}
+	figs = append(figs, Figure{Key: "fresh_sandbox_p50_ms", Name: "fresh sandbox + return 1+1, p50", Value: msf(median(b2b)), Unit: "ms", Target: "≤ 0.3 ms",
+		Compare: []PeerRef{{"deno-worker-bridge", "fresh_sandbox_p50_ms", "Deno Worker"}, {"quickjs-emscripten-node", "fresh_instance_p50_ms", "quickjs-emscripten, fresh Wasm instance"}, {"quickjs-emscripten-node", "fresh_sandbox_p50_ms", "quickjs-emscripten, shared instance"}}})
+	figs = append(figs, Figure{Key: "fresh_sandbox_p99_ms", Name: "same, p99", Value: msf(percentile(b2b, 0.99)), Unit: "ms"})
+	// After an idle pause: caches cold, as for a lone request.
+	var idle []time.Duration
+	for range samples / 5 {
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		demo("return 1+1")
+		idle = append(idle, time.Since(start))
+	}
+	figs = append(figs, Figure{Key: "fresh_sandbox_idle_p50_ms", Name: "same, each after a 5 ms idle pause", Value: msf(median(idle)), Unit: "ms"})
+
+	progress("per tool-call overhead (10,000 awaits)")
+	const n = 10000
+	base := time.Hour
+	loop := time.Hour
+	for range 3 {
+		r, err := must(demo(fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await Promise.resolve({i})).i; return s", n)))
+		if err != nil {
+			return nil, err
+		}
+		base = min(base, r.Duration)
+		r, err = must(demo(fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await mcp.demo.echo({i})).i; return s", n)))
+		if err != nil {
+			return nil, err
+		}
+		loop = min(loop, r.Duration)
+	}
+	figs = append(figs, Figure{Key: "per_call_overhead_us", Name: "per tool-call overhead", Value: float64((loop - base).Nanoseconds()) / n / 1000, Unit: "µs", Target: "≤ 10 µs",
+		Compare: []PeerRef{{"deno-worker-bridge", "per_call_overhead_us", "Deno Worker (postMessage)"}, {"quickjs-emscripten-node", "per_call_overhead_us", "quickjs-emscripten (sync, no JSON)"}}})
+
+	progress("16 parallel 50 ms calls")
+	var par []time.Duration
+	for range 5 {
+		start := time.Now()
+		if _, err := must(demo("return (await Promise.all(Array.from({length:16}, () => mcp.demo.sleep({ms:50})))).length")); err != nil {
+			return nil, err
+		}
+		par = append(par, time.Since(start))
+	}
+	figs = append(figs, Figure{Key: "parallel_16x50ms_ms", Name: "16 parallel 50 ms calls", Value: msf(median(par)), Unit: "ms", Target: "≤ 60 ms",
+		Compare: []PeerRef{{"deno-worker-bridge", "parallel_16x50ms_ms", "Deno Worker"}}})
+
+	progress("fib(25)")
+	const fib = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }\nreturn fib(25)"
+	fibOf := func(e *guest.Engine) (time.Duration, error) {
+		var ts []time.Duration
+		for range 9 {
+			r := e.Run(ctx, guest.Request{Code: fib, Limits: guest.Limits{Timeout: time.Minute}})
+			if !r.OK {
+				return 0, fmt.Errorf("fib: %v", r.Err)
+			}
+			ts = append(ts, r.Duration)
+		}
+		return median(ts), nil
+	}
+	fibT, err := fibOf(eng)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, Figure{Key: "fib25_ms", Name: "fib(25)", Value: msf(fibT), Unit: "ms", Target: "≤ 1.5× quickjs-emscripten",
+		Compare: []PeerRef{{"quickjs-emscripten-node", "fib25_ms", "quickjs-emscripten on V8"}}})
+
+	progress("cost of deadline enforcement")
+	noDL, err := guest.New(ctx, guest.Options{CacheDir: o.CacheDir, UnsafeNoDeadline: true, Prepared: -1})
+	if err != nil {
+		return nil, err
+	}
+	fibNo, err := fibOf(noDL)
+	_ = noDL.Close(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	fibAgain, err := fibOf(eng)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, Figure{Key: "deadline_cost_pct", Name: "cost of deadline enforcement on fib(25)", Value: 100 * (msf(min(fibT, fibAgain)) - msf(fibNo)) / msf(fibNo), Unit: "%", Target: "≤ 10 %"})
+
+	mcpFigs, err := measureMCP(ctx, eng, progress)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, mcpFigs...)
+
+	progress("process start → first result")
+	if self := o.Executable; self != "" {
+		warm, err1 := timeProcess(ctx, self, "run", "--cache-dir", o.CacheDir, "-e", "return 1+1")
+		cold, err2 := timeProcess(ctx, self, "run", "--no-cache", "-e", "return 1+1")
+		if err1 == nil {
+			figs = append(figs, Figure{Key: "process_start_cached_ms", Name: "process start → first result, compilation cache", Value: msf(warm), Unit: "ms", Target: "≤ 150 ms"})
+		}
+		if err2 == nil {
+			figs = append(figs, Figure{Key: "process_start_uncached_ms", Name: "process start → first result, no cache", Value: msf(cold), Unit: "ms"})
+		}
+	}
+	return figs, nil
+}
+
+// timeProcess runs the command 5 times and returns the median wall time.
+func timeProcess(ctx context.Context, name string, args ...string) (time.Duration, error) {
+	var ts []time.Duration
+	for range 5 {
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, name, args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("%s: %w: %s", name, err, out)
+		}
+		ts = append(ts, time.Since(start))
+	}
+	return median(ts), nil
+}
+
+// Machine describes the machine the figures were measured on.
+func Machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d cores, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), model, runtime.Version())
+}
+
+func median(ts []time.Duration) time.Duration { return percentile(ts, 0.5) }
+
+func percentile(ts []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func msf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
