@@ -21,13 +21,17 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // Request is one execution, as callers send it.
 type Request struct {
-	// Code is the body of an async function.
+	// Code is the body of an async function, JavaScript or TypeScript.
 	Code string `json:"code"`
+	// Lang is "ts" to strip TypeScript's types first, "js" for JavaScript
+	// only; empty reads JavaScript, then TypeScript (see internal/script).
+	Lang string `json:"lang,omitempty"`
 	// Args is bound to `args` in the script.
 	Args json.RawMessage `json:"args,omitempty"`
 	// Tools narrows the visible tool set: "server:tool" patterns whose
@@ -323,11 +327,13 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		entries[t.FullName()] = byName[t.FullName()]
 	}
 
-	// Every mcp.x.y the code names must resolve before a sandbox starts.
-	refs, aerr := analysis.MCPReferences(req.Code)
-	if aerr != nil {
-		return fail(fault.As(aerr))
+	// Every mcp.x.y the code names must resolve before a sandbox starts
+	// (when the parser reads the code: else each is checked as it is called).
+	prep, perr := script.Prepare(req.Code, req.Lang)
+	if perr != nil {
+		return fail(fault.As(perr))
 	}
+	refs := prep.Refs
 	if ferr := forbiddenRef(refs, forbidden, req.Parent); ferr != nil {
 		return fail(ferr)
 	}
@@ -350,7 +356,7 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		budget: s.budget(req.Parent)}
 	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
-		Code:        req.Code,
+		Code:        prep.Code,
 		Args:        req.Args,
 		Tools:       gtools,
 		Host:        host,
@@ -362,6 +368,7 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		greq.OnCall = func(c trace.Call) { rec.RecordCall(ctx, finishCall(c, entries, &req, host)) }
 	}
 	res := s.engine.Run(ctx, greq)
+	prep.MapError(res.Err)
 	for i := range res.Calls {
 		res.Calls[i] = finishCall(res.Calls[i], entries, &req, host)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
@@ -231,6 +232,9 @@ func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
 	}
 	if er.TimeoutMS < 0 {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "timeout_ms must not be negative")
+	}
+	if ferr := script.CheckLang(er.Lang); ferr != nil {
+		return bridge.Request{}, ferr
 	}
 	if len(er.Args) > 0 && !json.Valid(er.Args) {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
