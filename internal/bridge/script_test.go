@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
 // TestTypeScriptAndUnreadableCode: TypeScript runs with positions in its
@@ -67,4 +72,73 @@ func TestTypeScriptAndUnreadableCode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestToolSummaryShape: tools.list and tools.search return exactly the
+// ToolSummary the declarations promise (search adds score): every
+// declared key that is not optional is there, and no undeclared one.
+func TestToolSummaryShape(t *testing.T) {
+	src := fixedSource{name: "s", tools: []catalog.Tool{
+		{Server: "kv", Name: "get-all", Title: "Get everything", Description: "all the keys", Kind: trace.KindMCP,
+			InputSchema: json.RawMessage(`{"type":"object"}`)},
+		{Server: "kv", Name: "bare", Kind: trace.KindMCP},
+	}}
+	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{src}, Logger: slog.New(slog.DiscardHandler)})
+	r := svc.Execute(context.Background(), bridge.Request{Code: `return [await tools.list(), await tools.search("everything keys", 5)]`})
+	if !r.OK {
+		t.Fatal(r.Error)
+	}
+	var got [2][]map[string]json.RawMessage
+	if err := json.Unmarshal(r.Result, &got); err != nil {
+		t.Fatal(err)
+	}
+	required, optional := declaredSummary(t)
+	for i, list := range got {
+		if len(list) == 0 {
+			t.Fatalf("result %d is empty: %s", i, r.Result)
+		}
+		for _, m := range list {
+			for _, k := range required {
+				if _, ok := m[k]; !ok {
+					t.Errorf("%s lacks %q, which the declarations require", m["call"], k)
+				}
+			}
+			for k := range m {
+				if !slices.Contains(required, k) && !slices.Contains(optional, k) && !(i == 1 && k == "score") {
+					t.Errorf("%s has %q, which the declarations do not declare", m["call"], k)
+				}
+			}
+			if i == 1 {
+				if _, ok := m["score"]; !ok {
+					t.Errorf("a search hit without a score: %s", r.Result)
+				}
+			}
+		}
+	}
+	if !strings.Contains(string(r.Result), `"call":"mcp.kv[\"get-all\"](args)"`) || !strings.Contains(string(r.Result), `"title":"Get everything"`) {
+		t.Errorf("result lacks the call expression or the title: %s", r.Result)
+	}
+}
+
+// declaredSummary reads the keys of the ToolSummary interface from the
+// declarations the agents are given.
+func declaredSummary(t *testing.T) (required, optional []string) {
+	d := tsdecl.Declarations(nil)
+	start := strings.Index(d, "interface ToolSummary {\n")
+	if start < 0 {
+		t.Fatalf("no ToolSummary in the declarations:\n%s", d)
+	}
+	body := d[start:]
+	body = body[len("interface ToolSummary {\n"):strings.Index(body, "\n}")]
+	key := regexp.MustCompile(`^\s+(\w+)(\??):`)
+	for _, line := range strings.Split(body, "\n") {
+		if m := key.FindStringSubmatch(line); m != nil {
+			if m[2] == "?" {
+				optional = append(optional, m[1])
+			} else {
+				required = append(required, m[1])
+			}
+		}
+	}
+	return required, optional
 }

@@ -77,12 +77,25 @@ func Declarations(tools []catalog.Tool) string {
 // the bridge's tools.* built-ins answer them.
 const helperDeclarations = `/** The JSON value passed as this execution's arguments (null when none). */
 declare const args: unknown;
+/** One tool as tools.search and tools.list describe it. */
+interface ToolSummary {
+  server: string;
+  name: string;
+  /** How to call it from this script: mcp.server.name(args), or mcp.server["odd-name"](args). */
+  call: string;
+  title?: string;
+  description?: string;
+  /** What serves it: an MCP server, a saved capability, or the host. */
+  kind: "mcp" | "capability" | "builtin";
+  /** The JSON Schema of its arguments. */
+  input_schema?: unknown;
+}
 /** Discovery of the tools above from inside the script. */
 declare const tools: {
   /** Rank the visible tools by how well their names and descriptions match the query (lexical, best first). */
-  search(query: string, limit?: number): Promise<Array<{ server: string; name: string; title?: string; description?: string; score: number }>>;
+  search(query: string, limit?: number): Promise<Array<ToolSummary & { score: number }>>;
   /** List the visible tools. */
-  list(): Promise<Array<{ server: string; name: string; title?: string; description?: string }>>;
+  list(): Promise<ToolSummary[]>;
   /** These declarations, as TypeScript source. */
   describe(): Promise<string>;
 };

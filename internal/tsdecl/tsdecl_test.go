@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	tscpath "github.com/pml-sandbox/pml/internal/testutil/tsc"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -47,16 +47,10 @@ func TestDeclarationsGolden(t *testing.T) {
 }
 
 // TestDeclarationsCompile type-checks the generated declarations, and a
-// script using them, with the TypeScript compiler when one is installed
-// (PML_TSC names it; `npm install typescript` provides node_modules/.bin/tsc).
+// script using them, with the pinned TypeScript compiler (see
+// internal/testutil/tsc).
 func TestDeclarationsCompile(t *testing.T) {
-	tsc := os.Getenv("PML_TSC")
-	if tsc == "" {
-		var err error
-		if tsc, err = exec.LookPath("tsc"); err != nil {
-			t.Skip("no TypeScript compiler (set PML_TSC)")
-		}
-	}
+	tsc := tscpath.Path(t)
 	dir := t.TempDir()
 	script := Declarations(loadTools(t, "tools.json")) + `
 async function main() {
@@ -66,7 +60,9 @@ async function main() {
   await mcp.fs.read_file({ path: "/x", encoding: null, tuple: ["a", 1], choice: { id: 1 }, both: { a: "x", b: 2 } });
   await mcp["my-server"]["new"]();
   const hits = await tools.search("read a file", 3);
-  return [n, hits[0].score, await tools.describe(), args];
+  const calls: string[] = (await tools.list()).map(t => t.call);
+  const titles = hits.map(h => h.title ?? h.name + " " + h.kind);
+  return [n, hits[0].score, calls, titles, await tools.describe(), args];
 }
 `
 	// Each source is checked on its own: two sets of globals would clash.
@@ -115,9 +111,7 @@ async function main() {
 	}
 }
 
-func typecheck(tsc, path string) ([]byte, error) {
-	return exec.Command(tsc, "--noEmit", "--strict", "--target", "es2022", "--lib", "es2022", path).CombinedOutput()
-}
+func typecheck(tsc, path string) ([]byte, error) { return tscpath.Check(tsc, path) }
 
 func TestSchemaTypes(t *testing.T) {
 	tests := []struct {

@@ -1,0 +1,65 @@
+// Package tsc finds the TypeScript compiler for tests that type-check
+// generated declarations and the README's examples: the version
+// scripts/typescript.sh pins, installed from npm on first use (never
+// committed).
+package tsc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var (
+	once    sync.Once
+	tscPath string
+	errMsg  string
+)
+
+// Path returns the tsc to run. $PML_TSC names one outright. Without node
+// and npm the test is skipped with a message saying so, except under CI
+// (CI=true), where a check that cannot run is a failure, never a skip.
+func Path(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("PML_TSC"); p != "" {
+		return p
+	}
+	once.Do(install)
+	if errMsg != "" {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("TypeScript compiler: %s", errMsg)
+		}
+		tb.Skipf("TypeScript compiler unavailable (%s): install node and npm, or set PML_TSC", errMsg)
+	}
+	return tscPath
+}
+
+func install() {
+	for _, bin := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			errMsg = bin + " is not installed"
+			return
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "typescript.sh")
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", script)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		errMsg = fmt.Sprintf("scripts/typescript.sh: %v: %s", err, stderr.String())
+		return
+	}
+	tscPath = string(bytes.TrimSpace(out))
+}
+
+// Check type-checks one file strictly (no emit) and returns tsc's output.
+func Check(tsc, file string) ([]byte, error) {
+	return exec.Command("node", tsc, "--noEmit", "--strict", "--target", "es2022", "--lib", "es2022", file).CombinedOutput()
+}
