@@ -47,10 +47,14 @@ type Request struct {
 	ParseJSONText bool `json:"parse_json_text,omitempty"`
 
 	// Set by the host, never by the caller's JSON.
-	ExecutionID string  `json:"-"`
-	Source      string  `json:"-"` // "cli", "http", "mcp", "sqs", "eventbridge", "invoke", "capability"
-	Parent      *Parent `json:"-"`
-	TraceHeader string  `json:"-"` // X-Ray trace header, propagated to capability runs
+	ExecutionID string `json:"-"`
+	// OnEvent, when set, receives the execution's progress as it happens:
+	// each console line, each call's start and end. It may be called from
+	// several goroutines at once and must not block.
+	OnEvent     func(Event) `json:"-"`
+	Source      string      `json:"-"` // "cli", "http", "mcp", "sqs", "eventbridge", "invoke", "capability"
+	Parent      *Parent     `json:"-"`
+	TraceHeader string      `json:"-"` // X-Ray trace header, propagated to capability runs
 }
 
 // Parent links a capability run to the call that started it.
@@ -362,10 +366,25 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		Host:        host,
 		Limits:      limits,
 	}
-	if rec, ok := s.sink.(trace.CallRecorder); ok {
+	rec, _ := s.sink.(trace.CallRecorder)
+	if rec != nil || req.OnEvent != nil {
 		// Calls go to the sink as they end, complete, so that by the time
 		// the script returns most of its trace is already written.
-		greq.OnCall = func(c trace.Call) { rec.RecordCall(ctx, finishCall(c, entries, &req, host)) }
+		greq.OnCall = func(c trace.Call) {
+			c = finishCall(c, entries, &req, host)
+			if rec != nil {
+				rec.RecordCall(ctx, c)
+			}
+			if req.OnEvent != nil {
+				req.OnEvent(Event{Type: EventCallEnd, Call: c})
+			}
+		}
+	}
+	if req.OnEvent != nil {
+		greq.OnLog = func(e guest.LogEntry) { req.OnEvent(Event{Type: EventLog, Log: e}) }
+		greq.OnCallStart = func(c trace.Call) {
+			req.OnEvent(Event{Type: EventCallStart, Call: finishCall(c, entries, &req, host)})
+		}
 	}
 	res := s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)

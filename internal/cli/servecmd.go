@@ -73,6 +73,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Health:       a.Health,
 		Logger:       log,
 		Guard:        guard,
+		Streaming:    true,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	printBanner(errOut, bannerURL(ln.Addr()), guard.Token != "")

@@ -69,6 +69,12 @@ type Request struct {
 	// ends, so traces can be written while the script still runs. It is
 	// called from the goroutine that served the call and must not block.
 	OnCall func(trace.Call)
+	// OnCallStart, when set, receives each call's record as the call
+	// starts, before it is served; OnLog receives each console line as it
+	// is kept. Both are called on the script's goroutine and must not
+	// block. Together with OnCall they let a front end show progress.
+	OnCallStart func(trace.Call)
+	OnLog       func(LogEntry)
 }
 
 // Limits bound one execution. Every limit hit is reported as LIMIT_EXCEEDED

@@ -382,6 +382,9 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	x.calls = append(x.calls, rec)
 	idx := len(x.calls) - 1
 	x.mu.Unlock()
+	if x.req.OnCallStart != nil {
+		x.req.OnCallStart(rec)
+	}
 
 	refuse := func(e *fault.Error) int32 {
 		x.finishRecord(idx, nil, e)
@@ -573,20 +576,28 @@ func (x *execution) log(level int32, msg string) bool {
 	}
 	if room := x.limits.LogBytes - x.logBytes - LogEntryOverhead; len(msg) > room {
 		if room > 0 {
-			x.logs = append(x.logs, LogEntry{Level: lv, Message: truncateUTF8(msg, room), AtMS: at})
+			x.keepLog(LogEntry{Level: lv, Message: truncateUTF8(msg, room), AtMS: at})
 		}
 		x.truncateLogs(at, fault.LimitLogBytes, x.limits.LogBytes, "bytes")
 		return false
 	}
 	x.logBytes += len(msg) + LogEntryOverhead
-	x.logs = append(x.logs, LogEntry{Level: lv, Message: msg, AtMS: at})
+	x.keepLog(LogEntry{Level: lv, Message: msg, AtMS: at})
 	return true
+}
+
+// keepLog adds a line to the output and hands it to OnLog.
+func (x *execution) keepLog(e LogEntry) {
+	x.logs = append(x.logs, e)
+	if x.req.OnLog != nil {
+		x.req.OnLog(e)
+	}
 }
 
 func (x *execution) truncateLogs(at float64, limit string, n int, unit string) {
 	x.logBytes = x.limits.LogBytes
 	x.logsTruncated = true
-	x.logs = append(x.logs, LogEntry{Level: "warn", AtMS: at,
+	x.keepLog(LogEntry{Level: "warn", AtMS: at,
 		Message: fmt.Sprintf("[pml] console output reached the %s limit of %d %s; the rest was dropped", limit, n, unit)})
 }
 

@@ -70,6 +70,11 @@ type Options struct {
 	// Guard, when set, checks every request's Host, Origin and bearer
 	// token before routing it; `pml serve` sets it, the Lambda does not.
 	Guard *Guard
+	// Streaming lets POST /execute answer `Accept: text/event-stream` with
+	// events as they happen, and /mcp send progress and log notifications
+	// during execute_code. `pml serve` sets it; the Lambda cannot stream
+	// through API Gateway, so it answers buffered JSON as before.
+	Streaming bool
 }
 
 type api struct {
@@ -286,6 +291,10 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Source = SourceFrom(r.Context(), "http")
 	req.TraceHeader = TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
+	if a.Streaming && wantsEventStream(r) {
+		a.executeStream(w, r, req)
+		return
+	}
 	resp := a.Service.Execute(r.Context(), req)
 	a.flush(r.Context())
 	w.Header().Set("X-Execution-Id", resp.ExecutionID)
