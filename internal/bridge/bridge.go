@@ -45,6 +45,9 @@ type Request struct {
 	// ParseJSONText asks for text tool results to be parsed as JSON even
 	// when the tool declares no output schema.
 	ParseJSONText bool `json:"parse_json_text,omitempty"`
+	// CallDetail is how much of the calls the response carries:
+	// CallDetailFull (the default), CallDetailSummary or CallDetailNone.
+	CallDetail string `json:"call_detail,omitempty"`
 
 	// Set by the host, never by the caller's JSON.
 	ExecutionID string `json:"-"`
@@ -79,9 +82,13 @@ type Response struct {
 	Logs          []guest.LogEntry `json:"logs"`
 	LogsTruncated bool             `json:"logs_truncated,omitempty"`
 	Error         *fault.Error     `json:"error,omitempty"`
-	Calls         []trace.Call     `json:"calls"`
-	DurationMS    float64          `json:"duration_ms"`
-	ExecutionID   string           `json:"execution_id"`
+	// Calls is every call record (an empty list when there were none),
+	// left out when the request asked for less (Request.CallDetail).
+	Calls []trace.Call `json:"calls,omitzero"`
+	// CallSummary stands for Calls when the request asked for a summary.
+	CallSummary *CallSummary `json:"call_summary,omitempty"`
+	DurationMS  float64      `json:"duration_ms"`
+	ExecutionID string       `json:"execution_id"`
 	// Sandboxes counts the capability runs the execution's calls started,
 	// descendants' included (a capability run reports it to its caller,
 	// which takes back what it reserved for the run and the run did not use).
@@ -293,6 +300,7 @@ func (s *Service) Execute(ctx context.Context, req Request) *Response {
 	}
 	resp, entries := s.execute(ctx, req, start)
 	s.record(ctx, req, resp, entries, start)
+	applyCallDetail(resp, req.CallDetail)
 	return resp
 }
 
@@ -306,6 +314,9 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	}
 	if req.TimeoutMS < 0 {
 		return fail(fault.New(fault.InvalidRequest, "timeout_ms must not be negative"))
+	}
+	if ferr := CheckCallDetail(req.CallDetail); ferr != nil {
+		return fail(ferr)
 	}
 
 	all := s.catalog(ctx)

@@ -241,6 +241,9 @@ func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
 	if ferr := script.CheckLang(er.Lang); ferr != nil {
 		return bridge.Request{}, ferr
 	}
+	if ferr := bridge.CheckCallDetail(er.CallDetail); ferr != nil {
+		return bridge.Request{}, ferr
+	}
 	if len(er.Args) > 0 && !json.Valid(er.Args) {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
 	}
