@@ -75,6 +75,9 @@ type Options struct {
 	// during execute_code. `pml serve` sets it; the Lambda cannot stream
 	// through API Gateway, so it answers buffered JSON as before.
 	Streaming bool
+	// MCPTextBytes is the default budget of execute_code's text answer
+	// (default DefaultMCPTextBytes); a call may set its own.
+	MCPTextBytes int
 }
 
 type api struct {
@@ -91,6 +94,9 @@ func New(opts Options) http.Handler {
 	}
 	if opts.FlushTimeout <= 0 {
 		opts.FlushTimeout = 2 * time.Second
+	}
+	if opts.MCPTextBytes <= 0 {
+		opts.MCPTextBytes = DefaultMCPTextBytes
 	}
 	a := &api{opts}
 	mux := http.NewServeMux()
