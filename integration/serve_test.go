@@ -14,12 +14,20 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 )
 
-// TestServeSafeByDefault runs the real binary as a user would: what a web
-// page could send it is refused, a client holding GET /mcp gets 405, and
-// SIGTERM stops it at once with exit 0.
-func TestServeSafeByDefault(t *testing.T) {
+// served is a running `pml serve`.
+type served struct {
+	base   string // http://127.0.0.1:PORT
+	cmd    *exec.Cmd
+	exited chan error // receives Wait's answer once; put it back after reading
+}
+
+// startServe runs the real binary on a free loopback port with its own
+// cache, trace file and capability file, and no token; it is killed when
+// the test ends.
+func startServe(t *testing.T, args ...string) *served {
+	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(bins.pml, "serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir)
+	cmd := exec.Command(bins.pml, append([]string{"serve", "--addr", "127.0.0.1:0", "--cache-dir", dir}, args...)...)
 	cmd.Env = append(cmd.Environ(), app.EnvTracesFile+"="+dir+"/traces.jsonl", app.EnvCapFile+"="+dir+"/caps.json", app.EnvServeToken+"=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -46,15 +54,24 @@ func TestServeSafeByDefault(t *testing.T) {
 		}
 		exited <- cmd.Wait() // after stderr is drained, as Wait requires
 	}()
-	var base string
 	select {
-	case base = <-ready:
+	case base := <-ready:
+		return &served{base: base, cmd: cmd, exited: exited}
 	case err := <-exited:
 		exited <- err
 		t.Fatalf("pml serve exited: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("pml serve did not come up")
 	}
+	return nil
+}
+
+// TestServeSafeByDefault runs the real binary as a user would: what a web
+// page could send it is refused, a client holding GET /mcp gets 405, and
+// SIGTERM stops it at once with exit 0.
+func TestServeSafeByDefault(t *testing.T) {
+	srv := startServe(t, "--no-demo-server")
+	base, cmd, exited := srv.base, srv.cmd, srv.exited
 
 	const code = `{"code": "return 1"}`
 	tests := []struct {
