@@ -99,6 +99,19 @@ declare const tools: {
   /** These declarations, as TypeScript source. */
   describe(): Promise<string>;
 };
+/** Console output is captured with its level and returned with the result. */
+interface Console {
+  log(...data: unknown[]): void;
+  info(...data: unknown[]): void;
+  warn(...data: unknown[]): void;
+  error(...data: unknown[]): void;
+  debug(...data: unknown[]): void;
+}
+// var and function declarations merge with lib.dom's and @types/node's,
+// so these compile beside either.
+declare var console: Console;
+declare function setTimeout(callback: (...args: unknown[]) => void, ms?: number, ...args: unknown[]): number;
+declare function clearTimeout(handle?: number): void;
 `
 
 // writeMethod writes one tool as a method signature.

@@ -62,6 +62,9 @@ async function main() {
   const hits = await tools.search("read a file", 3);
   const calls: string[] = (await tools.list()).map(t => t.call);
   const titles = hits.map(h => h.title ?? h.name + " " + h.kind);
+  console.log("found", hits.length); console.warn({ calls });
+  clearTimeout(setTimeout(() => {}, 10));
+  await new Promise(resolve => setTimeout(resolve, 1));
   return [n, hits[0].score, calls, titles, await tools.describe(), args];
 }
 `
@@ -82,6 +85,11 @@ async function main() {
 		}
 		if out, err := typecheck(tsc, path); err != nil {
 			t.Errorf("tsc %s: %v\n%s\n--- source ---\n%s", name, err, out, body)
+		}
+		// Agents' projects often have the DOM library: console and
+		// setTimeout must merge with its declarations, not clash.
+		if out, err := tscpath.Check(tsc, path, "--lib", "es2022,dom"); err != nil {
+			t.Errorf("tsc --lib es2022,dom %s: %v\n%s", name, err, out)
 		}
 	}
 

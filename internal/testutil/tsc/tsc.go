@@ -59,7 +59,10 @@ func install() {
 	tscPath = string(bytes.TrimSpace(out))
 }
 
-// Check type-checks one file strictly (no emit) and returns tsc's output.
-func Check(tsc, file string) ([]byte, error) {
-	return exec.Command("node", tsc, "--noEmit", "--strict", "--target", "es2022", "--lib", "es2022", file).CombinedOutput()
+// Check type-checks one file strictly (no emit) against the ES2022
+// library alone, or with extra options after (a later --lib wins), and
+// returns tsc's output.
+func Check(tsc, file string, extra ...string) ([]byte, error) {
+	args := append([]string{tsc, "--noEmit", "--strict", "--target", "es2022", "--lib", "es2022"}, extra...)
+	return exec.Command("node", append(args, file)...).CombinedOutput()
 }
