@@ -56,6 +56,9 @@ int32_t host_poll(void);
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
 
+/* Bytes of free heap the snapshot keeps ready (see pml_init). */
+#define PML_HEAP_HEADROOM (8 << 20)
+
 static JSRuntime *rt;
 static JSContext *ctx;
 /* Functions returned by the prelude, kept across the snapshot. */
@@ -147,6 +150,13 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     fn_fail = JS_GetPropertyStr(ctx, api, "fail");
     JS_FreeValue(ctx, api);
     JS_RunGC(rt);
+    /* Heap headroom in the snapshot: malloc's free top chunk. A run that
+     * stays within it never grows linear memory, so the host can reset its
+     * instance for the next run in place (a grown one is discarded). The
+     * pages cost nothing until written: instances map the snapshot
+     * copy-on-write. */
+    void *volatile headroom = malloc(PML_HEAP_HEADROOM); /* volatile: the compiler may not drop the pair */
+    free(headroom);
     /* A collection walks every object of the runtime, prelude and
      * intrinsics included (~100 us). Most scripts finish long before they
      * allocate a few megabytes, so the first collection waits until then;

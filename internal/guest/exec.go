@@ -17,7 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -80,6 +79,7 @@ type execution struct {
 	expired   atomic.Bool // the deadline passed or the caller gave up
 	unwatch   func() bool // stops the watch that sets expired
 	stopping  bool        // the guest was trapped; nothing of it may run again
+	ranToEnd  bool        // pml_run returned (its instance may be reset and reused)
 	lastYield time.Time   // when the run last gave up its thread (maybeYield)
 }
 
@@ -117,9 +117,9 @@ type outputDoc struct {
 }
 
 // run calls pml_run on a fresh instance and decodes its answer.
-func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
+func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	alloc := mod.ExportedFunction("pml_alloc")
+	mod, alloc := in.mod, in.alloc
 	// QuickJS's parsers need a NUL after the text, so every buffer gets one.
 	put := func(b []byte) (uint32, error) {
 		r, err := alloc.Call(ctx, uint64(len(b)+1))
@@ -140,12 +140,13 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
 	}
-	ret, err := mod.ExportedFunction("pml_run").Call(ctx,
+	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
 	if err != nil {
 		return nil, x.trapError(err)
 	}
+	x.ranToEnd = true
 	ptr, n := uint32(ret[0]>>32), uint32(ret[0])
 	if ptr == 0 {
 		return nil, fault.Limitf(fault.LimitMemory, "the sandbox ran out of memory producing its result")
