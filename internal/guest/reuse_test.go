@@ -26,20 +26,28 @@ func waitRetired(t *testing.T, e *guest.Engine, n int64) {
 	}
 }
 
+// reusingEngine is an engine with one prepared instance, so runs back to
+// back take reset ones; the test is skipped where instances are not reused.
+func reusingEngine(t *testing.T) *guest.Engine {
+	t.Helper()
+	e, err := guest.New(context.Background(), guest.Options{Prepared: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if !e.CopyOnWrite() {
+		t.Skip("instances are reused only over a copy-on-write image (Linux)")
+	}
+	return e
+}
+
 // TestReusedInstancesAreFresh runs scripts that leave every kind of trace
 // (globals, prototypes, built-ins replaced, timers pending, a secret on the
 // heap) each followed by one that looks for them, on an engine that resets
 // and reuses its instances: nothing is ever found, and reuse did happen.
 func TestReusedInstancesAreFresh(t *testing.T) {
 	ctx := context.Background()
-	e, err := guest.New(ctx, guest.Options{Prepared: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
-	if !e.CopyOnWrite() {
-		t.Skip("instances are reused only over a copy-on-write image (Linux)")
-	}
+	e := reusingEngine(t)
 	const polluter = `globalThis.leak = 42; Object.prototype.polluted = 1; Array.prototype.push = null;
 const secret = "SECRET-" + "x".repeat(100000); globalThis.keep = () => secret;
 setTimeout(() => { globalThis.fired = true }, 1);
@@ -78,14 +86,7 @@ return Math.random()`
 // closed, never reset.
 func TestTrappedOrGrownInstancesAreNotReused(t *testing.T) {
 	ctx := context.Background()
-	e, err := guest.New(ctx, guest.Options{Prepared: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
-	if !e.CopyOnWrite() {
-		t.Skip("instances are reused only over a copy-on-write image (Linux)")
-	}
+	e := reusingEngine(t)
 	for i, code := range []string{
 		"while (true) {}",
 		"const a = []; for (let i = 0; i < 64; i++) a.push(new ArrayBuffer(1 << 20)); return a.length",
