@@ -359,7 +359,7 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	x := newExecution(ctx, e, req, limits, res, start)
 	// Whatever happens, the instance leaves this run: reset for another
 	// only if the guest was never trapped.
-	defer func() { e.release(in, !x.stopping && x.ranToEnd) }()
+	defer func() { e.release(in, !x.stopping && !x.trapped) }()
 	defer x.shutdown()
 	in.runs++
 	doc, rerr := x.run(in, cfg, rand.Int64())

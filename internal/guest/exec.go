@@ -56,7 +56,7 @@ type execution struct {
 	timersN  int // timers ever started
 	ready    []completion
 	done     chan completion
-	taken    completion // the answer wait_any announced, for take_result to copy
+	pending  []pendingCall // started by the guest, not yet running (see startPending)
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
@@ -79,7 +79,7 @@ type execution struct {
 	expired   atomic.Bool // the deadline passed or the caller gave up
 	unwatch   func() bool // stops the watch that sets expired
 	stopping  bool        // the guest was trapped; nothing of it may run again
-	ranToEnd  bool        // pml_run returned (its instance may be reset and reused)
+	trapped   bool        // a call into the guest trapped: its instance is never reused
 	lastYield time.Time   // when the run last gave up its thread (maybeYield)
 }
 
@@ -143,10 +143,26 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
+	// Host-driven stepping: the guest returns whenever the script waits
+	// for a call, and the answer goes back in with pml_resume.
+	for err == nil && int64(ret[0]) == waiting {
+		c, ferr := x.next()
+		if ferr != nil {
+			return nil, ferr
+		}
+		r, ierr := in.inbox.Call(ctx, uint64(len(c.data)))
+		if ierr != nil {
+			err = ierr
+			break
+		}
+		if p := uint32(r[0]); p != 0 && !mod.Memory().Write(p, c.data) {
+			return nil, fault.New(fault.SandboxError, "the sandbox's inbox is out of range")
+		}
+		ret, err = in.resume.Call(ctx, uint64(uint32(c.id)), boolArg(c.ok), uint64(len(c.data)))
+	}
 	if err != nil {
 		return nil, x.trapError(err)
 	}
-	x.ranToEnd = true
 	ptr, n := uint32(ret[0]>>32), uint32(ret[0])
 	if ptr == 0 {
 		return nil, fault.Limitf(fault.LimitMemory, "the sandbox ran out of memory producing its result")
@@ -164,12 +180,6 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 	}
 	if !doc.OK && doc.Error == nil {
 		doc.Error = fault.New(fault.SandboxError, "the sandbox failed without an error")
-	}
-	if doc.Error != nil && doc.Error.Code == fault.Timeout {
-		doc.Error.Message = fmt.Sprintf("execution deadline of %s exceeded", x.limits.Timeout)
-		if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) {
-			doc.Error.Message = "the caller's deadline was reached"
-		}
 	}
 	if doc.OK {
 		doc.Value = append(json.RawMessage(nil), doc.Value...) // detach from guest memory
@@ -260,11 +270,12 @@ func sameJSON(a, b any) bool {
 func (x *execution) trapError(err error) *fault.Error {
 	var exit *sys.ExitError
 	msg := err.Error()
+	x.trapped = true
 	switch {
 	case x.abortErr != nil:
 		return x.abortErr
 	case x.interrupted():
-		return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
+		return x.timeoutError()
 	case errors.As(err, &exit):
 		return fault.New(fault.SandboxError, "the sandbox exited with code %d", exit.ExitCode())
 	case strings.Contains(msg, "stack overflow") || strings.Contains(msg, "call stack exhausted"):
@@ -281,6 +292,17 @@ func (x *execution) interrupted() bool {
 
 func (x *execution) interruptedAt(now time.Time) bool {
 	return !now.Before(x.deadline) || x.ctx.Err() != nil
+}
+
+// waiting is what pml_run and pml_resume return while the script waits for
+// a call (glue.c's PML_WAITING).
+const waiting = -1
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // errStop is the panic that ends a run at the guest's next contact with the
@@ -405,16 +427,7 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 			return id
 		}
 	}
-	x.wg.Add(1)
-	go func() {
-		defer x.wg.Done()
-		data, err := x.req.Host.CallTool(x.ctx, call)
-		c := x.complete(id, idx, full, data, err)
-		select {
-		case x.done <- c:
-		case <-x.ctx.Done():
-		}
-	}()
+	x.pending = append(x.pending, pendingCall{id: id, idx: idx, full: full, call: call})
 	return id
 }
 
@@ -509,23 +522,23 @@ func (x *execution) startTimer(id int32, args []byte) int32 {
 	return id
 }
 
-// waitAny blocks until a call or timer finishes. It returns id 0 when
-// nothing is in flight (the script is deadlocked) and -1 when the run must
-// stop.
-func (x *execution) waitAny() (id int32, n int, ok bool) {
+// next returns the next answer for the guest, waiting for one when none is
+// ready. The run cannot go on when nothing is in flight (DEADLOCK) or its
+// deadline has passed (TIMEOUT).
+func (x *execution) next() (completion, *fault.Error) {
+	x.startPending(true)
 	var c completion
-	if len(x.ready) > 0 {
+	switch {
+	case len(x.ready) > 0:
 		c = x.ready[0]
 		x.ready = x.ready[1:]
-	} else {
-		if x.inflight == 0 && x.timers == 0 {
-			return 0, 0, false
-		}
+	case x.inflight == 0 && x.timers == 0:
+		return c, fault.New(fault.Deadlock, "the script is waiting for a promise that nothing can settle (no tool call is in flight)")
+	default:
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
-			x.checkIn() // traps
-			return -1, 0, false
+			return c, x.timeoutError()
 		}
 	}
 	if c.timer {
@@ -536,17 +549,60 @@ func (x *execution) waitAny() (id int32, n int, ok bool) {
 	if c.fault != nil {
 		x.deliver(c.id, c.fault)
 	}
-	x.taken = c
-	return c.id, len(c.data), c.ok
+	if x.expired.Load() || x.ctx.Err() != nil {
+		return c, x.timeoutError() // an answer that came with the deadline is not delivered
+	}
+	return c, nil
 }
 
-func (x *execution) takeResult(id int32) []byte {
-	if x.taken.id != id {
-		return nil // not the call just announced: a confused guest gets nothing
+// pendingCall is a call the guest started that no goroutine serves yet.
+type pendingCall struct {
+	id   int32
+	idx  int // its trace record
+	full string
+	call Call
+}
+
+// startPending sets the calls the guest started to run. A call is not
+// given its own goroutine when the guest starts it: when the guest then
+// waits (atWait) with that one call and nothing else outstanding, which is
+// every `await mcp.x.y()` in sequence, the call runs right here, on the
+// goroutine that would otherwise only wait for it, saving two goroutine
+// hand-offs per call. Otherwise (several calls, or the guest still
+// computing at a check-in) each gets a goroutine, so calls overlap with
+// each other and with the script.
+func (x *execution) startPending(atWait bool) {
+	if len(x.pending) == 0 {
+		return
 	}
-	d := x.taken.data
-	x.taken = completion{}
-	return d
+	if atWait && len(x.pending) == 1 && x.inflight == 1 && x.timers == 0 && len(x.ready) == 0 {
+		p := x.pending[0]
+		x.pending = x.pending[:0]
+		data, err := x.req.Host.CallTool(x.ctx, p.call)
+		x.ready = append(x.ready, x.complete(p.id, p.idx, p.full, data, err))
+		return
+	}
+	for _, p := range x.pending {
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			data, err := x.req.Host.CallTool(x.ctx, p.call)
+			c := x.complete(p.id, p.idx, p.full, data, err)
+			select {
+			case x.done <- c:
+			case <-x.ctx.Done():
+			}
+		}()
+	}
+	x.pending = x.pending[:0]
+}
+
+// timeoutError is the run's TIMEOUT, naming which deadline passed.
+func (x *execution) timeoutError() *fault.Error {
+	if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) && x.ctx.Err() != nil {
+		return fault.New(fault.Timeout, "the caller's deadline was reached")
+	}
+	return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
 }
 
 // log keeps one console line and reports whether the guest should keep

@@ -36,10 +36,11 @@ type chunk struct {
 
 // instance is one guest module instance and what the engine keeps with it.
 type instance struct {
-	mod   api.Module
-	mem   *mappedMemory // nil without copy-on-write memory
-	run   api.Function  // pml_run, kept so a reused instance keeps its call stack
-	alloc api.Function  // pml_alloc
+	mod api.Module
+	mem *mappedMemory // nil without copy-on-write memory
+	// The exports a run calls, kept so a reused instance keeps their call
+	// stacks.
+	run, resume, inbox, alloc api.Function
 	// Globals the build exports (loopcheck.awk) so a used instance can be
 	// checked and reset.
 	budget       api.MutableGlobal
@@ -141,10 +142,12 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 		}
 	}
 	in.run = m.ExportedFunction("pml_run")
+	in.resume = m.ExportedFunction("pml_resume")
+	in.inbox = m.ExportedFunction("pml_inbox")
 	in.alloc = m.ExportedFunction("pml_alloc")
 	in.budget, _ = m.ExportedGlobal("pml_budget").(api.MutableGlobal)
 	in.stackPointer = m.ExportedGlobal("pml_stack_pointer")
-	if in.run == nil || in.alloc == nil || in.budget == nil || in.stackPointer == nil {
+	if in.run == nil || in.resume == nil || in.inbox == nil || in.alloc == nil || in.budget == nil || in.stackPointer == nil {
 		_ = m.Close(ctx)
 		return nil, errors.New("guest: the guest lacks an export the engine needs")
 	}
