@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/testutil/tsc"
 )
 
@@ -48,12 +47,7 @@ func readmeScripts(t *testing.T) (ts, runs []string) {
 func TestREADMEScriptsTypeCheck(t *testing.T) {
 	compiler := tsc.Path(t)
 	ts, runs := readmeScripts(t)
-	kv, err := demoserver.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kv.Close()
-	srv := startServe(t, "--mcp", "kv="+kv.StreamableURL())
+	srv := startServe(t, nil, "--mcp", "demo="+demoServer(t), "--mcp", "kv="+demoServer(t))
 	sum, err := os.ReadFile("../examples/sum.js")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/demoserver"
 )
 
 // gateScript waits, with slow demo calls, until another execution sets
@@ -22,6 +24,18 @@ func gateScript(key string) string {
 let polls = 0;
 while (!(await mcp.demo.kv_get({key: "` + key + `"})).value) { polls++; await mcp.demo.sleep({ms: 20}); }
 return polls`
+}
+
+// demoServer starts the demo MCP server, as pml serve would, and returns
+// its streamable HTTP URL.
+func demoServer(t *testing.T) string {
+	t.Helper()
+	ds, err := demoserver.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ds.Close() })
+	return ds.StreamableURL()
 }
 
 // openGate sets the key through a plain execution.
@@ -42,7 +56,7 @@ func openGate(t *testing.T, base, key string) {
 // call_end events arrive while the script still runs (the test opens the
 // gate only after reading them), and the result event comes last.
 func TestExecuteEventStream(t *testing.T) {
-	srv := startServe(t)
+	srv := startServe(t, nil, "--mcp", "demo="+demoServer(t))
 	body, _ := json.Marshal(map[string]any{"code": gateScript("sse-go"), "timeout_ms": 30000})
 	req, _ := http.NewRequest("POST", srv.base+"/execute", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
@@ -102,7 +116,7 @@ func TestExecuteEventStream(t *testing.T) {
 // receives notifications/progress while execute_code's script makes slow
 // calls, and its console output as log messages.
 func TestMCPProgressFromServe(t *testing.T) {
-	srv := startServe(t)
+	srv := startServe(t, nil, "--mcp", "demo="+demoServer(t))
 	c, err := client.NewStreamableHttpClient(srv.base + "/mcp")
 	if err != nil {
 		t.Fatal(err)

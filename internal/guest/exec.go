@@ -17,7 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -57,7 +56,7 @@ type execution struct {
 	timersN  int // timers ever started
 	ready    []completion
 	done     chan completion
-	taken    completion // the answer wait_any announced, for take_result to copy
+	pending  []pendingCall // started by the guest, not yet running (see startPending)
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
@@ -80,6 +79,7 @@ type execution struct {
 	expired   atomic.Bool // the deadline passed or the caller gave up
 	unwatch   func() bool // stops the watch that sets expired
 	stopping  bool        // the guest was trapped; nothing of it may run again
+	trapped   bool        // a call into the guest trapped: its instance is never reused
 	lastYield time.Time   // when the run last gave up its thread (maybeYield)
 }
 
@@ -117,9 +117,9 @@ type outputDoc struct {
 }
 
 // run calls pml_run on a fresh instance and decodes its answer.
-func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
+func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	alloc := mod.ExportedFunction("pml_alloc")
+	mod, alloc := in.mod, in.alloc
 	// QuickJS's parsers need a NUL after the text, so every buffer gets one.
 	put := func(b []byte) (uint32, error) {
 		r, err := alloc.Call(ctx, uint64(len(b)+1))
@@ -140,9 +140,26 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
 	}
-	ret, err := mod.ExportedFunction("pml_run").Call(ctx,
+	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
+	// Host-driven stepping: the guest returns whenever the script waits
+	// for a call, and the answer goes back in with pml_resume.
+	for err == nil && int64(ret[0]) == waiting {
+		c, ferr := x.next()
+		if ferr != nil {
+			return nil, ferr
+		}
+		r, ierr := in.inbox.Call(ctx, uint64(len(c.data)))
+		if ierr != nil {
+			err = ierr
+			break
+		}
+		if p := uint32(r[0]); p != 0 && !mod.Memory().Write(p, c.data) {
+			return nil, fault.New(fault.SandboxError, "the sandbox's inbox is out of range")
+		}
+		ret, err = in.resume.Call(ctx, uint64(uint32(c.id)), boolArg(c.ok), uint64(len(c.data)))
+	}
 	if err != nil {
 		return nil, x.trapError(err)
 	}
@@ -163,12 +180,6 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	}
 	if !doc.OK && doc.Error == nil {
 		doc.Error = fault.New(fault.SandboxError, "the sandbox failed without an error")
-	}
-	if doc.Error != nil && doc.Error.Code == fault.Timeout {
-		doc.Error.Message = fmt.Sprintf("execution deadline of %s exceeded", x.limits.Timeout)
-		if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) {
-			doc.Error.Message = "the caller's deadline was reached"
-		}
 	}
 	if doc.OK {
 		doc.Value = append(json.RawMessage(nil), doc.Value...) // detach from guest memory
@@ -259,11 +270,12 @@ func sameJSON(a, b any) bool {
 func (x *execution) trapError(err error) *fault.Error {
 	var exit *sys.ExitError
 	msg := err.Error()
+	x.trapped = true
 	switch {
 	case x.abortErr != nil:
 		return x.abortErr
 	case x.interrupted():
-		return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
+		return x.timeoutError()
 	case errors.As(err, &exit):
 		return fault.New(fault.SandboxError, "the sandbox exited with code %d", exit.ExitCode())
 	case strings.Contains(msg, "stack overflow") || strings.Contains(msg, "call stack exhausted"):
@@ -280,6 +292,17 @@ func (x *execution) interrupted() bool {
 
 func (x *execution) interruptedAt(now time.Time) bool {
 	return !now.Before(x.deadline) || x.ctx.Err() != nil
+}
+
+// waiting is what pml_run and pml_resume return while the script waits for
+// a call (glue.c's PML_WAITING).
+const waiting = -1
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // errStop is the panic that ends a run at the guest's next contact with the
@@ -407,16 +430,7 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 			return id
 		}
 	}
-	x.wg.Add(1)
-	go func() {
-		defer x.wg.Done()
-		data, err := x.req.Host.CallTool(x.ctx, call)
-		c := x.complete(id, idx, full, data, err)
-		select {
-		case x.done <- c:
-		case <-x.ctx.Done():
-		}
-	}()
+	x.pending = append(x.pending, pendingCall{id: id, idx: idx, full: full, call: call})
 	return id
 }
 
@@ -511,23 +525,23 @@ func (x *execution) startTimer(id int32, args []byte) int32 {
 	return id
 }
 
-// waitAny blocks until a call or timer finishes. It returns id 0 when
-// nothing is in flight (the script is deadlocked) and -1 when the run must
-// stop.
-func (x *execution) waitAny() (id int32, n int, ok bool) {
+// next returns the next answer for the guest, waiting for one when none is
+// ready. The run cannot go on when nothing is in flight (DEADLOCK) or its
+// deadline has passed (TIMEOUT).
+func (x *execution) next() (completion, *fault.Error) {
+	x.startPending(true)
 	var c completion
-	if len(x.ready) > 0 {
+	switch {
+	case len(x.ready) > 0:
 		c = x.ready[0]
 		x.ready = x.ready[1:]
-	} else {
-		if x.inflight == 0 && x.timers == 0 {
-			return 0, 0, false
-		}
+	case x.inflight == 0 && x.timers == 0:
+		return c, fault.New(fault.Deadlock, "the script is waiting for a promise that nothing can settle (no tool call is in flight)")
+	default:
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
-			x.checkIn() // traps
-			return -1, 0, false
+			return c, x.timeoutError()
 		}
 	}
 	if c.timer {
@@ -538,17 +552,60 @@ func (x *execution) waitAny() (id int32, n int, ok bool) {
 	if c.fault != nil {
 		x.deliver(c.id, c.fault)
 	}
-	x.taken = c
-	return c.id, len(c.data), c.ok
+	if x.expired.Load() || x.ctx.Err() != nil {
+		return c, x.timeoutError() // an answer that came with the deadline is not delivered
+	}
+	return c, nil
 }
 
-func (x *execution) takeResult(id int32) []byte {
-	if x.taken.id != id {
-		return nil // not the call just announced: a confused guest gets nothing
+// pendingCall is a call the guest started that no goroutine serves yet.
+type pendingCall struct {
+	id   int32
+	idx  int // its trace record
+	full string
+	call Call
+}
+
+// startPending sets the calls the guest started to run. A call is not
+// given its own goroutine when the guest starts it: when the guest then
+// waits (atWait) with that one call and nothing else outstanding, which is
+// every `await mcp.x.y()` in sequence, the call runs right here, on the
+// goroutine that would otherwise only wait for it, saving two goroutine
+// hand-offs per call. Otherwise (several calls, or the guest still
+// computing at a check-in) each gets a goroutine, so calls overlap with
+// each other and with the script.
+func (x *execution) startPending(atWait bool) {
+	if len(x.pending) == 0 {
+		return
 	}
-	d := x.taken.data
-	x.taken = completion{}
-	return d
+	if atWait && len(x.pending) == 1 && x.inflight == 1 && x.timers == 0 && len(x.ready) == 0 {
+		p := x.pending[0]
+		x.pending = x.pending[:0]
+		data, err := x.req.Host.CallTool(x.ctx, p.call)
+		x.ready = append(x.ready, x.complete(p.id, p.idx, p.full, data, err))
+		return
+	}
+	for _, p := range x.pending {
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			data, err := x.req.Host.CallTool(x.ctx, p.call)
+			c := x.complete(p.id, p.idx, p.full, data, err)
+			select {
+			case x.done <- c:
+			case <-x.ctx.Done():
+			}
+		}()
+	}
+	x.pending = x.pending[:0]
+}
+
+// timeoutError is the run's TIMEOUT, naming which deadline passed.
+func (x *execution) timeoutError() *fault.Error {
+	if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) && x.ctx.Err() != nil {
+		return fault.New(fault.Timeout, "the caller's deadline was reached")
+	}
+	return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
 }
 
 // log keeps one console line and reports whether the guest should keep

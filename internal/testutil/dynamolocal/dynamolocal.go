@@ -41,6 +41,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -56,7 +58,7 @@ type Instance struct {
 	Endpoint string
 
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -190,7 +192,7 @@ func startAt(dir string) (*Instance, error) {
 		"-inMemory", "-port", port)
 	cmd.Dir = dir
 	cmd.SysProcAttr = procAttr()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{Max: 64 << 10} // enough to explain a failure
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting java: %w", err)
@@ -266,26 +268,4 @@ func TableName(tb testing.TB) string {
 		name = name[:200]
 	}
 	return fmt.Sprintf("%s_%08x", name, rand.Uint32())
-}
-
-// syncBuffer collects the JVM's output, written by exec's copying
-// goroutine and read by waitReady.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 64<<10 {
-		return len(p), nil // enough to explain a failure
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

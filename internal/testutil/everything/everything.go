@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 )
 
 // Transport selects how the server is served.
@@ -32,7 +34,7 @@ type Server struct {
 	URL  string
 	cmd  *exec.Cmd
 	done chan struct{}
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 }
 
 // Start installs (once, via scripts/server-everything.sh) and starts the
@@ -44,7 +46,7 @@ func Start(tb testing.TB, t Transport) *Server {
 	port := freePort(tb)
 	cmd := exec.Command("node", entry, string(t))
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("server-everything: %v", err)
@@ -123,21 +125,4 @@ func freePort(tb testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
