@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
 // gateScript waits, with slow demo calls, until another execution sets
@@ -117,22 +117,9 @@ func TestExecuteEventStream(t *testing.T) {
 // calls, and its console output as log messages.
 func TestMCPProgressFromServe(t *testing.T) {
 	srv := startServe(t, nil, "--mcp", "demo="+demoServer(t))
-	c, err := client.NewStreamableHttpClient(srv.base + "/mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := mcptest.Streamable(t, srv.base+"/mcp", mcp.ProtocolVersion20251125)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "integration", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
 	var (
 		mu       sync.Mutex
 		progress []string

@@ -75,7 +75,7 @@ return {sum, total, n: echoed.words.length};
 // bridge.Service.Execute: the path whose cost the TypeScript support must
 // not raise.
 func BenchmarkExecutePlainJS(b *testing.B) {
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: slog.New(slog.DiscardHandler)})
+	svc := demoService(nil)
 	for b.Loop() {
 		if r := svc.Execute(context.Background(), bridge.Request{Code: plainJS}); !r.OK {
 			b.Fatal(r.Error)

@@ -3,7 +3,6 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"reflect"
 	"testing"
 
@@ -14,7 +13,7 @@ import (
 
 func TestCallDetail(t *testing.T) {
 	sink := &memSink{}
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Sink: sink, Logger: slog.New(slog.DiscardHandler)})
+	svc := demoService(sink)
 	code := `for (let i = 0; i < 3; i++) await mcp.demo.add({a: i, b: 1});
 try { await mcp.demo.fail({message: "no"}) } catch {}
 return await mcp.demo.echo({x: 1})`

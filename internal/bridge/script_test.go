@@ -20,7 +20,7 @@ import (
 // own coordinates, and code the analysis parser cannot read still runs
 // (the engine judges it, tool names are checked as they are called).
 func TestTypeScriptAndUnreadableCode(t *testing.T) {
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: slog.New(slog.DiscardHandler)})
+	svc := demoService(nil)
 	tests := []struct {
 		name, code, lang string
 		want             string         // JSON result when ok

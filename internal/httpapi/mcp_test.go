@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,48 +15,19 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
-// mcpTestClient connects a real mcp-go client over streamable HTTP,
-// speaking protocol version (empty: the newest the client knows).
-func mcpTestClient(t *testing.T, url, version string) *client.Client {
-	t.Helper()
-	c, err := client.NewStreamableHttpClient(url + "/mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = version
-	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// notes collects the notifications a client receives and signals each.
+// notes collects the notifications a client receives. The client's
+// goroutine only sends them on; got belongs to the test's goroutine.
 type notes struct {
-	mu   sync.Mutex
-	all  []mcp.JSONRPCNotification
-	seen chan struct{}
+	ch  chan mcp.JSONRPCNotification
+	got []mcp.JSONRPCNotification
 }
 
 func listen(c *client.Client) *notes {
-	n := &notes{seen: make(chan struct{}, 100)}
-	c.OnNotification(func(m mcp.JSONRPCNotification) {
-		n.mu.Lock()
-		n.all = append(n.all, m)
-		n.mu.Unlock()
-		select {
-		case n.seen <- struct{}{}:
-		default:
-		}
-	})
+	n := &notes{ch: make(chan mcp.JSONRPCNotification, 1000)}
+	c.OnNotification(func(m mcp.JSONRPCNotification) { n.ch <- m })
 	return n
 }
 
@@ -66,12 +36,10 @@ func listen(c *client.Client) *notes {
 func (n *notes) waitFor(t *testing.T, method, text string) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
-	for {
-		if n.has(method, text) {
-			return
-		}
+	for !n.has(method, text) {
 		select {
-		case <-n.seen:
+		case m := <-n.ch:
+			n.got = append(n.got, m)
 		case <-deadline:
 			t.Fatalf("no %s with %q; got %+v", method, text, n.list())
 		}
@@ -88,10 +56,16 @@ func (n *notes) has(method, text string) bool {
 	return false
 }
 
+// list returns every notification received so far.
 func (n *notes) list() []mcp.JSONRPCNotification {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]mcp.JSONRPCNotification(nil), n.all...)
+	for {
+		select {
+		case m := <-n.ch:
+			n.got = append(n.got, m)
+		default:
+			return n.got
+		}
+	}
 }
 
 // TestMCPProgressDuringAScript: a client that sends a progress token hears
@@ -103,7 +77,7 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 		t.Run("protocol "+version, func(t *testing.T) {
 			gate := gateSource{open: make(chan struct{})}
 			srv := streamingServer(t, true, gate)
-			c := mcpTestClient(t, srv.URL, version)
+			c := mcptest.Streamable(t, srv.URL+"/mcp", version)
 			if version == "" {
 				// Since 2026-07-28 a request asks for log messages with a
 				// level (deprecated there, and still what clients send).
@@ -148,7 +122,7 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 // plain JSON, as before (no notifications).
 func TestMCPNoProgressWithoutAToken(t *testing.T) {
 	srv := streamingServer(t, true)
-	c := mcpTestClient(t, srv.URL, mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
 	n := listen(c)
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"
@@ -169,7 +143,7 @@ func TestMCPTextWithinBudget(t *testing.T) {
 	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MCPTextBytes: 4000}))
 	t.Cleanup(srv.Close)
-	c := mcpTestClient(t, srv.URL, mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
 	code := `for (let i = 0; i < 300; i++) console.log("line " + i + " " + "y".repeat(50));
 for (let i = 0; i < 40; i++) await mcp.demo.add({a: i, b: 1});
 try { await mcp.demo.fail({message: "no"}) } catch {}

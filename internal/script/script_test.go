@@ -92,10 +92,7 @@ func TestRefsPointAtTheTypeScript(t *testing.T) {
 		"const rows: Row[] = [];   const  éλ: string = 'x';\n" +
 		"const out = await mcp.demo.echo<Row>({rows} as any) as Row[];\n" +
 		"return (await mcp.kv.get({key: éλ as string})) ?? out"
-	p, err := Prepare(code, LangTS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustPrepare(t, code, LangTS)
 	for _, r := range p.Refs.Tools {
 		wl, wc := positionOf(t, code, "mcp."+r.Server+"."+r.Tool)
 		wc += len("mcp.") // refs point at the server name
@@ -117,10 +114,7 @@ func TestPositionMapsTokens(t *testing.T) {
 		"\n" +
 		"enum E { X }\n" +
 		"const epsilon = E.X; throw new Error(String(beta + epsilon))"
-	p, err := Prepare(code, LangTS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustPrepare(t, code, LangTS)
 	for _, tok := range []string{"alpha", "beta", "gamma", "delta", "epsilon", "Error"} {
 		gl, gc := positionOf(t, p.Code, tok)
 		wl, wc := positionOf(t, code, tok)
@@ -185,6 +179,15 @@ func TestDecodeVLQ(t *testing.T) {
 			t.Errorf("decodeVLQ(%q) succeeded", bad)
 		}
 	}
+}
+
+func mustPrepare(t *testing.T, code, lang string) *Prepared {
+	t.Helper()
+	p, err := Prepare(code, lang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // positionOf is the 1-based line and character column of the first tok in

@@ -25,7 +25,6 @@
 package dynamolocal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,13 +33,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/testutil/installer"
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -237,16 +236,10 @@ func (i *Instance) waitReady(timeout time.Duration) error {
 func jarDir() (string, error) {
 	dir := os.Getenv("PML_DYNAMODB_LOCAL_DIR")
 	if dir == "" {
-		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "dynamodb-local.sh")
-		var stderr bytes.Buffer
-		cmd := exec.Command("bash", script)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("%s: %w: %s", script, err, strings.TrimSpace(stderr.String()))
+		var err error
+		if dir, err = installer.Run("dynamodb-local.sh"); err != nil {
+			return "", err
 		}
-		dir = strings.TrimSpace(string(out))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "DynamoDBLocal.jar")); err != nil {
 		return "", fmt.Errorf("no DynamoDBLocal.jar in %s: %w", dir, err)

@@ -5,18 +5,15 @@
 package everything
 
 import (
-	"bytes"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/testutil/installer"
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 )
 
@@ -99,19 +96,7 @@ var (
 )
 
 func install(tb testing.TB) string {
-	installOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "server-everything.sh")
-		var stderr bytes.Buffer
-		cmd := exec.Command("bash", script)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			installErr = fmt.Errorf("%v: %s", err, stderr.String())
-			return
-		}
-		entryPath = string(bytes.TrimSpace(out))
-	})
+	installOnce.Do(func() { entryPath, installErr = installer.Run("server-everything.sh") })
 	if installErr != nil {
 		tb.Fatalf("server-everything install: %v", installErr)
 	}

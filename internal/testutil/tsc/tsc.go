@@ -5,14 +5,12 @@
 package tsc
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/pml-sandbox/pml/internal/testutil/installer"
 )
 
 var (
@@ -46,17 +44,12 @@ func install() {
 			return
 		}
 	}
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "typescript.sh")
-	var stderr bytes.Buffer
-	cmd := exec.Command("bash", script)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	p, err := installer.Run("typescript.sh")
 	if err != nil {
-		errMsg = fmt.Sprintf("scripts/typescript.sh: %v: %s", err, stderr.String())
+		errMsg = err.Error()
 		return
 	}
-	tscPath = string(bytes.TrimSpace(out))
+	tscPath = p
 }
 
 // Check type-checks one file strictly (no emit) against the ES2022
