@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"sync"
 	"unsafe"
 
 	"github.com/tetratelabs/wazero/experimental"
@@ -194,6 +195,16 @@ func (img *image) close() {
 	}
 }
 
+// pagemap returns /proc/self/pagemap, opened once per process and read
+// with pread (safe from any goroutine); nil where it cannot be read.
+var pagemap = sync.OnceValue(func() *os.File {
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return nil
+	}
+	return f
+})
+
 // dirtyPages lists the pages (of pageSize bytes) of the first size bytes of
 // the memory that the runs since the last reset wrote, from the kernel's
 // page table (/proc/self/pagemap): a page of the image that was written is
@@ -205,11 +216,10 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 	if m.mapping == nil || m.image == 0 || size > len(m.mapping) || os.Getpagesize() != pageSize {
 		return nil, false
 	}
-	f, err := os.Open("/proc/self/pagemap")
-	if err != nil {
+	f := pagemap()
+	if f == nil {
 		return nil, false
 	}
-	defer f.Close()
 	n := (size + pageSize - 1) / pageSize
 	entries := make([]byte, n*8)
 	base := uintptr(unsafe.Pointer(&m.mapping[0]))
