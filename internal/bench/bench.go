@@ -20,16 +20,45 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 )
 
-// Figure is one benchmark result; lower is better. Its JSON fields are the
-// keys `pml bench --json` prints.
+// Figure is one benchmark result; lower is better unless HigherIsBetter.
+// Its JSON fields are the keys `pml bench --json` prints.
 type Figure struct {
-	Key    string  `json:"key"`
-	Name   string  `json:"name"`
-	Value  float64 `json:"value"`
-	Unit   string  `json:"unit"`
-	Target string  `json:"target,omitempty"`
+	Key            string  `json:"key"`
+	Name           string  `json:"name"`
+	Value          float64 `json:"value"`
+	Unit           string  `json:"unit"`
+	Target         string  `json:"target,omitempty"`
+	HigherIsBetter bool    `json:"higher_is_better,omitempty"`
 	// Compare names the peers' figures this one is compared with.
 	Compare []PeerRef `json:"-"`
+}
+
+// gojaLabel names the goja peer in tables: a pure-Go interpreter in our own
+// process, with no memory isolation (a script can exhaust the host), so
+// its figures are the floor of what isolation costs us, not a rival.
+const gojaLabel = "goja (pure Go, no memory isolation)"
+
+// compare lists, by our figure's key, the peers' figures it is printed
+// beside.
+var compare = map[string][]PeerRef{
+	"fresh_sandbox_p50_ms": {
+		{"deno-worker-bridge", "fresh_sandbox_p50_ms", "Deno Worker"},
+		{"quickjs-emscripten-node", "fresh_instance_p50_ms", "quickjs-emscripten, fresh Wasm instance"},
+		{"quickjs-emscripten-node", "fresh_sandbox_p50_ms", "quickjs-emscripten, shared instance"},
+		{"goja", "fresh_sandbox_p50_ms", gojaLabel + ", new runtime"},
+	},
+	"per_call_overhead_us": {
+		{"deno-worker-bridge", "per_call_overhead_us", "Deno Worker (postMessage)"},
+		{"quickjs-emscripten-node", "per_call_overhead_us", "quickjs-emscripten (sync, no JSON)"},
+		{"goja", "per_call_overhead_us", gojaLabel + " (sync, JSON)"},
+	},
+	"parallel_16x50ms_ms": {
+		{"deno-worker-bridge", "parallel_16x50ms_ms", "Deno Worker"},
+	},
+	"fib25_ms": {
+		{"quickjs-emscripten-node", "fib25_ms", "quickjs-emscripten on V8"},
+		{"goja", "fib25_ms", gojaLabel},
+	},
 }
 
 // PeerRef names one figure of a peer: the peer, the key of the figure in
@@ -91,7 +120,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		b2b = append(b2b, time.Since(start))
 	}
 	figs = append(figs, Figure{Key: "fresh_sandbox_p50_ms", Name: "fresh sandbox + return 1+1, p50", Value: msf(median(b2b)), Unit: "ms", Target: "≤ 0.3 ms",
-		Compare: []PeerRef{{"deno-worker-bridge", "fresh_sandbox_p50_ms", "Deno Worker"}, {"quickjs-emscripten-node", "fresh_instance_p50_ms", "quickjs-emscripten, fresh Wasm instance"}, {"quickjs-emscripten-node", "fresh_sandbox_p50_ms", "quickjs-emscripten, shared instance"}}})
+		Compare: compare["fresh_sandbox_p50_ms"]})
 	figs = append(figs, Figure{Key: "fresh_sandbox_p99_ms", Name: "same, p99", Value: msf(percentile(b2b, 0.99)), Unit: "ms"})
 	// After an idle pause: caches cold, as for a lone request.
 	var idle []time.Duration
@@ -120,7 +149,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		loop = min(loop, r.Duration)
 	}
 	figs = append(figs, Figure{Key: "per_call_overhead_us", Name: "per tool-call overhead", Value: float64((loop - base).Nanoseconds()) / n / 1000, Unit: "µs", Target: "≤ 10 µs",
-		Compare: []PeerRef{{"deno-worker-bridge", "per_call_overhead_us", "Deno Worker (postMessage)"}, {"quickjs-emscripten-node", "per_call_overhead_us", "quickjs-emscripten (sync, no JSON)"}}})
+		Compare: compare["per_call_overhead_us"]})
 
 	progress("16 parallel 50 ms calls")
 	var par []time.Duration
@@ -132,7 +161,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		par = append(par, time.Since(start))
 	}
 	figs = append(figs, Figure{Key: "parallel_16x50ms_ms", Name: "16 parallel 50 ms calls", Value: msf(median(par)), Unit: "ms", Target: "≤ 60 ms",
-		Compare: []PeerRef{{"deno-worker-bridge", "parallel_16x50ms_ms", "Deno Worker"}}})
+		Compare: compare["parallel_16x50ms_ms"]})
 
 	progress("fib(25)")
 	const fib = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }\nreturn fib(25)"
@@ -152,7 +181,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, Figure{Key: "fib25_ms", Name: "fib(25)", Value: msf(fibT), Unit: "ms", Target: "≤ 1.5× quickjs-emscripten",
-		Compare: []PeerRef{{"quickjs-emscripten-node", "fib25_ms", "quickjs-emscripten on V8"}}})
+		Compare: compare["fib25_ms"]})
 
 	progress("cost of deadline enforcement")
 	noDL, err := guest.New(ctx, guest.Options{CacheDir: o.CacheDir, UnsafeNoDeadline: true, Prepared: -1})

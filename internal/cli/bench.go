@@ -58,8 +58,10 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	return ExitOK, benchTable(out, figs, peerFigs)
 }
 
-// benchJSON is the report `pml bench --json` prints: each figure with the
-// values of the peers' figures it is compared with, by label.
+// benchJSON is the report `pml bench --json` prints: each of our figures
+// with the values of the peers' figures it is compared with, by label, and
+// every number the peers reported under a stable key of its own
+// (bench.PeerKey), compared with ours or not.
 func benchJSON(figs []bench.Figure, peers bench.Peers) map[string]any {
 	type row struct {
 		bench.Figure
@@ -75,7 +77,11 @@ func benchJSON(figs []bench.Figure, peers bench.Peers) map[string]any {
 		}
 		rows = append(rows, r)
 	}
-	return map[string]any{"machine": bench.Machine(), "date": time.Now().UTC().Format(time.DateOnly), "figures": rows}
+	peerFigs := peers.Figures()
+	if peerFigs == nil {
+		peerFigs = []bench.PeerFigure{} // [] rather than null: no peers ran
+	}
+	return map[string]any{"machine": bench.Machine(), "date": time.Now().UTC().Format(time.DateOnly), "figures": rows, "peer_figures": peerFigs}
 }
 
 // benchTable prints one line a figure and peer, ours beside theirs.
