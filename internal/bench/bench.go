@@ -1,6 +1,8 @@
 // Package bench measures the figures `pml bench` reports: a fresh sandbox,
 // the per-call overhead, parallel calls, fib(25), the cost of the deadline,
-// MCP calls over loopback against a bare mcp-go client and process start.
+// MCP calls over loopback against a bare mcp-go client, `pml serve`'s
+// throughput and the memory each concurrent execution costs, and process
+// start.
 // It also runs the peer sandboxes' benchmark script and reads its figures,
 // so each of ours can be printed beside the peers' (shared/peers/run). The
 // command prints; this package only measures.
@@ -55,6 +57,15 @@ var compare = map[string][]PeerRef{
 	"parallel_16x50ms_ms": {
 		{"deno-worker-bridge", "parallel_16x50ms_ms", "Deno Worker"},
 	},
+	"serve_throughput_return_rps": {
+		{"deno-worker-bridge", "throughput_return_rps", "Deno Worker per request (no HTTP)"},
+	},
+	"serve_throughput_one_call_rps": {
+		{"deno-worker-bridge", "throughput_one_call_rps", "Deno Worker + one postMessage call (no HTTP)"},
+	},
+	"memory_per_concurrent_execution_kib": {
+		{"deno-worker-bridge", "memory_per_concurrent_execution_kib", "Deno Worker, per held Worker"},
+	},
 	"fib25_ms": {
 		{"quickjs-emscripten-node", "fib25_ms", "quickjs-emscripten on V8"},
 		{"goja", "fib25_ms", gojaLabel},
@@ -77,6 +88,10 @@ type Options struct {
 	// Executable is the pml binary timed from process start to first
 	// result; empty leaves those figures out.
 	Executable string
+	// ServeDuration is how long each `pml serve` throughput figure is
+	// measured, after a warm-up (default 2 s; negative leaves the serve
+	// figures out).
+	ServeDuration time.Duration
 	// Progress is told what is being measured (may be nil).
 	Progress func(string)
 }
@@ -204,6 +219,18 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, mcpFigs...)
+
+	if o.ServeDuration >= 0 {
+		d := o.ServeDuration
+		if d == 0 {
+			d = 2 * time.Second
+		}
+		serveFigs, err := measureServe(ctx, o.CacheDir, d, progress)
+		if err != nil {
+			return nil, fmt.Errorf("pml serve figures: %w", err)
+		}
+		figs = append(figs, serveFigs...)
+	}
 
 	progress("process start → first result")
 	if self := o.Executable; self != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -18,6 +19,7 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		peers   = fs.String("peers", bench.FindPeers(), "the peers' benchmark script (shared/peers/run); empty to skip")
 		asJSON  = fs.Bool("json", false, "print JSON instead of a table")
 		samples = fs.Int("n", 500, "samples for the fresh-sandbox figure")
+		serveD  = fs.Duration("serve-duration", 2*time.Second, "how long each pml serve throughput figure is measured, after a warm-up; 0 leaves them out")
 	)
 	ef.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -41,7 +43,10 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		return ExitFailed, err
 	}
 	defer eng.Close(context.Background())
-	opts := bench.Options{Engine: eng, Samples: *samples, Progress: progress}
+	opts := bench.Options{Engine: eng, Samples: *samples, ServeDuration: *serveD, Progress: progress}
+	if *serveD <= 0 {
+		opts.ServeDuration = -1 // left out
+	}
 	if !ef.noCache {
 		opts.CacheDir = ef.cacheDir
 	}
@@ -93,14 +98,14 @@ func benchTable(out io.Writer, figs []bench.Figure, peers bench.Peers) error {
 		line := func(peer, pv, ratio string) {
 			name, val, tgt := "", "", ""
 			if first {
-				name, val, tgt = f.Name, fmt.Sprintf("%.3g %s", f.Value, f.Unit), f.Target
+				name, val, tgt = f.Name, value(f.Value, f.Unit), f.Target
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, val, tgt, peer, pv, ratio)
 			first = false
 		}
 		for _, p := range f.Compare {
 			if v, ok := peers.Value(p); ok {
-				line(p.Label, fmt.Sprintf("%.3g %s", v, f.Unit), fmt.Sprintf("%.2f×", f.Value/v))
+				line(p.Label, value(v, f.Unit), fmt.Sprintf("%.2f×", f.Value/v))
 			} else {
 				line(p.Label, "n/a", "")
 			}
@@ -111,4 +116,14 @@ func benchTable(out io.Writer, figs []bench.Figure, peers bench.Peers) error {
 	}
 	fmt.Fprintf(tw, "\nmachine: %s; %s\n", bench.Machine(), time.Now().UTC().Format(time.DateOnly))
 	return tw.Flush()
+}
+
+// value prints a figure to three significant digits, but a figure of a
+// thousand or more (executions per second, KiB) whole rather than as
+// 1.23e+03.
+func value(v float64, unit string) string {
+	if math.Abs(v) >= 1000 {
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+	return fmt.Sprintf("%.3g %s", v, unit)
 }

@@ -17,6 +17,8 @@ func TestBenchJSONKeys(t *testing.T) {
 	figs := []bench.Figure{
 		{Key: "fib25_ms", Name: "fib(25)", Value: 16, Unit: "ms", Target: "≤ 1.5×", Compare: []bench.PeerRef{{Peer: "qjs", Key: "fib25_ms", Label: "quickjs-emscripten"}}},
 		{Key: "fresh_sandbox_p99_ms", Name: "same, p99", Value: 0.4, Unit: "ms"},
+		{Key: "serve_throughput_return_rps", Name: "pml serve executions/s", Value: 1500, Unit: "/s", Target: "report", HigherIsBetter: true,
+			Compare: []bench.PeerRef{{Peer: "deno-worker-bridge", Key: "throughput_return_rps", Label: "Deno Worker"}}},
 	}
 	peers := bench.Peers{
 		"qjs":                {"peer": "qjs", "fib25_ms": 20.0},
@@ -44,6 +46,7 @@ func TestBenchJSONKeys(t *testing.T) {
 	}{
 		{0, []string{"key", "name", "peers", "target", "unit", "value"}},
 		{1, []string{"key", "name", "unit", "value"}}, // no target, no peers
+		{2, []string{"higher_is_better", "key", "name", "peers", "target", "unit", "value"}},
 	}
 	for _, tt := range tests {
 		if got := slices.Sorted(maps.Keys(rows[tt.row])); !slices.Equal(got, tt.keys) {
@@ -93,6 +96,41 @@ func TestBenchJSONWithoutPeers(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), `"peer_figures": []`) {
 		t.Errorf("report without peers:\n%s", buf.String())
+	}
+}
+
+func TestBenchTableValue(t *testing.T) {
+	tests := []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{0.221, "ms", "0.221 ms"},
+		{26.64, "ms", "26.6 ms"},
+		{999.4, "/s", "999 /s"},
+		{1234.5, "/s", "1234 /s"},
+		{-1500, "KiB", "-1500 KiB"},
+	}
+	for _, tt := range tests {
+		if got := value(tt.v, tt.unit); got != tt.want {
+			t.Errorf("value(%v, %q) = %q; want %q", tt.v, tt.unit, got, tt.want)
+		}
+	}
+}
+
+// TestBenchTableThroughput: the serve throughput rows print whole numbers
+// of executions per second beside the Deno peer's, with the ratio.
+func TestBenchTableThroughput(t *testing.T) {
+	figs := []bench.Figure{{Key: "serve_throughput_return_rps", Name: "pml serve executions/s", Value: 1500, Unit: "/s", Target: "report; higher is better", HigherIsBetter: true,
+		Compare: []bench.PeerRef{{Peer: "deno-worker-bridge", Key: "throughput_return_rps", Label: "Deno Worker per request (no HTTP)"}}}}
+	var buf bytes.Buffer
+	if err := benchTable(&buf, figs, bench.Peers{"deno-worker-bridge": {"throughput_return_rps": 100.0}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1500 /s", "100 /s", "15.00×", "higher is better", "Deno Worker per request"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
 	}
 }
 
