@@ -21,29 +21,40 @@ type Peers map[string]map[string]any
 // prints JSON lines naming their peer, and indexes them by peer. Lines that
 // are not JSON objects are passed over.
 func RunPeers(ctx context.Context, script string) (Peers, error) {
-	cmd := exec.CommandContext(ctx, script)
+	return runPeerCommand(ctx, script)
+}
+
+// runPeerCommand runs a peer's benchmark and reads the JSON lines it
+// prints.
+func runPeerCommand(ctx context.Context, name string, args ...string) (Peers, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", script, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(stderr.String()))
 	}
 	lines := Peers{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		p, _ := m["peer"].(string)
-		if lines[p] == nil {
-			lines[p] = map[string]any{}
-		}
-		for k, v := range m {
-			lines[p][k] = v
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			lines.Add(m)
 		}
 	}
 	return lines, sc.Err()
+}
+
+// Add merges one JSON line of a peer into p, under the line's "peer": a
+// later figure of the same name replaces an earlier one.
+func (p Peers) Add(line map[string]any) {
+	name, _ := line["peer"].(string)
+	if p[name] == nil {
+		p[name] = map[string]any{}
+	}
+	for k, v := range line {
+		p[name][k] = v
+	}
 }
 
 // Value is the figure r names, if the peer reported it as a number.

@@ -33,6 +33,10 @@ import (
 // throughput figures, and how many "requests" the Deno peer runs at once.
 const ServeClients = 8
 
+// ServeWarmUp runs before each throughput figure is measured, uncounted:
+// connections open and the engine's instance pool fills first.
+const ServeWarmUp = 500 * time.Millisecond
+
 // HeldExecutions is how many executions the memory figure holds at once.
 // Enough that the per-execution share dominates sampling noise (RSS moves
 // by a few hundred KiB on its own), few enough to stay quick.
@@ -54,14 +58,13 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 		return nil, err
 	}
 	defer s.close()
-	const warm = 500 * time.Millisecond
 	progress(fmt.Sprintf("pml serve throughput, %d clients, %s: return 1+1", ServeClients, d))
-	ret, err := s.throughput(ctx, scriptReturn, ServeClients, warm, d)
+	ret, err := s.throughput(ctx, scriptReturn, ServeClients, ServeWarmUp, d)
 	if err != nil {
 		return nil, err
 	}
 	progress(fmt.Sprintf("pml serve throughput, %d clients, %s: one remote tool call", ServeClients, d))
-	one, err := s.throughput(ctx, scriptOneCall, ServeClients, warm, d)
+	one, err := s.throughput(ctx, scriptOneCall, ServeClients, ServeWarmUp, d)
 	if err != nil {
 		return nil, err
 	}

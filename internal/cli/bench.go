@@ -37,6 +37,9 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 			progress("peers: " + err.Error())
 		}
 		peerFigs = p
+		if *serveD > 0 {
+			peerFigs = denoThroughputPeer(ctx, peerFigs, *serveD, progress)
+		}
 	}
 	eng, err := ef.engine(ctx, logger(io.Discard))
 	if err != nil {
@@ -61,6 +64,31 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		return ExitOK, writeJSON(out, benchJSON(figs, peerFigs))
 	}
 	return ExitOK, benchTable(out, figs, peerFigs)
+}
+
+// denoThroughputPeer adds the Deno Worker peer's serve figures to peers,
+// measured as ours are (bench.RunDenoPeer). Without the Deno that the
+// peers' script installs, or when it fails, the figures are left out and
+// the table says n/a, as for the peers' own.
+func denoThroughputPeer(ctx context.Context, peers bench.Peers, d time.Duration, progress func(string)) bench.Peers {
+	deno := bench.FindDeno()
+	if deno == "" {
+		progress("Deno Worker throughput peer: skipped, Deno is not installed (the peers' script installs it under $PEERS_CACHE, default ~/.cache/pml-peers)")
+		return peers
+	}
+	progress("running the Deno Worker throughput peer: " + deno)
+	p, err := bench.RunDenoPeer(ctx, bench.DenoOptions{Deno: deno, Warm: bench.ServeWarmUp, Duration: d, Clients: bench.ServeClients, Held: bench.HeldExecutions})
+	if err != nil {
+		progress("Deno Worker throughput peer: " + err.Error())
+		return peers
+	}
+	if peers == nil {
+		peers = bench.Peers{}
+	}
+	for _, line := range p {
+		peers.Add(line)
+	}
+	return peers
 }
 
 // benchJSON is the report `pml bench --json` prints: each of our figures
