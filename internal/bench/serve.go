@@ -170,7 +170,13 @@ func (s *served) close() {
 		s.client.CloseIdleConnections()
 	}
 	if s.hs != nil {
-		_ = s.hs.Close()
+		// Shutdown waits for the handlers, cancelled executions included,
+		// so the engine is not closed under one.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if s.hs.Shutdown(ctx) != nil {
+			_ = s.hs.Close()
+		}
+		cancel()
 		<-s.done
 	}
 	if s.app != nil {
