@@ -65,6 +65,12 @@ type Request struct {
 	// Helpers are extra JS globals the host provides, as name → JSON value
 	// (e.g. the catalog for tools.search). Optional.
 	Globals map[string]json.RawMessage
+	// Park, when set, is asked about every tool call before it runs; a
+	// call it returns true for waits for a decision instead of running,
+	// and when every call the script waits for is parked the run suspends
+	// (Result.Suspended). It runs on the execution's goroutine and must
+	// not block.
+	Park func(Call) bool
 	// OnCall, when set, receives each call's record as soon as the call
 	// ends, so traces can be written while the script still runs. It is
 	// called from the goroutine that served the call and must not block.
@@ -113,4 +119,8 @@ type Result struct {
 	Calls         []trace.Call    `json:"calls"`
 	StartedAt     time.Time       `json:"-"`
 	Duration      time.Duration   `json:"-"`
+	// Suspended is set, with OK false and Err nil, when the run stopped
+	// waiting for decisions on its parked calls: Engine.Resume continues
+	// it.
+	Suspended *Suspension `json:"-"`
 }

@@ -363,13 +363,31 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	defer x.shutdown()
 	in.runs++
 	doc, rerr := x.run(in, cfg, rand.Int64())
+	return e.finishRun(x, in, res, doc, rerr, finish)
+}
+
+// finishRun turns the end of a run's stepping into its Result: the output
+// document, a failure, or a Suspension.
+func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputDoc, rerr *fault.Error, finish func(*fault.Error) *Result) *Result {
+	if rerr == errSuspend {
+		s, err := x.suspension(in)
+		res.Calls = x.traceCalls()
+		res.Logs, res.LogsTruncated = x.takeLogs()
+		if err != nil {
+			return finish(err)
+		}
+		res.Suspended = s
+		finish(nil)
+		res.OK = false
+		return res
+	}
 	res.Calls = x.traceCalls()
 	res.Logs, res.LogsTruncated = x.takeLogs()
 	if rerr != nil {
 		return finish(rerr)
 	}
-	if len(doc.Value) > limits.ResultBytes {
-		return finish(fault.Limitf(fault.LimitResultBytes, "result is %d bytes; the limit is %d", len(doc.Value), limits.ResultBytes))
+	if len(doc.Value) > x.limits.ResultBytes {
+		return finish(fault.Limitf(fault.LimitResultBytes, "result is %d bytes; the limit is %d", len(doc.Value), x.limits.ResultBytes))
 	}
 	res.Value = doc.Value
 	return finish(doc.Error)

@@ -47,6 +47,7 @@ type execution struct {
 	limits   Limits
 	start    time.Time
 	deadline time.Time
+	parent   context.Context // the caller's
 	ctx      context.Context // cancelled when the run ends or the deadline passes
 	cancel   context.CancelFunc
 
@@ -57,6 +58,7 @@ type execution struct {
 	ready    []completion
 	done     chan completion
 	pending  []pendingCall // started by the guest, not yet running (see startPending)
+	parked   []ParkedCall  // waiting for a decision (Request.Park)
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
@@ -76,11 +78,14 @@ type execution struct {
 	logBytes      int
 	logsTruncated bool
 
-	expired   atomic.Bool // the deadline passed or the caller gave up
-	unwatch   func() bool // stops the watch that sets expired
-	stopping  bool        // the guest was trapped; nothing of it may run again
-	trapped   bool        // a call into the guest trapped: its instance is never reused
-	lastYield time.Time   // when the run last gave up its thread (maybeYield)
+	expired   atomic.Bool   // the deadline passed or the caller gave up
+	unwatch   func() bool   // stops the watch that sets expired
+	stopping  bool          // the guest was trapped; nothing of it may run again
+	trapped   bool          // a call into the guest trapped: its instance is never reused
+	suspended bool          // the run stopped as a Suspension
+	used      time.Duration // running time before this step (a resumed run)
+	suspends  int           // times the run was suspended before
+	lastYield time.Time     // when the run last gave up its thread (maybeYield)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
@@ -90,6 +95,7 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 	}
 	ctx, cancel := context.WithDeadline(parent, deadline)
 	x := &execution{
+		parent:   parent,
 		engine:   e,
 		req:      &req,
 		limits:   limits,
@@ -143,27 +149,38 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
-	// Host-driven stepping: the guest returns whenever the script waits
-	// for a call, and the answer goes back in with pml_resume.
-	for err == nil && int64(ret[0]) == waiting {
+	if err != nil {
+		return nil, x.trapError(err)
+	}
+	return x.drive(ctx, in, int64(ret[0]))
+}
+
+// drive carries a started run on from the guest's last answer (ret, what
+// pml_run or pml_resume returned): host-driven stepping. While the script
+// waits for a call, drive waits for an answer and hands it in with
+// pml_resume, until the guest returns its output document — or every call
+// the script waits for is parked, and the run suspends (errSuspend).
+func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*outputDoc, *fault.Error) {
+	mod := in.mod
+	for ret == waiting {
 		c, ferr := x.next()
 		if ferr != nil {
 			return nil, ferr
 		}
-		r, ierr := in.inbox.Call(ctx, uint64(len(c.data)))
-		if ierr != nil {
-			err = ierr
-			break
+		r, err := in.inbox.Call(ctx, uint64(len(c.data)))
+		if err != nil {
+			return nil, x.trapError(err)
 		}
 		if p := uint32(r[0]); p != 0 && !mod.Memory().Write(p, c.data) {
 			return nil, fault.New(fault.SandboxError, "the sandbox's inbox is out of range")
 		}
-		ret, err = in.resume.Call(ctx, uint64(uint32(c.id)), boolArg(c.ok), uint64(len(c.data)))
+		rs, err := in.resume.Call(ctx, uint64(uint32(c.id)), boolArg(c.ok), uint64(len(c.data)))
+		if err != nil {
+			return nil, x.trapError(err)
+		}
+		ret = int64(rs[0])
 	}
-	if err != nil {
-		return nil, x.trapError(err)
-	}
-	ptr, n := uint32(ret[0]>>32), uint32(ret[0])
+	ptr, n := uint32(uint64(ret)>>32), uint32(ret)
 	if ptr == 0 {
 		return nil, fault.Limitf(fault.LimitMemory, "the sandbox ran out of memory producing its result")
 	}
@@ -285,6 +302,19 @@ func (x *execution) trapError(err error) *fault.Error {
 	}
 }
 
+// shortenDeadline moves a resumed run's deadline back by the running time
+// it had already used: waiting while suspended is free, running is not.
+func (x *execution) shortenDeadline() {
+	d := x.start.Add(x.limits.Timeout - x.used)
+	if d.Before(x.deadline) {
+		x.deadline = d
+		x.unwatch()
+		x.cancel()
+		x.ctx, x.cancel = context.WithDeadline(x.parent, d)
+		x.unwatch = context.AfterFunc(x.ctx, func() { x.expired.Store(true) })
+	}
+}
+
 // interrupted reports whether the run must stop now.
 func (x *execution) interrupted() bool {
 	return x.interruptedAt(time.Now())
@@ -293,6 +323,10 @@ func (x *execution) interrupted() bool {
 func (x *execution) interruptedAt(now time.Time) bool {
 	return !now.Before(x.deadline) || x.ctx.Err() != nil
 }
+
+// errSuspend ends a run's stepping when everything it waits for is parked;
+// the engine turns the run into a Suspension.
+var errSuspend = &fault.Error{Code: "SUSPENDED", Message: "every call the script waits for awaits a decision"}
 
 // waiting is what pml_run and pml_resume return while the script waits for
 // a call (glue.c's PML_WAITING).
@@ -424,6 +458,10 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	}
 
 	call := Call{ID: rec.CallID, Server: server, Tool: tool, Args: append(json.RawMessage(nil), args...)}
+	if kind == trace.KindMCP && x.req.Park != nil && x.req.Park(call) {
+		x.park(id, idx, call)
+		return id
+	}
 	if ih, ok := x.req.Host.(ImmediateHost); ok {
 		if data, handled, err := ih.CallImmediate(call); handled {
 			x.ready = append(x.ready, x.complete(id, idx, full, data, err))
@@ -432,6 +470,15 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	}
 	x.pending = append(x.pending, pendingCall{id: id, idx: idx, full: full, call: call})
 	return id
+}
+
+// park keeps a call that waits for a decision: it does not run, and the
+// script's promise for it stays pending.
+func (x *execution) park(id int32, idx int, call Call) {
+	x.parked = append(x.parked, ParkedCall{CallID: call.ID, Server: call.Server, Tool: call.Tool, Args: call.Args, GuestID: id})
+	x.mu.Lock()
+	x.calls[idx].Status = trace.StatusParked
+	x.mu.Unlock()
 }
 
 // countOver adds one refused call to the summary record of calls past the
@@ -537,6 +584,10 @@ func (x *execution) next() (completion, *fault.Error) {
 		x.ready = x.ready[1:]
 	case x.inflight == 0 && x.timers == 0:
 		return c, fault.New(fault.Deadlock, "the script is waiting for a promise that nothing can settle (no tool call is in flight)")
+	case x.inflight == len(x.parked) && x.timers == 0:
+		// Every call the script waits for waits for a decision: nothing
+		// can happen until one is made.
+		return c, errSuspend
 	default:
 		select {
 		case c = <-x.done:
@@ -687,6 +738,14 @@ func (x *execution) traceCalls() []trace.Call {
 	calls := slices.Clone(x.calls)
 	over := x.over
 	x.mu.Unlock()
+	if !x.suspended {
+		// The script ended with calls still parked: they never ran.
+		for i := range calls {
+			if calls[i].Status == trace.StatusParked {
+				calls[i].Status = trace.StatusNotRun
+			}
+		}
+	}
 	if over != nil {
 		calls = append(calls, *over)
 		if x.req.OnCall != nil {

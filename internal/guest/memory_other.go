@@ -16,11 +16,17 @@ import (
 
 type mappedMemory struct{}
 
-func (*mappedMemory) reset(int) bool { return false }
+func (*mappedMemory) reset(int, *image) bool { return false }
+
+func populate([]byte) {}
+
+func (*mappedMemory) dirtyPages(int) ([]int, bool) { return nil, false }
 
 type image struct{}
 
 func (*image) close() {}
+
+func (*image) bytes() []byte { return nil }
 
 func newImage([]byte) (*image, error) { return nil, errors.New("copy-on-write images need Linux") }
 

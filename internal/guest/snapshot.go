@@ -24,6 +24,7 @@ type snapshot struct {
 	chunks []chunk
 	bytes  int
 	img    *image // nil: restore by writing chunks
+	base   []byte // post-init memory, kept only without an image (to diff against)
 	// stackPointer is __stack_pointer's value after pml_init (and after
 	// every run that returned): a reset instance must hold it.
 	stackPointer uint64
@@ -102,6 +103,8 @@ func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.Compil
 	// map; the chunks remain the way elsewhere.
 	if img, err := newImage(after); err == nil {
 		s.img = img
+	} else {
+		s.base = append([]byte(nil), after...)
 	}
 	return s, nil
 }
@@ -163,11 +166,19 @@ func (s *snapshot) reset(in *instance) bool {
 	if in.mem == nil || in.mod.Memory().Size() != s.pages*65536 || in.stackPointer.Get() != s.stackPointer {
 		return false
 	}
-	if !in.mem.reset(int(in.mod.Memory().Size())) {
+	if !in.mem.reset(int(in.mod.Memory().Size()), s.img) {
 		return false
 	}
 	in.budget.Set(1)
 	return true
+}
+
+// baseMemory is the post-init memory, to diff a run's memory against.
+func (s *snapshot) baseMemory() []byte {
+	if s.img != nil {
+		return s.img.bytes()
+	}
+	return s.base
 }
 
 // close releases the image.
