@@ -91,12 +91,10 @@ func Prepare(code, lang string) (*Prepared, error) {
 	}
 	if lang == LangAuto {
 		// Not JavaScript the parser reads: perhaps TypeScript.
-		ts, ferr := stripTypes(code)
-		if ferr == nil {
-			if q, err := analyse(ts.js, ts); err == nil && q.Checked {
-				return q, nil
-			}
-			return p, nil // esbuild read it: the engine may well too
+		// esbuild reading it settles it: what runs is its JavaScript,
+		// checked if the analysis parser reads that.
+		if ts, ferr := stripTypes(code); ferr == nil {
+			return analyse(ts.js, ts)
 		}
 	}
 	p.Unread = p.unread
