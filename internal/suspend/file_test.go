@@ -1,0 +1,100 @@
+package suspend_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/suspend"
+)
+
+func fileLocation(t *testing.T) location {
+	dir := filepath.Join(t.TempDir(), "suspended")
+	return location{
+		open: func(opts suspend.Options) suspend.Store { return suspend.NewFile(dir, opts) },
+		items: func(t *testing.T, id string) []storedItem {
+			t.Helper()
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []storedItem
+			for _, e := range entries {
+				info, err := e.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch name := e.Name(); {
+				case name == id+".json":
+					out = append(out, storedItem{"meta", int(info.Size())})
+				case strings.HasPrefix(name, id+"."):
+					out = append(out, storedItem{name, int(info.Size())})
+				}
+			}
+			return out
+		},
+	}
+}
+
+// TestFileLayout checks the image is stored as binary, in its own file,
+// and private to the user.
+func TestFileLayout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "suspended")
+	s := suspend.NewFile(dir, suspend.Options{})
+	saved(t, s, "alice")
+	mem := suspension(1<<20, 1).Memory
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		info, _ := e.Info()
+		if perm := info.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s has mode %v: readable by others", e.Name(), perm)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case e.Name() == "ex_1.json":
+			if len(data) > 4<<10 {
+				t.Errorf("metadata is %d bytes: the image leaked into it?", len(data))
+			}
+		case strings.HasSuffix(e.Name(), ".body"):
+			// Raw bytes, not base64: the image appears as is, and the file
+			// is barely bigger than it.
+			if !bytes.Contains(data, mem) || len(data) > len(mem)+8<<10 {
+				t.Errorf("body of %d bytes for a %d-byte image does not hold it raw", len(data), len(mem))
+			}
+		}
+	}
+	if len(names) != 3 { // .lock, ex_1.json, ex_1.<key>.body
+		t.Fatalf("files %v", names)
+	}
+	if info, err := os.Stat(dir); err != nil || info.Mode().Perm() != 0o700 {
+		t.Fatalf("directory: %v %v", info.Mode(), err)
+	}
+	// A corrupt body is refused, never resumed.
+	for _, n := range names {
+		if strings.HasSuffix(n, ".body") {
+			p := filepath.Join(dir, n)
+			data, _ := os.ReadFile(p)
+			data[len(data)-1] ^= 1
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.Claim(context.Background(), "ex_1", 1, "alice"); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("claim of a corrupt image: %v", err)
+	}
+	if r, err := s.Load(context.Background(), "ex_1"); err == nil {
+		t.Fatalf("load of a corrupt image: %+v", r)
+	}
+}
