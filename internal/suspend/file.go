@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +85,7 @@ func (f *fileBackend) put(ctx context.Context, m *meta, prev int) error {
 	return f.writeAtomic(m.ID+".json", data)
 }
 
-func (f *fileBackend) writeBody(_ context.Context, id string, version int, blob []byte) (*bodyRef, error) {
+func (f *fileBackend) writeBody(_ context.Context, id string, version int, blob []byte, _ time.Time) (*bodyRef, error) {
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -54,8 +54,9 @@ type backend interface {
 	// put writes m if the stored record is at version prev (0: if there is
 	// none); errStale otherwise.
 	put(ctx context.Context, m *meta, prev int) error
-	// writeBody stores blob under a fresh key for id's version.
-	writeBody(ctx context.Context, id string, version int, blob []byte) (*bodyRef, error)
+	// writeBody stores blob under a fresh key for id's version, which
+	// expires at expires.
+	writeBody(ctx context.Context, id string, version int, blob []byte, expires time.Time) (*bodyRef, error)
 	// readBody returns a blob writeBody stored; errBodyGone when it is
 	// not there (any more).
 	readBody(ctx context.Context, id string, ref *bodyRef) ([]byte, error)
@@ -220,7 +221,7 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 		}
 		next.Version, next.CreatedAt = prev.Version+1, prev.CreatedAt
 	}
-	ref, err := c.b.writeBody(ctx, r.ID, next.Version, blob)
+	ref, err := c.b.writeBody(ctx, r.ID, next.Version, blob, next.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("suspend: writing %s: %w", r.ID, err)
 	}

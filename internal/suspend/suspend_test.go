@@ -62,7 +62,7 @@ var kinds = []struct {
 	new  func(t *testing.T) location
 }{
 	{"file", fileLocation},
-	// {"dynamodb", dynamoLocation},
+	{"dynamodb", dynamoLocation},
 }
 
 // forEachStore runs f once per kind of store, with a clock and a store at
@@ -493,7 +493,8 @@ func TestFinish(t *testing.T) {
 
 // TestImageOnlyWhileNeeded checks what is stored at each step: one body
 // while the execution is suspended or resuming (the previous one is
-// removed when it suspends again), none once it is finished.
+// removed when it suspends again, a refused write's at once), none once it
+// is finished.
 func TestImageOnlyWhileNeeded(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s suspend.Store, _ *clock, loc location) {
 		ctx := context.Background()
@@ -510,6 +511,13 @@ func TestImageOnlyWhileNeeded(t *testing.T) {
 		perBody := bodies()
 		if perBody == 0 {
 			t.Fatal("no body stored")
+		}
+		// A creation that loses to the existing record takes its body back.
+		if err := s.Save(ctx, &suspend.Record{ID: "ex_1", Suspension: suspension(1<<20, 9)}); !errors.Is(err, suspend.ErrConflict) {
+			t.Fatalf("second creation: %v", err)
+		}
+		if n := bodies(); n != perBody {
+			t.Fatalf("%d body items after a refused creation, want %d", n, perBody)
 		}
 		c, err := s.Claim(ctx, "ex_1", 1, "")
 		if err != nil {
