@@ -44,11 +44,6 @@ func NewDynamo(db DynamoAPI, table string, opts Options) Store {
 // Query's 1 MB page.
 const chunkSize = 350 << 10
 
-// ttlGrace is how long after its expiry DynamoDB may delete a record. It
-// must exceed any lease: a claim extends the record's expiry by up to its
-// lease, while the chunks keep the ttl they were written with.
-const ttlGrace = time.Hour
-
 type dynamoBackend struct {
 	db    DynamoAPI
 	table string

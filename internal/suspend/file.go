@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,11 +27,21 @@ import (
 // exclusive flock on dir/.lock: several processes (two pml serve over the
 // same directory) can never both claim an execution. The lock is held only
 // for that check and the rename, not while bodies are written or read.
+//
+// Nothing else deletes files here, so creating a record also sweeps the
+// directory (at most hourly): a record an hour past its expiry goes with
+// its image, as does an image no record points at an hour after it was
+// written.
 func NewFile(dir string, opts Options) Store {
 	return newCore(&fileBackend{dir: dir}, opts)
 }
 
-type fileBackend struct{ dir string }
+type fileBackend struct {
+	dir string
+
+	mu        sync.Mutex
+	lastSweep time.Time
+}
 
 func (f *fileBackend) metaPath(id string) string { return filepath.Join(f.dir, id+".json") }
 
@@ -60,17 +72,11 @@ func (f *fileBackend) put(ctx context.Context, m *meta, prev int) error {
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(filepath.Join(f.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := f.lock()
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	// flock locks the open file description: other processes and other
-	// goroutines of this one (each opens the file anew) are excluded alike.
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("locking %s: %w", f.dir, err)
-	}
-	defer unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	defer unlock(lock)
 	cur, err := f.get(ctx, m.ID)
 	if err != nil {
 		return err
@@ -83,6 +89,27 @@ func (f *fileBackend) put(ctx context.Context, m *meta, prev int) error {
 		return errStale
 	}
 	return f.writeAtomic(m.ID+".json", data)
+}
+
+// lock takes the directory's exclusive lock. flock locks the open file
+// description: other processes and other goroutines of this one (each
+// opens the file anew) are excluded alike.
+func (f *fileBackend) lock() (*os.File, error) {
+	lock, err := os.OpenFile(filepath.Join(f.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking %s: %w", f.dir, err)
+	}
+	return lock, nil
+}
+
+// unlock releases lock (closing the file would too; this says so).
+func unlock(lock *os.File) {
+	_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	lock.Close()
 }
 
 func (f *fileBackend) writeBody(_ context.Context, id string, version int, blob []byte, _ time.Time) (*bodyRef, error) {
@@ -137,4 +164,73 @@ func (f *fileBackend) writeAtomic(name string, data []byte) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// sweepEvery bounds how often one store sweeps its directory.
+const sweepEvery = time.Hour
+
+// sweep removes the records that expired more than ttlGrace ago (as
+// DynamoDB's TTL would) and the bodies and temporary files nothing points
+// at that are older than ttlGrace: left by a crash, or by a write that
+// lost to another. Younger ones may be a write in progress. Errors are
+// ignored: the next sweep tries again.
+func (f *fileBackend) sweep(ctx context.Context, now time.Time) {
+	f.mu.Lock()
+	due := f.lastSweep.IsZero() || now.Sub(f.lastSweep) >= sweepEvery
+	if due {
+		f.lastSweep = now
+	}
+	f.mu.Unlock()
+	if !due {
+		return
+	}
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return
+	}
+	live := map[string]bool{} // body file names records point at
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id) {
+			continue
+		}
+		m, err := f.get(ctx, id)
+		if err != nil || m == nil {
+			continue
+		}
+		if now.After(m.ExpiresAt.Add(ttlGrace)) {
+			_ = f.remove(ctx, m)
+			continue
+		}
+		if m.Body != nil {
+			live[filepath.Base(f.bodyPath(id, m.Body.Key))] = true
+		}
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if live[name] || !(strings.HasSuffix(name, ".body") || strings.HasPrefix(name, ".tmp-")) {
+			continue
+		}
+		// Real time, not now: the file system's clock wrote ModTime.
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > ttlGrace {
+			_ = os.Remove(filepath.Join(f.dir, name))
+		}
+	}
+}
+
+// remove deletes m's record if it is still at m's version, then its body.
+func (f *fileBackend) remove(ctx context.Context, m *meta) error {
+	lock, err := f.lock()
+	if err != nil {
+		return err
+	}
+	cur, err := f.get(ctx, m.ID)
+	if err == nil && cur != nil && cur.Version == m.Version {
+		err = os.Remove(f.metaPath(m.ID))
+	}
+	unlock(lock)
+	if err == nil && m.Body != nil {
+		err = f.deleteBody(ctx, m.ID, m.Body)
+	}
+	return err
 }

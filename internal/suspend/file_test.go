@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/suspend"
 )
@@ -96,5 +97,60 @@ func TestFileLayout(t *testing.T) {
 	}
 	if r, err := s.Load(context.Background(), "ex_1"); err == nil {
 		t.Fatalf("load of a corrupt image: %+v", r)
+	}
+}
+
+// TestFileSweepsExpiredRecords checks the file store deletes what DynamoDB's
+// TTL would: records an hour past their expiry, with their images, and
+// images nothing points at once they are an hour old, but nothing younger.
+func TestFileSweepsExpiredRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "suspended")
+	clk := newClock()
+	s := suspend.NewFile(dir, suspend.Options{Now: clk.Now})
+	if err := s.Save(ctx, &suspend.Record{ID: "ex_old", Suspension: suspension(1000, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, &suspend.Record{ID: "ex_old.2", Suspension: suspension(1000, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(suspend.DefaultTTL)
+	if err := s.Save(ctx, &suspend.Record{ID: "ex_recent", Suspension: suspension(1000, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	hoursAgo := time.Now().Add(-2 * time.Hour)
+	for name, old := range map[string]bool{
+		"ex_gone.0000000001-0123456789abcdef.body": true,  // orphan, left by a crash
+		"ex_busy.0000000001-0123456789abcdef.body": false, // a write in progress
+		".tmp-123": true,
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if old {
+			if err := os.Chtimes(p, hoursAgo, hoursAgo); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	clk.Add(time.Hour + time.Second) // ex_old* are now over an hour past expiry
+	if err := s.Save(ctx, &suspend.Record{ID: "ex_new", Suspension: suspension(1000, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	joined := strings.Join(names, " ")
+	for _, id := range []string{"ex_recent", "ex_new"} {
+		if _, err := s.Load(ctx, id); err != nil {
+			t.Errorf("%s: %v (files: %s)", id, err, joined)
+		}
+	}
+	// What is left: the lock, two records and their bodies, the young write.
+	if len(names) != 6 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
+		t.Fatalf("files after the sweep: %s", joined)
 	}
 }

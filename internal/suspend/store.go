@@ -73,6 +73,12 @@ var (
 	errBodyGone = errors.New("body gone")
 )
 
+// ttlGrace is how long after its expiry a record may be deleted (by
+// DynamoDB's TTL, by the file store's sweep). It must exceed any lease: a
+// claim extends the record's expiry by up to its lease, while DynamoDB
+// chunks keep the ttl they were written with.
+const ttlGrace = time.Hour
+
 // maxAttempts bounds the re-reads after a lost race; each attempt reads
 // anew, and the second one normally sees the winner's version and reports
 // a conflict.
@@ -185,6 +191,12 @@ func (c *core) abandon(ctx context.Context, m *meta, now time.Time) (*meta, erro
 	return &next, nil
 }
 
+// sweeper is a backend that must remove expired records itself (DynamoDB
+// has its TTL; a directory has nothing).
+type sweeper interface {
+	sweep(ctx context.Context, now time.Time)
+}
+
 // Save implements Store.
 func (c *core) Save(ctx context.Context, r *Record) error {
 	switch {
@@ -237,6 +249,9 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	if prev != nil && prev.Body != nil {
 		_ = c.b.deleteBody(ctx, r.ID, prev.Body)
 	}
+	if sw, ok := c.b.(sweeper); ok && prev == nil {
+		sw.sweep(ctx, now)
+	}
 	r.Version, r.State = next.Version, next.State
 	r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.ClaimedAt = next.CreatedAt, next.UpdatedAt, next.ExpiresAt, time.Time{}
 	r.Lease, r.FailureCode = lease, ""
@@ -258,7 +273,9 @@ func (c *core) Load(ctx context.Context, id string) (*Record, error) {
 				return nil, fmt.Errorf("suspend: failing abandoned %s: %w", id, err)
 			}
 		}
-		if m.expired(now) {
+		// A claim within its lease is live whatever the time: its expiry
+		// was extended to cover the lease, but not past an equal instant.
+		if m.State != Resuming && m.expired(now) {
 			return nil, fmt.Errorf("suspend: %s expired at %s: %w", id, m.ExpiresAt.Format(time.RFC3339), ErrExpired)
 		}
 		r := m.record()
