@@ -39,9 +39,9 @@ func NewDynamo(db DynamoAPI, table string, opts Options) Store {
 	return newCore(&dynamoBackend{db: db, table: table}, opts)
 }
 
-// chunkSize keeps a chunk item (its data, keys and ttl, about 100 bytes)
-// well under DynamoDB's 400 KB item limit, and so three chunks under
-// Query's 1 MB page.
+// chunkSize keeps a chunk item (its data plus about 100 bytes of keys and
+// ttl) well under DynamoDB's 400 KB item limit; a Query page (1 MB) reads
+// about three.
 const chunkSize = 350 << 10
 
 type dynamoBackend struct {
