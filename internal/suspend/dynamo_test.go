@@ -3,6 +3,7 @@ package suspend_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -136,4 +137,35 @@ func TestDynamoItemsUnderTheLimit(t *testing.T) {
 			sameSuspension(t, got.Suspension, r.Suspension)
 		})
 	}
+}
+
+// lostResponse makes every PutItem happen but report a failure, as a
+// timeout after DynamoDB applied the write would.
+type lostResponse struct{ suspend.DynamoAPI }
+
+func (l lostResponse) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, err := l.DynamoAPI.PutItem(ctx, in, opts...); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("connection reset")
+}
+
+// TestDynamoLostResponseKeepsImage checks a save whose outcome is unknown
+// leaves the image in place: the record may point at it.
+func TestDynamoLostResponseKeepsImage(t *testing.T) {
+	db := dynamolocal.Start(t).Client()
+	table := dynamolocal.TableName(t)
+	if err := suspend.CreateTable(context.Background(), db, table); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := &suspend.Record{ID: "ex_1", Suspension: suspension(1<<20, 1)}
+	if err := suspend.NewDynamo(lostResponse{db}, table, suspend.Options{}).Save(ctx, r); err == nil {
+		t.Fatal("the save reported no error")
+	}
+	got, err := suspend.NewDynamo(db, table, suspend.Options{}).Load(ctx, "ex_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSuspension(t, got.Suspension, r.Suspension)
 }

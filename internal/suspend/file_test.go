@@ -154,3 +154,24 @@ func TestFileSweepsExpiredRecords(t *testing.T) {
 		t.Fatalf("files after the sweep: %s", joined)
 	}
 }
+
+// TestFileMissingImage checks a record whose image is lost says so, at
+// once, rather than passing for a record that keeps changing.
+func TestFileMissingImage(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "suspended")
+	s := suspend.NewFile(dir, suspend.Options{})
+	saved(t, s, "")
+	bodies, _ := filepath.Glob(filepath.Join(dir, "ex_1.*.body"))
+	if len(bodies) != 1 {
+		t.Fatalf("bodies %v", bodies)
+	}
+	if err := os.Remove(bodies[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(context.Background(), "ex_1"); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("load: %v", err)
+	}
+	if _, err := s.Claim(context.Background(), "ex_1", 1, ""); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("claim: %v", err)
+	}
+}

@@ -239,11 +239,12 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	}
 	ref.SHA256 = hex.EncodeToString(sum[:])
 	next.Body = ref
-	if err := c.b.put(ctx, next, r.Version); err != nil {
+	if err := c.b.put(ctx, next, r.Version); errors.Is(err, errStale) {
 		_ = c.b.deleteBody(ctx, r.ID, ref)
-		if errors.Is(err, errStale) {
-			return fmt.Errorf("suspend: saving %s at version %d: someone else changed it: %w", r.ID, r.Version, ErrConflict)
-		}
+		return fmt.Errorf("suspend: saving %s at version %d: someone else changed it: %w", r.ID, r.Version, ErrConflict)
+	} else if err != nil {
+		// The write may have happened (a lost response): the body stays,
+		// an orphan at worst, swept or expired later.
 		return fmt.Errorf("suspend: saving %s: %w", r.ID, err)
 	}
 	if prev != nil && prev.Body != nil {
@@ -258,8 +259,20 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	return nil
 }
 
+// bodyGone decides what a missing body means: the first time, that the
+// record moved on under the reader (read it again); at the same version
+// twice, that the body is lost.
+func bodyGone(m *meta, seen *int) error {
+	if *seen == m.Version {
+		return fmt.Errorf("suspend: %s: the stored state of version %d is missing", m.ID, m.Version)
+	}
+	*seen = m.Version
+	return nil
+}
+
 // Load implements Store.
 func (c *core) Load(ctx context.Context, id string) (*Record, error) {
+	gone := 0
 	for range maxAttempts {
 		m, err := c.getMeta(ctx, id)
 		if err != nil {
@@ -280,7 +293,10 @@ func (c *core) Load(ctx context.Context, id string) (*Record, error) {
 		}
 		r := m.record()
 		if err := c.loadBody(ctx, m, r); errors.Is(err, errBodyGone) {
-			continue // the record moved on while we read: read it again
+			if err := bodyGone(m, &gone); err != nil {
+				return nil, err
+			}
+			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("suspend: loading %s: %w", id, err)
 		}
@@ -293,6 +309,7 @@ func (c *core) Load(ctx context.Context, id string) (*Record, error) {
 // so a claim that succeeds hands out exactly the state of the version it
 // took, and a failed read leaves the record claimable.
 func (c *core) Claim(ctx context.Context, id string, version int, principal string) (*Record, error) {
+	gone := 0
 	for range maxAttempts {
 		m, err := c.getMeta(ctx, id)
 		if err != nil {
@@ -318,6 +335,9 @@ func (c *core) Claim(ctx context.Context, id string, version int, principal stri
 		}
 		r := m.record()
 		if err := c.loadBody(ctx, m, r); errors.Is(err, errBodyGone) {
+			if err := bodyGone(m, &gone); err != nil {
+				return nil, err
+			}
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("suspend: claiming %s: %w", id, err)
