@@ -24,8 +24,8 @@
 //     (chunked under DynamoDB's item limit), and checked against a SHA-256
 //     when read back: a half-written or foreign image is never resumed.
 //
-// The memory image holds the script's data: the store hands it to the
-// resumer and to nobody else, and callers must never put it in a response.
+// The memory image holds the script's data: Load and Claim return it for
+// resuming, and callers must never put it in a response.
 package suspend
 
 import (
@@ -134,12 +134,17 @@ type Store interface {
 	// several concurrent claims, one wins. ErrNotFound, ErrForbidden
 	// (another principal), ErrExpired, or ErrConflict (someone claimed
 	// it, the version moved, or it is finished; a *StateError says what
-	// was found, e.g. Failed with CodeAbandoned).
+	// was found, e.g. Failed with CodeAbandoned). Any other error is a
+	// storage failure that may or may not have claimed it: retrying is
+	// safe (at worst it reports a conflict), and a claim nobody holds
+	// fails as abandoned when its lease ends.
 	Claim(ctx context.Context, id string, version int, principal string) (*Record, error)
 	// Finish ends a claim: the Resuming record at version becomes state
 	// (Done or Failed, with code for Failed) at version+1, and its
 	// memory image is deleted. ErrNotFound, or ErrConflict when the
-	// record is no longer at that version (e.g. it was deemed abandoned).
+	// record is no longer at that version (e.g. it was deemed abandoned;
+	// or, when retrying after a storage error, the first attempt did
+	// finish it: the *StateError shows the state at version+1).
 	Finish(ctx context.Context, id string, version int, state State, code fault.Code) error
 }
 
