@@ -154,8 +154,8 @@ func TestWithoutCfnLint(t *testing.T) {
 
 // TestTemplateContract pins what the rest of the project relies on in
 // template.yaml: the functions the Makefile builds, the environment the
-// functions read, the routes internal/httpapi serves and the traces table
-// of docs/TRACES.md.
+// functions read, the routes internal/httpapi serves, the traces table
+// of docs/TRACES.md and the suspensions table of internal/suspend.
 func TestTemplateContract(t *testing.T) {
 	tpl, err := loadFile(realTemplate)
 	if err != nil {
@@ -189,6 +189,23 @@ func TestTemplateContract(t *testing.T) {
 	ttl, _ := traces["TimeToLiveSpecification"].(map[string]any)
 	if ttl["AttributeName"] != "expires_at" || ttl["Enabled"] != true {
 		t.Errorf("traces TTL %v; want expires_at, enabled", ttl)
+	}
+	// The suspensions table of internal/suspend: TTL on ttl, and no
+	// point-in-time recovery (template.yaml says why); only the execute
+	// function has it.
+	susp := propertiesOf(tpl.resources["SuspensionsTable"])
+	sttl, _ := susp["TimeToLiveSpecification"].(map[string]any)
+	sse, _ := susp["SSESpecification"].(map[string]any)
+	if sttl["AttributeName"] != "ttl" || sttl["Enabled"] != true || susp["BillingMode"] != "PAY_PER_REQUEST" || sse["SSEEnabled"] != true || susp["PointInTimeRecoverySpecification"] != nil {
+		t.Errorf("suspensions table %v; want TTL on ttl, on-demand billing, SSE, no PITR", susp)
+	}
+	if got, _ := susp["AttributeDefinitions"].([]any); len(got) != 2 || susp["GlobalSecondaryIndexes"] != nil || susp["StreamSpecification"] != nil {
+		t.Errorf("SuspensionsTable: want exactly pk and sk, no index, no stream")
+	}
+	fenv, _ := propertiesOf(tpl.resources["ExecuteFunction"])["Environment"].(map[string]any)
+	fvars, _ := fenv["Variables"].(map[string]any)
+	if _, ok := fvars["PML_SUSPENSIONS_TABLE"]; !ok {
+		t.Errorf("ExecuteFunction sets no PML_SUSPENSIONS_TABLE")
 	}
 	for _, id := range []string{"TracesTable", "CapabilitiesTable"} {
 		p := propertiesOf(tpl.resources[id])

@@ -1,0 +1,233 @@
+package suspend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoAPI is the part of the DynamoDB client the store uses: exactly the
+// actions template.yaml grants on the suspensions table.
+type DynamoAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+}
+
+// NewDynamo returns a Store keeping executions in one DynamoDB table (key
+// pk, sk; TTL on ttl), one partition per execution:
+//
+//	pk SUSP#<id>  sk meta                   the record's metadata
+//	pk SUSP#<id>  sk chunk#<key>#0000…      its suspension, ≤ 350 KiB a chunk
+//
+// Chunks are binary attributes, written (BatchWriteItem) under a key
+// unique to the write before the metadata is made to point at them with a
+// PutItem conditioned on the version it replaces; the previous chunks are
+// deleted after (best effort: their TTL removes them otherwise). Reads are
+// consistent. Every item carries ttl, the record's expiry plus an hour, so
+// DynamoDB deletes it eventually; expiry itself is decided from expires_at.
+func NewDynamo(db DynamoAPI, table string, opts Options) Store {
+	return newCore(&dynamoBackend{db: db, table: table}, opts)
+}
+
+// chunkSize keeps a chunk item (its data plus about 100 bytes of keys and
+// ttl) well under DynamoDB's 400 KB item limit; a Query page (1 MB) reads
+// about three.
+const chunkSize = 350 << 10
+
+type dynamoBackend struct {
+	db    DynamoAPI
+	table string
+}
+
+// metaItem is meta as a DynamoDB item.
+type metaItem struct {
+	PK string `dynamodbav:"pk"`
+	SK string `dynamodbav:"sk"`
+	meta
+	TTL int64 `dynamodbav:"ttl"`
+}
+
+func partition(id string) string { return "SUSP#" + id }
+
+func chunkSK(key string, i int) string { return fmt.Sprintf("chunk#%s#%04d", key, i) }
+
+func itemKey(id, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: partition(id)},
+		"sk": &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+func (d *dynamoBackend) get(ctx context.Context, id string) (*meta, error) {
+	out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: itemKey(id, "meta"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	if out.Item == nil {
+		return nil, nil
+	}
+	var it metaItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decoding the record: %w", err)
+	}
+	return &it.meta, nil
+}
+
+func (d *dynamoBackend) put(ctx context.Context, m *meta, prev int) error {
+	item, err := attributevalue.MarshalMap(metaItem{PK: partition(m.ID), SK: "meta", meta: *m, TTL: m.ExpiresAt.Add(ttlGrace).Unix()})
+	if err != nil {
+		return fmt.Errorf("encoding the record: %w", err)
+	}
+	in := &dynamodb.PutItemInput{TableName: aws.String(d.table), Item: item}
+	if prev == 0 {
+		in.ConditionExpression = aws.String("attribute_not_exists(pk)")
+	} else {
+		in.ConditionExpression = aws.String("#v = :v")
+		in.ExpressionAttributeNames = map[string]string{"#v": "version"}
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: strconv.Itoa(prev)}}
+	}
+	_, err = d.db.PutItem(ctx, in)
+	var failed *types.ConditionalCheckFailedException
+	if errors.As(err, &failed) {
+		return errStale
+	}
+	return err
+}
+
+func (d *dynamoBackend) writeBody(ctx context.Context, id string, version int, blob []byte, expires time.Time) (*bodyRef, error) {
+	key := bodyKey(version)
+	ttl := &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Add(ttlGrace).Unix(), 10)}
+	var reqs []types.WriteRequest
+	for i := 0; i*chunkSize < len(blob); i++ {
+		item := itemKey(id, chunkSK(key, i))
+		item["data"] = &types.AttributeValueMemberB{Value: blob[i*chunkSize : min((i+1)*chunkSize, len(blob))]}
+		item["ttl"] = ttl
+		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
+	}
+	if err := d.batchWrite(ctx, reqs); err != nil {
+		return nil, err
+	}
+	return &bodyRef{Key: key, Size: len(blob), Chunks: len(reqs)}, nil
+}
+
+func (d *dynamoBackend) readBody(ctx context.Context, id string, ref *bodyRef) ([]byte, error) {
+	blob := make([]byte, 0, ref.Size)
+	n := 0
+	var start map[string]types.AttributeValue
+	for {
+		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(d.table),
+			KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :prefix)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk":     &types.AttributeValueMemberS{Value: partition(id)},
+				":prefix": &types.AttributeValueMemberS{Value: "chunk#" + ref.Key + "#"},
+			},
+			ConsistentRead:    aws.Bool(true),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range out.Items {
+			sk, _ := it["sk"].(*types.AttributeValueMemberS)
+			data, _ := it["data"].(*types.AttributeValueMemberB)
+			// The sort key orders the chunks; one missing (deleted under
+			// a paging reader) shows as a gap.
+			if sk == nil || data == nil || sk.Value != chunkSK(ref.Key, n) {
+				return nil, errBodyGone
+			}
+			blob = append(blob, data.Value...)
+			n++
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	if n != ref.Chunks {
+		return nil, errBodyGone
+	}
+	return blob, nil
+}
+
+func (d *dynamoBackend) deleteBody(ctx context.Context, id string, ref *bodyRef) error {
+	reqs := make([]types.WriteRequest, ref.Chunks)
+	for i := range reqs {
+		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: itemKey(id, chunkSK(ref.Key, i))}}
+	}
+	return d.batchWrite(ctx, reqs)
+}
+
+// maxBatchTries bounds the attempts at one batch whose items DynamoDB
+// leaves unprocessed (throttling; the SDK's retryer handles errors).
+const maxBatchTries = 8
+
+// batchWrite sends reqs 25 at a time (at most 25 × 350 KiB, within the
+// 16 MB a request may carry), retrying unprocessed items with jittered
+// exponential backoff.
+func (d *dynamoBackend) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+	for len(reqs) > 0 {
+		batch := reqs[:min(25, len(reqs))]
+		reqs = reqs[len(batch):]
+		for try := 1; ; try++ {
+			out, err := d.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{d.table: batch}})
+			if err != nil {
+				return err
+			}
+			batch = out.UnprocessedItems[d.table]
+			if len(batch) == 0 {
+				break
+			}
+			if try == maxBatchTries {
+				return fmt.Errorf("%d items still unprocessed after %d attempts", len(batch), try)
+			}
+			// Full jitter: a wait drawn from [0, 25 ms × 2^try), at most 2 s.
+			t := time.NewTimer(rand.N(min(25*time.Millisecond<<try, 2*time.Second)))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// CreateTable creates the suspensions table as template.yaml declares it
+// (on demand, pk/sk strings, TTL on ttl); for tests and local setups.
+func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
+	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:   aws.String(table),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating table %s: %w", table, err)
+	}
+	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("ttl"), Enabled: aws.Bool(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("enabling TTL on %s: %w", table, err)
+	}
+	return nil
+}

@@ -1,0 +1,236 @@
+package suspend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// NewFile returns a Store keeping each execution in dir (created on first
+// save, private to the user):
+//
+//	<id>.json          the record's metadata, JSON
+//	<id>.<key>.body    its suspension (see blob.go), binary
+//
+// Every file is written to a temporary file and renamed into place, so a
+// reader never sees half a file and needs no lock. A change of the
+// metadata is conditional on the version it replaces, checked under an
+// exclusive flock on dir/.lock: several processes (two pml serve over the
+// same directory) can never both claim an execution. The lock is held only
+// for that check and the rename, not while bodies are written or read.
+//
+// Nothing else deletes files here, so creating a record also sweeps the
+// directory (at most hourly): a record an hour past its expiry goes with
+// its image, as does an image no record points at an hour after it was
+// written.
+func NewFile(dir string, opts Options) Store {
+	return newCore(&fileBackend{dir: dir}, opts)
+}
+
+type fileBackend struct {
+	dir string
+
+	mu        sync.Mutex
+	lastSweep time.Time
+}
+
+func (f *fileBackend) metaPath(id string) string { return filepath.Join(f.dir, id+".json") }
+
+func (f *fileBackend) bodyPath(id, key string) string {
+	return filepath.Join(f.dir, id+"."+key+".body")
+}
+
+func (f *fileBackend) get(_ context.Context, id string) (*meta, error) {
+	data, err := os.ReadFile(f.metaPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s is corrupt: %w", f.metaPath(id), err)
+	}
+	return &m, nil
+}
+
+func (f *fileBackend) put(ctx context.Context, m *meta, prev int) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return err
+	}
+	lock, err := f.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock(lock)
+	cur, err := f.get(ctx, m.ID)
+	if err != nil {
+		return err
+	}
+	curVersion := 0
+	if cur != nil {
+		curVersion = cur.Version
+	}
+	if curVersion != prev {
+		return errStale
+	}
+	return f.writeAtomic(m.ID+".json", data)
+}
+
+// lock takes the directory's exclusive lock. flock locks the open file
+// description: other processes and other goroutines of this one (each
+// opens the file anew) are excluded alike.
+func (f *fileBackend) lock() (*os.File, error) {
+	lock, err := os.OpenFile(filepath.Join(f.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking %s: %w", f.dir, err)
+	}
+	return lock, nil
+}
+
+// unlock releases lock (closing the file would too; this says so).
+func unlock(lock *os.File) {
+	_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	lock.Close()
+}
+
+func (f *fileBackend) writeBody(_ context.Context, id string, version int, blob []byte, _ time.Time) (*bodyRef, error) {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return nil, err
+	}
+	key := bodyKey(version)
+	if err := f.writeAtomic(filepath.Base(f.bodyPath(id, key)), blob); err != nil {
+		return nil, err
+	}
+	return &bodyRef{Key: key, Size: len(blob)}, nil
+}
+
+func (f *fileBackend) readBody(_ context.Context, id string, ref *bodyRef) ([]byte, error) {
+	b, err := os.ReadFile(f.bodyPath(id, ref.Key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errBodyGone
+	}
+	return b, err
+}
+
+func (f *fileBackend) deleteBody(_ context.Context, id string, ref *bodyRef) error {
+	return os.Remove(f.bodyPath(id, ref.Key))
+}
+
+// writeAtomic writes dir/name through a synced temporary file and a
+// rename, then syncs the directory: a claim that was acknowledged must
+// survive a crash, or the execution could be claimed again after it.
+func (f *fileBackend) writeAtomic(name string, data []byte) error {
+	tmp, err := os.CreateTemp(f.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(f.dir, name)); err != nil {
+		return err
+	}
+	d, err := os.Open(f.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// sweepEvery bounds how often one store sweeps its directory.
+const sweepEvery = time.Hour
+
+// sweep removes the records that expired more than ttlGrace ago (as
+// DynamoDB's TTL would) and the bodies and temporary files nothing points
+// at that are older than ttlGrace: left by a crash, or by a write that
+// lost to another. Younger ones may be a write in progress. Errors are
+// ignored: the next sweep tries again.
+func (f *fileBackend) sweep(ctx context.Context, now time.Time) {
+	f.mu.Lock()
+	due := f.lastSweep.IsZero() || now.Sub(f.lastSweep) >= sweepEvery
+	if due {
+		f.lastSweep = now
+	}
+	f.mu.Unlock()
+	if !due {
+		return
+	}
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return
+	}
+	live := map[string]bool{} // body file names records point at
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id) {
+			continue
+		}
+		m, err := f.get(ctx, id)
+		if err != nil || m == nil {
+			continue
+		}
+		if now.After(m.ExpiresAt.Add(ttlGrace)) {
+			_ = f.remove(ctx, m)
+			continue
+		}
+		if m.Body != nil {
+			live[filepath.Base(f.bodyPath(id, m.Body.Key))] = true
+		}
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if live[name] || !(strings.HasSuffix(name, ".body") || strings.HasPrefix(name, ".tmp-")) {
+			continue
+		}
+		// Real time, not now: the file system's clock wrote ModTime.
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > ttlGrace {
+			_ = os.Remove(filepath.Join(f.dir, name))
+		}
+	}
+}
+
+// remove deletes m's record if it is still at m's version, then its body.
+func (f *fileBackend) remove(ctx context.Context, m *meta) error {
+	lock, err := f.lock()
+	if err != nil {
+		return err
+	}
+	cur, err := f.get(ctx, m.ID)
+	if err == nil && cur != nil && cur.Version == m.Version {
+		err = os.Remove(f.metaPath(m.ID))
+	}
+	unlock(lock)
+	if err == nil && m.Body != nil {
+		err = f.deleteBody(ctx, m.ID, m.Body)
+	}
+	return err
+}
