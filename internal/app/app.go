@@ -45,6 +45,7 @@ const (
 	EnvTracesTable     = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory); CLI: --table's default
 	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
 	EnvTracesFile      = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
+	EnvTracesKeep      = "PML_TRACES_KEEP"         // executions an in-memory or file trace store holds (default 10000); CLI too
 	EnvServeToken      = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
 	EnvMCPTextBytes    = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
 
@@ -56,8 +57,8 @@ const (
 // EnvVars lists every variable above, for tests that must start from a
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvDemoTools, EnvLogLevel,
-	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvServeToken,
-	EnvMCPTextBytes, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
+	EnvServeToken, EnvMCPTextBytes, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -94,6 +95,7 @@ type TraceConfig struct {
 	Store string        // StoreMemory (the default), StoreFile or StoreDynamo
 	File  string        // the file, for StoreFile
 	Table string        // the table, for StoreDynamo
+	Keep  int           // executions StoreMemory and StoreFile hold in memory; 0 the default (10,000)
 	TTL   time.Duration // how long DynamoDB keeps a record; 0 forever
 	// Endpoint points DynamoDB at another endpoint, such as DynamoDB
 	// Local: the table is created when missing, and without AWS
@@ -108,12 +110,16 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	keep, err := TracesKeep()
+	if err != nil {
+		return Config{}, err
+	}
 	cfg := Config{
 		CacheDir:           os.Getenv(EnvCompileCache),
 		Servers:            servers,
 		ServersParam:       os.Getenv(EnvMCPServersParam),
 		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
-		Traces:             TraceConfig{Store: StoreMemory},
+		Traces:             TraceConfig{Store: StoreMemory, Keep: keep},
 		XRay:               os.Getenv(EnvLambdaTaskRoot) != "" || os.Getenv(EnvXRayDaemon) != "",
 		CapabilitiesTable:  os.Getenv(EnvCapTable),
 		CapabilitiesFile:   CapabilitiesFile(),
@@ -149,6 +155,21 @@ func MCPTextBytes() (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0, fault.New(fault.InvalidRequest, "%s must be a number of bytes, not %q", EnvMCPTextBytes, v)
+	}
+	return n, nil
+}
+
+// TracesKeep is the number of executions PML_TRACES_KEEP asks an
+// in-memory or file trace store to hold, or 0 (the default) when it is
+// unset.
+func TracesKeep() (int, error) {
+	v := os.Getenv(EnvTracesKeep)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fault.New(fault.InvalidRequest, "%s must be a positive number of executions, not %q", EnvTracesKeep, v)
 	}
 	return n, nil
 }
