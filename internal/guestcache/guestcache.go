@@ -201,8 +201,10 @@ func Entries(dir string) ([]string, error) {
 	return out, nil
 }
 
-// WriteManifest lists dir's entries into m.Entries and writes m as dir's
-// manifest.
+// WriteManifest lists dir's entries into m.Entries, writes m as dir's
+// manifest and makes the whole cache readable by every user: wazero writes
+// it 0700/0600, and Lambda runs the function as another user than the one
+// who built the package (it asks for 0444 files and 0555 directories).
 func WriteManifest(dir string, m Manifest) error {
 	entries, err := Entries(dir)
 	if err != nil {
@@ -210,6 +212,19 @@ func WriteManifest(dir string, m Manifest) error {
 	}
 	if len(entries) == 0 {
 		return fmt.Errorf("cache %s has no entries: nothing was compiled into it", dir)
+	}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		if d.IsDir() {
+			mode = 0o755
+		}
+		return os.Chmod(path, mode)
+	})
+	if err != nil {
+		return fmt.Errorf("making the cache readable: %w", err)
 	}
 	m.Entries = entries
 	b, err := json.MarshalIndent(m, "", "  ")
@@ -275,6 +290,29 @@ func Overlay(dir, cacheDir string, running Manifest) error {
 		}
 		if err := os.Symlink(abs, dst); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("linking the shipped cache: %w", err)
+		}
+	}
+	return nil
+}
+
+// RemoveOverlay removes the links Overlay made in cacheDir to the shipped
+// cache in dir, for a shipped entry that wazero refused to load (a corrupt
+// file fails the compile instead of missing): the next compile then writes
+// its own entry in their place.
+func RemoveOverlay(dir, cacheDir string) error {
+	shipped, err := ReadManifest(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range shipped.Entries {
+		if !fs.ValidPath(e) {
+			continue
+		}
+		dst := filepath.Join(cacheDir, filepath.FromSlash(e))
+		if st, err := os.Lstat(dst); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+			if err := os.Remove(dst); err != nil {
+				return fmt.Errorf("removing the shipped cache's link: %w", err)
+			}
 		}
 	}
 	return nil

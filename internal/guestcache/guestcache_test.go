@@ -2,6 +2,7 @@ package guestcache
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -100,6 +101,19 @@ func TestWriteManifest(t *testing.T) {
 	}
 	if err := Mismatch(got, running); err != nil {
 		t.Error(err)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "wazero-v1.12.0-arm64-linux"), filepath.Join(dir, "wazero-v1.12.0-arm64-linux", "0123abcd"), filepath.Join(dir, ManifestFile)} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fs.FileMode(0o444); st.IsDir() {
+			if st.Mode().Perm()&0o555 != 0o555 {
+				t.Errorf("%s is %v: Lambda's user cannot read it", p, st.Mode())
+			}
+		} else if st.Mode().Perm()&want != want {
+			t.Errorf("%s is %v: Lambda's user cannot read it", p, st.Mode())
+		}
 	}
 	if err := WriteManifest(t.TempDir(), running); err == nil {
 		t.Error("wrote a manifest for an empty cache")
