@@ -32,8 +32,12 @@ import (
 
 // Function describes one function binary.
 type Function struct {
-	Name    string
-	Binary  string        // path to the bootstrap binary
+	Name   string
+	Binary string // path to the bootstrap binary
+	// Wrapper, when set, is a command line the binary is started under,
+	// such as qemu-user for a binary of another architecture: the process
+	// runs Wrapper[0] with Wrapper[1:] and then Binary as arguments.
+	Wrapper []string
 	Env     []string      // extra environment (KEY=VALUE)
 	Timeout time.Duration // per invocation (default 30 s)
 	// MaxConcurrency caps the processes of this function (default 4).
@@ -200,6 +204,9 @@ func (f *function) spawn() error {
 	extra := append([]string(nil), f.cfg.Env...)
 	f.mu.Unlock()
 	cmd := exec.Command(f.cfg.Binary)
+	if w := f.cfg.Wrapper; len(w) > 0 {
+		cmd = exec.Command(w[0], append(w[1:len(w):len(w)], f.cfg.Binary)...)
+	}
 	cmd.Env = append(os.Environ(),
 		"AWS_LAMBDA_RUNTIME_API="+f.ln.Addr().String(),
 		"AWS_LAMBDA_FUNCTION_NAME="+f.cfg.Name,
