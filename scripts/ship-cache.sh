@@ -31,10 +31,14 @@ if [ "${PML_SHIP_CACHE:-1}" = 0 ]; then
   exit 0
 fi
 
+# The bootstrap's ELF machine (bytes 18-19, little-endian): 00b7 is aarch64.
+# Only an arm64 binary on another host needs qemu; `make build` with
+# LAMBDA_GOFLAGS for this machine's architecture runs it natively.
+machine=$(od -An -tx2 -j18 -N2 "$dir/bootstrap" | tr -d ' ')
 run=()
-case $(uname -m) in
-aarch64 | arm64) ;;
-*)
+case $machine/$(uname -m) in
+00b7/aarch64 | 00b7/arm64 | 003e/x86_64) ;;
+00b7/*)
   qemu=${QEMU_AARCH64:-$(command -v qemu-aarch64-static || command -v qemu-aarch64 || true)}
   if [ -z "$qemu" ]; then
     sudo_cmd=()
@@ -52,6 +56,7 @@ aarch64 | arm64) ;;
   fi
   run=("$qemu" -cpu neoverse-n1)
   ;;
+*) die "$dir/bootstrap (ELF machine $machine) does not run on $(uname -m)" ;;
 esac
 
 say "precompiling the guest into $cache${run:+ (under ${run[*]})}"
