@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/guestcache"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 )
 
@@ -30,37 +32,48 @@ func BenchmarkColdStart(b *testing.B) {
 	cmd := exec.Command("make", "build-ExecuteFunction", "ARTIFACTS_DIR="+art,
 		"LAMBDA_GOFLAGS=GOOS=linux GOARCH="+runtime.GOARCH+" CGO_ENABLED=0")
 	cmd.Dir = ".."
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("building the artifact: %v", err)
+	// Quiet unless it fails: its lines would split the benchmark's.
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building the artifact: %v\n%s", err, out)
 	}
 	bootstrap := filepath.Join(art, "bootstrap")
 	warm := b.TempDir()
 	noShipped := app.EnvShippedCache + "=off"
 	// Fill the shared cache once, as an earlier container would.
-	if emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bootstrap, Stderr: os.Stderr,
-		Env: []string{app.EnvCompileCache + "=" + warm, noShipped, app.EnvLogLevel + "=error", app.EnvCapFile + "=" + b.TempDir() + "/caps.json"}}); err == nil {
-		_, _, _ = emu.Invoke(context.Background(), "execute", []byte(`{"code": "return 1"}`))
-		emu.Close()
+	emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bootstrap, Stderr: io.Discard,
+		Env: []string{app.EnvCompileCache + "=" + warm, noShipped, app.EnvLogLevel + "=error", app.EnvCapFile + "=" + b.TempDir() + "/caps.json"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _, _ = emu.Invoke(context.Background(), "execute", []byte(`{"code": "return 1"}`))
+	emu.Close()
+	if n := compiledInto(b, warm); n != 1 {
+		b.Fatalf("the warm cache holds %d compiled entries, want 1", n)
 	}
 	empty := func() string { d, _ := os.MkdirTemp(b.TempDir(), "c"); return d }
 	cases := []struct {
-		name    string
-		cache   func() string
-		shipped string
+		name     string
+		cache    func() string
+		shipped  string
+		compiled int // entries the process compiles into its cache directory
 	}{
-		{"warm", func() string { return warm }, noShipped},
-		{"nocache", empty, noShipped},
-		{"shipped", empty, app.EnvShippedCache + "=" + filepath.Join(art, app.ShippedCacheName)},
+		{"warm", func() string { return warm }, noShipped, 1},
+		{"nocache", empty, noShipped, 1},
+		{"shipped", empty, app.EnvShippedCache + "=" + filepath.Join(art, app.ShippedCacheName), 0},
 	}
-	// The cases take turns within each iteration, so that the load of a
-	// shared machine weighs on all three alike (their ratio is the target).
+	// The processes' output is discarded: a process killed by Close logs
+	// that its Runtime API went away, which would split the benchmark's
+	// lines; a failure shows in the invocation's answer, and a compile in
+	// the cache directory. The cases take turns within each iteration, so
+	// that the load of a shared machine weighs on all three alike (their
+	// ratio is the target).
 	total := make([]time.Duration, len(cases))
 	n := 0
 	for b.Loop() {
 		for i, bc := range cases {
-			emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bootstrap, Stderr: os.Stderr,
-				Env: []string{app.EnvCompileCache + "=" + bc.cache(), bc.shipped, app.EnvDemoTools + "=on", app.EnvLogLevel + "=error",
+			cache := bc.cache()
+			emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bootstrap, Stderr: io.Discard,
+				Env: []string{app.EnvCompileCache + "=" + cache, bc.shipped, app.EnvDemoTools + "=on", app.EnvLogLevel + "=error",
 					app.EnvCapFile + "=" + b.TempDir() + "/caps.json", "AWS_REGION=us-east-1"}})
 			if err != nil {
 				b.Fatal(err)
@@ -72,6 +85,9 @@ func BenchmarkColdStart(b *testing.B) {
 			}
 			total[i] += time.Since(start)
 			emu.Close()
+			if got := compiledInto(b, cache); got != bc.compiled {
+				b.Fatalf("%s: %d entries compiled into the cache directory, want %d", bc.name, got, bc.compiled)
+			}
 		}
 		n++
 	}
@@ -81,4 +97,21 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 	b.ReportMetric(mean(2)/mean(0), "shipped/warm")
 	b.ReportMetric(0, "ns/op") // an iteration is all three cases: meaningless
+}
+
+// compiledInto counts the entries wazero compiled into a cache directory:
+// regular files, not the links to a shipped cache.
+func compiledInto(tb testing.TB, dir string) int {
+	tb.Helper()
+	entries, err := guestcache.Entries(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if st, err := os.Lstat(filepath.Join(dir, e)); err == nil && st.Mode().IsRegular() {
+			n++
+		}
+	}
+	return n
 }
