@@ -324,6 +324,25 @@ func (e *Emulator) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	return body, resp.Header.Get("X-Amz-Function-Error") != "", err
 }
 
+// CPUTime is the user and system CPU time used by the function processes
+// that have exited (after Close, all of them): what a process did, whatever
+// the load of the machine it shared.
+func (e *Emulator) CPUTime() time.Duration {
+	var d time.Duration
+	for _, f := range e.funcs {
+		f.mu.Lock()
+		for _, p := range f.procs {
+			select {
+			case <-p.done:
+				d += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+			default:
+			}
+		}
+		f.mu.Unlock()
+	}
+	return d
+}
+
 // SetEnv adds environment variables (KEY=VALUE) to every function's
 // processes started from now on — for values known only once the emulator
 // listens, such as its own endpoint for functions that invoke others.

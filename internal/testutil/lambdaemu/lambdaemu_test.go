@@ -118,6 +118,13 @@ func TestWrapper(t *testing.T) {
 			if err := json.Unmarshal(out, &got); err != nil || got.Wrapped != tt.want {
 				t.Fatalf("wrapped = %q (%v), want %q: %s", got.Wrapped, err, tt.want, out)
 			}
+			if d := emu.CPUTime(); d != 0 {
+				t.Errorf("CPU time %v counted for a process still running", d)
+			}
+			emu.Close()
+			if d := emu.CPUTime(); d <= 0 {
+				t.Errorf("CPU time %v after Close", d)
+			}
 		})
 	}
 }
