@@ -10,13 +10,19 @@
  * restore; QuickJS has no public API for that, and without it every restored
  * instance would produce the same "random" sequence.
  *
+ * Host-driven stepping: the guest never blocks inside an import. pml_run
+ * starts the script and returns as soon as it cannot progress (no job to
+ * run, its promise pending); the host waits for a call to finish and hands
+ * the answer in with pml_resume, which settles that call, runs what it
+ * unblocked and returns the same way. Between steps the wasm stack is
+ * empty: the whole state of the run is linear memory plus the host's
+ * bookkeeping.
+ *
+ * Exports: pml_init, pml_run, pml_resume, pml_inbox (where the host writes
+ * an answer), pml_alloc, pml_free.
+ *
  * Host imports (module "pml"):
  *   start_call(tool_index, args) -> id     starts a tool call; never blocks
- *   wait_any(&len, &ok, buf, cap) -> id    blocks until some call finishes;
- *                                           0 = nothing in flight, <0 = stop;
- *                                           an answer shorter than cap is
- *                                           written to buf at once
- *   take_result(id, buf)                   copies a longer answer
  *   log(level, msg) -> keep                console output; 0 = stop sending
  *   fault(doc) -> id                       keeps an error the prelude raises
  *                                           for the host, so the host can
@@ -42,10 +48,6 @@
 
 IMPORT("start_call")
 int32_t host_start_call(int32_t tool_index, const char *args, int32_t args_len);
-IMPORT("wait_any")
-int32_t host_wait_any(int32_t *len, int32_t *ok, char *buf, int32_t cap);
-IMPORT("take_result")
-void host_take_result(int32_t id, char *buf);
 IMPORT("log")
 int32_t host_log(int32_t level, const char *msg, int32_t msg_len);
 IMPORT("fault")
@@ -56,10 +58,20 @@ int32_t host_poll(void);
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
 
+/* Bytes of free heap the snapshot keeps ready (see pml_init). */
+#define PML_HEAP_HEADROOM (8 << 20)
+
 static JSRuntime *rt;
 static JSContext *ctx;
 /* Functions returned by the prelude, kept across the snapshot. */
 static JSValue fn_setup, fn_settle, fn_finish, fn_fail;
+/* The running script's promise, between steps. */
+static JSValue script_promise;
+static int32_t script_mem_limit;
+/* Where the host writes an answer for pml_resume: most fit the static
+ * buffer; a longer one gets a buffer of its own from pml_inbox. */
+static char inbox_small[4096];
+static char *inbox = inbox_small;
 
 /* The handler never asks QuickJS to raise "interrupted": that exception
  * needs memory (a script at its heap limit would get a catchable
@@ -147,6 +159,13 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     fn_fail = JS_GetPropertyStr(ctx, api, "fail");
     JS_FreeValue(ctx, api);
     JS_RunGC(rt);
+    /* Heap headroom in the snapshot: malloc's free top chunk. A run that
+     * stays within it never grows linear memory, so the host can reset its
+     * instance for the next run in place (a grown one is discarded). The
+     * pages cost nothing until written: instances map the snapshot
+     * copy-on-write. */
+    void *volatile headroom = malloc(PML_HEAP_HEADROOM); /* volatile: the compiler may not drop the pair */
+    free(headroom);
     /* A collection walks every object of the runtime, prelude and
      * intrinsics included (~100 us). Most scripts finish long before they
      * allocate a few megabytes, so the first collection waits until then;
@@ -193,10 +212,39 @@ static int64_t emit_exception(void) {
     return r;
 }
 
-/* pml_run executes one script. cfg is a JSON document prepared by the host
- * (tools, args, limits, seed, globals); code is the body of an async function.
- * It returns the result document; the instance is discarded afterwards, so
- * nothing here frees what it allocates. */
+/* What a step returns when the script is waiting for the host: never a
+ * packed document (linear memory stays below 2 GiB, so those are
+ * non-negative) nor 0 (out of memory producing the document). */
+#define PML_WAITING (-1)
+
+/* step runs every pending job, then reports: the output document once the
+ * script's promise has settled, PML_WAITING while it waits for a call. */
+static int64_t step(void) {
+    JSContext *c;
+    int r;
+    while ((r = JS_ExecutePendingJob(rt, &c)) > 0) {
+    }
+    if (r < 0)
+        return emit_exception();
+    JSPromiseStateEnum st = JS_PromiseState(ctx, script_promise);
+    if (st == JS_PROMISE_PENDING)
+        return PML_WAITING;
+    JSValue v = JS_PromiseResult(ctx, script_promise);
+    /* Give the reporting code room even if the script exhausted its heap. */
+    if (script_mem_limit > 0)
+        JS_SetMemoryLimit(rt, (size_t)script_mem_limit + (1 << 20));
+    JSValue doc = JS_Call(ctx, st == JS_PROMISE_FULFILLED ? fn_finish : fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&v);
+    JS_FreeValue(ctx, v);
+    if (JS_IsException(doc))
+        return emit_exception();
+    int64_t out = emit_string(doc);
+    JS_FreeValue(ctx, doc);
+    return out;
+}
+
+/* pml_run starts one script. cfg is a JSON document prepared by the host
+ * (tools, args, limits, globals); code is the body of an async function. It
+ * returns the output document, or PML_WAITING (see step). */
 __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t cfg_len, const char *code,
                                                          int32_t code_len, int64_t seed, int32_t mem_limit,
                                                          int32_t stack_size, int32_t flags) {
@@ -213,6 +261,7 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
         return emit_exception();
     /* Memory limit after the config is in, so a tool list never counts
      * against the script; it is set before any user code is parsed. */
+    script_mem_limit = mem_limit;
     if (mem_limit > 0)
         JS_SetMemoryLimit(rt, (size_t)mem_limit);
 
@@ -231,73 +280,48 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     if (JS_IsException(args))
         return emit_exception();
     JSValue fn = JS_Eval(ctx, src, src_len, "main.js", JS_EVAL_TYPE_GLOBAL);
+    free(src);
     if (JS_IsException(fn))
         return emit_exception();
-    JSValue promise = JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&args);
-    if (JS_IsException(promise))
+    script_promise = JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&args);
+    if (JS_IsException(script_promise))
         return emit_exception();
+    return step();
+}
 
-    for (;;) {
-        JSContext *c;
-        int r;
-        while ((r = JS_ExecutePendingJob(rt, &c)) > 0) {
-        }
-        if (r < 0)
-            return emit_exception();
-        JSPromiseStateEnum st = JS_PromiseState(ctx, promise);
-        if (st != JS_PROMISE_PENDING)
-            break;
-        int32_t len = 0, ok = 0;
-        /* Most answers are small: they arrive with the announcement, in a
-         * buffer kept for that, which saves a host call and an allocation
-         * per tool call. */
-        static char small[4096];
-        int32_t id = host_wait_any(&len, &ok, small, (int32_t)sizeof(small));
-        if (id == 0) {
-            return emit_static("{\"ok\":false,\"error\":{\"code\":\"DEADLOCK\",\"message\":\"the script is waiting for a promise "
-                               "that nothing can settle (no tool call is in flight)\"}}");
-        }
-        if (id < 0)
-            return emit_static("{\"ok\":false,\"error\":{\"code\":\"TIMEOUT\",\"message\":\"execution deadline exceeded\"}}");
-        char *buf = small;
-        if (len >= (int32_t)sizeof(small)) {
-            buf = malloc(len + 1);
-            if (!buf)
-                return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
-            host_take_result(id, buf);
-        }
-        buf[len] = 0;
-        JSValue argv[4];
-        argv[0] = JS_NewInt32(ctx, id);
-        argv[1] = JS_NewBool(ctx, ok);
-        argv[2] = JS_ParseJSON(ctx, buf, len, "tool-result.json");
-        argv[3] = JS_FALSE;
-        if (buf != small)
-            free(buf);
-        if (JS_IsException(argv[2])) {
-            /* Malformed host JSON or OOM while parsing: reject the call
-             * with the exception instead of aborting the whole script. */
-            argv[1] = JS_NewBool(ctx, 0);
-            argv[2] = JS_GetException(ctx);
-            argv[3] = JS_TRUE;
-        }
-        JSValue s = JS_Call(ctx, fn_settle, JS_UNDEFINED, 4, (JSValueConst *)argv);
-        JS_FreeValue(ctx, argv[2]);
-        if (JS_IsException(s))
-            return emit_exception();
-        JS_FreeValue(ctx, s);
+/* pml_inbox returns a buffer of at least len+1 bytes for the next answer
+ * (0 when out of memory). */
+__attribute__((export_name("pml_inbox"))) char *pml_inbox(int32_t len) {
+    if (inbox != inbox_small)
+        free(inbox);
+    inbox = inbox_small;
+    if (len >= (int32_t)sizeof(inbox_small))
+        inbox = malloc((size_t)len + 1);
+    return inbox;
+}
+
+/* pml_resume delivers the answer to call id (ok or not; len bytes of JSON
+ * in the inbox), runs what it unblocked and returns like pml_run. */
+__attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_t ok, int32_t len) {
+    if (!inbox)
+        return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
+    inbox[len] = 0;
+    JSValue argv[4];
+    argv[0] = JS_NewInt32(ctx, id);
+    argv[1] = JS_NewBool(ctx, ok);
+    argv[2] = JS_ParseJSON(ctx, inbox, len, "tool-result.json");
+    argv[3] = JS_FALSE;
+    if (JS_IsException(argv[2])) {
+        /* Malformed host JSON or OOM while parsing: reject the call with
+         * the exception instead of aborting the whole script. */
+        argv[1] = JS_NewBool(ctx, 0);
+        argv[2] = JS_GetException(ctx);
+        argv[3] = JS_TRUE;
     }
-
-    JSPromiseStateEnum st = JS_PromiseState(ctx, promise);
-    JSValue v = JS_PromiseResult(ctx, promise);
-    /* Give the reporting code room even if the script exhausted its heap. */
-    if (mem_limit > 0)
-        JS_SetMemoryLimit(rt, (size_t)mem_limit + (1 << 20));
-    JSValue doc = JS_Call(ctx, st == JS_PROMISE_FULFILLED ? fn_finish : fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&v);
-    JS_FreeValue(ctx, v);
-    if (JS_IsException(doc))
+    JSValue s = JS_Call(ctx, fn_settle, JS_UNDEFINED, 4, (JSValueConst *)argv);
+    JS_FreeValue(ctx, argv[2]);
+    if (JS_IsException(s))
         return emit_exception();
-    int64_t out = emit_string(doc);
-    JS_FreeValue(ctx, doc);
-    return out;
+    JS_FreeValue(ctx, s);
+    return step();
 }

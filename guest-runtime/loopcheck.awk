@@ -61,6 +61,8 @@ FNR == 1 {
   loopno = 0
 }
 
+/^  \(global \$__stack_pointer / { stackpointer = 1 }
+
 /^  \(import "pml" "poll" \(func / {
   poll = $5
   sub(/^\(;/, "", poll); sub(/;\)$/, "", poll)
@@ -93,9 +95,14 @@ END {
   if (widest < 128 || exempted == 0) exit 1
   if (poll == "") { print "loopcheck: no pml.poll import" > "/dev/stderr"; exit 1 }
   if (checked == 0) { print "loopcheck: no loops found" > "/dev/stderr"; exit 1 }
+  if (!stackpointer) { print "loopcheck: no $__stack_pointer global" > "/dev/stderr"; exit 1 }
   if (held !~ /\)$/) { print "loopcheck: unexpected end of module" > "/dev/stderr"; exit 1 }
   print substr(held, 1, length(held) - 1)
   print "  (global $pml_budget (mut i32) (i32.const 1))"
+  # Exported for the engine, which checks and resets them before it reuses
+  # an instance (internal/guest/snapshot.go).
+  print "  (export \"pml_budget\" (global $pml_budget))"
+  print "  (export \"pml_stack_pointer\" (global $__stack_pointer))"
   print "  (func $pml_poll"
   print "    call " poll
   print "    global.set $pml_budget))"

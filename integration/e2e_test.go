@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
 )
 
@@ -157,20 +157,7 @@ func TestMCPEndpointThroughAPIGateway(t *testing.T) {
 	base := s.apiGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.NewStreamableHttpClient(base + "/mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcpclient.ProtocolVersion
-	init.Params.ClientInfo = mcp.Implementation{Name: "integration", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	c := mcptest.Streamable(t, base+"/mcp", mcpclient.ProtocolVersion)
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil || len(list.Tools) != 4 {
 		t.Fatalf("tools/list: %+v %v", list, err)

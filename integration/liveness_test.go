@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"net/http/httptest"
+
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	"net/http/httptest"
 
 	"github.com/pml-sandbox/pml/internal/app"
 )
@@ -38,16 +39,18 @@ func signalServer(t *testing.T) (url string, started <-chan struct{}) {
 	return hs.URL, ch
 }
 
-// servePML starts `pml serve` with env added and returns its base URL and
-// a channel of its stderr lines.
-func servePML(t *testing.T, env []string, args ...string) (string, <-chan string) {
-	base, lines, _ := servePMLProcess(t, env, args...)
-	return base, lines
+// served is a running `pml serve`, started by startServe.
+type served struct {
+	base   string
+	lines  <-chan string // its stderr, line by line (dropped when not read)
+	proc   *os.Process
+	exited <-chan error // its exit status, once it has exited
 }
 
-// servePMLProcess is servePML that also returns the process, for tests
-// that watch its resources.
-func servePMLProcess(t *testing.T, env []string, args ...string) (string, <-chan string, *os.Process) {
+// startServe starts `pml serve` on a free loopback port with its own
+// stores and no demo server, env added, and waits until it listens. The
+// test's cleanup kills it.
+func startServe(t *testing.T, env []string, args ...string) *served {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(bins.pml, append([]string{"serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir}, args...)...)
@@ -61,14 +64,15 @@ func servePMLProcess(t *testing.T, env []string, args ...string) (string, <-chan
 		t.Fatal(err)
 	}
 	lines := make(chan string, 4096)
-	exited := make(chan struct{})
+	exited := make(chan error, 1)
+	done := make(chan struct{})
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-done
 	})
 	ready := make(chan string, 1)
 	go func() {
-		defer close(exited)
+		defer close(done)
 		listening := regexp.MustCompile(`listening on (http://\S+)`)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -80,17 +84,17 @@ func servePMLProcess(t *testing.T, env []string, args ...string) (string, <-chan
 			default:
 			}
 		}
-		_ = cmd.Wait()
+		exited <- cmd.Wait() // after stderr is drained, as Wait requires
 	}()
 	select {
 	case base := <-ready:
-		return base, lines, cmd.Process
-	case <-exited:
+		return &served{base: base, lines: lines, proc: cmd.Process, exited: exited}
+	case <-done:
 		t.Fatal("pml serve exited before it listened")
 	case <-time.After(60 * time.Second):
 		t.Fatal("pml serve did not come up")
 	}
-	return "", nil, nil
+	return nil
 }
 
 // execute posts code to /execute and returns the decoded response.
@@ -122,7 +126,8 @@ func TestServeStaysLiveUnderHostileScripts(t *testing.T) {
 	sigURL, started := signalServer(t)
 	// gctrace prints a line per garbage collection; a low GOGC makes the
 	// answers below trigger several.
-	base, lines := servePML(t, []string{"GODEBUG=gctrace=1", "GOGC=25"}, "--mcp", "sig="+sigURL)
+	srv := startServe(t, []string{"GODEBUG=gctrace=1", "GOGC=25"}, "--mcp", "sig="+sigURL)
+	base, lines := srv.base, srv.lines
 
 	hostile := []string{
 		"return Array.prototype.includes.call({length: 2**53-1}, 1)",

@@ -1,60 +1,20 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
-	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pml-sandbox/pml/internal/app"
 )
 
 // TestServeSafeByDefault runs the real binary as a user would: what a web
 // page could send it is refused, a client holding GET /mcp gets 405, and
 // SIGTERM stops it at once with exit 0.
 func TestServeSafeByDefault(t *testing.T) {
-	dir := t.TempDir()
-	cmd := exec.Command(bins.pml, "serve", "--addr", "127.0.0.1:0", "--no-demo-server", "--cache-dir", dir)
-	cmd.Env = append(cmd.Environ(), app.EnvTracesFile+"="+dir+"/traces.jsonl", app.EnvCapFile+"="+dir+"/caps.json", app.EnvServeToken+"=")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	// The banner's first line says where it listens; the rest goes to the log.
-	ready := make(chan string, 1)
-	go func() {
-		listening := regexp.MustCompile(`listening on (http://\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				ready <- m[1]
-			}
-			t.Log(sc.Text())
-		}
-		exited <- cmd.Wait() // after stderr is drained, as Wait requires
-	}()
-	var base string
-	select {
-	case base = <-ready:
-	case err := <-exited:
-		exited <- err
-		t.Fatalf("pml serve exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("pml serve did not come up")
-	}
+	srv := startServe(t, nil)
+	base := srv.base
 
 	const code = `{"code": "return 1"}`
 	tests := []struct {
@@ -103,10 +63,9 @@ func TestServeSafeByDefault(t *testing.T) {
 		t.Errorf("GET /mcp: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 
-	_ = cmd.Process.Signal(syscallTERM)
+	_ = srv.proc.Signal(syscallTERM)
 	select {
-	case err := <-exited:
-		exited <- err // for the cleanup
+	case err := <-srv.exited:
 		if err != nil {
 			t.Fatalf("pml serve exited with %v", err)
 		}

@@ -97,7 +97,8 @@ func TestSoak(t *testing.T) {
 	// gctrace prints the live heap after every collection: the leak check
 	// watches that, while resident memory also carries what Go has freed but
 	// not yet returned to the system.
-	base, lines, proc := servePMLProcess(t, []string{"GODEBUG=gctrace=1"}, "--mcp", "demo="+demo.StreamableURL())
+	srv := startServe(t, []string{"GODEBUG=gctrace=1"}, "--mcp", "demo="+demo.StreamableURL())
+	base, lines, proc := srv.base, srv.lines, srv.proc
 	liveHeap := regexp.MustCompile(`^gc \d+ .*->(\d+) MB`)
 	var live atomic.Int64
 	go func() {

@@ -31,6 +31,12 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
-	h := httpapi.New(httpapi.Options{Service: a.Service, Traces: a.Traces, Capabilities: a.Capabilities, Health: a.Health, Logger: log})
+	textBytes, err := app.MCPTextBytes()
+	if err != nil {
+		log.Error("init failed", "err", err)
+		os.Exit(1)
+	}
+	h := httpapi.New(httpapi.Options{Service: a.Service, Traces: a.Traces, Capabilities: a.Capabilities, Health: a.Health, Logger: log,
+		MCPTextBytes: textBytes})
 	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: a.Service, Logger: log}))
 }

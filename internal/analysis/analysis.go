@@ -85,9 +85,25 @@ type Refs struct {
 	Dynamic bool `json:"dynamic"`
 }
 
+// UnreadableError is the error of code the parser cannot read. It is not a
+// verdict: the parser is stricter than QuickJS in places (sloppy-mode
+// `for (var k = 2 in o)`), so a caller that can let the engine judge should
+// (see internal/script). Fault is the ScriptError a caller that cannot
+// reports, "SyntaxError: … (line L, column C)" in the user's coordinates.
+type UnreadableError struct {
+	Fault *fault.Error
+}
+
+func (e *UnreadableError) Error() string { return e.Fault.Error() }
+
+// Unwrap lets fault.As find the ScriptError.
+func (e *UnreadableError) Unwrap() error { return e.Fault }
+
 // MCPReferences parses code (the body of an async function) and returns the
-// tools it names. A syntax error is a *fault.Error with code ScriptError and
-// a message "SyntaxError: … (line L, column C)" in the user's coordinates.
+// tools it names. Code the parser cannot read is an *UnreadableError; code
+// that reads but closes the function body and goes on at top level is a
+// *fault.Error with code ScriptError. Both carry a message
+// "SyntaxError: … (line L, column C)" in the user's coordinates.
 func MCPReferences(code string) (Refs, error) {
 	src := make([]byte, 0, len(wrapHead)+len(code)+len(wrapTail)+1)
 	src = append(src, wrapHead...)
@@ -97,7 +113,7 @@ func MCPReferences(code string) (Refs, error) {
 	// token addresses can be mapped back to offsets.
 	ast, err := js.Parse(parse.NewInputBytes(src), js.Options{})
 	if err != nil {
-		return Refs{}, syntaxError(code, err)
+		return Refs{}, &UnreadableError{Fault: syntaxError(code, err)}
 	}
 	if !wrapperIntact(ast) {
 		// The code closed the function body and went on at top level
@@ -399,7 +415,7 @@ func syntaxError(code string, err error) *fault.Error {
 		// points at the user's own token instead of at our `})`.
 		return locateEscape(code)
 	}
-	return newSyntaxError(pe.Message, line, col)
+	return SyntaxErrorAt(pe.Message, line, col)
 }
 
 // locateEscape finds the syntax error of code parsed on its own (statements
@@ -410,13 +426,16 @@ func locateEscape(code string) *fault.Error {
 	_, err := js.Parse(parse.NewInputString(code), js.Options{Inline: true})
 	var pe *parse.Error
 	if errors.As(err, &pe) && pe.Line >= 1 && pe.Line <= li.lines() && pe.Column >= 1 {
-		return newSyntaxError(pe.Message, pe.Line, pe.Column)
+		return SyntaxErrorAt(pe.Message, pe.Line, pe.Column)
 	}
 	last := li.lines()
-	return newSyntaxError("unexpected end of input or unbalanced '}'", last, li.lineLen(last)+1)
+	return SyntaxErrorAt("unexpected end of input or unbalanced '}'", last, li.lineLen(last)+1)
 }
 
-func newSyntaxError(msg string, line, col int) *fault.Error {
+// SyntaxErrorAt is the ScriptError of a syntax error at a 1-based line and
+// character column, in the shape every static check reports:
+// "SyntaxError: MSG (line L, column C)" with details {line, column}.
+func SyntaxErrorAt(msg string, line, col int) *fault.Error {
 	return &fault.Error{
 		Code:    fault.ScriptError,
 		Message: fmt.Sprintf("SyntaxError: %s (line %d, column %d)", msg, line, col),

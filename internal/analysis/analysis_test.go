@@ -180,6 +180,13 @@ func TestSyntaxErrors(t *testing.T) {
 			if strings.Contains(fe.Message, "async function (args)") {
 				t.Errorf("message leaks the wrapper: %q", fe.Message)
 			}
+			// Only code that parses but leaves the function body is a
+			// verdict; the rest is the parser's opinion, the engine's to
+			// confirm.
+			var ue *UnreadableError
+			if got, want := errors.As(err, &ue), tc.name != "wrapper escape"; got != want {
+				t.Errorf("UnreadableError = %v, want %v", got, want)
+			}
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
@@ -46,6 +47,7 @@ const (
 	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
 	EnvTracesFile      = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
 	EnvServeToken      = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
+	EnvMCPTextBytes    = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -56,7 +58,7 @@ const (
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvServeToken,
-	EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvMCPTextBytes, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -152,6 +154,20 @@ func ServersFromEnv() ([]mcpclient.ServerConfig, error) {
 		return nil, nil
 	}
 	return mcpclient.ParseConfig(EnvMCPServers, []byte(doc))
+}
+
+// MCPTextBytes is the budget of execute_code's text answer set by
+// PML_MCP_TEXT_BYTES, or 0 (the default) when it is unset.
+func MCPTextBytes() (int, error) {
+	v := os.Getenv(EnvMCPTextBytes)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fault.New(fault.InvalidRequest, "%s must be a number of bytes, not %q", EnvMCPTextBytes, v)
+	}
+	return n, nil
 }
 
 // CapabilitiesFile is the file registry's path: $PML_CAPABILITIES_FILE,

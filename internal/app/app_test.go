@@ -148,3 +148,19 @@ func TestLogger(t *testing.T) {
 		}
 	}
 }
+
+func TestMCPTextBytes(t *testing.T) {
+	for v, want := range map[string]int{"": 0, "4096": 4096, "0": 0, "-1": -1, "lots": -1} {
+		t.Setenv(app.EnvMCPTextBytes, v)
+		n, err := app.MCPTextBytes()
+		if want < 0 {
+			if fault.CodeOf(err) != fault.InvalidRequest {
+				t.Errorf("%q: %d, %v; want INVALID_REQUEST", v, n, err)
+			}
+			continue
+		}
+		if err != nil || n != want {
+			t.Errorf("%q: %d, %v; want %d", v, n, err, want)
+		}
+	}
+}

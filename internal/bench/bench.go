@@ -1,6 +1,8 @@
 // Package bench measures the figures `pml bench` reports: a fresh sandbox,
 // the per-call overhead, parallel calls, fib(25), the cost of the deadline,
-// MCP calls over loopback against a bare mcp-go client and process start.
+// MCP calls over loopback against a bare mcp-go client, `pml serve`'s
+// throughput and the memory each concurrent execution costs, and process
+// start.
 // It also runs the peer sandboxes' benchmark script and reads its figures,
 // so each of ours can be printed beside the peers' (shared/peers/run). The
 // command prints; this package only measures.
@@ -20,16 +22,54 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 )
 
-// Figure is one benchmark result; lower is better. Its JSON fields are the
-// keys `pml bench --json` prints.
+// Figure is one benchmark result; lower is better unless HigherIsBetter.
+// Its JSON fields are the keys `pml bench --json` prints.
 type Figure struct {
-	Key    string  `json:"key"`
-	Name   string  `json:"name"`
-	Value  float64 `json:"value"`
-	Unit   string  `json:"unit"`
-	Target string  `json:"target,omitempty"`
+	Key            string  `json:"key"`
+	Name           string  `json:"name"`
+	Value          float64 `json:"value"`
+	Unit           string  `json:"unit"`
+	Target         string  `json:"target,omitempty"`
+	HigherIsBetter bool    `json:"higher_is_better,omitempty"`
 	// Compare names the peers' figures this one is compared with.
 	Compare []PeerRef `json:"-"`
+}
+
+// gojaLabel names the goja peer in tables: a pure-Go interpreter in our own
+// process, with no memory isolation (a script can exhaust the host), so
+// its figures are the floor of what isolation costs us, not a rival.
+const gojaLabel = "goja (pure Go, no memory isolation)"
+
+// compare lists, by our figure's key, the peers' figures it is printed
+// beside.
+var compare = map[string][]PeerRef{
+	"fresh_sandbox_p50_ms": {
+		{"deno-worker-bridge", "fresh_sandbox_p50_ms", "Deno Worker"},
+		{"quickjs-emscripten-node", "fresh_instance_p50_ms", "quickjs-emscripten, fresh Wasm instance"},
+		{"quickjs-emscripten-node", "fresh_sandbox_p50_ms", "quickjs-emscripten, shared instance"},
+		{"goja", "fresh_sandbox_p50_ms", gojaLabel + ", new runtime"},
+	},
+	"per_call_overhead_us": {
+		{"deno-worker-bridge", "per_call_overhead_us", "Deno Worker (postMessage)"},
+		{"quickjs-emscripten-node", "per_call_overhead_us", "quickjs-emscripten (sync, no JSON)"},
+		{"goja", "per_call_overhead_us", gojaLabel + " (sync, JSON)"},
+	},
+	"parallel_16x50ms_ms": {
+		{"deno-worker-bridge", "parallel_16x50ms_ms", "Deno Worker"},
+	},
+	"serve_throughput_return_rps": {
+		{"deno-worker-bridge", "throughput_return_rps", "Deno Worker per request (no HTTP)"},
+	},
+	"serve_throughput_one_call_rps": {
+		{"deno-worker-bridge", "throughput_one_call_rps", "Deno Worker + one postMessage call (no HTTP)"},
+	},
+	"memory_per_concurrent_execution_kib": {
+		{"deno-worker-bridge", "memory_per_concurrent_execution_kib", "Deno Worker, per held Worker"},
+	},
+	"fib25_ms": {
+		{"quickjs-emscripten-node", "fib25_ms", "quickjs-emscripten on V8"},
+		{"goja", "fib25_ms", gojaLabel},
+	},
 }
 
 // PeerRef names one figure of a peer: the peer, the key of the figure in
@@ -48,6 +88,10 @@ type Options struct {
 	// Executable is the pml binary timed from process start to first
 	// result; empty leaves those figures out.
 	Executable string
+	// ServeDuration is how long each `pml serve` throughput figure is
+	// measured, after a warm-up (default 2 s; negative leaves the serve
+	// figures out).
+	ServeDuration time.Duration
 	// Progress is told what is being measured (may be nil).
 	Progress func(string)
 }
@@ -91,7 +135,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		b2b = append(b2b, time.Since(start))
 	}
 	figs = append(figs, Figure{Key: "fresh_sandbox_p50_ms", Name: "fresh sandbox + return 1+1, p50", Value: msf(median(b2b)), Unit: "ms", Target: "≤ 0.3 ms",
-		Compare: []PeerRef{{"deno-worker-bridge", "fresh_sandbox_p50_ms", "Deno Worker"}, {"quickjs-emscripten-node", "fresh_instance_p50_ms", "quickjs-emscripten, fresh Wasm instance"}, {"quickjs-emscripten-node", "fresh_sandbox_p50_ms", "quickjs-emscripten, shared instance"}}})
+		Compare: compare["fresh_sandbox_p50_ms"]})
 	figs = append(figs, Figure{Key: "fresh_sandbox_p99_ms", Name: "same, p99", Value: msf(percentile(b2b, 0.99)), Unit: "ms"})
 	// After an idle pause: caches cold, as for a lone request.
 	var idle []time.Duration
@@ -120,7 +164,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		loop = min(loop, r.Duration)
 	}
 	figs = append(figs, Figure{Key: "per_call_overhead_us", Name: "per tool-call overhead", Value: float64((loop - base).Nanoseconds()) / n / 1000, Unit: "µs", Target: "≤ 10 µs",
-		Compare: []PeerRef{{"deno-worker-bridge", "per_call_overhead_us", "Deno Worker (postMessage)"}, {"quickjs-emscripten-node", "per_call_overhead_us", "quickjs-emscripten (sync, no JSON)"}}})
+		Compare: compare["per_call_overhead_us"]})
 
 	progress("16 parallel 50 ms calls")
 	var par []time.Duration
@@ -132,7 +176,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		par = append(par, time.Since(start))
 	}
 	figs = append(figs, Figure{Key: "parallel_16x50ms_ms", Name: "16 parallel 50 ms calls", Value: msf(median(par)), Unit: "ms", Target: "≤ 60 ms",
-		Compare: []PeerRef{{"deno-worker-bridge", "parallel_16x50ms_ms", "Deno Worker"}}})
+		Compare: compare["parallel_16x50ms_ms"]})
 
 	progress("fib(25)")
 	const fib = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }\nreturn fib(25)"
@@ -152,7 +196,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, Figure{Key: "fib25_ms", Name: "fib(25)", Value: msf(fibT), Unit: "ms", Target: "≤ 1.5× quickjs-emscripten",
-		Compare: []PeerRef{{"quickjs-emscripten-node", "fib25_ms", "quickjs-emscripten on V8"}}})
+		Compare: compare["fib25_ms"]})
 
 	progress("cost of deadline enforcement")
 	noDL, err := guest.New(ctx, guest.Options{CacheDir: o.CacheDir, UnsafeNoDeadline: true, Prepared: -1})
@@ -175,6 +219,18 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, mcpFigs...)
+
+	if o.ServeDuration >= 0 {
+		d := o.ServeDuration
+		if d == 0 {
+			d = 2 * time.Second
+		}
+		serveFigs, err := measureServe(ctx, o.CacheDir, d, progress)
+		if err != nil {
+			return nil, fmt.Errorf("pml serve figures: %w", err)
+		}
+		figs = append(figs, serveFigs...)
+	}
 
 	progress("process start → first result")
 	if self := o.Executable; self != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,44 @@ func TestRunPeersFailure(t *testing.T) {
 		t.Fatal("a failing peers script gave no error")
 	} else if want := "no node here"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not carry the script's stderr %q", err, want)
+	}
+}
+
+// TestGojaBesideOurs: goja, the floor of what isolation costs, is printed
+// beside our fresh-sandbox, per-call and fib(25) figures, and its label
+// says it isolates no memory.
+func TestGojaBesideOurs(t *testing.T) {
+	for _, key := range []string{"fresh_sandbox_p50_ms", "per_call_overhead_us", "fib25_ms"} {
+		t.Run(key, func(t *testing.T) {
+			i := slices.IndexFunc(compare[key], func(r PeerRef) bool { return r.Peer == "goja" })
+			if i < 0 {
+				t.Fatalf("%s is not compared with goja: %v", key, compare[key])
+			}
+			if r := compare[key][i]; r.Key != key || !strings.Contains(r.Label, "no memory isolation") {
+				t.Errorf("goja ref %+v: want key %s and a label saying it has no memory isolation", r, key)
+			}
+		})
+	}
+}
+
+func TestPeerFigures(t *testing.T) {
+	peers := Peers{
+		"deno-worker-bridge":      {"peer": "deno-worker-bridge", "deno": "2.9.6", "per_call_overhead_us": 89.0},
+		"quickjs-emscripten-node": {"fib25_ms": 15.5},
+		"x":                       {"throughput_return_rps": 100.0, "memory_kib": 512.0, "cost_pct": 3.0, "count": 7.0},
+	}
+	want := []PeerFigure{
+		{"peer_deno_worker_bridge_per_call_overhead_us", "deno-worker-bridge", "per_call_overhead_us", 89, "µs"},
+		{"peer_quickjs_emscripten_node_fib25_ms", "quickjs-emscripten-node", "fib25_ms", 15.5, "ms"},
+		{"peer_x_cost_pct", "x", "cost_pct", 3, "%"},
+		{"peer_x_count", "x", "count", 7, ""},
+		{"peer_x_memory_kib", "x", "memory_kib", 512, "KiB"},
+		{"peer_x_throughput_return_rps", "x", "throughput_return_rps", 100, "/s"},
+	}
+	if got := peers.Figures(); !slices.Equal(got, want) {
+		t.Errorf("Figures() =\n%v\nwant\n%v", got, want)
+	}
+	if got := (Peers(nil)).Figures(); len(got) != 0 {
+		t.Errorf("no peers gave %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
@@ -54,4 +55,30 @@ func BenchmarkScriptCallSSE(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n/1000, "µs/call")
+}
+
+// plainJS is a script of the size agents send (about 2 KB, a dozen
+// statements, two tool calls): what the JavaScript path costs end to end,
+// static check included.
+var plainJS = strings.Repeat("// a comment line that agents like to write, explaining the next step\n", 12) + `
+const words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"];
+const counts = {};
+for (const w of words) counts[w] = (counts[w] || 0) + w.length;
+const sum = await mcp.demo.add({a: 1, b: 2});
+const echoed = await mcp.demo.echo({words, counts});
+const total = Object.values(counts).reduce((a, b) => a + b, 0);
+console.log("total", total);
+return {sum, total, n: echoed.words.length};
+`
+
+// BenchmarkExecutePlainJS measures a plain JavaScript execution through
+// bridge.Service.Execute: the path whose cost the TypeScript support must
+// not raise.
+func BenchmarkExecutePlainJS(b *testing.B) {
+	svc := demoService(nil)
+	for b.Loop() {
+		if r := svc.Execute(context.Background(), bridge.Request{Code: plainJS}); !r.OK {
+			b.Fatal(r.Error)
+		}
+	}
 }

@@ -21,13 +21,17 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // Request is one execution, as callers send it.
 type Request struct {
-	// Code is the body of an async function.
+	// Code is the body of an async function, JavaScript or TypeScript.
 	Code string `json:"code"`
+	// Lang is "ts" to strip TypeScript's types first, "js" for JavaScript
+	// only; empty reads JavaScript, then TypeScript (see internal/script).
+	Lang string `json:"lang,omitempty"`
 	// Args is bound to `args` in the script.
 	Args json.RawMessage `json:"args,omitempty"`
 	// Tools narrows the visible tool set: "server:tool" patterns whose
@@ -41,12 +45,19 @@ type Request struct {
 	// ParseJSONText asks for text tool results to be parsed as JSON even
 	// when the tool declares no output schema.
 	ParseJSONText bool `json:"parse_json_text,omitempty"`
+	// CallDetail is how much of the calls the response carries:
+	// CallDetailFull (the default), CallDetailSummary or CallDetailNone.
+	CallDetail string `json:"call_detail,omitempty"`
 
 	// Set by the host, never by the caller's JSON.
-	ExecutionID string  `json:"-"`
-	Source      string  `json:"-"` // "cli", "http", "mcp", "sqs", "eventbridge", "invoke", "capability"
-	Parent      *Parent `json:"-"`
-	TraceHeader string  `json:"-"` // X-Ray trace header, propagated to capability runs
+	ExecutionID string `json:"-"`
+	// OnEvent, when set, receives the execution's progress as it happens:
+	// each console line, each call's start and end. It may be called from
+	// several goroutines at once and must not block.
+	OnEvent     func(Event) `json:"-"`
+	Source      string      `json:"-"` // "cli", "http", "mcp", "sqs", "eventbridge", "invoke", "capability"
+	Parent      *Parent     `json:"-"`
+	TraceHeader string      `json:"-"` // X-Ray trace header, propagated to capability runs
 }
 
 // Parent links a capability run to the call that started it.
@@ -71,9 +82,13 @@ type Response struct {
 	Logs          []guest.LogEntry `json:"logs"`
 	LogsTruncated bool             `json:"logs_truncated,omitempty"`
 	Error         *fault.Error     `json:"error,omitempty"`
-	Calls         []trace.Call     `json:"calls"`
-	DurationMS    float64          `json:"duration_ms"`
-	ExecutionID   string           `json:"execution_id"`
+	// Calls is every call record (an empty list when there were none),
+	// left out when the request asked for less (Request.CallDetail).
+	Calls []trace.Call `json:"calls,omitzero"`
+	// CallSummary stands for Calls when the request asked for a summary.
+	CallSummary *CallSummary `json:"call_summary,omitempty"`
+	DurationMS  float64      `json:"duration_ms"`
+	ExecutionID string       `json:"execution_id"`
 	// Sandboxes counts the capability runs the execution's calls started,
 	// descendants' included (a capability run reports it to its caller,
 	// which takes back what it reserved for the run and the run did not use).
@@ -285,6 +300,7 @@ func (s *Service) Execute(ctx context.Context, req Request) *Response {
 	}
 	resp, entries := s.execute(ctx, req, start)
 	s.record(ctx, req, resp, entries, start)
+	applyCallDetail(resp, req.CallDetail)
 	return resp
 }
 
@@ -298,6 +314,9 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	}
 	if req.TimeoutMS < 0 {
 		return fail(fault.New(fault.InvalidRequest, "timeout_ms must not be negative"))
+	}
+	if ferr := CheckCallDetail(req.CallDetail); ferr != nil {
+		return fail(ferr)
 	}
 
 	all := s.catalog(ctx)
@@ -323,11 +342,13 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		entries[t.FullName()] = byName[t.FullName()]
 	}
 
-	// Every mcp.x.y the code names must resolve before a sandbox starts.
-	refs, aerr := analysis.MCPReferences(req.Code)
-	if aerr != nil {
-		return fail(fault.As(aerr))
+	// Every mcp.x.y the code names must resolve before a sandbox starts
+	// (when the parser reads the code: else each is checked as it is called).
+	prep, perr := script.Prepare(req.Code, req.Lang)
+	if perr != nil {
+		return fail(fault.As(perr))
 	}
+	refs := prep.Refs
 	if ferr := forbiddenRef(refs, forbidden, req.Parent); ferr != nil {
 		return fail(ferr)
 	}
@@ -350,18 +371,34 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		budget: s.budget(req.Parent)}
 	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
-		Code:        req.Code,
+		Code:        prep.Code,
 		Args:        req.Args,
 		Tools:       gtools,
 		Host:        host,
 		Limits:      limits,
 	}
-	if rec, ok := s.sink.(trace.CallRecorder); ok {
+	rec, _ := s.sink.(trace.CallRecorder)
+	if rec != nil || req.OnEvent != nil {
 		// Calls go to the sink as they end, complete, so that by the time
 		// the script returns most of its trace is already written.
-		greq.OnCall = func(c trace.Call) { rec.RecordCall(ctx, finishCall(c, entries, &req, host)) }
+		greq.OnCall = func(c trace.Call) {
+			c = finishCall(c, entries, &req, host)
+			if rec != nil {
+				rec.RecordCall(ctx, c)
+			}
+			if req.OnEvent != nil {
+				req.OnEvent(Event{Type: EventCallEnd, Call: c})
+			}
+		}
+	}
+	if req.OnEvent != nil {
+		greq.OnLog = func(e guest.LogEntry) { req.OnEvent(Event{Type: EventLog, Log: e}) }
+		greq.OnCallStart = func(c trace.Call) {
+			req.OnEvent(Event{Type: EventCallStart, Call: finishCall(c, entries, &req, host)})
+		}
 	}
 	res := s.engine.Run(ctx, greq)
+	prep.MapError(res.Err)
 	for i := range res.Calls {
 		res.Calls[i] = finishCall(res.Calls[i], entries, &req, host)
 	}

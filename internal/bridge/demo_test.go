@@ -8,13 +8,20 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
+
+// demoService is a service over the in-process demo tools that logs
+// nothing, with sink (may be nil).
+func demoService(sink trace.Sink) *bridge.Service {
+	return bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Sink: sink, Logger: slog.New(slog.DiscardHandler)})
+}
 
 // TestDemoToolsValidateLikeMCPTools: the demo tools' arguments go through
 // the same schema check as an MCP tool's, so a bad one is INVALID_ARGUMENTS
 // naming the field, never a Go unmarshal message.
 func TestDemoToolsValidateLikeMCPTools(t *testing.T) {
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: slog.New(slog.DiscardHandler)})
+	svc := demoService(nil)
 	tests := []struct {
 		name, code string
 		want       string // JSON result when ok

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
+
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -31,7 +33,7 @@ func (s fixedSource) Call(context.Context, catalog.Tool, json.RawMessage, bridge
 func TestCatalogLogsEveryDropOnce(t *testing.T) {
 	first := fixedSource{name: "first", tools: []catalog.Tool{{Server: "x", Name: "a"}, {Server: "x", Name: "then"}}}
 	second := fixedSource{name: "second", tools: []catalog.Tool{{Server: "x", Name: "a"}, {Server: "x", Name: "b"}, {Server: "toJSON", Name: "c"}}}
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	drops := catalog.NewDropLog(log)
 	newService := func() *bridge.Service {

@@ -104,7 +104,7 @@ func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
 		out := make([]toolSummary, len(hits))
 		for i, hit := range hits {
 			out[i] = summarize(hit.Tool)
-			out[i].Score = hit.Score
+			out[i].Score = &hit.Score
 		}
 		return json.Marshal(out)
 	case "tools.list":
@@ -119,19 +119,24 @@ func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
 	return nil, fault.New(fault.ToolNotFound, "no built-in %q", c.Tool)
 }
 
-// toolSummary is what tools.list and tools.search return for each tool.
+// toolSummary is what tools.list and tools.search return for each tool:
+// exactly the ToolSummary interface tsdecl declares (TestToolSummaryShape
+// holds the two together).
 type toolSummary struct {
 	Server      string          `json:"server"`
 	Name        string          `json:"name"`
 	Call        string          `json:"call"` // how to call it from the script
+	Title       string          `json:"title,omitempty"`
 	Description string          `json:"description,omitempty"`
 	Kind        trace.Kind      `json:"kind"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-	Score       float64         `json:"score,omitempty"`
+	// Score is tools.search's alone; a pointer so that a score of 0 is
+	// still there, as the declaration promises.
+	Score *float64 `json:"score,omitempty"`
 }
 
 func summarize(t catalog.Tool) toolSummary {
-	return toolSummary{Server: t.Server, Name: t.Name, Call: tsdecl.CallExpr(t), Description: t.Description, Kind: t.Kind, InputSchema: t.InputSchema}
+	return toolSummary{Server: t.Server, Name: t.Name, Call: tsdecl.CallExpr(t), Title: t.Title, Description: t.Description, Kind: t.Kind, InputSchema: t.InputSchema}
 }
 
 // decodeBuiltinArgs accepts the object form ({query, limit}); the prelude

@@ -7,10 +7,11 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
@@ -30,24 +31,6 @@ func (c *countingInvoker) Invoke(context.Context, capability.Invocation) (*bridg
 	return &bridge.Response{OK: true, Result: json.RawMessage(`"the capability answered"`)}, nil
 }
 
-// logBuffer collects log lines from several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // shadowFixture is a service over one MCP server "kv" and a capability
 // registry in which kv:kv_get (the server's tool's name) and math:double
 // were saved before the service started.
@@ -55,7 +38,7 @@ type shadowFixture struct {
 	svc  *bridge.Service
 	pool *mcpclient.Pool
 	inv  *countingInvoker
-	logs *logBuffer
+	logs *syncbuf.Buffer
 }
 
 func newShadowFixture(t *testing.T, kvURL string) *shadowFixture {
@@ -75,7 +58,7 @@ func newShadowFixture(t *testing.T, kvURL string) *shadowFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
-	f := &shadowFixture{pool: pool, inv: &countingInvoker{}, logs: &logBuffer{}}
+	f := &shadowFixture{pool: pool, inv: &countingInvoker{}, logs: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	f.svc = bridge.New(engine, bridge.Options{
 		Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}, capability.NewSource(reg, f.inv, 0, log)},

@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/script"
 )
 
 // Capability is one stored version of a learned program.
@@ -100,8 +100,15 @@ func Validate(c Capability) error {
 	if strings.TrimSpace(c.Code) == "" {
 		return fault.New(fault.InvalidRequest, "capability %s has no code", c.Name)
 	}
-	if _, err := analysis.MCPReferences(c.Code); err != nil {
+	// A run would let the engine judge code the analysis parser cannot
+	// read; a save cannot wait for that, so it refuses only code that no
+	// parser reads, whose run would fail anyway.
+	p, err := script.Prepare(c.Code, script.LangAuto)
+	if err != nil {
 		return err
+	}
+	if p.Unread != nil {
+		return p.Unread
 	}
 	if len(c.InputSchema) > 0 {
 		if err := argcheck.Compile(c.InputSchema); err != nil {

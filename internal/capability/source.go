@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -224,10 +225,11 @@ func (s *Source) mayCallCapabilities(c Capability) bool {
 	refs, ok := s.refs[c.ID]
 	s.mu.Unlock()
 	if !ok {
-		var err error
-		if refs, err = analysis.MCPReferences(c.Code); err != nil {
-			return true // it will fail to run; be generous rather than wrong
+		p, err := script.Prepare(c.Code, script.LangAuto)
+		if err != nil || !p.Checked {
+			return true // unread or failing: be generous rather than wrong
 		}
+		refs = p.Refs
 		s.mu.Lock()
 		s.refs[c.ID] = refs
 		s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -18,6 +19,7 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		peers   = fs.String("peers", bench.FindPeers(), "the peers' benchmark script (shared/peers/run); empty to skip")
 		asJSON  = fs.Bool("json", false, "print JSON instead of a table")
 		samples = fs.Int("n", 500, "samples for the fresh-sandbox figure")
+		serveD  = fs.Duration("serve-duration", 2*time.Second, "how long each pml serve throughput figure is measured, after a warm-up; 0 leaves them out")
 	)
 	ef.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -35,13 +37,19 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 			progress("peers: " + err.Error())
 		}
 		peerFigs = p
+		if *serveD > 0 {
+			peerFigs = denoThroughputPeer(ctx, peerFigs, *serveD, progress)
+		}
 	}
 	eng, err := ef.engine(ctx, logger(io.Discard))
 	if err != nil {
 		return ExitFailed, err
 	}
 	defer eng.Close(context.Background())
-	opts := bench.Options{Engine: eng, Samples: *samples, Progress: progress}
+	opts := bench.Options{Engine: eng, Samples: *samples, ServeDuration: *serveD, Progress: progress}
+	if *serveD <= 0 {
+		opts.ServeDuration = -1 // left out
+	}
 	if !ef.noCache {
 		opts.CacheDir = ef.cacheDir
 	}
@@ -58,8 +66,35 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	return ExitOK, benchTable(out, figs, peerFigs)
 }
 
-// benchJSON is the report `pml bench --json` prints: each figure with the
-// values of the peers' figures it is compared with, by label.
+// denoThroughputPeer adds the Deno Worker peer's serve figures to peers,
+// measured as ours are (bench.RunDenoPeer). Without the Deno that the
+// peers' script installs, or when it fails, the figures are left out and
+// the table says n/a, as for the peers' own.
+func denoThroughputPeer(ctx context.Context, peers bench.Peers, d time.Duration, progress func(string)) bench.Peers {
+	deno := bench.FindDeno()
+	if deno == "" {
+		progress("Deno Worker throughput peer: skipped, Deno is not installed (the peers' script installs it under $PEERS_CACHE, default ~/.cache/pml-peers)")
+		return peers
+	}
+	progress("running the Deno Worker throughput peer: " + deno)
+	p, err := bench.RunDenoPeer(ctx, bench.DenoOptions{Deno: deno, Warm: bench.ServeWarmUp, Duration: d, Clients: bench.ServeClients, Held: bench.HeldExecutions})
+	if err != nil {
+		progress("Deno Worker throughput peer: " + err.Error())
+		return peers
+	}
+	if peers == nil {
+		peers = bench.Peers{}
+	}
+	for _, line := range p {
+		peers.Add(line)
+	}
+	return peers
+}
+
+// benchJSON is the report `pml bench --json` prints: each of our figures
+// with the values of the peers' figures it is compared with, by label, and
+// every number the peers reported under a stable key of its own
+// (bench.PeerKey), compared with ours or not.
 func benchJSON(figs []bench.Figure, peers bench.Peers) map[string]any {
 	type row struct {
 		bench.Figure
@@ -75,7 +110,11 @@ func benchJSON(figs []bench.Figure, peers bench.Peers) map[string]any {
 		}
 		rows = append(rows, r)
 	}
-	return map[string]any{"machine": bench.Machine(), "date": time.Now().UTC().Format(time.DateOnly), "figures": rows}
+	peerFigs := peers.Figures()
+	if peerFigs == nil {
+		peerFigs = []bench.PeerFigure{} // [] rather than null: no peers ran
+	}
+	return map[string]any{"machine": bench.Machine(), "date": time.Now().UTC().Format(time.DateOnly), "figures": rows, "peer_figures": peerFigs}
 }
 
 // benchTable prints one line a figure and peer, ours beside theirs.
@@ -87,14 +126,14 @@ func benchTable(out io.Writer, figs []bench.Figure, peers bench.Peers) error {
 		line := func(peer, pv, ratio string) {
 			name, val, tgt := "", "", ""
 			if first {
-				name, val, tgt = f.Name, fmt.Sprintf("%.3g %s", f.Value, f.Unit), f.Target
+				name, val, tgt = f.Name, value(f.Value, f.Unit), f.Target
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, val, tgt, peer, pv, ratio)
 			first = false
 		}
 		for _, p := range f.Compare {
 			if v, ok := peers.Value(p); ok {
-				line(p.Label, fmt.Sprintf("%.3g %s", v, f.Unit), fmt.Sprintf("%.2f×", f.Value/v))
+				line(p.Label, value(v, f.Unit), fmt.Sprintf("%.2f×", f.Value/v))
 			} else {
 				line(p.Label, "n/a", "")
 			}
@@ -105,4 +144,14 @@ func benchTable(out io.Writer, figs []bench.Figure, peers bench.Peers) error {
 	}
 	fmt.Fprintf(tw, "\nmachine: %s; %s\n", bench.Machine(), time.Now().UTC().Format(time.DateOnly))
 	return tw.Flush()
+}
+
+// value prints a figure to three significant digits, but a figure of a
+// thousand or more (executions per second, KiB) whole rather than as
+// 1.23e+03.
+func value(v float64, unit string) string {
+	if math.Abs(v) >= 1000 {
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+	return fmt.Sprintf("%.3g %s", v, unit)
 }

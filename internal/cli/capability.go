@@ -27,16 +27,10 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 		fs := newFlagSet("capability save", errOut)
 		desc := fs.String("description", "", "what the capability does (shown to agents by tools.search)")
 		schema := fs.String("schema", "", "JSON Schema of the arguments, inline or @file")
-		// Flags may come after NAME FILE: parse positionals first.
-		var pos []string
-		rest := args[1:]
-		for len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-			pos, rest = append(pos, rest[0]), rest[1:]
-		}
-		if err := parse(fs, rest); err != nil {
+		if err := parse(fs, args[1:]); err != nil {
 			return ExitUsage, err
 		}
-		pos = append(pos, fs.Args()...)
+		pos := fs.Args()
 		if len(pos) != 2 {
 			return ExitUsage, usage
 		}

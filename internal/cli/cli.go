@@ -102,15 +102,50 @@ func newFlagSet(name string, errOut io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags, turning flag errors into usage errors.
+// parse parses flags, turning flag errors into usage errors. Flags may
+// come after positional arguments (`pml trace ex_… --store file`), as
+// users type them; `--` still ends the flags.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
 	return nil
+}
+
+// flagsFirst moves the flags among args before the positional arguments,
+// keeping each flag's value with it, because the flag package stops at the
+// first positional argument. A flag fs does not define is left for
+// fs.Parse to report; "-" alone (standard input) is positional; after "--"
+// everything is.
+func flagsFirst(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if a == "-" || !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(append(flags, "--"), pos...)
+}
+
+// isBoolFlag reports whether f takes no value (-v rather than -v x).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // listFlag collects a repeatable flag.

@@ -76,6 +76,11 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(script, []byte("return args.n * 2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Valid JavaScript too, with another meaning: only the .ts decides.
+	tsScript := filepath.Join(t.TempDir(), "s.ts")
+	if err := os.WriteFile(tsScript, []byte("const id = (x) => x;\nreturn id<number>(args.n)"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		args   []string
@@ -99,6 +104,14 @@ func TestRun(t *testing.T) {
 		{"unknown flag", []string{"run", "--nope", "-e", "1"}, 2, "", "", 0},
 		{"unknown command", []string{"frobnicate"}, 2, "", "", 0},
 		{"bad --mcp", []string{"run", "--mcp", "noequals", "-e", "return 1"}, 2, "", "", 0},
+		{"TypeScript", []string{"run", "-e", "const n: number = 41; return n + 1"}, 0, `42`, "", 0},
+		{"a .ts file is TypeScript", []string{"run", "--args", `{"n": 42}`, tsScript}, 0, `42`, "", 0},
+		{"the same as JavaScript", []string{"run", "--lang", "js", "--args", `{"n": 42}`, tsScript}, 1, "", "SCRIPT_ERROR", 0},
+		{"flags after the file", []string{"run", script, "--args", `{"n": 21}`, "--timeout", "5s"}, 0, `42`, "", 0},
+		{"call summary", []string{"run", "--call-detail", "summary", "-e", "return await mcp.demo.add({a:2,b:3})"}, 0, `5`, "", 0},
+		{"bad --lang", []string{"run", "--lang", "py", "-e", "return 1"}, 2, "", "", 0},
+		{"bad --call-detail", []string{"run", "--call-detail", "all", "-e", "return 1"}, 2, "", "", 0},
+		{"-- ends the flags", []string{"run", "--", "--args"}, 2, "", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,6 +161,10 @@ func TestCapabilityAndTraceCommands(t *testing.T) {
 	out.Reset()
 	if code := cli.Main(context.Background(), []string{"trace", o.ExecutionID}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"tool": "sum"`) {
 		t.Fatalf("trace: %d %s %s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := cli.Main(context.Background(), []string{"trace", o.ExecutionID, "--store", "file"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"tool": "sum"`) {
+		t.Fatalf("trace with a flag after the id: %d %s %s", code, out.String(), errOut.String())
 	}
 	if code := cli.Main(context.Background(), []string{"trace", "ex_nope"}, &out, &errOut); code != cli.ExitFailed {
 		t.Fatalf("trace of an unknown id exits %d; it is no usage error", code)
@@ -452,6 +469,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad --store", []string{"run", "--store", "tape", "-e", "return 1"}, cli.ExitUsage},
 		{"dynamodb without a table", []string{"trace", "--store", "dynamodb", "ex_x"}, cli.ExitUsage},
 		{"trace without an id", []string{"trace"}, cli.ExitUsage},
+		{"flags after the id", []string{"trace", "ex_nope", "--store", "file"}, cli.ExitFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

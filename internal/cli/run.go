@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/script"
 )
 
 func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -21,10 +23,12 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		tools    = fs.String("tools", "", "narrow the tool set: comma-separated server:tool patterns, * matching any run of characters (kv:*, fs:read_*)")
 		destruct = fs.Bool("allow-destructive", false, "let tools annotated destructiveHint run")
 		parseTxt = fs.Bool("parse-json-text", false, "parse text tool results as JSON even without an output schema")
+		lang     = fs.String("lang", "", "js or ts (default: ts for a .ts FILE; else JavaScript, then TypeScript if it does not parse)")
+		detail   = fs.String("call-detail", bridge.CallDetailFull, "how much of the calls the output shows: full, summary or none")
 	)
 	sf.register(fs)
 	fs.Usage = func() {
-		io.WriteString(errOut, "usage: pml run [flags] FILE.js\n       pml run [flags] -e 'return 1 + 1'\n\n")
+		io.WriteString(errOut, "usage: pml run [flags] FILE.js|FILE.ts\n       pml run [flags] -e 'return 1 + 1'\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -34,7 +38,17 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	if err != nil {
 		return ExitUsage, err
 	}
-	req := bridge.Request{Code: src, TimeoutMS: int(timeout.Milliseconds()), AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: "cli"}
+	if *lang == "" && fs.NArg() == 1 && strings.EqualFold(filepath.Ext(fs.Arg(0)), ".ts") {
+		*lang = script.LangTS
+	}
+	if ferr := script.CheckLang(*lang); ferr != nil {
+		return ExitUsage, usageError{ferr}
+	}
+	if ferr := bridge.CheckCallDetail(*detail); ferr != nil {
+		return ExitUsage, usageError{ferr}
+	}
+	req := bridge.Request{Code: src, Lang: *lang, CallDetail: *detail, TimeoutMS: int(timeout.Milliseconds()),
+		AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: "cli"}
 	if *argsJSON != "" {
 		if !json.Valid([]byte(*argsJSON)) {
 			return ExitUsage, usagef("--args is not valid JSON: %s", *argsJSON)
@@ -53,7 +67,13 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		return ExitFailed, err
 	}
 	defer a.Close(context.Background())
+	// Live progress on stderr when a person watches it; never in a pipe.
+	live := startProgress(errOut)
+	if live != nil {
+		req.OnEvent = live.event
+	}
 	resp := a.Service.Execute(ctx, req)
+	live.finish()
 	if err := a.Service.Flush(context.Background()); err != nil {
 		log.Warn("trace flush failed", "err", err)
 	}
@@ -77,7 +97,7 @@ func scriptSource(e string, rest []string) (string, error) {
 	case len(rest) == 0:
 		return "", usagef("nothing to run: give a FILE or -e CODE")
 	case len(rest) > 1:
-		return "", usagef("one FILE at a time (got %d); flags go before the file", len(rest))
+		return "", usagef("one FILE at a time (got %d)", len(rest))
 	}
 	var b []byte
 	var err error

@@ -28,6 +28,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	var gf serveGuardFlags
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; beyond loopback it needs --token")
 	noDemo := fs.Bool("no-demo-server", false, "do not start the built-in demo MCP server")
+	textBytes := fs.Int("mcp-text-bytes", 0, "budget in bytes of execute_code's text answer over MCP (default $"+app.EnvMCPTextBytes+", else 24000)")
 	sf.register(fs)
 	gf.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -35,6 +36,13 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	}
 	if err := gf.check(); err != nil {
 		return ExitUsage, err
+	}
+	if *textBytes == 0 {
+		n, err := app.MCPTextBytes()
+		if err != nil {
+			return ExitUsage, usageError{err}
+		}
+		*textBytes = n
 	}
 	log := app.Logger(errOut, slog.LevelInfo)
 
@@ -73,6 +81,8 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Health:       a.Health,
 		Logger:       log,
 		Guard:        guard,
+		Streaming:    true,
+		MCPTextBytes: *textBytes,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	printBanner(errOut, bannerURL(ln.Addr()), guard.Token != "")

@@ -48,6 +48,11 @@ const (
 	NotFound Code = "NOT_FOUND"
 	// SandboxError: the sandbox itself failed (a trap, a corrupt instance).
 	SandboxError Code = "SANDBOX_ERROR"
+	// Rejected: a call that waited for approval was rejected.
+	Rejected Code = "REJECTED"
+	// ResumeIncompatible: a suspended execution cannot be resumed by this
+	// build of the sandbox (its guest differs).
+	ResumeIncompatible Code = "RESUME_INCOMPATIBLE"
 	// Internal: a bug or an unexpected host failure.
 	Internal Code = "INTERNAL"
 )

@@ -65,10 +65,22 @@ type Request struct {
 	// Helpers are extra JS globals the host provides, as name → JSON value
 	// (e.g. the catalog for tools.search). Optional.
 	Globals map[string]json.RawMessage
+	// Park, when set, is asked about every tool call before it runs; a
+	// call it returns true for waits for a decision instead of running,
+	// and when every call the script waits for is parked the run suspends
+	// (Result.Suspended). It runs on the execution's goroutine and must
+	// not block.
+	Park func(Call) bool
 	// OnCall, when set, receives each call's record as soon as the call
 	// ends, so traces can be written while the script still runs. It is
 	// called from the goroutine that served the call and must not block.
 	OnCall func(trace.Call)
+	// OnCallStart, when set, receives each call's record as the call
+	// starts, before it is served; OnLog receives each console line as it
+	// is kept. Both are called on the script's goroutine and must not
+	// block. Together with OnCall they let a front end show progress.
+	OnCallStart func(trace.Call)
+	OnLog       func(LogEntry)
 }
 
 // Limits bound one execution. Every limit hit is reported as LIMIT_EXCEEDED
@@ -107,4 +119,8 @@ type Result struct {
 	Calls         []trace.Call    `json:"calls"`
 	StartedAt     time.Time       `json:"-"`
 	Duration      time.Duration   `json:"-"`
+	// Suspended is set, with OK false and Err nil, when the run stopped
+	// waiting for decisions on its parked calls: Engine.Resume continues
+	// it.
+	Suspended *Suspension `json:"-"`
 }

@@ -26,10 +26,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
 
 	"github.com/pml-sandbox/pml/internal/fault"
 )
@@ -39,7 +39,9 @@ type Options struct {
 	// CacheDir, when set, keeps wazero's compiled machine code on disk so a
 	// new process skips the ~0.4 s compile.
 	CacheDir string
-	// Prepared is how many restored instances are kept ready (default 2).
+	// Prepared is how many instances are kept ready (default 2), counting
+	// the ones in use that will come back reset. Negative disables the
+	// pool: every execution instantiates inline and nothing is reused.
 	// Negative disables the pool: every execution instantiates inline.
 	Prepared int
 	// Limits are the defaults for every execution; a Request may lower
@@ -71,11 +73,15 @@ type Engine struct {
 	wasmHash string
 	runFlags uint64 // pml_run flags; bit 0 disables deadline polling (benchmarks only)
 
-	pool     chan api.Module
+	pool     chan *instance
 	refill   chan struct{}
-	retire   chan api.Module // used instances, closed off the request path
+	retire   chan retiring // used instances, reset or closed off the request path
 	stop     chan struct{}
 	poolDone sync.WaitGroup
+
+	prepared int          // instances to keep ready, counting those in use
+	inUse    atomic.Int64 // instances handed to runs and not yet retired
+	stats    struct{ created, reused, closed atomic.Int64 }
 
 	closeOnce sync.Once
 	running   sync.WaitGroup
@@ -135,7 +141,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 
-	e.retire = make(chan api.Module, 64)
+	e.retire = make(chan retiring, 64)
 	e.poolDone.Add(1)
 	go e.retireLoop()
 
@@ -144,7 +150,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		prepared = 2
 	}
 	if prepared > 0 {
-		e.pool = make(chan api.Module, prepared)
+		// Reset instances wait in the pool up to maxPooled: an idle one
+		// over the copy-on-write image holds no private pages, so keeping
+		// more than are prepared costs little and saves instantiating
+		// after bursts of concurrent runs.
+		e.prepared = prepared
+		e.pool = make(chan *instance, max(prepared, maxPooled))
 		e.refill = make(chan struct{}, 1)
 		e.poolDone.Add(1)
 		go e.fillPool()
@@ -168,11 +179,12 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.poolDone.Wait()
 		if e.pool != nil {
 			close(e.pool)
-			for m := range e.pool {
-				_ = m.Close(ctx)
+			for in := range e.pool {
+				in.close(ctx)
 			}
 		}
 		err = e.runtime.Close(ctx)
+		e.snap.close()
 	})
 	return err
 }
@@ -183,16 +195,18 @@ func (e *Engine) fillPool() {
 	defer e.poolDone.Done()
 	ctx := context.Background()
 	for {
-		for len(e.pool) < cap(e.pool) {
-			m, err := e.snap.restore(ctx, e.runtime, e.compiled)
+		// Instances in use come back reset (most of them): count them as
+		// ready, or every run would also pay for a new one.
+		for len(e.pool)+int(e.inUse.Load()) < e.prepared {
+			in, err := e.newInstance(ctx)
 			if err != nil {
 				e.log.Error("guest: preparing an instance failed", "err", err)
 				break
 			}
 			select {
-			case e.pool <- m:
+			case e.pool <- in:
 			case <-e.stop:
-				_ = m.Close(ctx)
+				e.closeInstance(ctx, in)
 				return
 			}
 		}
@@ -204,44 +218,105 @@ func (e *Engine) fillPool() {
 	}
 }
 
-// retireLoop closes used instances. Unmapping an instance's memory costs
-// tens of microseconds; doing it here keeps that off the request path.
+// retiring is a used instance on its way back to the pool or out.
+type retiring struct {
+	in *instance
+	// reusable: the run ended without a trap, so the instance may be reset
+	// (snapshot.reset checks the rest).
+	reusable bool
+}
+
+// retireLoop takes used instances off the request path: one the snapshot
+// can reset goes back to the pool as good as new (resetting is a madvise,
+// much cheaper than a new instance); any other is closed (unmapping costs
+// tens of microseconds).
 func (e *Engine) retireLoop() {
 	defer e.poolDone.Done()
 	ctx := context.Background()
-	for m := range e.retire {
-		_ = m.Close(ctx)
-	}
-}
-
-// discard retires a used instance; it is never run again.
-func (e *Engine) discard(m api.Module) {
-	select {
-	case e.retire <- m:
-	default:
-		_ = m.Close(context.Background())
-	}
-}
-
-// instance returns a fresh restored instance, from the pool when one is
-// ready.
-func (e *Engine) instance(ctx context.Context) (api.Module, error) {
-	if e.pool != nil {
-		select {
-		case m := <-e.pool:
+	for r := range e.retire {
+		e.inUse.Add(-1)
+		if r.reusable && e.pool != nil && e.snap.reset(r.in) {
 			select {
-			case e.refill <- struct{}{}:
-			default:
-			}
-			return m, nil
-		default:
-			select {
-			case e.refill <- struct{}{}:
-			default:
+			case e.pool <- r.in:
+				e.stats.reused.Add(1)
+				continue
+			default: // the pool is full
 			}
 		}
+		e.closeInstance(ctx, r.in)
+		e.wakeFiller()
 	}
-	return e.snap.restore(ctx, e.runtime, e.compiled)
+}
+
+// release hands a used instance to the retire loop.
+func (e *Engine) release(in *instance, reusable bool) {
+	select {
+	case e.retire <- retiring{in, reusable}:
+	default:
+		e.inUse.Add(-1)
+		e.closeInstance(context.Background(), in)
+		e.wakeFiller()
+	}
+}
+
+// wakeFiller asks fillPool to look at the pool again.
+func (e *Engine) wakeFiller() {
+	if e.refill == nil {
+		return
+	}
+	select {
+	case e.refill <- struct{}{}:
+	default:
+	}
+}
+
+// maxPooled bounds the reset instances kept for reuse.
+const maxPooled = 16
+
+func (e *Engine) newInstance(ctx context.Context) (*instance, error) {
+	in, err := e.snap.restore(ctx, e.runtime, e.compiled)
+	if err == nil {
+		e.stats.created.Add(1)
+	}
+	return in, err
+}
+
+func (e *Engine) closeInstance(ctx context.Context, in *instance) {
+	in.close(ctx)
+	e.stats.closed.Add(1)
+}
+
+// InstanceStats counts the engine's sandbox instances: created new, reset
+// and reused, and closed. Tests and benchmarks read it.
+type InstanceStats struct{ Created, Reused, Closed int64 }
+
+// CopyOnWrite reports whether instances map the post-init image
+// copy-on-write, and so are reset and reused rather than made anew (Linux).
+func (e *Engine) CopyOnWrite() bool { return e.snap.img != nil }
+
+// Stats returns the instance counts so far.
+func (e *Engine) Stats() InstanceStats {
+	return InstanceStats{Created: e.stats.created.Load(), Reused: e.stats.reused.Load(), Closed: e.stats.closed.Load()}
+}
+
+// instance returns an instance in the post-init state, from the pool when
+// one is ready. It counts as in use until release.
+func (e *Engine) instance(ctx context.Context) (*instance, error) {
+	e.inUse.Add(1)
+	if e.pool != nil {
+		select {
+		case in := <-e.pool:
+			e.wakeFiller()
+			return in, nil
+		default:
+			e.wakeFiller()
+		}
+	}
+	in, err := e.newInstance(ctx)
+	if err != nil {
+		e.inUse.Add(-1)
+	}
+	return in, err
 }
 
 // Run executes one request in a fresh sandbox. It always returns a Result;
@@ -277,23 +352,42 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 		return finish(err)
 	}
 
-	mod, ierr := e.instance(ctx)
+	in, ierr := e.instance(ctx)
 	if ierr != nil {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}
-	// Discarded on every path: an instance is never reused.
-	defer e.discard(mod)
-
 	x := newExecution(ctx, e, req, limits, res, start)
+	// Whatever happens, the instance leaves this run: reset for another
+	// only if the guest was never trapped.
+	defer func() { e.release(in, !x.stopping && !x.trapped) }()
 	defer x.shutdown()
-	doc, rerr := x.run(mod, cfg, rand.Int64())
+	in.runs++
+	doc, rerr := x.run(in, cfg, rand.Int64())
+	return e.finishRun(x, in, res, doc, rerr, finish)
+}
+
+// finishRun turns the end of a run's stepping into its Result: the output
+// document, a failure, or a Suspension.
+func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputDoc, rerr *fault.Error, finish func(*fault.Error) *Result) *Result {
+	if rerr == errSuspend {
+		s, err := x.suspension(in)
+		res.Calls = x.traceCalls()
+		res.Logs, res.LogsTruncated = x.takeLogs()
+		if err != nil {
+			return finish(err)
+		}
+		res.Suspended = s
+		finish(nil)
+		res.OK = false
+		return res
+	}
 	res.Calls = x.traceCalls()
 	res.Logs, res.LogsTruncated = x.takeLogs()
 	if rerr != nil {
 		return finish(rerr)
 	}
-	if len(doc.Value) > limits.ResultBytes {
-		return finish(fault.Limitf(fault.LimitResultBytes, "result is %d bytes; the limit is %d", len(doc.Value), limits.ResultBytes))
+	if len(doc.Value) > x.limits.ResultBytes {
+		return finish(fault.Limitf(fault.LimitResultBytes, "result is %d bytes; the limit is %d", len(doc.Value), x.limits.ResultBytes))
 	}
 	res.Value = doc.Value
 	return finish(doc.Error)

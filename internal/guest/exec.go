@@ -17,7 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -48,6 +47,7 @@ type execution struct {
 	limits   Limits
 	start    time.Time
 	deadline time.Time
+	parent   context.Context // the caller's
 	ctx      context.Context // cancelled when the run ends or the deadline passes
 	cancel   context.CancelFunc
 
@@ -57,7 +57,8 @@ type execution struct {
 	timersN  int // timers ever started
 	ready    []completion
 	done     chan completion
-	taken    completion // the answer wait_any announced, for take_result to copy
+	pending  []pendingCall // started by the guest, not yet running (see startPending)
+	parked   []ParkedCall  // waiting for a decision (Request.Park)
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
@@ -77,10 +78,14 @@ type execution struct {
 	logBytes      int
 	logsTruncated bool
 
-	expired   atomic.Bool // the deadline passed or the caller gave up
-	unwatch   func() bool // stops the watch that sets expired
-	stopping  bool        // the guest was trapped; nothing of it may run again
-	lastYield time.Time   // when the run last gave up its thread (maybeYield)
+	expired   atomic.Bool   // the deadline passed or the caller gave up
+	unwatch   func() bool   // stops the watch that sets expired
+	stopping  bool          // the guest was trapped; nothing of it may run again
+	trapped   bool          // a call into the guest trapped: its instance is never reused
+	suspended bool          // the run stopped as a Suspension
+	used      time.Duration // running time before this step (a resumed run)
+	suspends  int           // times the run was suspended before
+	lastYield time.Time     // when the run last gave up its thread (maybeYield)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
@@ -90,6 +95,7 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 	}
 	ctx, cancel := context.WithDeadline(parent, deadline)
 	x := &execution{
+		parent:   parent,
 		engine:   e,
 		req:      &req,
 		limits:   limits,
@@ -117,9 +123,9 @@ type outputDoc struct {
 }
 
 // run calls pml_run on a fresh instance and decodes its answer.
-func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
+func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	alloc := mod.ExportedFunction("pml_alloc")
+	mod, alloc := in.mod, in.alloc
 	// QuickJS's parsers need a NUL after the text, so every buffer gets one.
 	put := func(b []byte) (uint32, error) {
 		r, err := alloc.Call(ctx, uint64(len(b)+1))
@@ -140,13 +146,41 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
 	}
-	ret, err := mod.ExportedFunction("pml_run").Call(ctx,
+	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
 	if err != nil {
 		return nil, x.trapError(err)
 	}
-	ptr, n := uint32(ret[0]>>32), uint32(ret[0])
+	return x.drive(ctx, in, int64(ret[0]))
+}
+
+// drive carries a started run on from the guest's last answer (ret, what
+// pml_run or pml_resume returned): host-driven stepping. While the script
+// waits for a call, drive waits for an answer and hands it in with
+// pml_resume, until the guest returns its output document — or every call
+// the script waits for is parked, and the run suspends (errSuspend).
+func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*outputDoc, *fault.Error) {
+	mod := in.mod
+	for ret == waiting {
+		c, ferr := x.next()
+		if ferr != nil {
+			return nil, ferr
+		}
+		r, err := in.inbox.Call(ctx, uint64(len(c.data)))
+		if err != nil {
+			return nil, x.trapError(err)
+		}
+		if p := uint32(r[0]); p != 0 && !mod.Memory().Write(p, c.data) {
+			return nil, fault.New(fault.SandboxError, "the sandbox's inbox is out of range")
+		}
+		rs, err := in.resume.Call(ctx, uint64(uint32(c.id)), boolArg(c.ok), uint64(len(c.data)))
+		if err != nil {
+			return nil, x.trapError(err)
+		}
+		ret = int64(rs[0])
+	}
+	ptr, n := uint32(uint64(ret)>>32), uint32(ret)
 	if ptr == 0 {
 		return nil, fault.Limitf(fault.LimitMemory, "the sandbox ran out of memory producing its result")
 	}
@@ -163,12 +197,6 @@ func (x *execution) run(mod api.Module, cfg []byte, seed int64) (*outputDoc, *fa
 	}
 	if !doc.OK && doc.Error == nil {
 		doc.Error = fault.New(fault.SandboxError, "the sandbox failed without an error")
-	}
-	if doc.Error != nil && doc.Error.Code == fault.Timeout {
-		doc.Error.Message = fmt.Sprintf("execution deadline of %s exceeded", x.limits.Timeout)
-		if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) {
-			doc.Error.Message = "the caller's deadline was reached"
-		}
 	}
 	if doc.OK {
 		doc.Value = append(json.RawMessage(nil), doc.Value...) // detach from guest memory
@@ -259,17 +287,31 @@ func sameJSON(a, b any) bool {
 func (x *execution) trapError(err error) *fault.Error {
 	var exit *sys.ExitError
 	msg := err.Error()
+	x.trapped = true
 	switch {
 	case x.abortErr != nil:
 		return x.abortErr
 	case x.interrupted():
-		return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
+		return x.timeoutError()
 	case errors.As(err, &exit):
 		return fault.New(fault.SandboxError, "the sandbox exited with code %d", exit.ExitCode())
 	case strings.Contains(msg, "stack overflow") || strings.Contains(msg, "call stack exhausted"):
 		return fault.Limitf(fault.LimitStack, "the sandbox's native stack was exhausted")
 	default:
 		return fault.Wrap(fault.SandboxError, err, "the sandbox trapped")
+	}
+}
+
+// shortenDeadline moves a resumed run's deadline back by the running time
+// it had already used: waiting while suspended is free, running is not.
+func (x *execution) shortenDeadline() {
+	d := x.start.Add(x.limits.Timeout - x.used)
+	if d.Before(x.deadline) {
+		x.deadline = d
+		x.unwatch()
+		x.cancel()
+		x.ctx, x.cancel = context.WithDeadline(x.parent, d)
+		x.unwatch = context.AfterFunc(x.ctx, func() { x.expired.Store(true) })
 	}
 }
 
@@ -280,6 +322,21 @@ func (x *execution) interrupted() bool {
 
 func (x *execution) interruptedAt(now time.Time) bool {
 	return !now.Before(x.deadline) || x.ctx.Err() != nil
+}
+
+// errSuspend ends a run's stepping when everything it waits for is parked;
+// the engine turns the run into a Suspension.
+var errSuspend = &fault.Error{Code: "SUSPENDED", Message: "every call the script waits for awaits a decision"}
+
+// waiting is what pml_run and pml_resume return while the script waits for
+// a call (glue.c's PML_WAITING).
+const waiting = -1
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // errStop is the panic that ends a run at the guest's next contact with the
@@ -382,6 +439,9 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	x.calls = append(x.calls, rec)
 	idx := len(x.calls) - 1
 	x.mu.Unlock()
+	if x.req.OnCallStart != nil {
+		x.req.OnCallStart(rec)
+	}
 
 	refuse := func(e *fault.Error) int32 {
 		x.finishRecord(idx, nil, e)
@@ -398,23 +458,27 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 	}
 
 	call := Call{ID: rec.CallID, Server: server, Tool: tool, Args: append(json.RawMessage(nil), args...)}
+	if kind == trace.KindMCP && x.req.Park != nil && x.req.Park(call) {
+		x.park(id, idx, call)
+		return id
+	}
 	if ih, ok := x.req.Host.(ImmediateHost); ok {
 		if data, handled, err := ih.CallImmediate(call); handled {
 			x.ready = append(x.ready, x.complete(id, idx, full, data, err))
 			return id
 		}
 	}
-	x.wg.Add(1)
-	go func() {
-		defer x.wg.Done()
-		data, err := x.req.Host.CallTool(x.ctx, call)
-		c := x.complete(id, idx, full, data, err)
-		select {
-		case x.done <- c:
-		case <-x.ctx.Done():
-		}
-	}()
+	x.pending = append(x.pending, pendingCall{id: id, idx: idx, full: full, call: call})
 	return id
+}
+
+// park keeps a call that waits for a decision: it does not run, and the
+// script's promise for it stays pending.
+func (x *execution) park(id int32, idx int, call Call) {
+	x.parked = append(x.parked, ParkedCall{CallID: call.ID, Server: call.Server, Tool: call.Tool, Args: call.Args, GuestID: id})
+	x.mu.Lock()
+	x.calls[idx].Status = trace.StatusParked
+	x.mu.Unlock()
 }
 
 // countOver adds one refused call to the summary record of calls past the
@@ -508,23 +572,27 @@ func (x *execution) startTimer(id int32, args []byte) int32 {
 	return id
 }
 
-// waitAny blocks until a call or timer finishes. It returns id 0 when
-// nothing is in flight (the script is deadlocked) and -1 when the run must
-// stop.
-func (x *execution) waitAny() (id int32, n int, ok bool) {
+// next returns the next answer for the guest, waiting for one when none is
+// ready. The run cannot go on when nothing is in flight (DEADLOCK) or its
+// deadline has passed (TIMEOUT).
+func (x *execution) next() (completion, *fault.Error) {
+	x.startPending(true)
 	var c completion
-	if len(x.ready) > 0 {
+	switch {
+	case len(x.ready) > 0:
 		c = x.ready[0]
 		x.ready = x.ready[1:]
-	} else {
-		if x.inflight == 0 && x.timers == 0 {
-			return 0, 0, false
-		}
+	case x.inflight == 0 && x.timers == 0:
+		return c, fault.New(fault.Deadlock, "the script is waiting for a promise that nothing can settle (no tool call is in flight)")
+	case x.inflight == len(x.parked) && x.timers == 0:
+		// Every call the script waits for waits for a decision: nothing
+		// can happen until one is made.
+		return c, errSuspend
+	default:
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
-			x.checkIn() // traps
-			return -1, 0, false
+			return c, x.timeoutError()
 		}
 	}
 	if c.timer {
@@ -535,17 +603,60 @@ func (x *execution) waitAny() (id int32, n int, ok bool) {
 	if c.fault != nil {
 		x.deliver(c.id, c.fault)
 	}
-	x.taken = c
-	return c.id, len(c.data), c.ok
+	if x.expired.Load() || x.ctx.Err() != nil {
+		return c, x.timeoutError() // an answer that came with the deadline is not delivered
+	}
+	return c, nil
 }
 
-func (x *execution) takeResult(id int32) []byte {
-	if x.taken.id != id {
-		return nil // not the call just announced: a confused guest gets nothing
+// pendingCall is a call the guest started that no goroutine serves yet.
+type pendingCall struct {
+	id   int32
+	idx  int // its trace record
+	full string
+	call Call
+}
+
+// startPending sets the calls the guest started to run. A call is not
+// given its own goroutine when the guest starts it: when the guest then
+// waits (atWait) with that one call and nothing else outstanding, which is
+// every `await mcp.x.y()` in sequence, the call runs right here, on the
+// goroutine that would otherwise only wait for it, saving two goroutine
+// hand-offs per call. Otherwise (several calls, or the guest still
+// computing at a check-in) each gets a goroutine, so calls overlap with
+// each other and with the script.
+func (x *execution) startPending(atWait bool) {
+	if len(x.pending) == 0 {
+		return
 	}
-	d := x.taken.data
-	x.taken = completion{}
-	return d
+	if atWait && len(x.pending) == 1 && x.inflight == 1 && x.timers == 0 && len(x.ready) == 0 {
+		p := x.pending[0]
+		x.pending = x.pending[:0]
+		data, err := x.req.Host.CallTool(x.ctx, p.call)
+		x.ready = append(x.ready, x.complete(p.id, p.idx, p.full, data, err))
+		return
+	}
+	for _, p := range x.pending {
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			data, err := x.req.Host.CallTool(x.ctx, p.call)
+			c := x.complete(p.id, p.idx, p.full, data, err)
+			select {
+			case x.done <- c:
+			case <-x.ctx.Done():
+			}
+		}()
+	}
+	x.pending = x.pending[:0]
+}
+
+// timeoutError is the run's TIMEOUT, naming which deadline passed.
+func (x *execution) timeoutError() *fault.Error {
+	if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) && x.ctx.Err() != nil {
+		return fault.New(fault.Timeout, "the caller's deadline was reached")
+	}
+	return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
 }
 
 // log keeps one console line and reports whether the guest should keep
@@ -573,20 +684,28 @@ func (x *execution) log(level int32, msg string) bool {
 	}
 	if room := x.limits.LogBytes - x.logBytes - LogEntryOverhead; len(msg) > room {
 		if room > 0 {
-			x.logs = append(x.logs, LogEntry{Level: lv, Message: truncateUTF8(msg, room), AtMS: at})
+			x.keepLog(LogEntry{Level: lv, Message: truncateUTF8(msg, room), AtMS: at})
 		}
 		x.truncateLogs(at, fault.LimitLogBytes, x.limits.LogBytes, "bytes")
 		return false
 	}
 	x.logBytes += len(msg) + LogEntryOverhead
-	x.logs = append(x.logs, LogEntry{Level: lv, Message: msg, AtMS: at})
+	x.keepLog(LogEntry{Level: lv, Message: msg, AtMS: at})
 	return true
+}
+
+// keepLog adds a line to the output and hands it to OnLog.
+func (x *execution) keepLog(e LogEntry) {
+	x.logs = append(x.logs, e)
+	if x.req.OnLog != nil {
+		x.req.OnLog(e)
+	}
 }
 
 func (x *execution) truncateLogs(at float64, limit string, n int, unit string) {
 	x.logBytes = x.limits.LogBytes
 	x.logsTruncated = true
-	x.logs = append(x.logs, LogEntry{Level: "warn", AtMS: at,
+	x.keepLog(LogEntry{Level: "warn", AtMS: at,
 		Message: fmt.Sprintf("[pml] console output reached the %s limit of %d %s; the rest was dropped", limit, n, unit)})
 }
 
@@ -619,6 +738,14 @@ func (x *execution) traceCalls() []trace.Call {
 	calls := slices.Clone(x.calls)
 	over := x.over
 	x.mu.Unlock()
+	if !x.suspended {
+		// The script ended with calls still parked: they never ran.
+		for i := range calls {
+			if calls[i].Status == trace.StatusParked {
+				calls[i].Status = trace.StatusNotRun
+			}
+		}
+	}
 	if over != nil {
 		calls = append(calls, *over)
 		if x.req.OnCall != nil {

@@ -32,8 +32,6 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 		pml.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
 	}
 	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
-	fn("wait_any", hostWaitAny, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
-	fn("take_result", hostTakeResult, []api.ValueType{i32, i32}, nil)
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
 	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("poll", hostPoll, nil, []api.ValueType{i32})
@@ -96,37 +94,6 @@ func hostStartCall(ctx context.Context, m api.Module, st []uint64) {
 	st[0] = uint64(uint32(x.startCall(int32(st[0]), args)))
 }
 
-func hostWaitAny(ctx context.Context, m api.Module, st []uint64) {
-	x := inRun(ctx)
-	id, n, ok := x.waitAny()
-	if id > 0 {
-		okv := uint32(0)
-		if ok {
-			okv = 1
-		}
-		mem := m.Memory()
-		if !mem.WriteUint32Le(uint32(st[0]), uint32(n)) || !mem.WriteUint32Le(uint32(st[1]), okv) {
-			x.abort("wait_any with pointers out of range")
-		}
-		// An answer that fits the guest's buffer goes with the
-		// announcement; a longer one waits for take_result.
-		if n < int(uint32(st[3])) {
-			if !mem.Write(uint32(st[2]), x.takeResult(id)) {
-				x.abort("wait_any with a buffer out of range")
-			}
-		}
-	}
-	st[0] = uint64(uint32(id))
-}
-
-func hostTakeResult(ctx context.Context, m api.Module, st []uint64) {
-	x := inRun(ctx)
-	data := x.takeResult(int32(st[0]))
-	if !m.Memory().Write(uint32(st[1]), data) {
-		x.abort("take_result into a buffer out of range")
-	}
-}
-
 func hostLog(ctx context.Context, m api.Module, st []uint64) {
 	x := inRun(ctx)
 	msg, ok := readString(m, uint32(st[1]), uint32(st[2]))
@@ -170,6 +137,9 @@ func hostPoll(ctx context.Context, _ api.Module, st []uint64) {
 	}
 	now := time.Now()
 	x.checkInAt(now)
+	// The script is still computing: calls it started meanwhile begin now
+	// rather than when it next waits.
+	x.startPending(false)
 	x.maybeYield(now)
 }
 

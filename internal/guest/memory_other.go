@@ -1,9 +1,40 @@
-//go:build !unix
+//go:build !linux
 
 package guest
 
-import "context"
+import (
+	"context"
+	"errors"
 
-// withMemoryAllocator keeps wazero's default Go-slice memory where mmap is
-// not available.
-func withMemoryAllocator(ctx context.Context) context.Context { return ctx }
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// Without Linux's memfd and mmap, instances keep wazero's default Go-slice
+// memory and are restored by writing the snapshot's chunks (see
+// snapshot.restore); nothing is mapped copy-on-write and used instances
+// are never reset.
+
+type mappedMemory struct{}
+
+func (*mappedMemory) reset(int, *image) bool { return false }
+
+func populate([]byte) {}
+
+func (*mappedMemory) dirtyPages(int) ([]int, bool) { return nil, false }
+
+type image struct{}
+
+func (*image) close() {}
+
+func (*image) bytes() []byte { return nil }
+
+func newImage([]byte) (*image, error) { return nil, errors.New("copy-on-write images need Linux") }
+
+func allocator(*image, func(*mappedMemory)) experimental.MemoryAllocator { return nil }
+
+func withMemoryAllocator(ctx context.Context, a experimental.MemoryAllocator) context.Context {
+	if a == nil {
+		return ctx
+	}
+	return experimental.WithMemoryAllocator(ctx, a)
+}

@@ -3,6 +3,7 @@ package guest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tetratelabs/wazero"
@@ -14,19 +15,41 @@ import (
 // list short.
 const chunkSize = 1 << 10
 
-// snapshot is linear memory right after pml_init, stored as the chunks that
-// differ from a freshly instantiated module. Restoring writes only those,
-// since a new instance already holds the data segments and zeroes.
+// snapshot is linear memory right after pml_init. Where copy-on-write
+// mapping is available it is an image every instance maps (memory_linux.go);
+// elsewhere it is the chunks that differ from a freshly instantiated
+// module, written into each new instance.
 type snapshot struct {
 	pages  uint32
 	chunks []chunk
 	bytes  int
+	img    *image // nil: restore by writing chunks
+	base   []byte // post-init memory, kept only without an image (to diff against)
+	// stackPointer is __stack_pointer's value after pml_init (and after
+	// every run that returned): a reset instance must hold it.
+	stackPointer uint64
 }
 
 type chunk struct {
 	off  uint32
 	data []byte
 }
+
+// instance is one guest module instance and what the engine keeps with it.
+type instance struct {
+	mod api.Module
+	mem *mappedMemory // nil without copy-on-write memory
+	// The exports a run calls, kept so a reused instance keeps their call
+	// stacks.
+	run, resume, inbox, alloc api.Function
+	// Globals the build exports (loopcheck.awk) so a used instance can be
+	// checked and reset.
+	budget       api.MutableGlobal
+	stackPointer api.Global
+	runs         int // executions this instance has served
+}
+
+func (in *instance) close(ctx context.Context) { _ = in.mod.Close(ctx) }
 
 // takeSnapshot runs the guest's initialisation once and records the memory
 // it leaves behind.
@@ -48,13 +71,14 @@ func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.Compil
 	if ret[0] != 0 {
 		return nil, fmt.Errorf("guest: pml_init failed with status %d", ret[0])
 	}
-	// The guest's only mutable global is __stack_pointer (not exported),
-	// which pml_init leaves at its initial value: a restored instance needs
-	// memory only. The build's wasm-objdump check guards this.
+	sp := init.ExportedGlobal("pml_stack_pointer")
+	if sp == nil || init.ExportedGlobal("pml_budget") == nil {
+		return nil, errors.New("guest: the guest does not export its globals (built without loopcheck.awk?)")
+	}
 
 	mem := init.Memory()
 	baseMem := base.Memory()
-	s := &snapshot{pages: mem.Size() / 65536}
+	s := &snapshot{pages: mem.Size() / 65536, stackPointer: sp.Get()}
 	after, _ := mem.Read(0, mem.Size())
 	before, _ := baseMem.Read(0, baseMem.Size())
 	for off := 0; off < len(after); off += chunkSize {
@@ -75,6 +99,13 @@ func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.Compil
 		}
 		s.bytes += len(a)
 	}
+	// Where it can, the whole post-init memory becomes the image instances
+	// map; the chunks remain the way elsewhere.
+	if img, err := newImage(after); err == nil {
+		s.img = img
+	} else {
+		s.base = append([]byte(nil), after...)
+	}
 	return s, nil
 }
 
@@ -88,11 +119,14 @@ func isZero(b []byte) bool {
 }
 
 // restore returns a new instance in the post-init state.
-func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) (api.Module, error) {
-	m, err := rt.InstantiateModule(withMemoryAllocator(ctx), compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) (*instance, error) {
+	in := &instance{}
+	alloc := allocator(s.img, func(m *mappedMemory) { in.mem = m })
+	m, err := rt.InstantiateModule(withMemoryAllocator(ctx, alloc), compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("guest: instantiate: %w", err)
 	}
+	in.mod = m
 	mem := m.Memory()
 	if cur := mem.Size() / 65536; cur < s.pages {
 		if _, ok := mem.Grow(s.pages - cur); !ok {
@@ -100,11 +134,52 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 			return nil, fmt.Errorf("guest: cannot grow memory to %d pages", s.pages)
 		}
 	}
-	for _, c := range s.chunks {
-		if !mem.Write(c.off, c.data) {
-			_ = m.Close(ctx)
-			return nil, fmt.Errorf("guest: snapshot chunk at %d out of range", c.off)
+	if in.mem == nil || in.mem.image == 0 {
+		// No image under this memory: write the snapshot into it.
+		in.mem = nil
+		for _, c := range s.chunks {
+			if !mem.Write(c.off, c.data) {
+				_ = m.Close(ctx)
+				return nil, fmt.Errorf("guest: snapshot chunk at %d out of range", c.off)
+			}
 		}
 	}
-	return m, nil
+	in.run = m.ExportedFunction("pml_run")
+	in.resume = m.ExportedFunction("pml_resume")
+	in.inbox = m.ExportedFunction("pml_inbox")
+	in.alloc = m.ExportedFunction("pml_alloc")
+	in.budget, _ = m.ExportedGlobal("pml_budget").(api.MutableGlobal)
+	in.stackPointer = m.ExportedGlobal("pml_stack_pointer")
+	if in.run == nil || in.resume == nil || in.inbox == nil || in.alloc == nil || in.budget == nil || in.stackPointer == nil {
+		_ = m.Close(ctx)
+		return nil, errors.New("guest: the guest lacks an export the engine needs")
+	}
+	return in, nil
 }
+
+// reset turns a used instance back into the post-init state, in place, and
+// reports whether it could: only an instance over the image whose run
+// returned normally, left its memory at the snapshot's size and its stack
+// pointer where it found it. Anything else is closed instead: a reused
+// instance never carries a grown memory or a trapped state.
+func (s *snapshot) reset(in *instance) bool {
+	if in.mem == nil || in.mod.Memory().Size() != s.pages*65536 || in.stackPointer.Get() != s.stackPointer {
+		return false
+	}
+	if !in.mem.reset(int(in.mod.Memory().Size()), s.img) {
+		return false
+	}
+	in.budget.Set(1)
+	return true
+}
+
+// baseMemory is the post-init memory, to diff a run's memory against.
+func (s *snapshot) baseMemory() []byte {
+	if s.img != nil {
+		return s.img.bytes()
+	}
+	return s.base
+}
+
+// close releases the image.
+func (s *snapshot) close() { s.img.close() }

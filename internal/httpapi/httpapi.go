@@ -23,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
@@ -69,6 +70,14 @@ type Options struct {
 	// Guard, when set, checks every request's Host, Origin and bearer
 	// token before routing it; `pml serve` sets it, the Lambda does not.
 	Guard *Guard
+	// Streaming lets POST /execute answer `Accept: text/event-stream` with
+	// events as they happen, and /mcp send progress and log notifications
+	// during execute_code. `pml serve` sets it; the Lambda cannot stream
+	// through API Gateway, so it answers buffered JSON as before.
+	Streaming bool
+	// MCPTextBytes is the default budget of execute_code's text answer
+	// (default DefaultMCPTextBytes); a call may set its own.
+	MCPTextBytes int
 }
 
 type api struct {
@@ -85,6 +94,9 @@ func New(opts Options) http.Handler {
 	}
 	if opts.FlushTimeout <= 0 {
 		opts.FlushTimeout = 2 * time.Second
+	}
+	if opts.MCPTextBytes <= 0 {
+		opts.MCPTextBytes = DefaultMCPTextBytes
 	}
 	a := &api{opts}
 	mux := http.NewServeMux()
@@ -232,6 +244,12 @@ func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
 	if er.TimeoutMS < 0 {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "timeout_ms must not be negative")
 	}
+	if ferr := script.CheckLang(er.Lang); ferr != nil {
+		return bridge.Request{}, ferr
+	}
+	if ferr := bridge.CheckCallDetail(er.CallDetail); ferr != nil {
+		return bridge.Request{}, ferr
+	}
 	if len(er.Args) > 0 && !json.Valid(er.Args) {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
 	}
@@ -282,6 +300,10 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Source = SourceFrom(r.Context(), "http")
 	req.TraceHeader = TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
+	if a.Streaming && wantsEventStream(r) {
+		a.executeStream(w, r, req)
+		return
+	}
 	resp := a.Service.Execute(r.Context(), req)
 	a.flush(r.Context())
 	w.Header().Set("X-Execution-Id", resp.ExecutionID)

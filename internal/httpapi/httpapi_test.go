@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
@@ -20,6 +19,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -153,20 +153,7 @@ func TestRouteKeysAreServed(t *testing.T) {
 func TestMCPEndpoint(t *testing.T) {
 	srv := newServer(t)
 	ctx := context.Background()
-	c, err := client.NewStreamableHttpClient(srv.URL + "/mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcpclient.ProtocolVersion
-	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)

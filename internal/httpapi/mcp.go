@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -18,15 +19,23 @@ import (
 // behind it. Stateless streamable HTTP, so any Lambda instance can answer
 // any request.
 func (a *api) mcpHandler() http.Handler {
-	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false),
+	// WithLogging declares the logging capability: console output goes to
+	// the client as notifications/message (see mcpProgress).
+	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
 		server.WithInstructions("Run JavaScript against this deployment's tools with execute_code: "+
 			"the code is the body of an async function; call tools as `await mcp.<server>.<tool>(args)` "+
 			"and `return` the result. Use search_tools first to find tools."))
 	s.AddTool(mcp.NewTool("execute_code",
-		mcp.WithDescription("Run a JavaScript program in a fresh sandbox. The code is the body of an async function: "+
+		mcp.WithDescription("Run a JavaScript or TypeScript program in a fresh sandbox. The code is the body of an async function: "+
 			"`return` gives the result, `args` holds the arguments, tools are called as `await mcp.<server>.<tool>({...})` "+
-			"and run concurrently under Promise.all. Returns {ok, result, logs, error, calls, execution_id, duration_ms}."),
+			"and run concurrently under Promise.all. TypeScript types are stripped, not checked. "+
+			"The text answer fits max_text_bytes (a long result is cut, saying how much); "+
+			"structuredContent has the whole document {ok, result, logs, error, calls, execution_id, duration_ms}. "+
+			"With a progress token, each call's start and end is reported as progress and console output as log messages."),
 		mcp.WithString("code", mcp.Required(), mcp.Description("the body of an async function")),
+		mcp.WithString("lang", mcp.Enum("js", "ts"), mcp.Description("ts strips TypeScript types first; without it, code that does not parse as JavaScript is tried as TypeScript")),
+		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("how much of the calls structuredContent carries: every record (full, the default), counts per tool and failures (summary), or nothing")),
+		mcp.WithNumber("max_text_bytes", mcp.Description("budget of the text answer in bytes (default set by the server, 24000 unless configured)")),
 		mcp.WithObject("args", mcp.Description("JSON value bound to `args`")),
 		mcp.WithArray("tools", mcp.Description(`narrow the tool set: "server:tool" patterns, where * matches any run of characters ("kv:*", "fs:read_*")`), mcp.WithStringItems()),
 		mcp.WithNumber("timeout_ms", mcp.Description("deadline in milliseconds")),
@@ -58,7 +67,20 @@ func (a *api) mcpHandler() http.Handler {
 }
 
 func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	raw, err := json.Marshal(r.GetArguments())
+	// max_text_bytes is the tool's own argument, not an execute request's.
+	args := maps.Clone(r.GetArguments())
+	budget := a.MCPTextBytes
+	if v, ok := args["max_text_bytes"]; ok {
+		n, ok := v.(float64)
+		if !ok || n < 0 {
+			return mcp.NewToolResultError("max_text_bytes must be a non-negative number"), nil
+		}
+		if n > 0 {
+			budget = int(n)
+		}
+		delete(args, "max_text_bytes")
+	}
+	raw, err := json.Marshal(args)
 	if err != nil {
 		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
 	}
@@ -68,10 +90,12 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	}
 	req.Source = "mcp"
 	req.TraceHeader = TraceHeader(ctx, "")
+	if a.Streaming {
+		req.OnEvent = newMCPProgress(ctx, r).event
+	}
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
-	text, _ := json.Marshal(resp)
-	res := mcp.NewToolResultStructured(resp, string(text))
+	res := mcp.NewToolResultStructured(resp, modelText(resp, budget))
 	res.IsError = !resp.OK
 	return res, nil
 }

@@ -193,3 +193,16 @@ func TestDeadlineComesFromTheLambdaContext(t *testing.T) {
 		t.Fatalf("%+v after %v", r.Error, time.Since(start))
 	}
 }
+
+// TestRequestFieldsReachEveryFrontEnd: the Lambda's events decode through
+// the same request type as HTTP, so lang and call_detail work there too.
+func TestRequestFieldsReachEveryFrontEnd(t *testing.T) {
+	out, err := handler(lambdaCtx(t), json.RawMessage(`{"code": "const s: number = await mcp.demo.add({a: 1, b: 2}); return s", "lang": "ts", "call_detail": "summary"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := out.(*bridge.Response)
+	if !ok || !r.OK || string(r.Result) != "3" || r.Calls != nil || r.CallSummary == nil || r.CallSummary.Total != 1 {
+		t.Fatalf("%T %+v", out, out)
+	}
+}

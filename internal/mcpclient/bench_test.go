@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
 // The Call benchmarks go through the pool (lookup, schema validation, raw
@@ -50,17 +51,8 @@ func benchDirect(b *testing.B, kind string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	mcptest.Connect(b, c, ProtocolVersion)
 	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = ProtocolVersion
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		b.Fatal(err)
-	}
 	var req mcp.CallToolRequest
 	req.Params.Name = "echo"
 	req.Params.Arguments = map[string]any{"text": "hi"}

@@ -47,11 +47,20 @@ type Call struct {
 	ResultHash string `json:"result_hash,omitempty"`
 	// ChildExecutionID links a capability call to the execution it started.
 	ChildExecutionID string `json:"child_execution_id,omitempty"`
+	// Status is empty for a call that ran, StatusParked for one waiting
+	// for a decision, StatusNotRun for one the script ended without.
+	Status string `json:"status,omitempty"`
 	// Count, when above 1, is how many calls this one record stands for:
 	// calls refused past the tool_calls limit are summarised in a single
 	// record (Tool "*", ErrorCode LIMIT_EXCEEDED) instead of one each.
 	Count int `json:"count,omitempty"`
 }
+
+// Call statuses.
+const (
+	StatusParked = "parked"  // waiting for a decision (a durable execution is suspended)
+	StatusNotRun = "not_run" // parked, and the script ended without it
+)
 
 // Execution is one run of a script.
 type Execution struct {

@@ -1,7 +1,6 @@
 package tracedb_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -208,7 +209,7 @@ func TestDynamoDBDownTracesGoToTheLog(t *testing.T) {
 	if err := tracedb.CreateTable(context.Background(), db, table); err != nil {
 		t.Fatal(err)
 	}
-	var logs safeBuffer
+	var logs syncbuf.Buffer
 	s := tracedb.NewDynamo(db, table, 0, slog.New(slog.NewJSONHandler(&logs, nil)))
 	inst.Stop()
 	ex, calls := execution("ex_lost", 5, "a:x", "b:y")
@@ -257,23 +258,6 @@ func TestCoOccurrenceExactUnderConcurrentWriters(t *testing.T) {
 	if err != nil || len(rel) != 2 || rel[0].Count != 40 || rel[1].Count != 40 {
 		t.Fatalf("related %+v %v", rel, err)
 	}
-}
-
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestCallsStreamedDuringTheExecutionAreWrittenOnce(t *testing.T) {

@@ -77,15 +77,41 @@ func Declarations(tools []catalog.Tool) string {
 // the bridge's tools.* built-ins answer them.
 const helperDeclarations = `/** The JSON value passed as this execution's arguments (null when none). */
 declare const args: unknown;
+/** One tool as tools.search and tools.list describe it. */
+interface ToolSummary {
+  server: string;
+  name: string;
+  /** How to call it from this script: mcp.server.name(args), or mcp.server["odd-name"](args). */
+  call: string;
+  title?: string;
+  description?: string;
+  /** What serves it: an MCP server, a saved capability, or the host. */
+  kind: "mcp" | "capability" | "builtin";
+  /** The JSON Schema of its arguments. */
+  input_schema?: unknown;
+}
 /** Discovery of the tools above from inside the script. */
 declare const tools: {
   /** Rank the visible tools by how well their names and descriptions match the query (lexical, best first). */
-  search(query: string, limit?: number): Promise<Array<{ server: string; name: string; title?: string; description?: string; score: number }>>;
+  search(query: string, limit?: number): Promise<Array<ToolSummary & { score: number }>>;
   /** List the visible tools. */
-  list(): Promise<Array<{ server: string; name: string; title?: string; description?: string }>>;
+  list(): Promise<ToolSummary[]>;
   /** These declarations, as TypeScript source. */
   describe(): Promise<string>;
 };
+/** Console output is captured with its level and returned with the result. */
+interface Console {
+  log(...data: unknown[]): void;
+  info(...data: unknown[]): void;
+  warn(...data: unknown[]): void;
+  error(...data: unknown[]): void;
+  debug(...data: unknown[]): void;
+}
+// var and function declarations merge with lib.dom's and @types/node's,
+// so these compile beside either.
+declare var console: Console;
+declare function setTimeout(callback: (...args: unknown[]) => void, ms?: number, ...args: unknown[]): number;
+declare function clearTimeout(handle?: number): void;
 `
 
 // writeMethod writes one tool as a method signature.

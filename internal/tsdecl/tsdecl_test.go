@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	tscpath "github.com/pml-sandbox/pml/internal/testutil/tsc"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -47,16 +47,10 @@ func TestDeclarationsGolden(t *testing.T) {
 }
 
 // TestDeclarationsCompile type-checks the generated declarations, and a
-// script using them, with the TypeScript compiler when one is installed
-// (PML_TSC names it; `npm install typescript` provides node_modules/.bin/tsc).
+// script using them, with the pinned TypeScript compiler (see
+// internal/testutil/tsc).
 func TestDeclarationsCompile(t *testing.T) {
-	tsc := os.Getenv("PML_TSC")
-	if tsc == "" {
-		var err error
-		if tsc, err = exec.LookPath("tsc"); err != nil {
-			t.Skip("no TypeScript compiler (set PML_TSC)")
-		}
-	}
+	tsc := tscpath.Path(t)
 	dir := t.TempDir()
 	script := Declarations(loadTools(t, "tools.json")) + `
 async function main() {
@@ -66,7 +60,12 @@ async function main() {
   await mcp.fs.read_file({ path: "/x", encoding: null, tuple: ["a", 1], choice: { id: 1 }, both: { a: "x", b: 2 } });
   await mcp["my-server"]["new"]();
   const hits = await tools.search("read a file", 3);
-  return [n, hits[0].score, await tools.describe(), args];
+  const calls: string[] = (await tools.list()).map(t => t.call);
+  const titles = hits.map(h => h.title ?? h.name + " " + h.kind);
+  console.log("found", hits.length); console.warn({ calls });
+  clearTimeout(setTimeout(() => {}, 10));
+  await new Promise(resolve => setTimeout(resolve, 1));
+  return [n, hits[0].score, calls, titles, await tools.describe(), args];
 }
 `
 	// Each source is checked on its own: two sets of globals would clash.
@@ -86,6 +85,11 @@ async function main() {
 		}
 		if out, err := typecheck(tsc, path); err != nil {
 			t.Errorf("tsc %s: %v\n%s\n--- source ---\n%s", name, err, out, body)
+		}
+		// Agents' projects often have the DOM library: console and
+		// setTimeout must merge with its declarations, not clash.
+		if out, err := tscpath.Check(tsc, path, "--lib", "es2022,dom"); err != nil {
+			t.Errorf("tsc --lib es2022,dom %s: %v\n%s", name, err, out)
 		}
 	}
 
@@ -115,9 +119,7 @@ async function main() {
 	}
 }
 
-func typecheck(tsc, path string) ([]byte, error) {
-	return exec.Command(tsc, "--noEmit", "--strict", "--target", "es2022", "--lib", "es2022", path).CombinedOutput()
-}
+func typecheck(tsc, path string) ([]byte, error) { return tscpath.Check(tsc, path) }
 
 func TestSchemaTypes(t *testing.T) {
 	tests := []struct {

@@ -25,7 +25,6 @@
 package dynamolocal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,12 +33,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/testutil/installer"
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -56,7 +57,7 @@ type Instance struct {
 	Endpoint string
 
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -190,7 +191,7 @@ func startAt(dir string) (*Instance, error) {
 		"-inMemory", "-port", port)
 	cmd.Dir = dir
 	cmd.SysProcAttr = procAttr()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{Max: 64 << 10} // enough to explain a failure
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting java: %w", err)
@@ -235,16 +236,10 @@ func (i *Instance) waitReady(timeout time.Duration) error {
 func jarDir() (string, error) {
 	dir := os.Getenv("PML_DYNAMODB_LOCAL_DIR")
 	if dir == "" {
-		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "dynamodb-local.sh")
-		var stderr bytes.Buffer
-		cmd := exec.Command("bash", script)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("%s: %w: %s", script, err, strings.TrimSpace(stderr.String()))
+		var err error
+		if dir, err = installer.Run("dynamodb-local.sh"); err != nil {
+			return "", err
 		}
-		dir = strings.TrimSpace(string(out))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "DynamoDBLocal.jar")); err != nil {
 		return "", fmt.Errorf("no DynamoDBLocal.jar in %s: %w", dir, err)
@@ -266,26 +261,4 @@ func TableName(tb testing.TB) string {
 		name = name[:200]
 	}
 	return fmt.Sprintf("%s_%08x", name, rand.Uint32())
-}
-
-// syncBuffer collects the JVM's output, written by exec's copying
-// goroutine and read by waitReady.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 64<<10 {
-		return len(p), nil // enough to explain a failure
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

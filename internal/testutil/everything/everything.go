@@ -5,17 +5,16 @@
 package everything
 
 import (
-	"bytes"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/testutil/installer"
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 )
 
 // Transport selects how the server is served.
@@ -32,7 +31,7 @@ type Server struct {
 	URL  string
 	cmd  *exec.Cmd
 	done chan struct{}
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 }
 
 // Start installs (once, via scripts/server-everything.sh) and starts the
@@ -44,7 +43,7 @@ func Start(tb testing.TB, t Transport) *Server {
 	port := freePort(tb)
 	cmd := exec.Command("node", entry, string(t))
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("server-everything: %v", err)
@@ -97,19 +96,7 @@ var (
 )
 
 func install(tb testing.TB) string {
-	installOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "server-everything.sh")
-		var stderr bytes.Buffer
-		cmd := exec.Command("bash", script)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			installErr = fmt.Errorf("%v: %s", err, stderr.String())
-			return
-		}
-		entryPath = string(bytes.TrimSpace(out))
-	})
+	installOnce.Do(func() { entryPath, installErr = installer.Run("server-everything.sh") })
 	if installErr != nil {
 		tb.Fatalf("server-everything install: %v", installErr)
 	}
@@ -123,21 +110,4 @@ func freePort(tb testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,0 +1,371 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+)
+
+// ServeClients is how many clients drive `pml serve` at once for the
+// throughput figures, and how many "requests" the Deno peer runs at once.
+const ServeClients = 8
+
+// ServeWarmUp runs before each throughput figure is measured, uncounted:
+// connections open and the engine's instance pool fills first.
+const ServeWarmUp = 500 * time.Millisecond
+
+// HeldExecutions is how many executions the memory figure holds at once.
+// Enough that the per-execution share dominates sampling noise (RSS moves
+// by a few hundred KiB on its own), few enough to stay quick.
+const HeldExecutions = 32
+
+// The scripts the throughput figures run: nothing but the round trip, and
+// one remote tool call over the demo MCP server.
+const (
+	scriptReturn  = "return 1+1"
+	scriptOneCall = "return (await mcp.demo.echo({x: 1})).x"
+)
+
+// measureServe measures `pml serve`: executions per second with
+// ServeClients concurrent clients, for each throughput script, each run for
+// d after a warm-up, and the memory each concurrent execution costs.
+func measureServe(ctx context.Context, cacheDir string, d time.Duration, progress func(string)) ([]Figure, error) {
+	s, err := startServed(ctx, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	progress(fmt.Sprintf("pml serve throughput, %d clients, %s: return 1+1", ServeClients, d))
+	ret, err := s.throughput(ctx, scriptReturn, ServeClients, ServeWarmUp, d)
+	if err != nil {
+		return nil, err
+	}
+	progress(fmt.Sprintf("pml serve throughput, %d clients, %s: one remote tool call", ServeClients, d))
+	one, err := s.throughput(ctx, scriptOneCall, ServeClients, ServeWarmUp, d)
+	if err != nil {
+		return nil, err
+	}
+	figs := []Figure{
+		{Key: "serve_throughput_return_rps", Name: fmt.Sprintf("pml serve executions/s, %d clients, `%s`", ServeClients, scriptReturn), Value: ret, Unit: "/s", Target: "report; higher is better", HigherIsBetter: true,
+			Compare: compare["serve_throughput_return_rps"]},
+		{Key: "serve_throughput_one_call_rps", Name: "same, one remote call (demo MCP server, streamable HTTP)", Value: one, Unit: "/s", Target: "report; higher is better", HigherIsBetter: true,
+			Compare: compare["serve_throughput_one_call_rps"]},
+	}
+	progress(fmt.Sprintf("memory per concurrent execution (%d held)", HeldExecutions))
+	rss, heap, err := s.memoryPerExecution(ctx, HeldExecutions)
+	if errors.Is(err, errNoRSS) {
+		progress("memory per concurrent execution: " + err.Error())
+		return figs, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(figs,
+		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held)", HeldExecutions), Value: rss, Unit: "KiB", Target: "report",
+			Compare: compare["memory_per_concurrent_execution_kib"]},
+		Figure{Key: "memory_per_concurrent_execution_go_heap_kib", Name: "same, live Go heap", Value: heap, Unit: "KiB"},
+	), nil
+}
+
+// served is `pml serve` without the process: the service internal/app
+// wires and the handler internal/httpapi serves, as serveCmd builds them,
+// on a loopback listener, with the demo MCP server (streamable HTTP) as its
+// one MCP server. Running it in the benchmark's own process needs no
+// second binary and lets the memory figure read the server's own RSS.
+type served struct {
+	url    string
+	app    *app.App
+	demo   *demoserver.Server
+	hs     *http.Server
+	done   chan error
+	tmp    string
+	client *http.Client
+}
+
+// startServed starts the server; cacheDir is the engine's compilation
+// cache ("" for none).
+func startServed(ctx context.Context, cacheDir string) (_ *served, err error) {
+	s := &served{}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.demo, err = demoserver.Start("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	// A capability registry of its own: empty, as on a first run, and
+	// never the user's file.
+	if s.tmp, err = os.MkdirTemp("", "pml-bench-serve-"); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	demo, err := mcpclient.ParseServerFlag("demo=" + s.demo.StreamableURL())
+	if err != nil {
+		return nil, err
+	}
+	// The logger `pml serve` uses, writing nowhere: each request's log
+	// line is still built. Traces stay in memory, pml serve's file store
+	// would append to the user's trace file.
+	log := app.Logger(io.Discard, slog.LevelInfo)
+	s.app, err = app.New(ctx, app.Config{
+		CacheDir:         cacheDir,
+		Servers:          []mcpclient.ServerConfig{demo},
+		Traces:           app.TraceConfig{Store: app.StoreMemory},
+		CapabilitiesFile: filepath.Join(s.tmp, "capabilities.json"),
+	}, log)
+	if err != nil {
+		return nil, fmt.Errorf("bench: starting the service: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	s.url = "http://" + ln.Addr().String()
+	handler := httpapi.New(httpapi.Options{
+		Service:      s.app.Service,
+		Traces:       s.app.Traces,
+		Capabilities: s.app.Capabilities,
+		Health:       s.app.Health,
+		Logger:       log,
+		Guard:        &httpapi.Guard{}, // what pml serve guards loopback with
+	})
+	s.hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.hs.Serve(ln) }()
+	// Keep-alive connections for every client and every held execution,
+	// as a client that sends many requests keeps them: the default of two
+	// idle connections a host would make most requests dial anew.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = HeldExecutions + ServeClients
+	s.client = &http.Client{Transport: tr}
+	return s, nil
+}
+
+// close stops everything startServed started.
+func (s *served) close() {
+	if s.client != nil {
+		s.client.CloseIdleConnections()
+	}
+	if s.hs != nil {
+		// Shutdown waits for the handlers, cancelled executions included,
+		// so the engine is not closed under one.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if s.hs.Shutdown(ctx) != nil {
+			_ = s.hs.Close()
+		}
+		cancel()
+		<-s.done
+	}
+	if s.app != nil {
+		s.app.Close(context.Background())
+	}
+	if s.demo != nil {
+		_ = s.demo.Close()
+	}
+	if s.tmp != "" {
+		_ = os.RemoveAll(s.tmp)
+	}
+}
+
+// execute sends one POST /execute and checks that the script succeeded.
+func (s *served) execute(ctx context.Context, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/execute", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: POST /execute: %w", err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("bench: POST /execute: %w", err)
+	}
+	var r struct {
+		OK bool `json:"ok"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(out, &r) != nil || !r.OK {
+		return fmt.Errorf("bench: POST /execute: %s: %.300s", resp.Status, out)
+	}
+	return nil
+}
+
+// throughput drives the server with clients concurrent clients, each
+// sending the next request as soon as its last is answered: first for
+// warm, uncounted, then for d. It returns executions per second: the
+// requests answered in the measured phase over the time until the last of
+// them was answered (requests in flight when d ends are finished and
+// counted, so none is half counted).
+func (s *served) throughput(ctx context.Context, code string, clients int, warm, d time.Duration) (float64, error) {
+	body, err := json.Marshal(map[string]string{"code": code})
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	phase := func(d time.Duration) (int64, time.Duration, error) {
+		var n atomic.Int64
+		g, gctx := errgroup.WithContext(ctx)
+		start := time.Now()
+		end := start.Add(d)
+		for range clients {
+			g.Go(func() error {
+				for time.Now().Before(end) {
+					if err := s.execute(gctx, body); err != nil {
+						return err
+					}
+					n.Add(1)
+				}
+				return nil
+			})
+		}
+		err := g.Wait()
+		return n.Load(), time.Since(start), err
+	}
+	if _, _, err := phase(warm); err != nil {
+		return 0, err
+	}
+	n, elapsed, err := phase(d)
+	if err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// memoryPerExecution holds n executions at once, each awaiting a long
+// demo.sleep on the demo MCP server, and returns what each costs: the rise
+// of the process's resident memory and of the Go heap over idle, divided
+// by n, in KiB. Both samples come after a collection that returns freed
+// memory to the OS, so they count what is held, not garbage.
+func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB float64, err error) {
+	rss0, heap0, err := sampleMemory()
+	if err != nil {
+		return 0, 0, err
+	}
+	// The pool counts a call when it is answered, so each execution makes
+	// one quick call first: once all n are answered, every execution has
+	// its sandbox and is (within microseconds) awaiting its sleep, which
+	// lasts far longer than the sampling takes. Then they are cancelled:
+	// closing a request's connection ends its execution.
+	body, err := json.Marshal(map[string]string{"code": "await mcp.demo.echo({}); await mcp.demo.sleep({ms: 30000}); return 1"})
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: %w", err)
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	calls := s.app.Pool.Stats().Calls
+	var (
+		wg    sync.WaitGroup
+		ended atomic.Int64
+		errs  = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = s.execute(hctx, body)
+			ended.Add(1)
+		})
+	}
+	held := func() (bool, error) {
+		if ended.Load() > 0 {
+			return false, errors.New("bench: an execution that should be held ended early")
+		}
+		return s.app.Pool.Stats().Calls >= calls+int64(n), nil
+	}
+	err = waitFor(hctx, 10*time.Second, held)
+	if err == nil {
+		var rss1, heap1 uint64
+		if rss1, heap1, err = sampleMemory(); err == nil {
+			rssKiB = (float64(rss1) - float64(rss0)) / 1024 / float64(n)
+			heapKiB = (float64(heap1) - float64(heap0)) / 1024 / float64(n)
+		}
+	}
+	cancel()
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, context.Canceled) {
+			err = errors.Join(err, e)
+			break
+		}
+	}
+	return rssKiB, heapKiB, err
+}
+
+// waitFor polls cond until it holds or fails, ctx ends or limit passes.
+// Nothing signals the pool's calls, so polling is the only way to see them.
+func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ok, err := cond(); err != nil || ok {
+			return err
+		}
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("bench: the executions were not all held after %v", limit)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// sampleMemory collects garbage, returns freed memory to the OS, and reads
+// the process's resident set (VmRSS) and the live Go heap, in bytes.
+func sampleMemory() (rss, heap uint64, err error) {
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, err = vmRSS()
+	return rss, ms.HeapAlloc, err
+}
+
+// errNoRSS: the process's resident memory cannot be read here (not Linux).
+var errNoRSS = errors.New("bench: no resident memory figure on this system")
+
+// vmRSS reads this process's resident set size from /proc (Linux only).
+func vmRSS() (uint64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errNoRSS, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: VmRSS %q: %w", v, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("bench: resident memory: %w", err)
+	}
+	return 0, errors.New("bench: no VmRSS in /proc/self/status")
+}

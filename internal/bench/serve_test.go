@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestServedThroughput drives the in-process pml serve briefly with each
+// throughput script, then holds a few executions for the memory figure,
+// and checks that nothing is left running afterwards.
+func TestServedThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a guest engine")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	s, err := startServed(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	for _, code := range []string{scriptReturn, scriptOneCall} {
+		t.Run(code, func(t *testing.T) {
+			rps, err := s.throughput(ctx, code, ServeClients, 50*time.Millisecond, 300*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !(rps > 0) || math.IsInf(rps, 0) {
+				t.Errorf("throughput %v executions/s; want a positive number", rps)
+			}
+		})
+	}
+	t.Run("a failing script fails the figure", func(t *testing.T) {
+		if _, err := s.throughput(ctx, "throw new Error('no')", 2, 0, 10*time.Millisecond); err == nil {
+			t.Error("a failing script gave a throughput")
+		}
+	})
+	t.Run("memory", func(t *testing.T) {
+		rss, heap, err := s.memoryPerExecution(ctx, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Four executions are too few for a stable figure; the run must
+		// only hold them all and let them go.
+		if math.IsNaN(rss) || math.IsNaN(heap) {
+			t.Errorf("rss %v KiB, heap %v KiB", rss, heap)
+		}
+		t.Logf("per held execution: %.0f KiB resident, %.0f KiB Go heap", rss, heap)
+	})
+}

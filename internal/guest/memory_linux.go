@@ -1,0 +1,245 @@
+//go:build linux
+
+package guest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/tetratelabs/wazero/experimental"
+	"golang.org/x/sys/unix"
+)
+
+// Linear memory lives in its own anonymous mapping, reserved at the
+// instance's maximum size up front. Growing is then just a longer slice of
+// the same mapping: no copy of the whole memory on every memory.grow (which
+// Go-slice-backed memory pays, and QuickJS grows often), untouched pages
+// cost nothing, and multi-megabyte buffers stay out of the Go heap so they
+// do not drive garbage collection. munmap returns everything on Close.
+//
+// Where the post-init image is available (an image), its first pages are
+// instead a private, copy-on-write mapping of that image: a new instance
+// starts in the post-init state without a byte being copied, pages are
+// copied only when the run writes them, and madvise(MADV_DONTNEED) turns a
+// used instance back into the image (see reset).
+
+// mappedMemory implements experimental.LinearMemory over one mapping.
+type mappedMemory struct {
+	mapping []byte
+	image   int // bytes at the start that map the image (0: none)
+}
+
+// allocator returns the memory allocator for new instances: mapped memory,
+// over img when it is not nil. Each memory it makes is also handed to made,
+// so the engine can reset it later.
+func allocator(img *image, made func(*mappedMemory)) experimental.MemoryAllocator {
+	return experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		m := allocateMapped(img, max)
+		if made != nil {
+			made(m)
+		}
+		return m
+	})
+}
+
+// withMemoryAllocator puts the allocator in ctx for InstantiateModule.
+func withMemoryAllocator(ctx context.Context, a experimental.MemoryAllocator) context.Context {
+	return experimental.WithMemoryAllocator(ctx, a)
+}
+
+func allocateMapped(img *image, max uint64) *mappedMemory {
+	if max == 0 {
+		max = 1 << 16
+	}
+	b, err := unix.Mmap(-1, 0, int(max), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_NORESERVE)
+	if err != nil {
+		return &mappedMemory{}
+	}
+	m := &mappedMemory{mapping: b}
+	if img != nil && uint64(img.size) <= max {
+		// The image replaces the start of the reservation in place.
+		if _, err := mmapFixed(b, img.fd, img.size); err == nil {
+			m.image = img.size
+		}
+	}
+	return m
+}
+
+// mmapFixed maps fd privately over the first n bytes of dst.
+func mmapFixed(dst []byte, fd, n int) ([]byte, error) {
+	addr := uintptr(unsafe.Pointer(&dst[0]))
+	r, _, errno := unix.Syscall6(unix.SYS_MMAP, addr, uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_FIXED, uintptr(fd), 0)
+	if errno != 0 {
+		return nil, errno
+	}
+	if r != addr {
+		return nil, fmt.Errorf("mmap moved the image to %#x", r)
+	}
+	return dst[:n], nil
+}
+
+// Reallocate implements experimental.LinearMemory.
+func (m *mappedMemory) Reallocate(size uint64) []byte {
+	if size > uint64(len(m.mapping)) {
+		return nil
+	}
+	return m.mapping[:size:size]
+}
+
+// Free implements experimental.LinearMemory.
+func (m *mappedMemory) Free() {
+	if m.mapping != nil {
+		_ = unix.Munmap(m.mapping)
+		m.mapping = nil
+	}
+}
+
+// reset makes the memory read as the image again, in place. Every page the
+// runs wrote gets the image's bytes back (zeros past its end), copied over
+// the private copy rather than dropped: a page fault costs more than a 4 KiB
+// copy (tens of microseconds in a microVM), and the next run will likely
+// write the same pages. Pages only read are still the image's own. Where
+// the kernel will not say which pages were written, every private copy is
+// dropped instead (madvise). It reports false when the memory has no image
+// under it and cannot be reset.
+func (m *mappedMemory) reset(size int, img *image) bool {
+	if m.image == 0 || m.mapping == nil || size > m.image {
+		return false
+	}
+	pages, ok := m.dirtyPages(size)
+	if !ok {
+		return unix.Madvise(m.mapping[:m.image], unix.MADV_DONTNEED) == nil
+	}
+	for _, p := range pages {
+		off := p * pageSize
+		dst := m.mapping[off : off+pageSize]
+		if off+pageSize <= len(img.view) {
+			copy(dst, img.view[off:off+pageSize])
+		} else {
+			clear(dst)
+		}
+	}
+	return true
+}
+
+// populate faults in the pages of b for writing, in one call rather than a
+// fault per page (MADV_POPULATE_WRITE, Linux 5.14); where the kernel cannot,
+// the pages fault in as they are written.
+func populate(b []byte) {
+	if len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+	}
+}
+
+// image is the guest's linear memory right after pml_init, in a sealed
+// memfd that instances map copy-on-write.
+type image struct {
+	fd   int
+	size int
+	view []byte // the image, mapped read-only
+}
+
+// bytes returns the image's contents: the page cache's pages, mapped
+// read-only, not a copy.
+func (img *image) bytes() []byte { return img.view }
+
+// newImage copies mem into a new sealed memfd. Only non-zero pages are
+// written, so the file is as sparse as the memory.
+func newImage(mem []byte) (*image, error) {
+	fd, err := unix.MemfdCreate("pml-guest-image", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	img := &image{fd: fd, size: len(mem)}
+	fail := func(err error) (*image, error) {
+		img.close()
+		return nil, err
+	}
+	if err := unix.Ftruncate(fd, int64(len(mem))); err != nil {
+		return fail(fmt.Errorf("sizing the image: %w", err))
+	}
+	const page = 4096
+	for off := 0; off < len(mem); off += page {
+		p := mem[off:min(off+page, len(mem))]
+		if isZero(p) {
+			continue
+		}
+		if _, err := unix.Pwrite(fd, p, int64(off)); err != nil {
+			return fail(fmt.Errorf("writing the image: %w", err))
+		}
+	}
+	// Sealed: nothing, this process included, can change what every
+	// instance starts from.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE|unix.F_SEAL_SEAL); err != nil {
+		return fail(fmt.Errorf("sealing the image: %w", err))
+	}
+	if img.view, err = unix.Mmap(fd, 0, len(mem), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+		return fail(fmt.Errorf("mapping the image: %w", err))
+	}
+	return img, nil
+}
+
+func (img *image) close() {
+	if img != nil && img.view != nil {
+		_ = unix.Munmap(img.view)
+		img.view = nil
+	}
+	if img != nil && img.fd >= 0 {
+		_ = unix.Close(img.fd)
+		img.fd = -1
+	}
+}
+
+// pagemap returns /proc/self/pagemap, opened once per process and read
+// with pread (safe from any goroutine); nil where it cannot be read.
+var pagemap = sync.OnceValue(func() *os.File {
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return nil
+	}
+	return f
+})
+
+// dirtyPages lists the pages (of pageSize bytes) of the first size bytes of
+// the memory that the runs since the last reset wrote, from the kernel's
+// page table (/proc/self/pagemap): a page of the image that was written is
+// an anonymous private copy, one only read is still the file's, and one
+// never touched is not present; past the image, every present page was
+// touched. The second result is false when the kernel would not say
+// (pagemap unreadable), and the caller must compare contents instead.
+func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
+	if m.mapping == nil || m.image == 0 || size > len(m.mapping) || os.Getpagesize() != pageSize {
+		return nil, false
+	}
+	f := pagemap()
+	if f == nil {
+		return nil, false
+	}
+	n := (size + pageSize - 1) / pageSize
+	entries := make([]byte, n*8)
+	base := uintptr(unsafe.Pointer(&m.mapping[0]))
+	if _, err := f.ReadAt(entries, int64(base/pageSize*8)); err != nil {
+		return nil, false
+	}
+	const (
+		present  = 1 << 63
+		fileOrSh = 1 << 61
+	)
+	var out []int
+	for i := range n {
+		e := binary.LittleEndian.Uint64(entries[i*8:])
+		if e&present == 0 {
+			continue
+		}
+		if i*pageSize < m.image && e&fileOrSh != 0 {
+			continue // still the image's own page
+		}
+		out = append(out, i)
+	}
+	return out, true
+}

@@ -1,0 +1,54 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+)
+
+// TestResetRestoresTheImage: after runs that write all over memory, a reset
+// instance's memory is byte for byte the post-init image, whichever way the
+// kernel let reset find the written pages.
+func TestResetRestoresTheImage(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{Prepared: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	if e.snap.img == nil {
+		t.Skip("no copy-on-write image")
+	}
+	in, err := e.newInstance(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.close(ctx)
+	for i, code := range []string{
+		"globalThis.x = 'secret-' + 'y'.repeat(200000); return 1",
+		"const a = []; for (let i = 0; i < 2000; i++) a.push({i, s: 'z' + i}); return a.length",
+		"return 1",
+	} {
+		x := newExecution(ctx, e, Request{Code: code}, e.defaults, &Result{}, time.Now())
+		cfg, _ := encodeConfig(Request{Code: code}, e.defaults)
+		if _, ferr := x.run(in, cfg, int64(i+1)); ferr != nil {
+			t.Fatal(ferr)
+		}
+		x.shutdown()
+		if dirty, ok := in.mem.dirtyPages(int(in.mod.Memory().Size())); ok && len(dirty) == 0 {
+			t.Fatalf("run %d left no written page to find", i)
+		}
+		if !e.snap.reset(in) {
+			t.Fatalf("run %d: the instance could not be reset", i)
+		}
+		got, _ := in.mod.Memory().Read(0, in.mod.Memory().Size())
+		if !bytes.Equal(got, e.snap.img.view) {
+			for off := 0; off < len(got); off += pageSize {
+				if !bytes.Equal(got[off:off+pageSize], e.snap.img.view[off:off+pageSize]) {
+					t.Fatalf("run %d: after reset, page %d differs from the image", i, off/pageSize)
+				}
+			}
+		}
+	}
+}

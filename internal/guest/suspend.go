@@ -1,0 +1,227 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Durable executions. A run whose every awaited call is parked (waiting
+// for someone's decision, see Request.Park) stops and is handed back as a
+// Suspension instead of holding a goroutine, an instance and a deadline
+// while it waits. Between steps the guest's wasm stack is empty (host-driven
+// stepping, glue.c), so the run's whole state is its linear memory plus the
+// host's bookkeeping: a Suspension holds both, and Engine.Resume continues
+// the very same continuation in a fresh instance, in this process or any
+// other running the same guest build — no replay.
+
+// ParkedCall is a call that waits for a decision.
+type ParkedCall struct {
+	// CallID is the call's number in the execution's trace (what callers
+	// decide on).
+	CallID int             `json:"call_id"`
+	Server string          `json:"server"`
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args"`
+	// GuestID is the id the guest knows the call by.
+	GuestID int32 `json:"guest_id"`
+}
+
+// Decision is what was decided about a parked call.
+type Decision struct {
+	Approve bool   `json:"approve"`
+	Reason  string `json:"reason,omitempty"` // why it was rejected, for the script's error
+}
+
+// Suspension is a suspended run: everything Engine.Resume needs to
+// continue it. It holds the script's memory, so user data: store it, never
+// show it.
+type Suspension struct {
+	// GuestHash is the guest build the run ran on; another cannot resume it.
+	GuestHash string `json:"guest_hash"`
+	// Pages is the size of linear memory, in 64 KiB pages.
+	Pages uint32 `json:"pages"`
+	// Memory is what the run changed of the post-init snapshot: its dirty
+	// pages, compressed (see image.go).
+	Memory []byte `json:"memory"`
+	// Parked are the calls that wait for a decision.
+	Parked []ParkedCall `json:"parked"`
+	// Tools is the tool table the guest indexes into (by position).
+	Tools []Tool `json:"tools"`
+	// The host's bookkeeping of the run so far.
+	NextID        int32                  `json:"next_id"`
+	Calls         []trace.Call           `json:"calls"`
+	Over          *trace.Call            `json:"over,omitempty"`
+	Logs          []LogEntry             `json:"logs"`
+	LogBytes      int                    `json:"log_bytes"`
+	LogsTruncated bool                   `json:"logs_truncated,omitempty"`
+	Delivered     map[int32]*fault.Error `json:"delivered,omitempty"`
+	// Used is the running time spent so far: the deadline counts running
+	// time only, so waiting while suspended is free.
+	Used   time.Duration `json:"used"`
+	Limits Limits        `json:"limits"`
+	// Suspends counts the times this run has been suspended.
+	Suspends int `json:"suspends"`
+}
+
+// Pending lists the parked calls, for the caller to decide on.
+func (s *Suspension) Pending() []ParkedCall { return s.Parked }
+
+// suspension captures the run, which has just stopped at errSuspend (its
+// guest waiting, its wasm stack empty).
+func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
+	mem := in.mod.Memory()
+	size := mem.Size()
+	buf, _ := mem.Read(0, size)
+	base := x.engine.snap.baseMemory()
+	pages, known := []int(nil), false
+	if in.mem != nil {
+		pages, known = in.mem.dirtyPages(int(size))
+	}
+	if known {
+		// Written is not changed: a fresh instance's data segments, for
+		// one, are written over the image with the same bytes.
+		pages = slices.DeleteFunc(pages, func(p int) bool {
+			off := p * pageSize
+			return off+pageSize <= len(base) && bytes.Equal(buf[off:off+pageSize], base[off:off+pageSize])
+		})
+	} else {
+		pages = changedPages(buf, base)
+	}
+	diff, err := encodeDiff(buf, base, size/65536, pages)
+	if err != nil {
+		return nil, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
+	}
+	x.mu.Lock()
+	calls := slices.Clone(x.calls)
+	var over *trace.Call
+	if x.over != nil {
+		o := *x.over
+		over = &o
+	}
+	x.mu.Unlock()
+	x.suspended = true
+	return &Suspension{
+		GuestHash:     x.engine.wasmHash,
+		Pages:         size / 65536,
+		Memory:        diff,
+		Parked:        slices.Clone(x.parked),
+		Tools:         x.req.Tools,
+		NextID:        x.nextID,
+		Calls:         calls,
+		Over:          over,
+		Logs:          slices.Clone(x.logs),
+		LogBytes:      x.logBytes,
+		LogsTruncated: x.logsTruncated,
+		Delivered:     maps.Clone(x.delivered),
+		Used:          x.used + time.Since(x.start),
+		Limits:        x.limits,
+		Suspends:      x.suspends + 1,
+	}, nil
+}
+
+// restore takes up a suspended run's bookkeeping.
+func (x *execution) restore(s *Suspension) {
+	x.nextID = s.NextID
+	x.calls = slices.Clone(s.Calls)
+	if s.Over != nil {
+		o := *s.Over
+		x.over = &o
+	}
+	x.logs = slices.Clone(s.Logs)
+	x.logBytes, x.logsTruncated = s.LogBytes, s.LogsTruncated
+	x.delivered = maps.Clone(s.Delivered)
+	x.parked = slices.Clone(s.Parked)
+	// The guest still counts its parked calls as in flight.
+	x.inflight = len(s.Parked)
+	x.used = s.Used
+	x.suspends = s.Suspends
+}
+
+// decide applies decisions to the parked calls: an approved call runs now,
+// a rejected one fails with REJECTED (a host error the script may catch),
+// and one not decided stays parked.
+func (x *execution) decide(decisions map[int]Decision) {
+	kept := x.parked[:0]
+	now := time.Now()
+	for _, p := range x.parked {
+		d, ok := decisions[p.CallID]
+		if !ok || p.CallID < 1 || p.CallID > len(x.calls) {
+			kept = append(kept, p)
+			continue
+		}
+		idx, full := p.CallID-1, p.Server+":"+p.Tool
+		x.mu.Lock()
+		x.calls[idx].Status = ""
+		x.calls[idx].StartedAt = now
+		x.mu.Unlock()
+		if d.Approve {
+			x.pending = append(x.pending, pendingCall{id: p.GuestID, idx: idx, full: full,
+				call: Call{ID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args}})
+			continue
+		}
+		msg := "the call was rejected"
+		if d.Reason != "" {
+			msg += ": " + d.Reason
+		}
+		x.ready = append(x.ready, x.complete(p.GuestID, idx, full, nil, fault.New(fault.Rejected, "%s", msg).WithTool(full)))
+	}
+	x.parked = kept
+}
+
+// Resume continues a suspended run: decisions (by trace call id) approve or
+// reject its parked calls, and the script goes on from where it waited, in
+// a fresh instance restored from s. It may suspend again. req supplies the
+// host side (Host, Park, OnCall, ExecutionID); the code, tools and limits
+// are the suspended run's own. A suspension from another guest build is
+// refused with RESUME_INCOMPATIBLE.
+func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisions map[int]Decision) *Result {
+	start := time.Now()
+	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []LogEntry{}}
+	finish := func(err *fault.Error) *Result {
+		res.Err = err
+		res.OK = err == nil
+		res.Duration = time.Since(start)
+		return res
+	}
+	if s == nil {
+		return finish(fault.New(fault.InvalidRequest, "nothing to resume"))
+	}
+	if s.GuestHash != e.wasmHash {
+		return finish(fault.New(fault.ResumeIncompatible, "the execution was suspended on guest build %s; this engine runs %s", s.GuestHash, e.wasmHash))
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return finish(fault.New(fault.Unavailable, "the sandbox engine is shut down"))
+	}
+	e.running.Add(1)
+	e.mu.Unlock()
+	defer e.running.Done()
+
+	in, err := e.instance(ctx)
+	if err != nil {
+		return finish(fault.Wrap(fault.SandboxError, err, "preparing a sandbox"))
+	}
+	if err := applyDiff(in.mod.Memory(), s.Memory); err != nil {
+		e.release(in, false)
+		return finish(fault.Wrap(fault.SandboxError, err, "restoring the suspended execution"))
+	}
+	req.Tools = s.Tools
+	req.Code = ""
+	x := newExecution(ctx, e, req, s.Limits, res, start)
+	x.restore(s)
+	x.shortenDeadline()
+	defer func() { e.release(in, !x.stopping && !x.trapped) }()
+	defer x.shutdown()
+	in.runs++
+	x.decide(decisions)
+	doc, rerr := x.drive(context.WithValue(x.ctx, execKey{}, x), in, waiting)
+	return e.finishRun(x, in, res, doc, rerr, finish)
+}

@@ -1,0 +1,189 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+)
+
+// notes collects the notifications a client receives. The client's
+// goroutine only sends them on; got belongs to the test's goroutine.
+type notes struct {
+	ch  chan mcp.JSONRPCNotification
+	got []mcp.JSONRPCNotification
+}
+
+func listen(c *client.Client) *notes {
+	n := &notes{ch: make(chan mcp.JSONRPCNotification, 1000)}
+	c.OnNotification(func(m mcp.JSONRPCNotification) { n.ch <- m })
+	return n
+}
+
+// waitFor blocks until a notification of method whose params contain
+// text has arrived.
+func (n *notes) waitFor(t *testing.T, method, text string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for !n.has(method, text) {
+		select {
+		case m := <-n.ch:
+			n.got = append(n.got, m)
+		case <-deadline:
+			t.Fatalf("no %s with %q; got %+v", method, text, n.list())
+		}
+	}
+}
+
+func (n *notes) has(method, text string) bool {
+	for _, m := range n.list() {
+		raw, _ := json.Marshal(m.Params)
+		if m.Method == method && strings.Contains(string(raw), text) {
+			return true
+		}
+	}
+	return false
+}
+
+// list returns every notification received so far.
+func (n *notes) list() []mcp.JSONRPCNotification {
+	for {
+		select {
+		case m := <-n.ch:
+			n.got = append(n.got, m)
+		default:
+			return n.got
+		}
+	}
+}
+
+// TestMCPProgressDuringAScript: a client that sends a progress token hears
+// of each call while the script runs (the gate opens only once the start
+// of the blocked call has been heard) and receives the console output as
+// log messages; under either protocol era.
+func TestMCPProgressDuringAScript(t *testing.T) {
+	for _, version := range []string{mcpclient.ProtocolVersion, ""} {
+		t.Run("protocol "+version, func(t *testing.T) {
+			gate := gateSource{open: make(chan struct{})}
+			srv := streamingServer(t, true, gate)
+			c := mcptest.Streamable(t, srv.URL+"/mcp", version)
+			if version == "" {
+				// Since 2026-07-28 a request asks for log messages with a
+				// level (deprecated there, and still what clients send).
+				//lint:ignore SA1019 the deprecated feature is the one under test
+				if err := c.SetLevel(context.Background(), mcp.SetLevelRequest{Params: mcp.SetLevelParams{Level: mcp.LoggingLevelInfo}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := listen(c)
+			var req mcp.CallToolRequest
+			req.Params.Name = "execute_code"
+			req.Params.Arguments = map[string]any{"code": "console.log('warming up'); await mcp.demo.add({a: 1, b: 2}); return await mcp.gate.wait({})"}
+			req.Params.Meta = &mcp.Meta{ProgressToken: "tok-1"}
+			done := make(chan *mcp.CallToolResult, 1)
+			go func() {
+				res, err := c.CallTool(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- res
+			}()
+			n.waitFor(t, "notifications/progress", "gate:wait started")
+			n.waitFor(t, "notifications/message", "warming up")
+			select {
+			case <-done:
+				t.Fatal("the call ended before its gate opened")
+			default:
+			}
+			close(gate.open)
+			res := <-done
+			if res == nil || res.IsError {
+				t.Fatalf("execute_code: %+v", res)
+			}
+			if !n.has("notifications/progress", `"progressToken":"tok-1"`) || !n.has("notifications/progress", "demo:add ended") {
+				t.Errorf("progress notifications: %+v", n.list())
+			}
+		})
+	}
+}
+
+// TestMCPNoProgressWithoutAToken: without a progress token the answer is
+// plain JSON, as before (no notifications).
+func TestMCPNoProgressWithoutAToken(t *testing.T) {
+	srv := streamingServer(t, true)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	n := listen(c)
+	var req mcp.CallToolRequest
+	req.Params.Name = "execute_code"
+	req.Params.Arguments = map[string]any{"code": "console.log('x'); return await mcp.demo.add({a: 1, b: 2})"}
+	if res, err := c.CallTool(context.Background(), req); err != nil || res.IsError {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if l := n.list(); len(l) > 0 {
+		t.Errorf("notifications without a token: %+v", l)
+	}
+}
+
+// TestMCPTextWithinBudget: the text answer fits the budget (the server's,
+// or the call's), cuts a long result with a marker saying how much, and
+// summarises calls; structuredContent keeps everything.
+func TestMCPTextWithinBudget(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MCPTextBytes: 4000}))
+	t.Cleanup(srv.Close)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	code := `for (let i = 0; i < 300; i++) console.log("line " + i + " " + "y".repeat(50));
+for (let i = 0; i < 40; i++) await mcp.demo.add({a: i, b: 1});
+try { await mcp.demo.fail({message: "no"}) } catch {}
+return "x".repeat(100000)`
+	tests := []struct {
+		name   string
+		args   map[string]any
+		budget int
+	}{
+		{"server budget", map[string]any{"code": code}, 4000},
+		{"call budget", map[string]any{"code": code, "max_text_bytes": 10000}, 10000},
+		{"summary in structuredContent", map[string]any{"code": code, "call_detail": "summary"}, 4000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var req mcp.CallToolRequest
+			req.Params.Name = "execute_code"
+			req.Params.Arguments = tc.args
+			res, err := c.CallTool(context.Background(), req)
+			if err != nil || res.IsError || len(res.Content) != 1 {
+				t.Fatalf("%+v %v", res, err)
+			}
+			text := res.Content[0].(mcp.TextContent).Text
+			if len(text) > tc.budget || len(text) < tc.budget*3/4 {
+				t.Errorf("text is %d bytes, want at most and close to %d", len(text), tc.budget)
+			}
+			for _, want := range []string{"ok (execution ex_", "result:\n\"xxx", "bytes of the result cut", "of 100002 bytes of the result cut",
+				"calls: 41, 1 failed — demo:add ×40, demo:fail ×1 (1 failed)", "failed call #41 demo:fail: TOOL_ERROR", "console (300 lines)", "[log] line 0 "} {
+				if !strings.Contains(text, want) {
+					t.Errorf("text lacks %q:\n%s", want, text)
+				}
+			}
+			raw, _ := json.Marshal(res.StructuredContent)
+			var r bridge.Response
+			if err := json.Unmarshal(raw, &r); err != nil || len(r.Result) != 100002 || len(r.Logs) != 300 {
+				t.Fatalf("structuredContent is not the whole document (%v): %d result bytes, %d logs", err, len(r.Result), len(r.Logs))
+			}
+			if summary := tc.args["call_detail"] == "summary"; summary != (r.CallSummary != nil) || summary == (len(r.Calls) == 41) {
+				t.Errorf("call_detail %v: %d calls, summary %+v", tc.args["call_detail"], len(r.Calls), r.CallSummary)
+			}
+		})
+	}
+}

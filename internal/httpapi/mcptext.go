@@ -1,0 +1,151 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+)
+
+// DefaultMCPTextBytes is execute_code's default text budget: about 6,000
+// tokens, enough for most results, small beside a model's context.
+const DefaultMCPTextBytes = 24000
+
+// minMCPTextBytes is the smallest budget honoured: below it not even the
+// status and the markers fit.
+const minMCPTextBytes = 1024
+
+// Shares of the budget the parts other than the result may take at most.
+const (
+	errorShare = 4 // the error message and stack: 1/4
+	callsShare = 8 // the call summary: 1/8
+	logsShare  = 4 // console output, when the result needs the room: 1/4
+)
+
+// modelText renders an execution for a model, within budget bytes: a
+// status line, the error, the result (cut with a marker saying how much
+// was cut), a call summary instead of the records, and the console output,
+// capped. The whole document goes in structuredContent beside it.
+func modelText(resp *bridge.Response, budget int) string {
+	budget = max(budget, minMCPTextBytes)
+	var head strings.Builder
+	if resp.OK {
+		fmt.Fprintf(&head, "ok (execution %s, %.1f ms)\n", resp.ExecutionID, resp.DurationMS)
+	} else {
+		code := "INTERNAL"
+		if resp.Error != nil {
+			code = string(resp.Error.Code)
+		}
+		fmt.Fprintf(&head, "failed: %s (execution %s, %.1f ms)\n", code, resp.ExecutionID, resp.DurationMS)
+	}
+	if e := resp.Error; e != nil {
+		var b strings.Builder
+		b.WriteString("error: ")
+		if e.Tool != "" {
+			b.WriteString(e.Tool + ": ")
+		}
+		b.WriteString(e.Message + "\n")
+		if e.Stack != "" {
+			b.WriteString(strings.TrimRight(e.Stack, "\n") + "\n")
+		}
+		if e.Details != nil {
+			if d, err := json.Marshal(e.Details); err == nil {
+				b.WriteString("details: " + string(d) + "\n")
+			}
+		}
+		head.WriteString(cut(b.String(), budget/errorShare, "of the error"))
+	}
+	calls := cut(callsText(resp), budget/callsShare, "of the call summary")
+	logs := logsText(resp)
+
+	const resultLabel = "result:\n"
+	result, hasResult := string(resp.Result), resp.OK || len(resp.Result) > 0 && string(resp.Result) != "null"
+	room := budget - head.Len() - len(calls)
+	if hasResult {
+		room -= len(resultLabel) + 1 // and its newline
+	} else {
+		result = ""
+	}
+	// The result comes first: the console gets what the result leaves,
+	// and at least its share when the result needs cutting.
+	logs = cut(logs, max(room-len(result), room/logsShare), "of the console output")
+	if hasResult {
+		result = resultLabel + cut(result, room-len(logs), "of the result") + "\n"
+	}
+	return head.String() + result + calls + logs
+}
+
+// callsText summarises the calls in a few lines.
+func callsText(resp *bridge.Response) string {
+	s := resp.CallSummary
+	if s == nil {
+		if resp.Calls == nil {
+			return "" // the request asked for nothing about calls
+		}
+		s = bridge.Summarize(resp.ExecutionID, resp.Calls)
+	}
+	if s.Total == 0 {
+		return "calls: none\n"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "calls: %d", s.Total)
+	if s.Failed > 0 {
+		fmt.Fprintf(&b, ", %d failed", s.Failed)
+	}
+	b.WriteString(" —")
+	for i, t := range s.ByTool {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s ×%d", t.Tool, t.Calls)
+		if t.Failed > 0 {
+			fmt.Fprintf(&b, " (%d failed)", t.Failed)
+		}
+	}
+	b.WriteString("\n")
+	for _, f := range s.Failures {
+		fmt.Fprintf(&b, "failed call #%d %s: %s", f.CallID, f.Tool, f.ErrorCode)
+		if f.ExecutionID != "" {
+			fmt.Fprintf(&b, " (in %s)", f.ExecutionID)
+		}
+		if f.Count > 1 {
+			fmt.Fprintf(&b, " ×%d", f.Count)
+		}
+		b.WriteString("\n")
+	}
+	if s.FailuresOmitted > 0 {
+		fmt.Fprintf(&b, "… and %d more failed calls\n", s.FailuresOmitted)
+	}
+	return b.String()
+}
+
+// logsText is the console output, one line per entry.
+func logsText(resp *bridge.Response) string {
+	if len(resp.Logs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "console (%d lines):\n", len(resp.Logs))
+	for _, l := range resp.Logs {
+		fmt.Fprintf(&b, "[%s] %s\n", l.Level, l.Message)
+	}
+	return b.String()
+}
+
+// cut returns s if it fits in n bytes, else its beginning (whole
+// characters) and a marker line saying how much of what was cut.
+func cut(s string, n int, what string) string {
+	if len(s) <= n {
+		return s
+	}
+	marker := func(kept int) string {
+		return fmt.Sprintf("\n[… %d of %d bytes %s cut; structuredContent has all of it]\n", len(s)-kept, len(s), what)
+	}
+	keep := max(n-len(marker(0)), 0) // the longest marker: nothing kept
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + marker(keep)
+}

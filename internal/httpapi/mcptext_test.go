@@ -1,0 +1,74 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+func TestModelTextFitsItsBudget(t *testing.T) {
+	many := func(n int) []trace.Call {
+		var out []trace.Call
+		for i := range n {
+			out = append(out, trace.Call{ExecutionID: "ex_1", CallID: i + 1, Server: "s" + strings.Repeat("é", i%7) + strconv.Itoa(i), Tool: "t", ErrorCode: fault.ToolError})
+		}
+		return out
+	}
+	logs := func(n int, line string) []guest.LogEntry {
+		var out []guest.LogEntry
+		for range n {
+			out = append(out, guest.LogEntry{Level: "log", Message: line})
+		}
+		return out
+	}
+	big, _ := json.Marshal(strings.Repeat("日本", 50000))
+	tests := []struct {
+		name string
+		resp bridge.Response
+		want []string // in the text
+		cut  bool     // something was cut
+	}{
+		{name: "small", resp: bridge.Response{OK: true, Result: json.RawMessage(`{"a":1}`), Calls: []trace.Call{}},
+			want: []string{"ok (execution ex_1", "result:\n{\"a\":1}\n", "calls: none"}},
+		{name: "null result", resp: bridge.Response{OK: true, Result: json.RawMessage(`null`)}, want: []string{"result:\nnull\n"}},
+		{name: "big multibyte result", resp: bridge.Response{OK: true, Result: big}, want: []string{"bytes of the result cut"}, cut: true},
+		{name: "huge error", resp: bridge.Response{Error: &fault.Error{Code: fault.ScriptError, Message: strings.Repeat("m", 90000), Stack: strings.Repeat("  at x (main.js:1:1)\n", 3000)}},
+			want: []string{"failed: SCRIPT_ERROR", "error: mmm", "of the error cut"}, cut: true},
+		{name: "many failing tools", resp: bridge.Response{OK: true, Result: json.RawMessage(`1`), Calls: many(5000)}, want: []string{"calls: 5000, 5000 failed", "of the call summary cut"}, cut: true},
+		{name: "summary only", resp: bridge.Response{OK: true, Result: json.RawMessage(`1`), CallSummary: bridge.Summarize("ex_1", many(30))}, want: []string{"… and 10 more failed calls"}},
+		{name: "no call detail", resp: bridge.Response{OK: true, Result: json.RawMessage(`1`)}},
+		{name: "flood of logs", resp: bridge.Response{OK: true, Result: json.RawMessage(`1`), Logs: logs(10000, "ünïcödé line")},
+			want: []string{"console (10000 lines)", "of the console output cut"}, cut: true},
+		{name: "everything at once", resp: bridge.Response{OK: true, Result: big, Logs: logs(3000, strings.Repeat("z", 100)), Calls: many(900)},
+			want: []string{"of the result cut", "of the console output cut"}, cut: true},
+	}
+	for _, tc := range tests {
+		for _, budget := range []int{0, 1024, 3000, DefaultMCPTextBytes, 1 << 20} {
+			tc.resp.ExecutionID = "ex_1"
+			text := modelText(&tc.resp, budget)
+			if limit := max(budget, minMCPTextBytes); len(text) > limit {
+				t.Errorf("%s, budget %d: %d bytes", tc.name, budget, len(text))
+			}
+			if !utf8.ValidString(text) {
+				t.Errorf("%s, budget %d: a character was split", tc.name, budget)
+			}
+			if budget == DefaultMCPTextBytes {
+				for _, w := range tc.want {
+					if !strings.Contains(text, w) {
+						t.Errorf("%s: lacks %q:\n%.2000s", tc.name, w, text)
+					}
+				}
+				if cut := strings.Contains(text, "structuredContent has all of it"); cut != tc.cut {
+					t.Errorf("%s: cut = %v, want %v", tc.name, cut, tc.cut)
+				}
+			}
+		}
+	}
+}

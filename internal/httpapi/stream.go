@@ -1,0 +1,133 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/guest"
+)
+
+// EventResult is the last event of a streamed execution.
+const EventResult = "result"
+
+// StreamResult is the data of the result event: the document the plain
+// request answers with, and the HTTP status it would have had (the
+// stream's own status is 200, sent before the outcome was known).
+type StreamResult struct {
+	Status int `json:"status"`
+	*bridge.Response
+}
+
+// wantsEventStream reports whether the request asks for an event stream:
+// its Accept header names text/event-stream (not through a wildcard) with
+// a non-zero quality.
+func wantsEventStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil || mt != "text/event-stream" {
+				continue
+			}
+			if q, err := strconv.ParseFloat(params["q"], 64); err != nil || q > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// executeStream runs req and sends its progress as server-sent events as
+// it happens: log, call_start and call_end, then result. Each event is
+// flushed on its own. The service's callbacks must not block, so they only
+// queue events; this goroutine writes them.
+func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req bridge.Request) {
+	q := &eventQueue{ready: make(chan struct{}, 1)}
+	req.OnEvent = q.push
+	req.ExecutionID = guest.NewExecutionID() // the header goes out first
+	done := make(chan *bridge.Response, 1)
+	go func() { done <- a.Service.Execute(r.Context(), req) }()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
+	h.Set("X-Execution-Id", req.ExecutionID)
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	flush()
+	send := func() {
+		for _, ev := range q.take() {
+			writeEvent(w, string(ev.Type), ev.Data())
+		}
+		flush()
+	}
+	for {
+		select {
+		case <-q.ready:
+			send()
+		case resp := <-done:
+			// Every event is queued before Execute returns.
+			send()
+			a.flush(r.Context())
+			writeEvent(w, EventResult, StreamResult{Status: StatusOf(resp), Response: resp})
+			flush()
+			return
+		}
+	}
+}
+
+// writeEvent writes one server-sent event. JSON holds no raw newline, so
+// the data is one line. Write errors mean the client left; the execution
+// ends with its context.
+func writeEvent(w io.Writer, name string, data any) {
+	var b bytes.Buffer
+	b.WriteString("event: " + name + "\ndata: ")
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as the plain response
+	if err := enc.Encode(data); err != nil {
+		b.Reset()
+		b.WriteString("event: " + name + "\ndata: ")
+		_ = enc.Encode(map[string]string{"error": err.Error()})
+	}
+	b.WriteString("\n") // Encode ended the data line; a blank line ends the event
+	_, _ = w.Write(b.Bytes())
+}
+
+// eventQueue hands events from the service's goroutines to the writer
+// without blocking them. It is unbounded, but what an execution can emit
+// is bounded by its limits (log lines, tool calls).
+type eventQueue struct {
+	mu     sync.Mutex
+	events []bridge.Event
+	ready  chan struct{} // capacity 1: "there is something to take"
+}
+
+func (q *eventQueue) push(e bridge.Event) {
+	q.mu.Lock()
+	q.events = append(q.events, e)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *eventQueue) take() []bridge.Event {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.events
+	q.events = nil
+	return out
+}

@@ -1,0 +1,193 @@
+// Package script turns what a caller sent into what the sandbox runs: it
+// reads JavaScript or TypeScript (the body of an async function), strips
+// TypeScript's types, checks the code statically (the mcp.<server>.<tool>
+// names it uses, through internal/analysis), and maps positions the engine
+// reports back to the source as written.
+//
+// # Which language
+//
+// LangTS strips the types first. LangJS runs the code as JavaScript. With
+// no language the code is read as JavaScript; if the analysis parser cannot
+// read it, the types are stripped; if that fails too, the original runs
+// unchanged and QuickJS judges it. Plain JavaScript therefore pays one parse,
+// as before TypeScript was accepted.
+//
+// # Never stricter than the engine
+//
+// The analysis parser is stricter than QuickJS in places (sloppy-mode
+// `for (var k = 2 in o)`). Code it cannot read still runs: its tool names
+// are then checked when each call happens, as for computed names, and a
+// real syntax error is the engine's SyntaxError, with its position.
+package script
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// The languages a request may name.
+const (
+	LangAuto = ""   // JavaScript, else TypeScript, else let the engine judge
+	LangJS   = "js" // JavaScript only
+	LangTS   = "ts" // TypeScript: strip the types first
+)
+
+// CheckLang returns an InvalidRequest error for a language this package
+// does not know.
+func CheckLang(lang string) *fault.Error {
+	switch lang {
+	case LangAuto, LangJS, LangTS:
+		return nil
+	}
+	return fault.New(fault.InvalidRequest, `lang must be "js" or "ts", not %q`, lang)
+}
+
+// Prepared is code ready to run.
+type Prepared struct {
+	// Code is the JavaScript the sandbox runs.
+	Code string
+	// Refs are the tools the code names, positions in the source as
+	// written.
+	Refs analysis.Refs
+	// Checked is false when the analysis parser could not read Code: Refs
+	// is then empty and every tool name is checked at call time.
+	Checked bool
+	// TypeScript reports that Code was stripped from TypeScript.
+	TypeScript bool
+	// Unread, when no parser read the code (neither the analysis parser
+	// nor, unless the language is LangJS, esbuild's), is the analysis
+	// parser's syntax error: likely the engine's verdict too, which is
+	// for callers that cannot wait for it (saving a capability).
+	Unread *fault.Error
+
+	ts     *stripped    // nil for JavaScript
+	unread *fault.Error // the analysis parser's error, when it failed
+}
+
+// Prepare reads code in lang (LangAuto, LangJS or LangTS). Its errors are
+// *fault.Error: InvalidRequest for an unknown language, ScriptError for
+// TypeScript that does not parse (with lang LangTS) and for code that
+// leaves the function body it is wrapped in.
+func Prepare(code, lang string) (*Prepared, error) {
+	if ferr := CheckLang(lang); ferr != nil {
+		return nil, ferr
+	}
+	if lang == LangTS {
+		ts, ferr := stripTypes(code)
+		if ferr != nil {
+			return nil, ferr
+		}
+		return analyse(ts.js, ts)
+	}
+	p, err := analyse(code, nil)
+	if err != nil || p.Checked {
+		return p, err
+	}
+	if lang == LangAuto {
+		// Not JavaScript the parser reads: perhaps TypeScript.
+		// esbuild reading it settles it: what runs is its JavaScript,
+		// checked if the analysis parser reads that.
+		if ts, ferr := stripTypes(code); ferr == nil {
+			return analyse(ts.js, ts)
+		}
+	}
+	p.Unread = p.unread
+	return p, nil
+}
+
+// analyse checks js statically. Code the parser cannot read is returned
+// unchecked, to run as it is.
+func analyse(js string, ts *stripped) (*Prepared, error) {
+	p := &Prepared{Code: js, TypeScript: ts != nil, ts: ts}
+	refs, err := analysis.MCPReferences(js)
+	var unreadable *analysis.UnreadableError
+	switch {
+	case errors.As(err, &unreadable):
+		// Dynamic: nothing is known of what the code names.
+		p.Refs = analysis.Refs{Dynamic: true, Tools: []analysis.Ref{}}
+		p.unread = unreadable.Fault
+		p.mapSyntaxError(p.unread)
+		return p, nil
+	case err != nil:
+		fe := fault.As(err)
+		p.mapSyntaxError(fe)
+		return nil, fe
+	}
+	if ts != nil {
+		for i, r := range refs.Tools {
+			if r.Line > 0 {
+				refs.Tools[i].Line, refs.Tools[i].Column = ts.position(r.Line, r.Column)
+			}
+		}
+	}
+	p.Refs, p.Checked = refs, true
+	return p, nil
+}
+
+// Position maps a 1-based line and character column of Code to the source
+// as written. A position past the code (the engine reports an unclosed
+// bracket at the wrapper's closing `})`) is the end of its last line.
+func (p *Prepared) Position(line, col int) (int, int) {
+	if line < 1 || col < 1 {
+		return line, col
+	}
+	if p.ts != nil {
+		return p.ts.position(line, col)
+	}
+	if lines := splitLines(p.Code); line > len(lines) {
+		return len(lines), lines.lineChars(len(lines)-1) + 1
+	}
+	return line, col
+}
+
+// frame matches a position in a stack frame of the script.
+var frame = regexp.MustCompile(`main\.js:(\d+):(\d+)`)
+
+// MapError rewrites the positions in an error of a run of Code so they
+// point at the source as written: stack frames (`main.ts:L:C` for
+// TypeScript) and the line and column of a SyntaxError. A SyntaxError of
+// unchecked code gets the line and column of its first frame, in the shape
+// the static check gives them. e may be nil.
+func (p *Prepared) MapError(e *fault.Error) {
+	if e == nil || e.Code != fault.ScriptError {
+		return
+	}
+	name := "main.js"
+	if p.ts != nil {
+		name = "main.ts"
+	}
+	first := [2]int{}
+	e.Stack = frame.ReplaceAllStringFunc(e.Stack, func(m string) string {
+		sm := frame.FindStringSubmatch(m)
+		l, _ := strconv.Atoi(sm[1])
+		c, _ := strconv.Atoi(sm[2])
+		l, c = p.Position(l, c)
+		if first[0] == 0 {
+			first = [2]int{l, c}
+		}
+		return fmt.Sprintf("%s:%d:%d", name, l, c)
+	})
+	if !p.Checked && e.Details == nil && first[0] > 0 && strings.HasPrefix(e.Message, "SyntaxError:") {
+		e.Message = fmt.Sprintf("%s (line %d, column %d)", e.Message, first[0], first[1])
+		e.Details = map[string]int{"line": first[0], "column": first[1]}
+	}
+}
+
+// mapSyntaxError moves a static check's "(line L, column C)" from Code to
+// the source as written.
+func (p *Prepared) mapSyntaxError(e *fault.Error) {
+	d, ok := e.Details.(map[string]int)
+	if p.ts == nil || !ok {
+		return
+	}
+	old := fmt.Sprintf(" (line %d, column %d)", d["line"], d["column"])
+	l, c := p.Position(d["line"], d["column"])
+	e.Message = strings.TrimSuffix(e.Message, old) + fmt.Sprintf(" (line %d, column %d)", l, c)
+	e.Details = map[string]int{"line": l, "column": c}
+}
