@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,8 @@ const (
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
 	EnvXRayDaemon     = "AWS_XRAY_DAEMON_ADDRESS"
+	// Set by AWS: the function's memory in MB, which also sets its CPU.
+	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 )
 
 // EnvVars lists every variable above, for tests that must start from a
@@ -129,6 +132,7 @@ func ConfigFromEnv() (Config, error) {
 		CapabilitiesTable:  os.Getenv(EnvCapTable),
 		CapabilitiesFile:   CapabilitiesFile(),
 		CapabilityFunction: os.Getenv(EnvCapFunction),
+		CompileWorkers:     compileWorkers(os.Getenv(EnvLambdaMemory), runtime.NumCPU()),
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = "/tmp/pml-cache"

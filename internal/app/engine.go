@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,12 +34,33 @@ func DefaultShippedCacheDir() string {
 	return filepath.Join(filepath.Dir(exe), ShippedCacheName)
 }
 
+// lambdaVCPUMB is the memory that buys one full vCPU on Lambda.
+const lambdaVCPUMB = 1769
+
+// compileWorkers is how many goroutines should compile the guest when the
+// caches miss, for a Lambda function of memoryMB (as
+// AWS_LAMBDA_FUNCTION_MEMORY_SIZE gives it) on a machine showing cpus
+// CPUs: one per full vCPU the memory buys, at most cpus. The CPUs a
+// function sees are not what it may use (below 1,769 MB it gets a share
+// of one, whatever runtime.NumCPU says); measured here (docs/BENCHMARKS.md),
+// two workers on one core compile 11 % slower than one, on two cores 38 %
+// faster. Unknown memory (not on Lambda): one,
+// wazero's default.
+func compileWorkers(memoryMB string, cpus int) int {
+	mb, err := strconv.Atoi(memoryMB)
+	if err != nil || mb <= 0 {
+		return 1
+	}
+	return max(1, min(cpus, mb/lambdaVCPUMB))
+}
+
 // cacheOutcome is how the engine's compiled code was obtained; log writes
 // it as the one guest_cache line of an init.
 type cacheOutcome struct {
 	hit      bool          // wazero loaded the code without compiling
 	shipped  error         // why the shipped cache was not used; nil when it was
 	duration time.Duration // guest.New: compile or load, then the snapshot
+	workers  int           // compilation workers, had it to compile
 }
 
 // What a hit was served from.
@@ -57,12 +79,12 @@ func (o cacheOutcome) log(log *slog.Logger) {
 	case o.shipped == nil:
 		// wazero's key covers something the manifest does not: a wazero
 		// upgrade changed it, or CPUFeatures needs updating.
-		log.Warn("guest_cache", "hit", false, "reason", "the shipped cache's manifest matched, but wazero compiled anyway", "compile_ms", ms)
+		log.Warn("guest_cache", "hit", false, "reason", "the shipped cache's manifest matched, but wazero compiled anyway", "compile_ms", ms, "compile_workers", o.workers)
 	case errors.Is(o.shipped, errNoShipped) || errors.Is(o.shipped, errNoCacheDir):
 		// Not configured (the pml command): nothing went wrong.
-		log.Info("guest_cache", "hit", false, "reason", o.shipped.Error(), "compile_ms", ms)
+		log.Info("guest_cache", "hit", false, "reason", o.shipped.Error(), "compile_ms", ms, "compile_workers", o.workers)
 	default:
-		log.Warn("guest_cache", "hit", false, "reason", o.shipped.Error(), "compile_ms", ms)
+		log.Warn("guest_cache", "hit", false, "reason", o.shipped.Error(), "compile_ms", ms, "compile_workers", o.workers)
 	}
 }
 
@@ -91,8 +113,9 @@ func openEngine(ctx context.Context, cfg Config, log *slog.Logger) (*guest.Engin
 	if cfg.CacheDir != "" {
 		before, _ = guestcache.Entries(cfg.CacheDir)
 	}
-	if cfg.CompileWorkers > 1 {
-		ctx = experimental.WithCompilationWorkers(ctx, cfg.CompileWorkers)
+	out.workers = max(1, cfg.CompileWorkers)
+	if out.workers > 1 {
+		ctx = experimental.WithCompilationWorkers(ctx, out.workers)
 	}
 	opts := guest.Options{CacheDir: cfg.CacheDir, Logger: log, Prepared: cfg.prepared}
 	eng, err := guest.New(ctx, opts)

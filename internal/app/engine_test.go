@@ -223,8 +223,8 @@ func TestOpenEngineGuestCache(t *testing.T) {
 			if reason, _ := line["reason"].(string); !strings.Contains(reason, tt.reason) {
 				t.Errorf("reason in %s lacks %q", buf.Bytes(), tt.reason)
 			}
-			if ms, _ := line["compile_ms"].(float64); ms <= 0 {
-				t.Errorf("no compile time in %s", buf.Bytes())
+			if ms, _ := line["compile_ms"].(float64); ms <= 0 || line["compile_workers"] != float64(1) {
+				t.Errorf("no compile time or workers in %s", buf.Bytes())
 			}
 			if cacheDir != "" && len(compiledEntries(t, cacheDir)) != 1 {
 				t.Errorf("a miss left %v compiled in the cache directory, want one entry", compiledEntries(t, cacheDir))
@@ -299,6 +299,30 @@ func TestPrecompileMainUsage(t *testing.T) {
 	for _, args := range [][]string{{"--precompile"}, {"--help"}, {"--precompile", "--x"}, {"x", "y"}} {
 		if code := PrecompileMain(args, log); code != 2 {
 			t.Errorf("PrecompileMain(%q) = %d, want 2", args, code)
+		}
+	}
+}
+
+func TestCompileWorkers(t *testing.T) {
+	tests := []struct {
+		memory string
+		cpus   int
+		want   int
+	}{
+		{"", 8, 1},     // not on Lambda
+		{"abc", 8, 1},  // unreadable
+		{"-5", 8, 1},   // nonsense
+		{"128", 2, 1},  // a fraction of a vCPU
+		{"1024", 2, 1}, // the template's default: 0.58 of one
+		{"1769", 2, 1}, // exactly one
+		{"3537", 2, 1}, // not quite two
+		{"3538", 2, 2},
+		{"10240", 6, 5},
+		{"10240", 2, 2}, // never more than the CPUs shown
+	}
+	for _, tt := range tests {
+		if got := compileWorkers(tt.memory, tt.cpus); got != tt.want {
+			t.Errorf("compileWorkers(%q, %d) = %d, want %d", tt.memory, tt.cpus, got, tt.want)
 		}
 	}
 }
