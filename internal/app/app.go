@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ const (
 	EnvMCPServers      = "PML_MCP_SERVERS"         // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
 	EnvMCPServersParam = "PML_MCP_SERVERS_PARAM"   // SSM parameter holding the same document
 	EnvCompileCache    = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
+	EnvShippedCache    = "PML_SHIPPED_CACHE_DIR"   // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
 	EnvDemoTools       = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
 	EnvLogLevel        = "PML_LOG_LEVEL"           // debug, info, warn, error; CLI too
 	EnvCapTable        = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
@@ -52,11 +54,13 @@ const (
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
 	EnvXRayDaemon     = "AWS_XRAY_DAEMON_ADDRESS"
+	// Set by AWS: the function's memory in MB, which also sets its CPU.
+	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 )
 
 // EnvVars lists every variable above, for tests that must start from a
 // clean environment.
-var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvDemoTools, EnvLogLevel,
+var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvLambdaTaskRoot, EnvXRayDaemon}
 
@@ -71,6 +75,13 @@ const (
 type Config struct {
 	// CacheDir holds wazero's compilation cache; "" compiles from scratch.
 	CacheDir string
+	// ShippedCacheDir is a precompiled cache with its manifest (see
+	// Precompile), overlaid on CacheDir before the guest is compiled; ""
+	// for none. It may be read-only.
+	ShippedCacheDir string
+	// CompileWorkers is how many goroutines compile the guest when the
+	// caches miss; 0 or 1 compiles on one (wazero's default).
+	CompileWorkers int
 	// Servers are the MCP servers. When there are none and ServersParam
 	// names an SSM parameter, New reads the list from it.
 	Servers      []mcpclient.ServerConfig
@@ -88,6 +99,8 @@ type Config struct {
 	// CapabilityFunction, when set, runs capability calls in that Lambda
 	// function; else each runs in process, in a fresh service.
 	CapabilityFunction string
+
+	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
 
 // TraceConfig says where execution records go.
@@ -116,6 +129,7 @@ func ConfigFromEnv() (Config, error) {
 	}
 	cfg := Config{
 		CacheDir:           os.Getenv(EnvCompileCache),
+		ShippedCacheDir:    os.Getenv(EnvShippedCache),
 		Servers:            servers,
 		ServersParam:       os.Getenv(EnvMCPServersParam),
 		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
@@ -124,9 +138,16 @@ func ConfigFromEnv() (Config, error) {
 		CapabilitiesTable:  os.Getenv(EnvCapTable),
 		CapabilitiesFile:   CapabilitiesFile(),
 		CapabilityFunction: os.Getenv(EnvCapFunction),
+		CompileWorkers:     compileWorkers(os.Getenv(EnvLambdaMemory), runtime.NumCPU()),
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = "/tmp/pml-cache"
+	}
+	switch cfg.ShippedCacheDir {
+	case "":
+		cfg.ShippedCacheDir = DefaultShippedCacheDir()
+	case "off":
+		cfg.ShippedCacheDir = ""
 	}
 	if table := os.Getenv(EnvTracesTable); table != "" {
 		days, _ := strconv.Atoi(os.Getenv(EnvTraceTTLDays))
@@ -218,7 +239,9 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 	return New(ctx, cfg, log)
 }
 
-// New builds the service: the guest engine (compiled once per process),
+// New builds the service: the guest engine (compiled once per process, or
+// loaded from the shipped or an earlier process's cache: one guest_cache
+// log line says which),
 // the MCP client pool, and the sources and sinks cfg selects. Errors in
 // cfg itself (a bad server list) are *fault.Error with code
 // INVALID_REQUEST.
@@ -228,10 +251,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.Close(ctx)
 		return nil, err
 	}
-	eng, err := guest.New(ctx, guest.Options{CacheDir: cfg.CacheDir, Logger: log})
+	eng, cached, err := openEngine(ctx, cfg, log)
 	if err != nil {
 		return fail(fmt.Errorf("guest engine: %w", err))
 	}
+	cached.log(log)
 	a.Engine = eng
 	a.closers = append(a.closers, eng.Close)
 
