@@ -52,3 +52,36 @@ func TestResetRestoresTheImage(t *testing.T) {
 		}
 	}
 }
+
+// TestChunksRestoreTheImage: the way without an image (written chunks)
+// restores the same memory as mapping the image.
+func TestChunksRestoreTheImage(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{Prepared: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	if e.snap.img == nil {
+		t.Skip("no copy-on-write image")
+	}
+	chunked := &snapshot{pages: e.snap.pages, stackPointer: e.snap.stackPointer}
+	if err := chunked.diff(ctx, e.runtime, e.compiled, e.snap.img.view); err != nil {
+		t.Fatal(err)
+	}
+	if len(chunked.chunks) == 0 || chunked.bytes >= len(e.snap.img.view) {
+		t.Fatalf("%d chunks of %d bytes for a %d-byte image", len(chunked.chunks), chunked.bytes, len(e.snap.img.view))
+	}
+	in, err := chunked.restore(ctx, e.runtime, e.compiled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.close(ctx)
+	if in.mem != nil {
+		t.Fatal("an instance restored from chunks claims an image under its memory")
+	}
+	got, _ := in.mod.Memory().Read(0, in.mod.Memory().Size())
+	if !bytes.Equal(got, e.snap.img.view) {
+		t.Fatal("memory restored from chunks differs from the image")
+	}
+}

@@ -22,7 +22,7 @@ const chunkSize = 1 << 10
 type snapshot struct {
 	pages  uint32
 	chunks []chunk
-	bytes  int
+	bytes  int    // the image's size, or the chunks' total
 	img    *image // nil: restore by writing chunks
 	base   []byte // post-init memory, kept only without an image (to diff against)
 	// stackPointer is __stack_pointer's value after pml_init (and after
@@ -54,12 +54,11 @@ func (in *instance) close(ctx context.Context) { _ = in.mod.Close(ctx) }
 // takeSnapshot runs the guest's initialisation once and records the memory
 // it leaves behind.
 func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) (*snapshot, error) {
-	base, err := rt.InstantiateModule(ctx, compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
-	if err != nil {
-		return nil, fmt.Errorf("guest: instantiate: %w", err)
-	}
-	defer base.Close(ctx)
-	init, err := rt.InstantiateModule(ctx, compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize"))
+	// Over a mapped reservation (where there is one), memory.grow during
+	// initialisation extends in place instead of copying and clearing a
+	// new Go slice each time: a cold start's worth of page faults.
+	init, err := rt.InstantiateModule(withMemoryAllocator(ctx, allocator(nil, nil)), compiled,
+		wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize"))
 	if err != nil {
 		return nil, fmt.Errorf("guest: instantiate and initialise: %w", err)
 	}
@@ -77,10 +76,34 @@ func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.Compil
 	}
 
 	mem := init.Memory()
-	baseMem := base.Memory()
 	s := &snapshot{pages: mem.Size() / 65536, stackPointer: sp.Get()}
 	after, _ := mem.Read(0, mem.Size())
-	before, _ := baseMem.Read(0, baseMem.Size())
+	// Where it can, the whole post-init memory becomes the image instances
+	// map, and nothing else is needed.
+	if img, err := newImage(after); err == nil {
+		s.img = img
+		s.bytes = len(after)
+		return s, nil
+	}
+	// Elsewhere, instances are restored by writing chunks.
+	s.base = append([]byte(nil), after...)
+	if err := s.diff(ctx, rt, compiled, after); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// diff records the chunks of the post-init memory after that differ from
+// a freshly instantiated module's (its data segments): what restore writes
+// into an instance without an image under its memory.
+func (s *snapshot) diff(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule, after []byte) error {
+	fresh, err := rt.InstantiateModule(ctx, compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	if err != nil {
+		return fmt.Errorf("guest: instantiate: %w", err)
+	}
+	defer fresh.Close(ctx)
+	before, _ := fresh.Memory().Read(0, fresh.Memory().Size())
+	s.chunks, s.bytes = nil, 0
 	for off := 0; off < len(after); off += chunkSize {
 		end := min(off+chunkSize, len(after))
 		a := after[off:end]
@@ -99,14 +122,7 @@ func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.Compil
 		}
 		s.bytes += len(a)
 	}
-	// Where it can, the whole post-init memory becomes the image instances
-	// map; the chunks remain the way elsewhere.
-	if img, err := newImage(after); err == nil {
-		s.img = img
-	} else {
-		s.base = append([]byte(nil), after...)
-	}
-	return s, nil
+	return nil
 }
 
 func isZero(b []byte) bool {
@@ -135,8 +151,13 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 		}
 	}
 	if in.mem == nil || in.mem.image == 0 {
-		// No image under this memory: write the snapshot into it.
+		// No image under this memory: write the snapshot into it (the
+		// whole image, in the rare case that mapping it failed here).
 		in.mem = nil
+		if s.img != nil && !mem.Write(0, s.img.bytes()) {
+			_ = m.Close(ctx)
+			return nil, errors.New("guest: the snapshot does not fit the instance's memory")
+		}
 		for _, c := range s.chunks {
 			if !mem.Write(c.off, c.data) {
 				_ = m.Close(ctx)
