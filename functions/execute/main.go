@@ -19,6 +19,11 @@ import (
 
 func main() {
 	log := app.Logger(os.Stdout, slog.LevelInfo)
+	if len(os.Args) > 1 {
+		// `make build` runs `bootstrap --precompile DIR` to ship the
+		// compiled guest in the artifact; Lambda passes no arguments.
+		os.Exit(app.PrecompileMain(os.Args[1:], log))
+	}
 	start := time.Now()
 	a, err := app.FromEnv(context.Background(), log)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ const (
 	EnvMCPServers      = "PML_MCP_SERVERS"         // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
 	EnvMCPServersParam = "PML_MCP_SERVERS_PARAM"   // SSM parameter holding the same document
 	EnvCompileCache    = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
+	EnvShippedCache    = "PML_SHIPPED_CACHE_DIR"   // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
 	EnvDemoTools       = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
 	EnvLogLevel        = "PML_LOG_LEVEL"           // debug, info, warn, error; CLI too
 	EnvCapTable        = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
@@ -46,6 +48,7 @@ const (
 	EnvTracesTable     = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory); CLI: --table's default
 	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
 	EnvTracesFile      = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
+	EnvTracesKeep      = "PML_TRACES_KEEP"         // executions an in-memory or file trace store holds (default 10000); CLI too
 	EnvServeToken      = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
 	EnvMCPTextBytes    = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
 	EnvSuspTable       = "PML_SUSPENSIONS_TABLE"   // DynamoDB store of suspended executions; CLI: --suspensions-table's default
@@ -55,13 +58,15 @@ const (
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
 	EnvXRayDaemon     = "AWS_XRAY_DAEMON_ADDRESS"
+	// Set by AWS: the function's memory in MB, which also sets its CPU.
+	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 )
 
 // EnvVars lists every variable above, for tests that must start from a
 // clean environment.
-var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvDemoTools, EnvLogLevel,
-	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvServeToken,
-	EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon}
+var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
+	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
+	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -74,6 +79,13 @@ const (
 type Config struct {
 	// CacheDir holds wazero's compilation cache; "" compiles from scratch.
 	CacheDir string
+	// ShippedCacheDir is a precompiled cache with its manifest (see
+	// Precompile), overlaid on CacheDir before the guest is compiled; ""
+	// for none. It may be read-only.
+	ShippedCacheDir string
+	// CompileWorkers is how many goroutines compile the guest when the
+	// caches miss; 0 or 1 compiles on one (wazero's default).
+	CompileWorkers int
 	// Servers are the MCP servers. When there are none and ServersParam
 	// names an SSM parameter, New reads the list from it.
 	Servers      []mcpclient.ServerConfig
@@ -93,6 +105,8 @@ type Config struct {
 	CapabilityFunction string
 	// Suspensions says where suspended executions are kept.
 	Suspensions SuspensionConfig
+
+	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
 
 // SuspensionConfig says where suspended executions are kept: a DynamoDB
@@ -111,6 +125,7 @@ type TraceConfig struct {
 	Store string        // StoreMemory (the default), StoreFile or StoreDynamo
 	File  string        // the file, for StoreFile
 	Table string        // the table, for StoreDynamo
+	Keep  int           // executions StoreMemory and StoreFile hold in memory; 0 the default (10,000)
 	TTL   time.Duration // how long DynamoDB keeps a record; 0 forever
 	// Endpoint points DynamoDB at another endpoint, such as DynamoDB
 	// Local: the table is created when missing, and without AWS
@@ -125,19 +140,31 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	keep, err := TracesKeep()
+	if err != nil {
+		return Config{}, err
+	}
 	cfg := Config{
 		CacheDir:           os.Getenv(EnvCompileCache),
+		ShippedCacheDir:    os.Getenv(EnvShippedCache),
 		Servers:            servers,
 		ServersParam:       os.Getenv(EnvMCPServersParam),
 		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
-		Traces:             TraceConfig{Store: StoreMemory},
+		Traces:             TraceConfig{Store: StoreMemory, Keep: keep},
 		XRay:               os.Getenv(EnvLambdaTaskRoot) != "" || os.Getenv(EnvXRayDaemon) != "",
 		CapabilitiesTable:  os.Getenv(EnvCapTable),
 		CapabilitiesFile:   CapabilitiesFile(),
 		CapabilityFunction: os.Getenv(EnvCapFunction),
+		CompileWorkers:     compileWorkers(os.Getenv(EnvLambdaMemory), runtime.NumCPU()),
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = "/tmp/pml-cache"
+	}
+	switch cfg.ShippedCacheDir {
+	case "":
+		cfg.ShippedCacheDir = DefaultShippedCacheDir()
+	case "off":
+		cfg.ShippedCacheDir = ""
 	}
 	// Without a table, only a directory named on purpose: a Lambda
 	// container's own disk would lose what it suspended to every other.
@@ -194,6 +221,21 @@ func SuspensionTTL() (time.Duration, error) {
 // else suspensions/ in the user's data directory.
 func SuspensionsDir() string { return userdata.Path(EnvSuspDir, "suspensions") }
 
+// TracesKeep is the number of executions PML_TRACES_KEEP asks an
+// in-memory or file trace store to hold, or 0 (the default) when it is
+// unset.
+func TracesKeep() (int, error) {
+	v := os.Getenv(EnvTracesKeep)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fault.New(fault.InvalidRequest, "%s must be a positive number of executions, not %q", EnvTracesKeep, v)
+	}
+	return n, nil
+}
+
 // CapabilitiesFile is the file registry's path: $PML_CAPABILITIES_FILE,
 // else capabilities.json in the user's data directory.
 func CapabilitiesFile() string { return userdata.Path(EnvCapFile, "capabilities.json") }
@@ -241,7 +283,9 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 	return New(ctx, cfg, log)
 }
 
-// New builds the service: the guest engine (compiled once per process),
+// New builds the service: the guest engine (compiled once per process, or
+// loaded from the shipped or an earlier process's cache: one guest_cache
+// log line says which),
 // the MCP client pool, and the sources and sinks cfg selects. Errors in
 // cfg itself (a bad server list) are *fault.Error with code
 // INVALID_REQUEST.
@@ -251,10 +295,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.Close(ctx)
 		return nil, err
 	}
-	eng, err := guest.New(ctx, guest.Options{CacheDir: cfg.CacheDir, Logger: log})
+	eng, cached, err := openEngine(ctx, cfg, log)
 	if err != nil {
 		return fail(fmt.Errorf("guest engine: %w", err))
 	}
+	cached.log(log)
 	a.Engine = eng
 	a.closers = append(a.closers, eng.Close)
 

@@ -34,9 +34,9 @@ func OpenRegistry(ctx context.Context, cfg Config, log *slog.Logger) (capability
 func (c *awsConfig) openTraces(ctx context.Context, cfg TraceConfig, log *slog.Logger) (tracedb.Store, error) {
 	switch cfg.Store {
 	case StoreMemory, "":
-		return tracedb.NewMemory(0), nil
+		return tracedb.NewMemory(cfg.Keep), nil
 	case StoreFile:
-		return tracedb.NewFile(cfg.File, 0), nil
+		return tracedb.NewFile(cfg.File, cfg.Keep), nil
 	case StoreDynamo:
 	default:
 		return nil, fault.New(fault.InvalidRequest, "trace store %q: want %s, %s or %s", cfg.Store, StoreMemory, StoreFile, StoreDynamo)

@@ -25,11 +25,15 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 
 // traceConfig is the store the flags ask for. Its errors are usage errors.
 func (f *storeFlags) traceConfig() (app.TraceConfig, error) {
+	keep, err := app.TracesKeep()
+	if err != nil {
+		return app.TraceConfig{}, usagef("%v", err)
+	}
 	switch f.store {
 	case app.StoreFile:
-		return app.TraceConfig{Store: app.StoreFile, File: app.TracesFile()}, nil
+		return app.TraceConfig{Store: app.StoreFile, File: app.TracesFile(), Keep: keep}, nil
 	case app.StoreMemory:
-		return app.TraceConfig{Store: app.StoreMemory}, nil
+		return app.TraceConfig{Store: app.StoreMemory, Keep: keep}, nil
 	case app.StoreDynamo:
 		if f.table == "" {
 			return app.TraceConfig{}, usagef("--store dynamodb needs --table (or %s)", app.EnvTracesTable)

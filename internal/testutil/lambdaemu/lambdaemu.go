@@ -32,8 +32,12 @@ import (
 
 // Function describes one function binary.
 type Function struct {
-	Name    string
-	Binary  string        // path to the bootstrap binary
+	Name   string
+	Binary string // path to the bootstrap binary
+	// Wrapper, when set, is a command line the binary is started under,
+	// such as qemu-user for a binary of another architecture: the process
+	// runs Wrapper[0] with Wrapper[1:] and then Binary as arguments.
+	Wrapper []string
 	Env     []string      // extra environment (KEY=VALUE)
 	Timeout time.Duration // per invocation (default 30 s)
 	// MaxConcurrency caps the processes of this function (default 4).
@@ -200,6 +204,9 @@ func (f *function) spawn() error {
 	extra := append([]string(nil), f.cfg.Env...)
 	f.mu.Unlock()
 	cmd := exec.Command(f.cfg.Binary)
+	if w := f.cfg.Wrapper; len(w) > 0 {
+		cmd = exec.Command(w[0], append(w[1:len(w):len(w)], f.cfg.Binary)...)
+	}
 	cmd.Env = append(os.Environ(),
 		"AWS_LAMBDA_RUNTIME_API="+f.ln.Addr().String(),
 		"AWS_LAMBDA_FUNCTION_NAME="+f.cfg.Name,
@@ -315,6 +322,25 @@ func (e *Emulator) Invoke(ctx context.Context, name string, payload []byte) ([]b
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return body, resp.Header.Get("X-Amz-Function-Error") != "", err
+}
+
+// CPUTime is the user and system CPU time used by the function processes
+// that have exited (after Close, all of them): what a process did, whatever
+// the load of the machine it shared.
+func (e *Emulator) CPUTime() time.Duration {
+	var d time.Duration
+	for _, f := range e.funcs {
+		f.mu.Lock()
+		for _, p := range f.procs {
+			select {
+			case <-p.done:
+				d += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+			default:
+			}
+		}
+		f.mu.Unlock()
+	}
+	return d
 }
 
 // SetEnv adds environment variables (KEY=VALUE) to every function's

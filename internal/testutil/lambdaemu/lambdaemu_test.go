@@ -92,3 +92,39 @@ func TestInvokeThroughTheSDK(t *testing.T) {
 		t.Fatalf("4 concurrent 300 ms invocations ran in %d process(es)", n)
 	}
 }
+
+func TestWrapper(t *testing.T) {
+	tests := []struct {
+		name    string
+		wrapper []string
+		want    string
+	}{
+		{"none", nil, ""},
+		{"env", []string{"env", "LAMBDAEMU_WRAPPED=yes"}, "yes"},
+	}
+	bin := buildEcho(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			emu, err := lambdaemu.Start(lambdaemu.Function{Name: "echo", Binary: bin, Wrapper: tt.wrapper})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer emu.Close()
+			out, fnErr, err := emu.Invoke(context.Background(), "echo", []byte(`{}`))
+			if err != nil || fnErr {
+				t.Fatalf("%s %v %v", out, fnErr, err)
+			}
+			var got struct{ Wrapped string }
+			if err := json.Unmarshal(out, &got); err != nil || got.Wrapped != tt.want {
+				t.Fatalf("wrapped = %q (%v), want %q: %s", got.Wrapped, err, tt.want, out)
+			}
+			if d := emu.CPUTime(); d != 0 {
+				t.Errorf("CPU time %v counted for a process still running", d)
+			}
+			emu.Close()
+			if d := emu.CPUTime(); d <= 0 {
+				t.Errorf("CPU time %v after Close", d)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 // Command echofn is a test Lambda function: it answers {"echo": payload,
 // "request_id": ..., "trace_id": ...}, fails when asked, and sleeps when
-// asked, so the emulator's concurrency can be observed.
+// asked, so the emulator's concurrency can be observed. "wrapped" shows
+// $LAMBDAEMU_WRAPPED, which a test's Function.Wrapper sets.
 package main
 
 import (
@@ -29,6 +30,7 @@ func main() {
 		time.Sleep(time.Duration(p.SleepMS) * time.Millisecond)
 		lc, _ := lambdacontext.FromContext(ctx)
 		return map[string]any{"echo": raw, "request_id": lc.AwsRequestID, "pid": os.Getpid(),
-			"trace_env": os.Getenv("_X_AMZN_TRACE_ID"), "function": lambdacontext.FunctionName}, nil
+			"trace_env": os.Getenv("_X_AMZN_TRACE_ID"), "function": lambdacontext.FunctionName,
+			"wrapped": os.Getenv("LAMBDAEMU_WRAPPED")}, nil
 	})
 }
