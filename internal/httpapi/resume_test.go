@@ -4,19 +4,26 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
 // approvalScript sets a variable, reads, then calls a destructive tool
@@ -356,5 +363,103 @@ func TestStatuses(t *testing.T) {
 		if got := httpapi.StatusOf(&tc.resp); got != tc.status {
 			t.Errorf("StatusOf(%s) = %d, want %d", tc.name, got, tc.status)
 		}
+	}
+}
+
+// TestMCPApprovals: execute_code with approval "suspend" answers the
+// suspended document, not as an error, with text that says how to resume;
+// resume_execution continues it in another server over the same stores,
+// and its refusals are errors carrying their code.
+func TestMCPApprovals(t *testing.T) {
+	env := newDurableEnv(t)
+	first := mcptest.Streamable(t, env.server(t, httpapi.Options{}).URL+"/mcp", mcpclient.ProtocolVersion)
+	second := mcptest.Streamable(t, env.server(t, httpapi.Options{}).URL+"/mcp", mcpclient.ProtocolVersion)
+	ctx := context.Background()
+
+	list, err := second.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schemas = map[string]mcp.ToolInputSchema{}
+	for _, tool := range list.Tools {
+		schemas[tool.Name] = tool.InputSchema
+	}
+	if s, ok := schemas["resume_execution"]; !ok || !slices.Contains(s.Required, "execution_id") || !slices.Contains(s.Required, "decisions") {
+		t.Fatalf("resume_execution's schema: %+v", s)
+	}
+	if p, _ := schemas["execute_code"].Properties["approval"].(map[string]any); fmt.Sprint(p["enum"]) != "[refuse suspend]" {
+		t.Fatalf("execute_code's approval: %+v", p)
+	}
+
+	call := func(c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, string, map[string]any) {
+		t.Helper()
+		var req mcp.CallToolRequest
+		req.Params.Name, req.Params.Arguments = name, args
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := ""
+		if len(res.Content) > 0 {
+			text = res.Content[0].(mcp.TextContent).Text
+		}
+		doc, _ := res.StructuredContent.(map[string]any)
+		return res, text, doc
+	}
+	suspendOne := func() string {
+		t.Helper()
+		res, text, doc := call(first, "execute_code", map[string]any{"code": approvalScript, "approval": "suspend"})
+		raw, _ := json.Marshal(doc)
+		var sd suspendedDoc
+		_ = json.Unmarshal(raw, &sd)
+		if res.IsError {
+			t.Fatalf("a suspension flagged as an error: %s", text)
+		}
+		checkSuspended(t, sd, []int{2})
+		for _, want := range []string{"suspended: 1 call awaits approval", "#2 demo:kv_delete {\"key\":\"k\"}", `"execution_id": "` + sd.ExecutionID + `"`, "resume_execution"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("text lacks %q:\n%s", want, text)
+			}
+		}
+		return sd.ExecutionID
+	}
+	approved, rejected := suspendOne(), suspendOne()
+
+	tests := []struct {
+		name    string
+		args    map[string]any
+		isError bool
+		text    []string
+		code    string // the error code in structuredContent
+	}{
+		{name: "approve", args: map[string]any{"execution_id": approved, "decisions": map[string]any{"2": "approve"}},
+			text: []string{"ok (execution " + approved, `"kept":"set before suspending"`, `"deleted":"deleted k"`}},
+		{name: "again", args: map[string]any{"execution_id": approved, "decisions": map[string]any{"2": "approve"}}, isError: true,
+			text: []string{"resume refused: CONFLICT", "do not retry"}, code: "CONFLICT"},
+		{name: "reject", args: map[string]any{"execution_id": rejected, "decisions": map[string]any{"2": map[string]any{"decision": "reject", "reason": "not today"}}, "max_text_bytes": 2000},
+			text: []string{"ok (execution", `"code":"REJECTED"`, "not today"}},
+		{name: "unknown id", args: map[string]any{"execution_id": "ex_000000000000000000000000", "decisions": map[string]any{"2": "approve"}}, isError: true,
+			text: []string{"NOT_FOUND"}, code: "NOT_FOUND"},
+		{name: "no id", args: map[string]any{"decisions": map[string]any{"2": "approve"}}, isError: true, text: []string{"execution_id is missing"}},
+		{name: "bad decision", args: map[string]any{"execution_id": approved, "decisions": map[string]any{"2": "ok"}}, isError: true, text: []string{`not "ok"`}},
+		{name: "unknown argument", args: map[string]any{"execution_id": approved, "decisions": map[string]any{"2": "approve"}, "force": true}, isError: true, text: []string{"unknown field"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, text, doc := call(second, "resume_execution", tc.args)
+			if res.IsError != tc.isError {
+				t.Fatalf("isError %v, want %v: %s", res.IsError, tc.isError, text)
+			}
+			for _, want := range tc.text {
+				if !strings.Contains(text, want) {
+					t.Errorf("text lacks %q:\n%s", want, text)
+				}
+			}
+			if tc.code != "" {
+				if e, _ := doc["error"].(map[string]any); e["code"] != tc.code {
+					t.Errorf("structuredContent %v, want error code %s", doc, tc.code)
+				}
+			}
+		})
 	}
 }
