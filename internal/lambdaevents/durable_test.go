@@ -1,11 +1,13 @@
 package lambdaevents_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -32,12 +34,15 @@ try {
 // and a suspension directory, as two containers over one table would be
 // when called twice.
 func durableHandler(t *testing.T) func(context.Context, json.RawMessage) (any, error) {
+	return durableHandlerLogging(t, slog.New(slog.DiscardHandler))
+}
+
+func durableHandlerLogging(t *testing.T, log *slog.Logger) func(context.Context, json.RawMessage) (any, error) {
 	t.Helper()
 	kv := demoserver.New()
 	if _, err := kv.Call(context.Background(), "kv_set", json.RawMessage(`{"key": "k", "value": 1}`)); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	dir := t.TempDir()
 	return func(ctx context.Context, payload json.RawMessage) (any, error) {
 		svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{Set: kv}}, Logger: log,
@@ -116,7 +121,8 @@ func TestDirectInvokeResumes(t *testing.T) {
 // approval "suspend" is refused there before anything runs; a direct
 // invocation may use it.
 func TestQueuedSourcesRefuseSuspend(t *testing.T) {
-	h := durableHandler(t)
+	var logs syncBuffer
+	h := durableHandlerLogging(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 	sqs := events.SQSEvent{Records: []events.SQSMessage{
 		{MessageId: "suspend", EventSource: "aws:sqs", Body: suspendBody},
 		{MessageId: "refuse", EventSource: "aws:sqs", Body: `{"code": "return 1", "approval": "refuse"}`},
@@ -133,9 +139,28 @@ func TestQueuedSourcesRefuseSuspend(t *testing.T) {
 	if r.OK || r.Error == nil || r.Error.Code != fault.InvalidRequest || !strings.Contains(r.Error.Message, `approval "suspend" is refused from eventbridge`) || r.ExecutionID != "" {
 		t.Fatalf("EventBridge: %+v", r.Error)
 	}
-	// Nothing ran: kv_get was never called, so "k" is still there to delete.
+	// Nobody reads either answer: the function's log says why.
+	for _, want := range []string{`"msg":"bad SQS message","message_id":"suspend"`, `"msg":"bad EventBridge event"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs.String())
+		}
+	}
+	// A direct invocation may suspend.
 	suspended(t, invoke(t, h, suspendBody))
 }
+
+// syncBuffer is a bytes.Buffer for a logger several goroutines write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // v2 is an HTTP API request as API Gateway sends it, authorized as auth.
 func v2(method, path, body string, auth *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) string {

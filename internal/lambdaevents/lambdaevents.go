@@ -146,6 +146,10 @@ func (a *adapter) direct(ctx context.Context, body []byte, source string) *bridg
 		req, ferr = decodeQueued(body, source)
 	}
 	if ferr != nil {
+		if source == "eventbridge" {
+			// Nobody reads an EventBridge target's answer: say it here.
+			a.Logger.WarnContext(ctx, "bad EventBridge event", "err", ferr)
+		}
 		return &bridge.Response{Error: ferr, Logs: nil}
 	}
 	req.Source = source
