@@ -194,6 +194,24 @@ func TestDurableAcrossLambdaContainers(t *testing.T) {
 	}
 	s.emu.SetEnv(app.EnvSuspTable + "=" + table)
 	base := s.apiGateway(t)
+	// Direct Invoke: the same document, without HTTP around it; a fresh
+	// container resumes with {"resume": …}.
+	t.Run("direct invoke", func(t *testing.T) {
+		key := fmt.Sprintf("direct-%d", time.Now().UnixNano())
+		var d durableDoc
+		out := s.invoke(t, "execute", map[string]any{"code": fmt.Sprintf(durableScript, "kv"), "args": map[string]string{"key": key}, "approval": "suspend"}, "")
+		if err := json.Unmarshal(out, &d); err != nil || d.Status != "suspended" || len(d.Pending) != 1 || d.Pending[0].CallID != 3 {
+			t.Fatalf("a direct invocation with approval suspend: %s", out)
+		}
+		if _, err := s.emu.Recycle("execute"); err != nil {
+			t.Fatal(err)
+		}
+		out = s.invoke(t, "execute", map[string]any{"resume": map[string]any{"execution_id": d.ExecutionID, "decisions": map[string]string{"3": "approve"}}}, "")
+		var r durableDoc
+		if err := json.Unmarshal(out, &r); err != nil || !r.OK || !strings.Contains(strings.ReplaceAll(string(r.Result), " ", ""), `"sum":42`) {
+			t.Fatalf("a direct resume in a fresh container: %s", out)
+		}
+	})
 	recycle := func(t *testing.T) {
 		if _, err := s.emu.Recycle("execute"); err != nil {
 			t.Fatal(err)
