@@ -1,6 +1,7 @@
 // Command execute is the PML Sandbox execute function: API Gateway (HTTP and
-// REST APIs, including the /mcp endpoint), SQS, EventBridge and direct
-// invocations all enter here. It only wires; see internal/app,
+// REST APIs, including the /mcp endpoint and POST /executions/{id}/resume),
+// SQS, EventBridge and direct invocations (an execute request, or
+// {"resume": {...}} to continue a suspended execution) all enter here. It only wires; see internal/app,
 // internal/httpapi and internal/lambdaevents.
 package main
 

@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/userdata"
 	"github.com/pml-sandbox/pml/internal/xraysink"
@@ -50,6 +51,9 @@ const (
 	EnvTracesKeep      = "PML_TRACES_KEEP"         // executions an in-memory or file trace store holds (default 10000); CLI too
 	EnvServeToken      = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
 	EnvMCPTextBytes    = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
+	EnvSuspTable       = "PML_SUSPENSIONS_TABLE"   // DynamoDB store of suspended executions; CLI: --suspensions-table's default
+	EnvSuspDir         = "PML_SUSPENSIONS_DIR"     // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
+	EnvSuspTTL         = "PML_SUSPENSION_TTL"      // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -62,7 +66,7 @@ const (
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
-	EnvServeToken, EnvMCPTextBytes, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -99,8 +103,21 @@ type Config struct {
 	// CapabilityFunction, when set, runs capability calls in that Lambda
 	// function; else each runs in process, in a fresh service.
 	CapabilityFunction string
+	// Suspensions says where suspended executions are kept.
+	Suspensions SuspensionConfig
 
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
+}
+
+// SuspensionConfig says where suspended executions are kept: a DynamoDB
+// table, else a directory, else nowhere (requests for approval "suspend"
+// are then refused).
+type SuspensionConfig struct {
+	Table string
+	Dir   string
+	// TTL is how long a suspended execution waits (suspend.DefaultTTL
+	// when 0).
+	TTL time.Duration
 }
 
 // TraceConfig says where execution records go.
@@ -149,6 +166,12 @@ func ConfigFromEnv() (Config, error) {
 	case "off":
 		cfg.ShippedCacheDir = ""
 	}
+	// Without a table, only a directory named on purpose: a Lambda
+	// container's own disk would lose what it suspended to every other.
+	cfg.Suspensions = SuspensionConfig{Table: os.Getenv(EnvSuspTable), Dir: os.Getenv(EnvSuspDir)}
+	if cfg.Suspensions.TTL, err = SuspensionTTL(); err != nil {
+		return Config{}, err
+	}
 	if table := os.Getenv(EnvTracesTable); table != "" {
 		days, _ := strconv.Atoi(os.Getenv(EnvTraceTTLDays))
 		cfg.Traces = TraceConfig{Store: StoreDynamo, Table: table, TTL: time.Duration(days) * 24 * time.Hour}
@@ -179,6 +202,24 @@ func MCPTextBytes() (int, error) {
 	}
 	return n, nil
 }
+
+// SuspensionTTL is how long a suspended execution waits as
+// PML_SUSPENSION_TTL sets it, or 0 (suspend.DefaultTTL) when it is unset.
+func SuspensionTTL() (time.Duration, error) {
+	v := os.Getenv(EnvSuspTTL)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fault.New(fault.InvalidRequest, "%s must be a positive duration such as 24h, not %q", EnvSuspTTL, v)
+	}
+	return d, nil
+}
+
+// SuspensionsDir is the file store's directory: $PML_SUSPENSIONS_DIR,
+// else suspensions/ in the user's data directory.
+func SuspensionsDir() string { return userdata.Path(EnvSuspDir, "suspensions") }
 
 // TracesKeep is the number of executions PML_TRACES_KEEP asks an
 // in-memory or file trace store to hold, or 0 (the default) when it is
@@ -224,9 +265,12 @@ type App struct {
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities
 	Sink         trace.Sink
-	newService   func() *bridge.Service
-	aws          awsConfig
-	closers      []func(context.Context) error
+	// Suspensions is the store of suspended executions, nil when there is
+	// none.
+	Suspensions suspend.Store
+	newService  func() *bridge.Service
+	aws         awsConfig
+	closers     []func(context.Context) error
 }
 
 // FromEnv builds the service the environment describes (see
@@ -306,7 +350,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 		invoker = capability.LambdaInvoker{Client: lambda.NewFromConfig(awsCfg), Function: cfg.CapabilityFunction}
 	}
-	a.newService = capability.NewServices(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log}, a.Registry, invoker)
+	if a.Suspensions, err = a.aws.openSuspensions(ctx, cfg.Suspensions, log); err != nil {
+		return fail(err)
+	}
+	a.newService = capability.NewServices(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions}, a.Registry, invoker)
 	a.Service = a.newService()
 	a.Capabilities = capabilityAPI{a.Registry}
 	return a, nil

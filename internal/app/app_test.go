@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -161,6 +163,61 @@ func TestMCPTextBytes(t *testing.T) {
 		}
 		if err != nil || n != want {
 			t.Errorf("%q: %d, %v; want %d", v, n, err, want)
+		}
+	}
+}
+
+// TestSuspensionsFromEnv: a Lambda keeps suspended executions only where
+// every container reaches them (a table, or a directory named on purpose),
+// and the TTL comes from PML_SUSPENSION_TTL.
+func TestSuspensionsFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    app.SuspensionConfig
+		wantErr bool
+	}{
+		{"nothing", map[string]string{}, app.SuspensionConfig{}, false},
+		{"table", map[string]string{app.EnvSuspTable: "susp"}, app.SuspensionConfig{Table: "susp"}, false},
+		{"directory and TTL", map[string]string{app.EnvSuspDir: dir, app.EnvSuspTTL: "90m"}, app.SuspensionConfig{Dir: dir, TTL: 90 * time.Minute}, false},
+		{"bad TTL", map[string]string{app.EnvSuspTTL: "a day"}, app.SuspensionConfig{}, true},
+		{"negative TTL", map[string]string{app.EnvSuspTTL: "-1h"}, app.SuspensionConfig{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cleanEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := app.ConfigFromEnv()
+			if tt.wantErr {
+				if fault.CodeOf(err) != fault.InvalidRequest {
+					t.Fatalf("%v; want INVALID_REQUEST", err)
+				}
+				return
+			}
+			if err != nil || cfg.Suspensions != tt.want {
+				t.Fatalf("%+v %v; want %+v", cfg.Suspensions, err, tt.want)
+			}
+		})
+	}
+	// With a directory, a request may suspend; without a store, it is
+	// refused.
+	cleanEnv(t)
+	t.Setenv(app.EnvDemoTools, "on")
+	for _, withDir := range []bool{false, true} {
+		if withDir {
+			t.Setenv(app.EnvSuspDir, dir)
+		}
+		a, err := app.FromEnv(context.Background(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := a.Service.Execute(context.Background(), bridge.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: bridge.ApprovalSuspend})
+		a.Close(context.Background())
+		if got := r.Status == bridge.StatusSuspended; got != withDir || (a.Suspensions != nil) != withDir {
+			t.Fatalf("with a directory %v: status %q, error %+v, store %v", withDir, r.Status, r.Error, a.Suspensions)
 		}
 	}
 }

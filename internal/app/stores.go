@@ -13,6 +13,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
@@ -93,4 +94,22 @@ func (c *awsConfig) openRegistry(ctx context.Context, cfg Config, log *slog.Logg
 	}
 	log.Debug("capabilities in DynamoDB", "table", cfg.CapabilitiesTable)
 	return capability.NewDynamoRegistry(dynamodb.NewFromConfig(awsCfg), cfg.CapabilitiesTable), nil
+}
+
+// openSuspensions opens the store of suspended executions cfg names: the
+// DynamoDB table, else the directory, else none.
+func (c *awsConfig) openSuspensions(ctx context.Context, cfg SuspensionConfig, log *slog.Logger) (suspend.Store, error) {
+	opts := suspend.Options{TTL: cfg.TTL}
+	switch {
+	case cfg.Table != "":
+		awsCfg, err := c.load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		log.Debug("suspended executions in DynamoDB", "table", cfg.Table)
+		return suspend.NewDynamo(dynamodb.NewFromConfig(awsCfg), cfg.Table, opts), nil
+	case cfg.Dir != "":
+		return suspend.NewFile(cfg.Dir, opts), nil
+	}
+	return nil, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/script"
+	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -48,9 +49,20 @@ type Request struct {
 	// CallDetail is how much of the calls the response carries:
 	// CallDetailFull (the default), CallDetailSummary or CallDetailNone.
 	CallDetail string `json:"call_detail,omitempty"`
+	// Approval is what becomes of a call that needs approval (a tool
+	// annotated destructive, or one its server lists in require_approval)
+	// when AllowDestructive is not set: ApprovalRefuse (the default) fails
+	// it FORBIDDEN; ApprovalSuspend parks it, and once every call the
+	// script awaits is parked the execution suspends until someone decides
+	// (see Service.Resume).
+	Approval string `json:"approval,omitempty"`
 
 	// Set by the host, never by the caller's JSON.
 	ExecutionID string `json:"-"`
+	// Principal is the caller's identity where auth is on (an IAM ARN, a
+	// JWT subject), "" where it is off: only the same principal may
+	// resume the execution if it suspends.
+	Principal string `json:"-"`
 	// OnEvent, when set, receives the execution's progress as it happens:
 	// each console line, each call's start and end. It may be called from
 	// several goroutines at once and must not block.
@@ -93,12 +105,21 @@ type Response struct {
 	// descendants' included (a capability run reports it to its caller,
 	// which takes back what it reserved for the run and the run did not use).
 	Sandboxes int `json:"sandboxes,omitempty"`
+	// Status is StatusSuspended when the execution waits for decisions on
+	// the Pending calls (OK is false, Error nil), until ExpiresAt; empty
+	// when it ended.
+	Status    string    `json:"status,omitempty"`
+	Pending   []Pending `json:"pending,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 // CallOptions travel with each tool call to its source.
 type CallOptions struct {
 	AllowDestructive bool
-	ParseJSONText    bool
+	// Approval is the calling request's (Request.Approval): a capability
+	// run inherits it, to refuse what it cannot park with the reason.
+	Approval      string
+	ParseJSONText bool
 	// The calling execution, for capability runs and trace links.
 	ExecutionID string
 	CallID      int
@@ -162,6 +183,9 @@ type Options struct {
 	// drop is logged once per process rather than once per execution
 	// (default: one per Service, writing to Logger).
 	Drops *catalog.DropLog
+	// Suspensions keeps suspended executions; without it a request for
+	// approval "suspend" is refused.
+	Suspensions suspend.Store
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -174,11 +198,12 @@ type Service struct {
 	limits  guest.Limits
 	sandbox int
 	drops   *catalog.DropLog
+	store   suspend.Store
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
-	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops}
+	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -292,20 +317,62 @@ func downServer(owners map[string]owner, r analysis.Ref, filter catalog.Filter) 
 }
 
 // Execute runs one request. It always returns a Response; failures are in
-// Response.Error.
+// Response.Error. An execution that suspends (Request.Approval) is saved
+// and answered with Status StatusSuspended and its pending calls.
 func (s *Service) Execute(ctx context.Context, req Request) *Response {
 	start := time.Now()
 	if req.ExecutionID == "" {
 		req.ExecutionID = guest.NewExecutionID()
 	}
-	resp, entries := s.execute(ctx, req, start)
-	s.record(ctx, req, resp, entries, start)
+	resp, res := s.execute(ctx, req, start)
+	ex := s.execRecord(req, resp, start)
+	if res != nil && res.Suspended != nil {
+		s.suspended(ctx, req, resp, res.Suspended, &ex, start)
+	}
+	s.record(ctx, ex, resp)
 	applyCallDetail(resp, req.CallDetail)
 	return resp
 }
 
-func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*Response, map[string]entry) {
-	fail := func(err *fault.Error) (*Response, map[string]entry) {
+// toolSet is what an execution may call: the catalog narrowed by the
+// request and everything above it.
+type toolSet struct {
+	all       []catalog.Tool
+	visible   []catalog.Tool
+	forbidden map[string]bool
+	entries   map[string]entry
+}
+
+// toolSet narrows the catalog to what a request with these filters may
+// call.
+func (s *Service) toolSet(ctx context.Context, patterns []string, parent *Parent) (*toolSet, *fault.Error) {
+	all := s.catalog(ctx)
+	tools := make([]catalog.Tool, len(all))
+	for i, e := range all {
+		tools[i] = e.tool
+	}
+	visible, err := catalog.Narrow(tools, patterns)
+	if err != nil {
+		return nil, fault.As(err)
+	}
+	inherited, err := inheritedFilters(parent)
+	if err != nil {
+		return nil, fault.As(err)
+	}
+	visible, forbidden := applyInherited(visible, tools, inherited)
+	byName := make(map[string]entry, len(visible))
+	for _, e := range all {
+		byName[e.tool.FullName()] = e
+	}
+	entries := make(map[string]entry, len(visible))
+	for _, t := range visible {
+		entries[t.FullName()] = byName[t.FullName()]
+	}
+	return &toolSet{all: tools, visible: visible, forbidden: forbidden, entries: entries}, nil
+}
+
+func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*Response, *guest.Result) {
+	fail := func(err *fault.Error) (*Response, *guest.Result) {
 		return &Response{Error: err, Logs: []guest.LogEntry{}, Calls: []trace.Call{}, ExecutionID: req.ExecutionID,
 			DurationMS: ms(time.Since(start))}, nil
 	}
@@ -318,28 +385,18 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if ferr := CheckCallDetail(req.CallDetail); ferr != nil {
 		return fail(ferr)
 	}
+	if ferr := CheckApproval(req.Approval); ferr != nil {
+		return fail(ferr)
+	}
+	// A capability run never parks (its calls are refused instead), so
+	// only a root execution needs somewhere to suspend to.
+	if req.Approval == ApprovalSuspend && req.Parent == nil && s.store == nil {
+		return fail(fault.New(fault.InvalidRequest, `approval "suspend" is not available here: this service keeps no suspended executions`))
+	}
 
-	all := s.catalog(ctx)
-	tools := make([]catalog.Tool, len(all))
-	for i, e := range all {
-		tools[i] = e.tool
-	}
-	visible, err := catalog.Narrow(tools, req.Tools)
-	if err != nil {
-		return fail(fault.As(err))
-	}
-	inherited, err := inheritedFilters(req.Parent)
-	if err != nil {
-		return fail(fault.As(err))
-	}
-	visible, forbidden := applyInherited(visible, tools, inherited)
-	byName := make(map[string]entry, len(visible))
-	for _, e := range all {
-		byName[e.tool.FullName()] = e
-	}
-	entries := make(map[string]entry, len(visible))
-	for _, t := range visible {
-		entries[t.FullName()] = byName[t.FullName()]
+	ts, ferr := s.toolSet(ctx, req.Tools, req.Parent)
+	if ferr != nil {
+		return fail(ferr)
 	}
 
 	// Every mcp.x.y the code names must resolve before a sandbox starts
@@ -349,25 +406,25 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		return fail(fault.As(perr))
 	}
 	refs := prep.Refs
-	if ferr := forbiddenRef(refs, forbidden, req.Parent); ferr != nil {
+	if ferr := forbiddenRef(refs, ts.forbidden, req.Parent); ferr != nil {
 		return fail(ferr)
 	}
-	if ferr := s.unresolved(refs, entries, req.Tools); ferr != nil {
+	if ferr := s.unresolved(refs, ts.entries, req.Tools); ferr != nil {
 		return fail(ferr)
 	}
 
-	gtools := make([]guest.Tool, 0, len(visible)+len(forbidden))
-	for _, t := range visible {
+	gtools := make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
+	for _, t := range ts.visible {
 		gtools = append(gtools, guest.Tool{Server: t.Server, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
-	gtools = append(gtools, forbiddenGuestTools(tools, forbidden)...)
+	gtools = append(gtools, forbiddenGuestTools(ts.all, ts.forbidden)...)
 	limits := s.limits
 	timeout := s.maxTime
 	if req.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
 	}
 	limits.Timeout = timeout
-	host := &toolHost{service: s, req: &req, entries: entries, visible: visible, forbidden: forbidden,
+	host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 		budget: s.budget(req.Parent)}
 	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
@@ -377,12 +434,29 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		Host:        host,
 		Limits:      limits,
 	}
+	s.hook(ctx, &greq, &req, host)
+	res := s.engine.Run(ctx, greq)
+	prep.MapError(res.Err)
+	return s.response(res, &req, host, start), res
+}
+
+// hook connects the engine's callbacks to the request's: the park
+// decision, and the calls and console lines the trace sink and OnEvent
+// receive as they happen.
+func (s *Service) hook(ctx context.Context, greq *guest.Request, req *Request, host *toolHost) {
+	entries := host.entries
+	if req.Approval == ApprovalSuspend && req.Parent == nil && !req.AllowDestructive {
+		greq.Park = func(c guest.Call) bool {
+			e, ok := entries[c.Server+":"+c.Tool]
+			return ok && e.tool.NeedsApproval()
+		}
+	}
 	rec, _ := s.sink.(trace.CallRecorder)
 	if rec != nil || req.OnEvent != nil {
 		// Calls go to the sink as they end, complete, so that by the time
 		// the script returns most of its trace is already written.
 		greq.OnCall = func(c trace.Call) {
-			c = finishCall(c, entries, &req, host)
+			c = finishCall(c, entries, req, host)
 			if rec != nil {
 				rec.RecordCall(ctx, c)
 			}
@@ -394,13 +468,16 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if req.OnEvent != nil {
 		greq.OnLog = func(e guest.LogEntry) { req.OnEvent(Event{Type: EventLog, Log: e}) }
 		greq.OnCallStart = func(c trace.Call) {
-			req.OnEvent(Event{Type: EventCallStart, Call: finishCall(c, entries, &req, host)})
+			req.OnEvent(Event{Type: EventCallStart, Call: finishCall(c, entries, req, host)})
 		}
 	}
-	res := s.engine.Run(ctx, greq)
-	prep.MapError(res.Err)
+}
+
+// response is the Response of a run (or a resumed run) that got as far
+// as the engine.
+func (s *Service) response(res *guest.Result, req *Request, host *toolHost, start time.Time) *Response {
 	for i := range res.Calls {
-		res.Calls[i] = finishCall(res.Calls[i], entries, &req, host)
+		res.Calls[i] = finishCall(res.Calls[i], host.entries, req, host)
 	}
 	// Descendants' calls follow the execution's own, each with its
 	// execution id and the parent call that started its run.
@@ -419,7 +496,7 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 	if resp.Calls == nil {
 		resp.Calls = []trace.Call{}
 	}
-	return resp, entries
+	return resp
 }
 
 // finishCall completes a call record with what only the bridge knows: the
@@ -469,8 +546,31 @@ func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, patte
 	return nil
 }
 
-// record sends the execution to the sink. It never fails the execution.
-func (s *Service) record(ctx context.Context, req Request, resp *Response, _ map[string]entry, start time.Time) {
+// execRecord is the trace record of an execution's first run.
+func (s *Service) execRecord(req Request, resp *Response, start time.Time) trace.Execution {
+	sum := sha256.Sum256([]byte(req.Code))
+	ex := trace.Execution{
+		ID:          resp.ExecutionID,
+		CodeHash:    hex.EncodeToString(sum[:]),
+		CodeBytes:   len(req.Code),
+		StartedAt:   start,
+		DurationMS:  resp.DurationMS,
+		Source:      req.Source,
+		TraceID:     traceIDFromHeader(req.TraceHeader),
+		TraceHeader: req.TraceHeader,
+	}
+	if p := req.Parent; p != nil {
+		ex.ParentExecutionID = p.ExecutionID
+		ex.ParentCallID = p.CallID
+		ex.Capability = p.Capability
+		ex.Depth = p.Depth
+	}
+	return ex
+}
+
+// record sends the execution to the sink, with the status and call count
+// resp gives it. It never fails the execution.
+func (s *Service) record(ctx context.Context, ex trace.Execution, resp *Response) {
 	if s.sink == nil {
 		return
 	}
@@ -482,30 +582,17 @@ func (s *Service) record(ctx context.Context, req Request, resp *Response, _ map
 			own = append(own, c)
 		}
 	}
-	sum := sha256.Sum256([]byte(req.Code))
-	ex := trace.Execution{
-		ID:          resp.ExecutionID,
-		CodeHash:    hex.EncodeToString(sum[:]),
-		CodeBytes:   len(req.Code),
-		Status:      "ok",
-		StartedAt:   start,
-		DurationMS:  resp.DurationMS,
-		Source:      req.Source,
-		TraceID:     traceIDFromHeader(req.TraceHeader),
-		TraceHeader: req.TraceHeader,
-		Calls:       len(own),
-	}
-	if !resp.OK {
-		ex.Status = "error"
+	ex.Calls = len(own)
+	switch {
+	case resp.Status == StatusSuspended:
+		ex.Status = trace.StatusSuspended
+	case resp.OK:
+		ex.Status = trace.StatusOK
+	default:
+		ex.Status = trace.StatusError
 		if resp.Error != nil {
 			ex.ErrorCode = resp.Error.Code
 		}
-	}
-	if p := req.Parent; p != nil {
-		ex.ParentExecutionID = p.ExecutionID
-		ex.ParentCallID = p.CallID
-		ex.Capability = p.Capability
-		ex.Depth = p.Depth
 	}
 	s.sink.Record(ctx, ex, own)
 }

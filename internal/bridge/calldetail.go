@@ -76,7 +76,8 @@ func Summarize(executionID string, calls []trace.Call) *CallSummary {
 		}
 		s.Total += n
 		s.ByTool[i].Calls += n
-		if c.OK {
+		if c.OK || c.Status != "" {
+			// Parked, or never run: neither failed.
 			continue
 		}
 		s.Failed += n

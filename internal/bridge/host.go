@@ -23,6 +23,10 @@ type toolHost struct {
 	forbidden map[string]bool
 	// budget is what this execution's capability calls may spend.
 	budget *Budget
+	// approved are the parked calls a resumption approved (by call id):
+	// they run although they need approval. Set before the run starts,
+	// read-only after.
+	approved map[int]bool
 
 	mu       sync.Mutex
 	children map[int]string // call id → child execution id (capability runs)
@@ -44,11 +48,17 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		// see; it is served only if it resolves now, never waited for.
 		return nil, fault.New(fault.ToolNotFound, "%s is not a tool of this execution", full).WithTool(full)
 	}
-	if e.tool.IsDestructive() && !h.req.AllowDestructive {
-		return nil, fault.New(fault.Forbidden, "%s is annotated destructive; the request must set allow_destructive to run it", full).WithTool(full)
+	// A call that needs approval and reaches here unparked either was
+	// approved, or cannot wait for a decision.
+	approved := h.approved[c.ID] && e.tool.NeedsApproval()
+	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
+		return nil, needsApproval(full, e.tool, h.req)
 	}
 	return e.source.Call(ctx, e.tool, c.Args, CallOptions{
-		AllowDestructive: h.req.AllowDestructive,
+		// An approved call was consented to, as allow_destructive would:
+		// the source's own check (the MCP pool's) must let it through.
+		AllowDestructive: h.req.AllowDestructive || approved,
+		Approval:         h.req.Approval,
 		ParseJSONText:    h.req.ParseJSONText,
 		ExecutionID:      h.req.ExecutionID,
 		CallID:           c.ID,
@@ -58,6 +68,23 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		Sandboxes:        h.budget,
 		OnChild:          func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
 	})
+}
+
+// needsApproval is the FORBIDDEN of a call that needs approval and gets
+// neither allow_destructive nor a decision.
+func needsApproval(full string, t catalog.Tool, req *Request) *fault.Error {
+	if req.Approval == ApprovalSuspend && req.Parent != nil {
+		// The run that would suspend is a child of another, maybe in
+		// another process; suspending a tree of runs is not supported.
+		return fault.New(fault.Forbidden, "%s needs approval, and approval inside a capability is not supported: "+
+			"call the tool from the script itself, or set allow_destructive to run it without asking", full).WithTool(full)
+	}
+	if t.IsDestructive() {
+		return fault.New(fault.Forbidden, "%s is annotated destructive; the request must set allow_destructive to run it "+
+			`(or approval "suspend" to ask for approval)`, full).WithTool(full)
+	}
+	return fault.New(fault.Forbidden, "%s requires approval (its server's require_approval); the request must set "+
+		`approval "suspend" to ask for it, or allow_destructive to run it without asking`, full).WithTool(full)
 }
 
 func (h *toolHost) setChild(callID int, execID string, calls []trace.Call) {

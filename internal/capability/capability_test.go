@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 )
@@ -279,5 +280,27 @@ func TestChildRunNeverOutlivesItsCaller(t *testing.T) {
 	resp, err := h(context.Background(), json.RawMessage(`{"capability": "slow:wait", "depth": 1, "chain": ["slow:wait"], "timeout_ms": 200}`))
 	if err != nil || resp.OK || resp.Error.Code != fault.Timeout || time.Since(start) > 2*time.Second {
 		t.Fatalf("%+v %v after %v", resp, err, time.Since(start))
+	}
+}
+
+// TestApprovalInsideACapabilityIsRefused: a capability run never parks (a
+// suspended tree of runs is not supported): a call needing approval in it
+// fails FORBIDDEN saying so, which the capability's caller sees, while the
+// same call in the root script parks. The approval mode travels in the
+// invocation, so the capability function refuses alike.
+func TestApprovalInsideACapabilityIsRefused(t *testing.T) {
+	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
+	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:wipe", Code: `return await mcp.demo.kv_delete({key: "k"})`}); err != nil {
+		t.Fatal(err)
+	}
+	svc := capability.NewServices(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: slog.New(slog.DiscardHandler),
+		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, reg, nil)()
+	r := svc.Execute(context.Background(), bridge.Request{Code: `return await mcp.tidy.wipe({})`, Approval: bridge.ApprovalSuspend})
+	if r.OK || r.Status != "" || r.Error == nil || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, "approval inside a capability is not supported") {
+		t.Fatalf("status %q error %+v; want FORBIDDEN about approval inside a capability", r.Status, r.Error)
+	}
+	r = svc.Execute(context.Background(), bridge.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: bridge.ApprovalSuspend})
+	if r.Status != bridge.StatusSuspended {
+		t.Fatalf("the root script's call: status %q error %+v; want it parked", r.Status, r.Error)
 	}
 }

@@ -35,6 +35,9 @@ type Invocation struct {
 	Chain             []string        `json:"chain"` // capabilities from the root down to this one, this one last
 	TraceHeader       string          `json:"trace_header,omitempty"`
 	AllowDestructive  bool            `json:"allow_destructive,omitempty"`
+	// Approval is the root request's approval mode: a capability run
+	// never parks a call, but says why it refuses one (bridge.Request).
+	Approval string `json:"approval,omitempty"`
 	// Narrowing is the tools filter of every run above, one entry per run
 	// that narrowed: the child may use only tools each allows.
 	Narrowing [][]string `json:"narrowing,omitempty"`
@@ -149,7 +152,7 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		Capability: name, Version: c.Version, Args: args,
 		ParentExecutionID: opt.ExecutionID, ParentCallID: opt.CallID,
 		Depth: depth, Chain: append(chain, name),
-		TraceHeader: opt.TraceHeader, AllowDestructive: opt.AllowDestructive,
+		TraceHeader: opt.TraceHeader, AllowDestructive: opt.AllowDestructive, Approval: opt.Approval,
 		Narrowing: opt.Narrowing, Budget: reserved - 1, TimeoutMS: timeoutMS,
 	}
 	resp, err := s.inv.Invoke(ctx, inv)
@@ -282,6 +285,7 @@ func Run(ctx context.Context, reg Registry, svc *bridge.Service, inv Invocation)
 		TimeoutMS:        inv.TimeoutMS,
 		Args:             inv.Args,
 		AllowDestructive: inv.AllowDestructive,
+		Approval:         inv.Approval,
 		Source:           "capability",
 		TraceHeader:      inv.TraceHeader,
 		Parent: &bridge.Parent{ExecutionID: inv.ParentExecutionID, CallID: inv.ParentCallID,

@@ -29,6 +29,10 @@ type Tool struct {
 	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 	Annotations  Annotations     `json:"annotations,omitzero"`
 	Kind         trace.Kind      `json:"kind"`
+	// RequireApproval is set on a tool its server's configuration lists in
+	// require_approval: like a destructive one, it runs only when the
+	// request allows it or a person approves the call.
+	RequireApproval bool `json:"require_approval,omitempty"`
 }
 
 // FullName is "server:name".
@@ -43,3 +47,8 @@ func (t Tool) IsDestructive() bool {
 	return t.Annotations.Destructive != nil && *t.Annotations.Destructive &&
 		(t.Annotations.ReadOnly == nil || !*t.Annotations.ReadOnly)
 }
+
+// NeedsApproval reports whether a call to the tool needs someone's consent:
+// the request's allow_destructive, or a person's decision on the parked
+// call. Destructive tools do, and those their server requires approval for.
+func (t Tool) NeedsApproval() bool { return t.IsDestructive() || t.RequireApproval }

@@ -25,6 +25,9 @@ const (
 	ExitOK     = 0
 	ExitFailed = 1 // the script, a tool, or anything else failed
 	ExitUsage  = 2 // a usage error: bad flags or arguments, unreadable or malformed input
+	// ExitSuspended: the execution waits for decisions on its pending calls
+	// (pml run --approval suspend, pml resume); resume it with pml resume.
+	ExitSuspended = 3
 )
 
 // usageError marks errors in how pml was called, the caller's to fix: the
@@ -46,6 +49,7 @@ func commands() []command {
 		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
 		{"serve", "serve the HTTP API and MCP endpoint locally (127.0.0.1:8080)", serveCmd},
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
+		{"resume", "decide on a suspended execution's pending calls and run it on: pml resume ID --approve 2 --reject 3", resumeCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
 		{"demo-server", "serve the demo tools (echo, add, fail, sleep, key-value store, text tools, clock) as an MCP server on loopback", demoServerCmd},
@@ -192,6 +196,7 @@ func defaultCacheDir() string {
 type serviceFlags struct {
 	engineFlags
 	storeFlags
+	suspensionFlags
 	mcp    listFlag
 	config string
 	demo   string
@@ -200,6 +205,7 @@ type serviceFlags struct {
 func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.engineFlags.register(fs)
 	f.storeFlags.register(fs)
+	f.suspensionFlags.register(fs)
 	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
 	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
 	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
@@ -220,12 +226,17 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, err
 	}
+	susp, err := f.suspensionFlags.config()
+	if err != nil {
+		return app.Config{}, err
+	}
 	return app.Config{
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
 		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),
 		Traces:           traces,
 		CapabilitiesFile: app.CapabilitiesFile(),
+		Suspensions:      susp,
 	}, nil
 }
 

@@ -66,6 +66,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Setenv(app.EnvTracesFile, filepath.Join(dir, "traces.jsonl"))
 	os.Setenv(app.EnvCapFile, filepath.Join(dir, "capabilities.json"))
+	os.Setenv(app.EnvSuspDir, filepath.Join(dir, "suspensions"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -25,6 +25,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		parseTxt = fs.Bool("parse-json-text", false, "parse text tool results as JSON even without an output schema")
 		lang     = fs.String("lang", "", "js or ts (default: ts for a .ts FILE; else JavaScript, then TypeScript if it does not parse)")
 		detail   = fs.String("call-detail", bridge.CallDetailFull, "how much of the calls the output shows: full, summary or none")
+		approval = fs.String("approval", bridge.ApprovalRefuse, "what a call that needs approval (destructive, or in a server's require_approval) does without --allow-destructive: refuse (fail FORBIDDEN) or suspend (wait for pml resume; exit 3)")
 	)
 	sf.register(fs)
 	fs.Usage = func() {
@@ -47,8 +48,11 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	if ferr := bridge.CheckCallDetail(*detail); ferr != nil {
 		return ExitUsage, usageError{ferr}
 	}
+	if ferr := bridge.CheckApproval(*approval); ferr != nil {
+		return ExitUsage, usageError{ferr}
+	}
 	req := bridge.Request{Code: src, Lang: *lang, CallDetail: *detail, TimeoutMS: int(timeout.Milliseconds()),
-		AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: "cli"}
+		Approval: *approval, AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: "cli"}
 	if *argsJSON != "" {
 		if !json.Valid([]byte(*argsJSON)) {
 			return ExitUsage, usagef("--args is not valid JSON: %s", *argsJSON)
@@ -80,10 +84,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	if err := writeJSON(out, resp); err != nil {
 		return ExitFailed, err
 	}
-	if !resp.OK {
-		return ExitFailed, nil
-	}
-	return ExitOK, nil
+	return exitCode(resp), nil
 }
 
 // scriptSource returns the code from -e or from the one FILE argument

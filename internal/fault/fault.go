@@ -53,6 +53,11 @@ const (
 	// ResumeIncompatible: a suspended execution cannot be resumed by this
 	// build of the sandbox (its guest differs).
 	ResumeIncompatible Code = "RESUME_INCOMPATIBLE"
+	// Conflict: a suspended execution is not waiting any more: another
+	// resume claimed it first, or it has finished (Details say how).
+	Conflict Code = "CONFLICT"
+	// Expired: a suspended execution waited past its expiry.
+	Expired Code = "EXPIRED"
 	// Internal: a bug or an unexpected host failure.
 	Internal Code = "INTERNAL"
 )

@@ -1,6 +1,6 @@
 // Package httpapi is PML Sandbox's HTTP interface: one http.Handler with the
-// routes /execute, /executions/{id}, /tools, /capabilities, /healthz and the
-// MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
+// routes /execute, /executions/{id}, /executions/{id}/resume, /tools,
+// /capabilities, /healthz and the MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
 // serves it through API Gateway events (internal/lambdaevents), so both
 // front ends share every route, status code and error shape.
 package httpapi
@@ -31,6 +31,9 @@ import (
 // Executor runs executions; *bridge.Service implements it.
 type Executor interface {
 	Execute(ctx context.Context, req bridge.Request) *bridge.Response
+	// Resume continues a suspended execution; the error is a refusal
+	// (nothing ran), mapped to a status by RefusalStatus.
+	Resume(ctx context.Context, rr bridge.ResumeRequest) (*bridge.Response, *fault.Error)
 	Catalog(ctx context.Context) []catalog.Tool
 	Flush(ctx context.Context) error
 }
@@ -121,6 +124,7 @@ type route struct {
 var routes = []route{
 	{"POST /execute", "POST /execute", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.execute)) }},
 	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
+	{"POST /executions/{id}/resume", "POST /executions/{id}/resume", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.resume)) }},
 	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
 	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
 	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
@@ -250,16 +254,26 @@ func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
 	if ferr := bridge.CheckCallDetail(er.CallDetail); ferr != nil {
 		return bridge.Request{}, ferr
 	}
+	if ferr := bridge.CheckApproval(er.Approval); ferr != nil {
+		return bridge.Request{}, ferr
+	}
 	if len(er.Args) > 0 && !json.Valid(er.Args) {
 		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
 	}
 	return er, nil
 }
 
-// StatusOf maps an execution's outcome to an HTTP status.
+// StatusOf maps an execution's outcome to an HTTP status: 200 when it
+// succeeded, 202 when it suspended (it waits for decisions on
+// resp.Pending), else the failure's. A failure here is the execution's
+// (a tool it was refused, a capability it named that does not exist:
+// 422), never the route's; RefusalStatus maps a resume that never ran.
 func StatusOf(resp *bridge.Response) int {
 	if resp.OK {
 		return http.StatusOK
+	}
+	if resp.Status == bridge.StatusSuspended && resp.Error == nil {
+		return http.StatusAccepted
 	}
 	if resp.Error == nil {
 		return http.StatusInternalServerError
@@ -282,15 +296,25 @@ func StatusOf(resp *bridge.Response) int {
 	return http.StatusUnprocessableEntity
 }
 
-func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+// readBody reads a request body of at most MaxBodyBytes; on failure it
+// has answered (413 or 400) and ok is false.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeError(w, http.StatusRequestEntityTooLarge, fault.New(fault.LimitExceeded, "the request body is over %d bytes", a.MaxBodyBytes))
-			return
+			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, fault.Wrap(fault.InvalidRequest, err, "reading the request body"))
+		return nil, false
+	}
+	return body, true
+}
+
+func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readBody(w, r)
+	if !ok {
 		return
 	}
 	req, ferr := DecodeExecuteRequest(body)
@@ -299,6 +323,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Source = SourceFrom(r.Context(), "http")
+	req.Principal = PrincipalFrom(r.Context())
 	req.TraceHeader = TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
 	if a.Streaming && wantsEventStream(r) {
 		a.executeStream(w, r, req)
@@ -455,4 +480,21 @@ func SourceFrom(ctx context.Context, def string) string {
 		return s
 	}
 	return def
+}
+
+type principalKey struct{}
+
+// WithPrincipal records who is calling, as authenticated in front of the
+// handler (the Lambda adapter sets the IAM or JWT principal API Gateway
+// verified). An execution that suspends keeps it, and only the same
+// principal may resume it. No header sets it: `pml serve` has one shared
+// token at most, so its principal is "".
+func WithPrincipal(ctx context.Context, principal string) context.Context {
+	return context.WithValue(ctx, principalKey{}, principal)
+}
+
+// PrincipalFrom returns the principal set by WithPrincipal, "" when none.
+func PrincipalFrom(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
@@ -24,14 +25,19 @@ func (a *api) mcpHandler() http.Handler {
 	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
 		server.WithInstructions("Run JavaScript against this deployment's tools with execute_code: "+
 			"the code is the body of an async function; call tools as `await mcp.<server>.<tool>(args)` "+
-			"and `return` the result. Use search_tools first to find tools."))
+			"and `return` the result. Use search_tools first to find tools. "+
+			"With approval \"suspend\", a call that needs approval waits for a decision instead of failing: "+
+			"ask the user, then continue with resume_execution."))
 	s.AddTool(mcp.NewTool("execute_code",
 		mcp.WithDescription("Run a JavaScript or TypeScript program in a fresh sandbox. The code is the body of an async function: "+
 			"`return` gives the result, `args` holds the arguments, tools are called as `await mcp.<server>.<tool>({...})` "+
 			"and run concurrently under Promise.all. TypeScript types are stripped, not checked. "+
 			"The text answer fits max_text_bytes (a long result is cut, saying how much); "+
 			"structuredContent has the whole document {ok, result, logs, error, calls, execution_id, duration_ms}. "+
-			"With a progress token, each call's start and end is reported as progress and console output as log messages."),
+			"With a progress token, each call's start and end is reported as progress and console output as log messages. "+
+			"With approval \"suspend\", a call to a tool that needs approval (a destructive one) is held: once the script can only wait for held calls, "+
+			"the execution suspends and the answer (not an error) is {ok: false, status: \"suspended\", execution_id, pending: [{call_id, server, tool, args, reason}], expires_at}; "+
+			"show the pending calls to the user and continue with resume_execution."),
 		mcp.WithString("code", mcp.Required(), mcp.Description("the body of an async function")),
 		mcp.WithString("lang", mcp.Enum("js", "ts"), mcp.Description("ts strips TypeScript types first; without it, code that does not parse as JavaScript is tried as TypeScript")),
 		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("how much of the calls structuredContent carries: every record (full, the default), counts per tool and failures (summary), or nothing")),
@@ -40,8 +46,30 @@ func (a *api) mcpHandler() http.Handler {
 		mcp.WithArray("tools", mcp.Description(`narrow the tool set: "server:tool" patterns, where * matches any run of characters ("kv:*", "fs:read_*")`), mcp.WithStringItems()),
 		mcp.WithNumber("timeout_ms", mcp.Description("deadline in milliseconds")),
 		mcp.WithBoolean("allow_destructive", mcp.Description("let tools annotated destructive run")),
+		mcp.WithString("approval", mcp.Enum(bridge.ApprovalRefuse, bridge.ApprovalSuspend),
+			mcp.Description(`what becomes of a call that needs approval when allow_destructive is not set: refused with FORBIDDEN ("refuse", the default), or held until someone decides ("suspend": the execution may suspend; see resume_execution)`)),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
 	), a.mcpExecute)
+	s.AddTool(mcp.NewTool("resume_execution",
+		mcp.WithDescription("Continue an execution that execute_code suspended, with a decision on each pending call the user decided: "+
+			"approved calls run, rejected ones fail in the script with a catchable error whose code is REJECTED (a reason, if given, is in its message), "+
+			"and the script goes on from where it stopped. Undecided calls stay pending. The answer is execute_code's: the result, "+
+			"or the execution suspended again with new pending calls. Only approve what the user approved."),
+		mcp.WithString("execution_id", mcp.Required(), mcp.Description("the suspended execution's id (execution_id of execute_code's answer)")),
+		mcp.WithObject("decisions", mcp.Required(), mcp.MinProperties(1),
+			mcp.Description(`decisions by pending call id: {"2": "approve", "3": "reject", "4": {"decision": "reject", "reason": "…"}}`),
+			propertyNames(map[string]any{"pattern": "^[1-9][0-9]*$"}),
+			mcp.AdditionalProperties(map[string]any{"oneOf": []any{
+				map[string]any{"type": "string", "enum": []string{bridge.DecisionApprove, bridge.DecisionReject}},
+				map[string]any{"type": "object", "required": []string{"decision"}, "additionalProperties": false, "properties": map[string]any{
+					"decision": map[string]any{"type": "string", "enum": []string{bridge.DecisionApprove, bridge.DecisionReject}},
+					"reason":   map[string]any{"type": "string", "maxLength": bridge.MaxReasonBytes},
+				}},
+			}})),
+		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("as execute_code's")),
+		mcp.WithNumber("max_text_bytes", mcp.Description("as execute_code's")),
+		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
+	), a.mcpResume)
 	s.AddTool(mcp.NewTool("search_tools",
 		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each."),
 		mcp.WithString("query", mcp.Required()),
@@ -66,19 +94,28 @@ func (a *api) mcpHandler() http.Handler {
 		server.WithDisableLocalhostProtection(a.Guard != nil))
 }
 
-func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	// max_text_bytes is the tool's own argument, not an execute request's.
-	args := maps.Clone(r.GetArguments())
+// textBudget takes max_text_bytes, a tool's own argument rather than a
+// request's, out of args; the default is the server's.
+func (a *api) textBudget(args map[string]any) (int, *mcp.CallToolResult) {
 	budget := a.MCPTextBytes
 	if v, ok := args["max_text_bytes"]; ok {
 		n, ok := v.(float64)
 		if !ok || n < 0 {
-			return mcp.NewToolResultError("max_text_bytes must be a non-negative number"), nil
+			return 0, mcp.NewToolResultError("max_text_bytes must be a non-negative number")
 		}
 		if n > 0 {
 			budget = int(n)
 		}
 		delete(args, "max_text_bytes")
+	}
+	return budget, nil
+}
+
+func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	args := maps.Clone(r.GetArguments())
+	budget, bad := a.textBudget(args)
+	if bad != nil {
+		return bad, nil
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
@@ -89,15 +126,58 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
 	req.Source = "mcp"
+	req.Principal = PrincipalFrom(ctx)
 	req.TraceHeader = TraceHeader(ctx, "")
 	if a.Streaming {
 		req.OnEvent = newMCPProgress(ctx, r).event
 	}
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
+	return executionResult(resp, budget), nil
+}
+
+func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	args := maps.Clone(r.GetArguments())
+	budget, bad := a.textBudget(args)
+	if bad != nil {
+		return bad, nil
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
+	}
+	rr, ferr := DecodeResumeRequest(raw, "")
+	if ferr != nil {
+		return mcp.NewToolResultError(ferr.Error()), nil
+	}
+	rr.Principal = PrincipalFrom(ctx)
+	rr.TraceHeader = TraceHeader(ctx, "")
+	if a.Streaming {
+		rr.OnEvent = newMCPProgress(ctx, r).event
+	}
+	resp, ferr := a.Service.Resume(ctx, rr)
+	if ferr != nil {
+		// Nothing ran: the document is the error alone, as HTTP's.
+		res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusalText(rr.ExecutionID, ferr))
+		res.IsError = true
+		return res, nil
+	}
+	a.flush(ctx)
+	return executionResult(resp, budget), nil
+}
+
+// executionResult is execute_code's and resume_execution's answer: the
+// text for the model and the whole document. A suspended execution is not
+// an error: it waits for the decisions the text asks for.
+func executionResult(resp *bridge.Response, budget int) *mcp.CallToolResult {
 	res := mcp.NewToolResultStructured(resp, modelText(resp, budget))
-	res.IsError = !resp.OK
-	return res, nil
+	res.IsError = !resp.OK && !suspended(resp)
+	return res
+}
+
+// propertyNames constrains an object's keys (JSON Schema propertyNames).
+func propertyNames(schema map[string]any) mcp.PropertyOption {
+	return func(m map[string]any) { m["propertyNames"] = schema }
 }
 
 func (a *api) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -3,10 +3,13 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // DefaultMCPTextBytes is execute_code's default text budget: about 6,000
@@ -19,9 +22,10 @@ const minMCPTextBytes = 1024
 
 // Shares of the budget the parts other than the result may take at most.
 const (
-	errorShare = 4 // the error message and stack: 1/4
-	callsShare = 8 // the call summary: 1/8
-	logsShare  = 4 // console output, when the result needs the room: 1/4
+	errorShare   = 4 // the error message and stack: 1/4
+	pendingShare = 2 // a suspension's pending calls and how to resume: 1/2
+	callsShare   = 8 // the call summary: 1/8
+	logsShare    = 4 // console output, when the result needs the room: 1/4
 )
 
 // modelText renders an execution for a model, within budget bytes: a
@@ -31,7 +35,9 @@ const (
 func modelText(resp *bridge.Response, budget int) string {
 	budget = max(budget, minMCPTextBytes)
 	var head strings.Builder
-	if resp.OK {
+	if suspended(resp) {
+		head.WriteString(pendingText(resp, budget/pendingShare))
+	} else if resp.OK {
 		fmt.Fprintf(&head, "ok (execution %s, %.1f ms)\n", resp.ExecutionID, resp.DurationMS)
 	} else {
 		code := "INTERNAL"
@@ -75,6 +81,67 @@ func modelText(resp *bridge.Response, budget int) string {
 		result = resultLabel + cut(result, room-len(logs), "of the result") + "\n"
 	}
 	return head.String() + result + calls + logs
+}
+
+// suspended reports whether resp is an execution waiting for decisions.
+func suspended(resp *bridge.Response) bool {
+	return resp.Status == bridge.StatusSuspended && resp.Error == nil
+}
+
+// pendingText tells a model which calls wait for approval and how to
+// resume, in about budget bytes: the status line and the instructions
+// always, then the calls in what they leave, each call's arguments with an
+// equal share of it.
+func pendingText(resp *bridge.Response, budget int) string {
+	n := len(resp.Pending)
+	noun := "calls await"
+	if n == 1 {
+		noun = "call awaits"
+	}
+	status := fmt.Sprintf("suspended: %d %s approval (execution %s, %.1f ms so far; it waits until %s)\n",
+		n, noun, resp.ExecutionID, resp.DurationMS, resp.ExpiresAt.UTC().Format(time.RFC3339))
+	example := "2"
+	if n > 0 {
+		example = strconv.Itoa(resp.Pending[0].CallID)
+	}
+	how := fmt.Sprintf("No pending call has run. Ask the user, then call resume_execution "+
+		`{"execution_id": %q, "decisions": {%q: "approve"}}`+
+		`: per call "approve", "reject" or {"decision": "reject", "reason": "…"}. `+
+		"A rejected call throws REJECTED in the script; undecided calls stay pending.\n", resp.ExecutionID, example)
+	room := budget - len(status) - len(how)
+	var list, names strings.Builder
+	argsRoom := max(room/max(n, 1)-32, 64)
+	for _, p := range resp.Pending {
+		fmt.Fprintf(&list, "#%d %s:%s ", p.CallID, p.Server, p.Tool)
+		list.WriteString(strings.TrimSuffix(cut(string(p.Args), argsRoom, fmt.Sprintf("of call #%d's arguments", p.CallID)), "\n") + "\n")
+		fmt.Fprintf(&names, "#%d %s:%s\n", p.CallID, p.Server, p.Tool)
+	}
+	calls := list.String()
+	if len(calls) > room {
+		// Which calls wait matters more than their arguments.
+		calls = "(arguments in structuredContent)\n" + names.String()
+	}
+	return status + cut(calls, max(room, 0), "of the pending calls") + how
+}
+
+// refusalText is a refused resume for a model: nothing ran.
+func refusalText(id string, e *fault.Error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "resume refused: %s (execution %s); nothing ran\nerror: %s\n", e.Code, id, e.Message)
+	if e.Details != nil {
+		if d, err := json.Marshal(e.Details); err == nil {
+			b.WriteString("details: " + string(d) + "\n")
+		}
+	}
+	switch e.Code {
+	case fault.Conflict:
+		b.WriteString("The execution is not waiting for decisions any more: do not retry.\n")
+	case fault.Expired:
+		b.WriteString("It waited past its expiry and can no longer be resumed: run the code again if it is still needed.\n")
+	case fault.ResumeIncompatible:
+		b.WriteString("Another version of the sandbox suspended it; this one cannot resume it.\n")
+	}
+	return b.String()
 }
 
 // callsText summarises the calls in a few lines.

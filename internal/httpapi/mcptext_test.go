@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
@@ -12,6 +13,15 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
+
+// pending is n parked calls with the same arguments.
+func pending(n int, args string) []bridge.Pending {
+	out := make([]bridge.Pending, n)
+	for i := range out {
+		out[i] = bridge.Pending{CallID: i + 1, Server: "demo", Tool: "kv_delete", Args: json.RawMessage(args), Reason: bridge.PendingApproval}
+	}
+	return out
+}
 
 func TestModelTextFitsItsBudget(t *testing.T) {
 	many := func(n int) []trace.Call {
@@ -46,6 +56,12 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 		{name: "no call detail", resp: bridge.Response{OK: true, Result: json.RawMessage(`1`)}},
 		{name: "flood of logs", resp: bridge.Response{OK: true, Result: json.RawMessage(`1`), Logs: logs(10000, "ünïcödé line")},
 			want: []string{"console (10000 lines)", "of the console output cut"}, cut: true},
+		{name: "suspended", resp: bridge.Response{Status: bridge.StatusSuspended, Result: json.RawMessage(`null`), Calls: []trace.Call{{CallID: 1, Server: "demo", Tool: "kv_get"}},
+			Pending: []bridge.Pending{{CallID: 2, Server: "demo", Tool: "kv_delete", Args: json.RawMessage(`{"key":"k"}`), Reason: bridge.PendingApproval}}, ExpiresAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)},
+			want: []string{"suspended: 1 call awaits approval (execution ex_1", "until 2030-01-02T03:04:05Z", "#2 demo:kv_delete {\"key\":\"k\"}\n",
+				`resume_execution {"execution_id": "ex_1", "decisions": {"2": "approve"}}`, "REJECTED", "calls: 1"}},
+		{name: "suspended on many big calls", resp: bridge.Response{Status: bridge.StatusSuspended, Pending: pending(40, string(big))},
+			want: []string{"suspended: 40 calls await approval", "#1 demo:kv_delete \"日本", "of call #1's arguments cut", `"decisions": {"1": "approve"}`}, cut: true},
 		{name: "everything at once", resp: bridge.Response{OK: true, Result: big, Logs: logs(3000, strings.Repeat("z", 100)), Calls: many(900)},
 			want: []string{"of the result cut", "of the console output cut"}, cut: true},
 	}
@@ -58,6 +74,9 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 			}
 			if !utf8.ValidString(text) {
 				t.Errorf("%s, budget %d: a character was split", tc.name, budget)
+			}
+			if tc.resp.Status == bridge.StatusSuspended && !strings.Contains(text, "call resume_execution {") {
+				t.Errorf("%s, budget %d: the text does not say how to resume:\n%s", tc.name, budget, text)
 			}
 			if budget == DefaultMCPTextBytes {
 				for _, w := range tc.want {

@@ -99,6 +99,8 @@ func TestJSONBodiesOnly(t *testing.T) {
 		{"malformed content type", "POST", "/execute", hdr("Content-Type", "application/json; ="), exec, 415, "INVALID_REQUEST"},
 		{"text/plain capability", "POST", "/capabilities", hdr("Content-Type", "text/plain"), `{"name": "a:b", "code": "return 1"}`, 415, "INVALID_REQUEST"},
 		{"text/plain MCP call", "POST", "/mcp", hdr("Content-Type", "text/plain"), mcpCall, 415, "INVALID_REQUEST"},
+		{"text/plain resume", "POST", "/executions/ex_1/resume", hdr("Content-Type", "text/plain"), `{"decisions": {"2": "approve"}}`, 415, "INVALID_REQUEST"},
+		{"form resume", "POST", "/executions/ex_1/resume", hdr("Content-Type", "application/x-www-form-urlencoded"), `{"decisions": {"2": "approve"}}`, 415, "INVALID_REQUEST"},
 		{"JSON", "POST", "/execute", hdr("Content-Type", "application/json"), exec, 200, ""},
 		{"JSON with charset", "POST", "/execute", hdr("Content-Type", "application/json; charset=utf-8"), exec, 200, ""},
 		{"JSON in capitals", "POST", "/execute", hdr("Content-Type", "Application/JSON"), exec, 200, ""},
@@ -178,11 +180,16 @@ func TestGuard(t *testing.T) {
 		{"basic auth", "POST", "/execute", hdr("Content-Type", "application/json", "Authorization", "Basic czNjcmV0LXRva2Vu"), exec, 401, "UNAUTHORIZED"},
 		{"no token on GET", "GET", "/tools", nil, "", 401, "UNAUTHORIZED"},
 		{"no token on MCP", "POST", "/mcp", hdr("Content-Type", "application/json"), `{}`, 401, "UNAUTHORIZED"},
+		{"no token on resume", "POST", "/executions/ex_1/resume", hdr("Content-Type", "application/json"), `{"decisions": {"2": "approve"}}`, 401, "UNAUTHORIZED"},
+		{"rebinding Host on resume", "POST", "/executions/ex_1/resume", post("Host", "evil.example:"+port), `{"decisions": {"2": "approve"}}`, 403, "FORBIDDEN"},
+		{"cross-site Origin on resume", "POST", "/executions/ex_1/resume", post("Origin", "https://evil.example"), `{"decisions": {"2": "approve"}}`, 403, "FORBIDDEN"},
 		{"no token on unknown route", "GET", "/nowhere", nil, "", 401, "UNAUTHORIZED"},
 		// The guard does not lift the JSON rule.
 		{"text/plain with token", "POST", "/execute", hdr("Content-Type", "text/plain", "Authorization", auth), exec, 415, "INVALID_REQUEST"},
 		// What must still work.
 		{"right token", "POST", "/execute", post(), exec, 200, ""},
+		// Past the guard: this service keeps no suspended executions.
+		{"right token on resume", "POST", "/executions/ex_1/resume", post(), `{"decisions": {"2": "approve"}}`, 404, "NOT_FOUND"},
 		{"scheme in lower case", "POST", "/execute", hdr("Content-Type", "application/json", "Authorization", "bearer "+token), exec, 200, ""},
 		{"localhost", "POST", "/execute", post("Host", "localhost:"+port), exec, 200, ""},
 		{"LOCALHOST without port", "POST", "/execute", post("Host", "LOCALHOST"), exec, 200, ""},

@@ -19,7 +19,12 @@ const EventResult = "result"
 
 // StreamResult is the data of the result event: the document the plain
 // request answers with, and the HTTP status it would have had (the
-// stream's own status is 200, sent before the outcome was known).
+// stream's own status is 200, sent before the outcome was known): 202
+// for an execution that suspended, and for a resume that was refused the
+// refusal's (404, 409, 410…) with the error in the document. Status takes
+// the place of the document's own "status" ("suspended" — which 202
+// says — or absent), so a client decodes the event into its own type,
+// not into bridge.Response.
 type StreamResult struct {
 	Status int `json:"status"`
 	*bridge.Response
@@ -44,21 +49,39 @@ func wantsEventStream(r *http.Request) bool {
 }
 
 // executeStream runs req and sends its progress as server-sent events as
-// it happens: log, call_start and call_end, then result. Each event is
-// flushed on its own. The service's callbacks must not block, so they only
-// queue events; this goroutine writes them.
+// it happens (see stream).
 func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req bridge.Request) {
-	q := &eventQueue{ready: make(chan struct{}, 1)}
-	req.OnEvent = q.push
 	req.ExecutionID = guest.NewExecutionID() // the header goes out first
-	done := make(chan *bridge.Response, 1)
-	go func() { done <- a.Service.Execute(r.Context(), req) }()
+	a.stream(w, r, req.ExecutionID, func(onEvent func(bridge.Event)) (*bridge.Response, int) {
+		req.OnEvent = onEvent
+		resp := a.Service.Execute(r.Context(), req)
+		return resp, StatusOf(resp)
+	})
+}
+
+// stream runs an execution (run, handing it the callback for its events)
+// and sends its progress as server-sent events as it happens: log,
+// call_start and call_end, then result, which carries the document and
+// the status a plain request would have had. Each event is flushed on its
+// own. The service's callbacks must not block, so they only queue events;
+// this goroutine writes them.
+func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string, run func(onEvent func(bridge.Event)) (*bridge.Response, int)) {
+	q := &eventQueue{ready: make(chan struct{}, 1)}
+	type outcome struct {
+		resp   *bridge.Response
+		status int
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		resp, status := run(q.push)
+		done <- outcome{resp, status}
+	}()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
-	h.Set("X-Execution-Id", req.ExecutionID)
+	h.Set("X-Execution-Id", executionID)
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
@@ -77,11 +100,11 @@ func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req bridge.R
 		select {
 		case <-q.ready:
 			send()
-		case resp := <-done:
-			// Every event is queued before Execute returns.
+		case out := <-done:
+			// Every event is queued before the run returns.
 			send()
 			a.flush(r.Context())
-			writeEvent(w, EventResult, StreamResult{Status: StatusOf(resp), Response: resp})
+			writeEvent(w, EventResult, StreamResult{Status: out.status, Response: out.resp})
 			flush()
 			return
 		}

@@ -3,6 +3,11 @@
 // batches, EventBridge events and direct invocations — onto the one HTTP
 // handler and the one execution service, so every entry point behaves the
 // same way.
+//
+// A direct invocation is an execute request ({"code": …}) or a resume
+// request ({"resume": {"execution_id": …, "decisions": {…}}}); both answer
+// the execution's document. SQS and EventBridge run execute requests only,
+// and refuse approval "suspend": nobody would see the pending calls.
 package lambdaevents
 
 import (
@@ -67,6 +72,7 @@ type probe struct {
 	DetailType     string          `json:"detail-type"`
 	Detail         json.RawMessage `json:"detail"`
 	Code           *string         `json:"code"`
+	Resume         json.RawMessage `json:"resume"`
 	RequestContext json.RawMessage `json:"requestContext"`
 }
 
@@ -102,10 +108,12 @@ func (a *adapter) handle(ctx context.Context, payload json.RawMessage) (any, err
 		return a.sqs(ctx, ev), nil
 	case p.DetailType != "" && p.Detail != nil:
 		return a.direct(ctx, p.Detail, "eventbridge"), nil
+	case p.Resume != nil:
+		return a.resume(ctx, payload), nil
 	case p.Code != nil:
 		return a.direct(ctx, payload, "invoke"), nil
 	}
-	return nil, fault.New(fault.InvalidRequest, "unrecognised event: expected an API Gateway request, an SQS batch, an EventBridge event or an execute request with code")
+	return nil, fault.New(fault.InvalidRequest, "unrecognised event: expected an API Gateway request, an SQS batch, an EventBridge event, an execute request with code or a resume request")
 }
 
 // withMargin leaves FlushMargin before the Lambda deadline for traces.
@@ -116,15 +124,68 @@ func (a *adapter) withMargin(ctx context.Context) (context.Context, context.Canc
 	return context.WithCancel(ctx)
 }
 
+// decodeQueued decodes an execute request from a queued source (SQS,
+// EventBridge): one whose answer nobody waits for, so that a suspended
+// execution's pending calls would never be seen, nor decided.
+func decodeQueued(body []byte, source string) (bridge.Request, *fault.Error) {
+	req, ferr := httpapi.DecodeExecuteRequest(body)
+	if ferr == nil && req.Approval == bridge.ApprovalSuspend {
+		return bridge.Request{}, fault.New(fault.InvalidRequest,
+			`approval "suspend" is refused from %s: nobody would see the pending calls; send the request through the HTTP API, the MCP endpoint or a direct invocation, or use allow_destructive`, source)
+	}
+	return req, ferr
+}
+
 // direct runs one execute request (direct Invoke or EventBridge detail).
 func (a *adapter) direct(ctx context.Context, body []byte, source string) *bridge.Response {
-	req, ferr := httpapi.DecodeExecuteRequest(body)
+	var req bridge.Request
+	var ferr *fault.Error
+	if source == "invoke" {
+		req, ferr = httpapi.DecodeExecuteRequest(body)
+	} else {
+		req, ferr = decodeQueued(body, source)
+	}
 	if ferr != nil {
+		if source == "eventbridge" {
+			// Nobody reads an EventBridge target's answer: say it here.
+			a.Logger.WarnContext(ctx, "bad EventBridge event", "err", ferr)
+		}
 		return &bridge.Response{Error: ferr, Logs: nil}
 	}
 	req.Source = source
 	req.TraceHeader = httpapi.TraceHeader(ctx, "")
 	resp := a.Service.Execute(ctx, req)
+	a.flush(ctx)
+	return resp
+}
+
+// invokeResume is a direct invocation that resumes an execution.
+type invokeResume struct {
+	Resume json.RawMessage `json:"resume"`
+}
+
+// resume continues a suspended execution from a direct invocation
+// {"resume": {"execution_id", "decisions", "call_detail"}}: the answer is
+// the execution's document, or, when nothing ran, one whose error says why
+// (NOT_FOUND, CONFLICT, EXPIRED, RESUME_INCOMPATIBLE, FORBIDDEN…). An
+// invocation carries no caller identity, so its principal is "": it
+// resumes what direct invocations (or an API without auth) suspended.
+func (a *adapter) resume(ctx context.Context, payload []byte) *bridge.Response {
+	var in invokeResume
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return &bridge.Response{Error: fault.Wrap(fault.InvalidRequest, err, `a resume invocation is {"resume": {"execution_id": …, "decisions": {…}}} and nothing else`)}
+	}
+	rr, ferr := httpapi.DecodeResumeRequest(in.Resume, "")
+	if ferr != nil {
+		return &bridge.Response{Error: ferr, ExecutionID: rr.ExecutionID}
+	}
+	rr.TraceHeader = httpapi.TraceHeader(ctx, "")
+	resp, ferr := a.Service.Resume(ctx, rr)
+	if ferr != nil {
+		return &bridge.Response{Error: ferr, ExecutionID: rr.ExecutionID}
+	}
 	a.flush(ctx)
 	return resp
 }
@@ -152,7 +213,7 @@ func (a *adapter) sqs(ctx context.Context, ev events.SQSEvent) events.SQSEventRe
 	g.SetLimit(a.SQSConcurrency)
 	for i, m := range ev.Records {
 		g.Go(func() error {
-			req, ferr := httpapi.DecodeExecuteRequest([]byte(m.Body))
+			req, ferr := decodeQueued([]byte(m.Body), "sqs")
 			if ferr != nil {
 				a.Logger.WarnContext(ctx, "bad SQS message", "message_id", m.MessageId, "err", ferr)
 				failed[i] = true
@@ -200,6 +261,7 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	if len(ev.Cookies) > 0 {
 		headers.Set("Cookie", strings.Join(ev.Cookies, "; "))
 	}
+	ctx = httpapi.WithPrincipal(ctx, principalV2(ev.RequestContext.Authorizer))
 	rec := a.serve(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded)
 	out := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}}
 	for k, vs := range rec.Header() {
@@ -225,6 +287,7 @@ func (a *adapter) restV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 	merge(headers, ev.MultiValueHeaders, ev.Headers)
 	q := url.Values{}
 	merge(q, ev.MultiValueQueryStringParameters, ev.QueryStringParameters)
+	ctx = httpapi.WithPrincipal(ctx, principalV1(ev.RequestContext))
 	rec := a.serve(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
 	// Every value goes in MultiValueHeaders, which API Gateway prefers for
 	// a header named in both; Headers keeps the first value each for
@@ -237,6 +300,41 @@ func (a *adapter) restV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 	out.Body, out.IsBase64Encoded = encodeBody(rec)
 	return out
 }
+
+// Principals are who API Gateway authenticated, as an execution keeps
+// them: an IAM caller's ARN ("arn:aws:iam::123456789012:user/dev", or an
+// assumed role's session ARN), or a JWT's issuer and subject
+// ("jwt:https://issuer#subject"); "" where the route has no auth.
+// Only the principal that suspended an execution may resume it.
+
+// principalV2 is the principal of an HTTP API (payload 2.0) request.
+func principalV2(auth *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) string {
+	switch {
+	case auth == nil:
+		return ""
+	case auth.IAM != nil && auth.IAM.UserARN != "":
+		return auth.IAM.UserARN
+	case auth.JWT != nil:
+		return jwtPrincipal(auth.JWT.Claims["iss"], auth.JWT.Claims["sub"])
+	}
+	return ""
+}
+
+// principalV1 is the principal of a REST API (payload 1.0) request: IAM,
+// or a Cognito user pool authorizer's claims.
+func principalV1(rc events.APIGatewayProxyRequestContext) string {
+	if rc.Identity.UserArn != "" {
+		return rc.Identity.UserArn
+	}
+	if claims, ok := rc.Authorizer["claims"].(map[string]any); ok {
+		iss, _ := claims["iss"].(string)
+		sub, _ := claims["sub"].(string)
+		return jwtPrincipal(iss, sub)
+	}
+	return ""
+}
+
+func jwtPrincipal(iss, sub string) string { return "jwt:" + iss + "#" + sub }
 
 // values is what http.Header and url.Values have in common.
 type values interface {

@@ -19,10 +19,14 @@ import (
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 )
 
-var handler func(context.Context, json.RawMessage) (any, error)
+var (
+	handler func(context.Context, json.RawMessage) (any, error)
+	engine  *guest.Engine
+)
 
 func TestMain(m *testing.M) {
 	enginetest.Main(m, func(eng *guest.Engine) {
+		engine = eng
 		log := slog.New(slog.DiscardHandler)
 		svc := bridge.New(eng, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
 		handler = lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})

@@ -64,6 +64,11 @@ type ServerConfig struct {
 	// AllowDestructive lets tools annotated destructiveHint=true run at all
 	// (a request must still opt in through CallOptions.AllowDestructive).
 	AllowDestructive bool
+	// RequireApproval lists tools (globs, as Allow and Deny) that need the
+	// same consent as destructive ones whatever their annotations say: the
+	// request's allow_destructive, or a person's approval of the parked
+	// call (catalog.Tool.RequireApproval).
+	RequireApproval []string
 }
 
 // String prints the config with header values and URL passwords redacted.
@@ -85,6 +90,9 @@ func (c ServerConfig) String() string {
 	if c.AllowDestructive {
 		b.WriteString(" allow_destructive")
 	}
+	if len(c.RequireApproval) > 0 {
+		fmt.Fprintf(&b, " require_approval=%s", strings.Join(c.RequireApproval, ","))
+	}
 	b.WriteString(")")
 	return b.String()
 }
@@ -104,6 +112,7 @@ func (c ServerConfig) LogValue() slog.Value {
 		slog.Any("allow", c.Allow),
 		slog.Any("deny", c.Deny),
 		slog.Bool("allow_destructive", c.AllowDestructive),
+		slog.Any("require_approval", c.RequireApproval),
 	)
 }
 
@@ -270,6 +279,9 @@ func (c ServerConfig) Validate() error {
 			return fmt.Errorf("server %q: empty pattern in allow/deny", c.Name)
 		}
 	}
+	if slices.Contains(c.RequireApproval, "") {
+		return fmt.Errorf("server %q: empty pattern in require_approval", c.Name)
+	}
 	return nil
 }
 
@@ -317,6 +329,7 @@ type fileServer struct {
 	Allow            []string          `json:"allow" yaml:"allow"`
 	Deny             []string          `json:"deny" yaml:"deny"`
 	AllowDestructive bool              `json:"allow_destructive" yaml:"allow_destructive"`
+	RequireApproval  []string          `json:"require_approval" yaml:"require_approval"`
 }
 
 type fileConfig struct {
@@ -359,6 +372,7 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 		c := ServerConfig{
 			Name: fs.Name, URL: fs.URL, Transport: fs.Transport, Headers: fs.Headers,
 			Allow: fs.Allow, Deny: fs.Deny, AllowDestructive: fs.AllowDestructive,
+			RequireApproval: fs.RequireApproval,
 		}
 		if fs.CallTimeout != "" {
 			d, err := time.ParseDuration(fs.CallTimeout)
@@ -424,6 +438,11 @@ func resolveHeaders(h map[string]string) (map[string]string, error) {
 		out[k] = resolved
 	}
 	return out, nil
+}
+
+// requiresApproval reports whether the require_approval list names tool.
+func (c ServerConfig) requiresApproval(tool string) bool {
+	return slices.ContainsFunc(c.RequireApproval, func(p string) bool { return catalog.MatchGlob(p, tool) })
 }
 
 // refusal says why the allow/deny lists hide a tool, "" when they let it

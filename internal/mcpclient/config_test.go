@@ -67,7 +67,7 @@ func TestLoadConfig(t *testing.T) {
 		{Name: "github", URL: "https://api.example.com/mcp", Transport: "streamable",
 			Headers:     map[string]string{"Authorization": "Bearer ${env:GITHUB_TOKEN}"},
 			CallTimeout: 10 * time.Second, Allow: []string{"get_*"}, Deny: []string{"get_secret"}},
-		{Name: "ev", URL: "http://127.0.0.1:9/sse", AllowDestructive: true},
+		{Name: "ev", URL: "http://127.0.0.1:9/sse", AllowDestructive: true, RequireApproval: []string{"send_*", "pay"}},
 	}
 	yamlBody := `servers:
   - name: github
@@ -81,12 +81,13 @@ func TestLoadConfig(t *testing.T) {
   - name: ev
     url: http://127.0.0.1:9/sse
     allow_destructive: true
+    require_approval: ["send_*", pay]
 `
 	jsonBody := `{"servers":[
   {"name":"github","url":"https://api.example.com/mcp","transport":"streamable",
    "headers":{"Authorization":"Bearer ${env:GITHUB_TOKEN}"},"call_timeout":"10s",
    "allow":["get_*"],"deny":["get_secret"]},
-  {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true}]}`
+  {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true,"require_approval":["send_*","pay"]}]}`
 
 	for _, f := range []string{write("servers.yaml", yamlBody), write("servers.json", jsonBody)} {
 		got, err := LoadConfig(f)
@@ -110,6 +111,7 @@ func TestLoadConfig(t *testing.T) {
 		{"timeout.yaml", "servers:\n  - {name: a, url: http://h/mcp, call_timeout: soon}\n", "call_timeout"},
 		{"relative-secret.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    headers: {X-Key: '${file:key.txt}'}\n", "absolute"},
 		{"transport.yaml", "servers:\n  - {name: a, url: http://h/mcp, transport: ws}\n", "transport"},
+		{"approval.yaml", "servers:\n  - {name: a, url: http://h/mcp, require_approval: [\"\"]}\n", "require_approval"},
 		{"broken.json", `{"servers":[`, "broken.json"},
 	}
 	for _, b := range bad {

@@ -82,6 +82,31 @@ func TestDiscoverAndCall(t *testing.T) {
 	}
 }
 
+// TestRequireApprovalMarksTools: the tools a server's require_approval
+// globs name carry RequireApproval, so the bridge asks before running them;
+// the others do not.
+func TestRequireApprovalMarksTools(t *testing.T) {
+	ts := newTestServer(t, TransportStreamable, srvOpts{})
+	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), RequireApproval: []string{"get-*", "echo"}}})
+	waitTools(t, p, "demo", "echo", "add", "get-sum")
+	tools, err := p.Tools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marked []string
+	for _, tl := range tools {
+		if tl.RequireApproval {
+			marked = append(marked, tl.Name)
+		}
+		if tl.RequireApproval != tl.NeedsApproval() && !tl.IsDestructive() {
+			t.Errorf("%s: NeedsApproval %v with RequireApproval %v", tl.Name, tl.NeedsApproval(), tl.RequireApproval)
+		}
+	}
+	if !slices.Equal(marked, []string{"echo", "get-sum"}) {
+		t.Errorf("tools requiring approval: %v, want [echo get-sum]", marked)
+	}
+}
+
 func TestPagination(t *testing.T) {
 	for _, kind := range []string{TransportSSE, TransportStreamable} {
 		t.Run(kind, func(t *testing.T) {

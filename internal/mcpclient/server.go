@@ -626,6 +626,9 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 			InputSchema:  compactSchema(w.InputSchema),
 			OutputSchema: compactSchema(w.OutputSchema),
 			Kind:         trace.KindMCP,
+			// Decided here, with the server's config at hand, so that the
+			// bridge sees it on the tool like an annotation.
+			RequireApproval: s.cfg.requiresApproval(w.Name),
 		}
 		if t.InputSchema == nil {
 			t.InputSchema = emptyObjectSchema

@@ -1,15 +1,18 @@
 package samcheck
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/suspend"
 )
 
 const realTemplate = "../../template.yaml"
@@ -217,6 +220,79 @@ func TestTemplateContract(t *testing.T) {
 		// docs/TRACES.md: pk/sk strings, nothing else declared.
 		if got := len(p["AttributeDefinitions"].([]any)); got != 2 || p["GlobalSecondaryIndexes"] != nil || p["StreamSpecification"] != nil {
 			t.Errorf("%s: want exactly pk and sk, no index, no stream", id)
+		}
+	}
+}
+
+// TestRoutesShareTheAuth: every route has the authorization of POST
+// /execute — the resume route above all, since only the principal API
+// Gateway verified may resume what it suspended.
+func TestRoutesShareTheAuth(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := func(id string) string {
+		p := propertiesOf(tpl.resources[id])
+		b, _ := json.Marshal([]any{p["AuthorizationType"], p["AuthorizerId"]})
+		return string(b)
+	}
+	want := auth("RouteExecute")
+	if !strings.Contains(want, "AWS_IAM") || !strings.Contains(want, "JWT") {
+		t.Fatalf("POST /execute's authorization %s does not follow AuthMode", want)
+	}
+	for id, r := range tpl.resources {
+		if typeOf(r) == "AWS::ApiGatewayV2::Route" && auth(id) != want {
+			t.Errorf("%s: authorization %s, want /execute's %s", id, auth(id), want)
+		}
+	}
+}
+
+// TestSuspensionsPolicy: the execute function may do to the suspensions
+// table exactly what internal/suspend's DynamoDB store does (the methods
+// of suspend.DynamoAPI), and no other function may touch it.
+func TestSuspensionsPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := reflect.TypeFor[suspend.DynamoAPI]()
+	var want []string
+	for i := range api.NumMethod() {
+		want = append(want, "dynamodb:"+api.Method(i).Name)
+	}
+	slices.Sort(want)
+	for id, r := range tpl.resources {
+		if typeOf(r) != "AWS::Serverless::Function" {
+			continue
+		}
+		var got []string
+		policies, _ := propertiesOf(r)["Policies"].([]any)
+		for _, p := range policies {
+			doc, _ := p.(map[string]any)
+			statements, _ := doc["Statement"].([]any)
+			for _, st := range statements {
+				st, _ := st.(map[string]any)
+				if res, _ := json.Marshal(st["Resource"]); !strings.Contains(string(res), "SuspensionsTable") {
+					continue
+				}
+				switch a := st["Action"].(type) {
+				case string:
+					got = append(got, a)
+				case []any:
+					for _, x := range a {
+						s, _ := x.(string)
+						got = append(got, s)
+					}
+				}
+			}
+		}
+		slices.Sort(got)
+		switch {
+		case id == "ExecuteFunction" && !slices.Equal(got, want):
+			t.Errorf("ExecuteFunction may %v on SuspensionsTable; the store needs exactly %v", got, want)
+		case id != "ExecuteFunction" && len(got) > 0:
+			t.Errorf("%s may %v on SuspensionsTable; only the execute function suspends and resumes", id, got)
 		}
 	}
 }

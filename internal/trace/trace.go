@@ -62,12 +62,13 @@ const (
 	StatusNotRun = "not_run" // parked, and the script ended without it
 )
 
-// Execution is one run of a script.
+// Execution is one run of a script: for a durable execution, all its runs
+// across its suspensions, recorded again (under the same id) after each.
 type Execution struct {
 	ID                string     `json:"execution_id"`
 	CodeHash          string     `json:"code_hash"`
 	CodeBytes         int        `json:"code_bytes"`
-	Status            string     `json:"status"` // "ok" or "error"
+	Status            string     `json:"status"` // StatusOK, StatusError or StatusSuspended
 	ErrorCode         fault.Code `json:"error_code,omitempty"`
 	StartedAt         time.Time  `json:"started_at"`
 	DurationMS        float64    `json:"duration_ms"`
@@ -81,6 +82,41 @@ type Execution struct {
 	TraceHeader string `json:"-"`
 	Source      string `json:"source,omitempty"`
 	Calls       int    `json:"calls"`
+	// Events are a durable execution's suspensions and resumptions, oldest
+	// first.
+	Events []Event `json:"events,omitempty"`
+}
+
+// Execution statuses.
+const (
+	StatusOK        = "ok"
+	StatusError     = "error"
+	StatusSuspended = "suspended" // waiting for decisions on its parked calls
+)
+
+// Event is a moment in a durable execution's life between its runs.
+type Event struct {
+	Type string    `json:"type"` // EventSuspend or EventResume
+	At   time.Time `json:"at"`
+	// Pending are the parked calls a suspension waits for (call ids).
+	Pending []int `json:"pending,omitempty"`
+	// Decisions are what a resumption decided, and Principal who decided
+	// (the caller's IAM or JWT principal; empty where auth is off).
+	Decisions []Decision `json:"decisions,omitempty"`
+	Principal string     `json:"principal,omitempty"`
+}
+
+// Event types.
+const (
+	EventSuspend = "suspend"
+	EventResume  = "resume"
+)
+
+// Decision is what was decided about one parked call.
+type Decision struct {
+	CallID   int    `json:"call_id"`
+	Decision string `json:"decision"` // "approve" or "reject"
+	Reason   string `json:"reason,omitempty"`
 }
 
 // HashThreshold is the payload size from which calls record a hash of their

@@ -301,3 +301,48 @@ func TestBuiltinCallsWithEmptyFieldsDoNotFailTheirBatch(t *testing.T) {
 		t.Fatalf("%+v %v", got, err)
 	}
 }
+
+// TestDurableExecutionIsOneRecordAcrossItsSuspensions: a durable execution
+// is recorded again under its id after each run; a reader gets the latest
+// record, with the events of every suspension and resumption (an empty
+// principal, as where auth is off, included) and the parked call's status.
+func TestDurableExecutionIsOneRecordAcrossItsSuspensions(t *testing.T) {
+	stores(t, func(t *testing.T, s tracedb.Store) {
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		ex, calls := execution("ex_durable", 2, "kv:kv_get", "kv:kv_delete")
+		calls[0].OK, calls[0].ErrorCode = true, ""
+		calls[1].OK, calls[1].Status = false, trace.StatusParked
+		ex.Status = trace.StatusSuspended
+		ex.Events = []trace.Event{{Type: trace.EventSuspend, At: at, Pending: []int{2}}}
+		s.Record(ctx, ex, calls)
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, gotCalls, err := s.GetExecution(ctx, "ex_durable")
+		if err != nil || got.Status != trace.StatusSuspended || len(got.Events) != 1 || gotCalls[1].Status != trace.StatusParked {
+			t.Fatalf("while suspended: %+v %+v %v", got, gotCalls, err)
+		}
+
+		ex.Status = trace.StatusOK
+		ex.Events = append(ex.Events,
+			trace.Event{Type: trace.EventResume, At: at.Add(time.Minute), Principal: "arn:aws:iam::123456789012:user/alice",
+				Decisions: []trace.Decision{{CallID: 2, Decision: "reject", Reason: "not today"}}},
+			trace.Event{Type: trace.EventResume, At: at.Add(2 * time.Minute), Decisions: []trace.Decision{{CallID: 3, Decision: "approve"}}})
+		calls[1].Status, calls[1].ErrorCode = "", fault.Rejected
+		s.Record(ctx, ex, calls)
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, gotCalls, err = s.GetExecution(ctx, "ex_durable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != trace.StatusOK || len(gotCalls) != 2 || gotCalls[1].Status != "" || gotCalls[1].ErrorCode != fault.Rejected {
+			t.Fatalf("after resuming: %+v %+v", got, gotCalls)
+		}
+		if fmt.Sprint(got.Events) != fmt.Sprint(ex.Events) {
+			t.Fatalf("events:\n got %+v\nwant %+v", got.Events, ex.Events)
+		}
+	})
+}

@@ -73,6 +73,7 @@ type function struct {
 	queue   chan *invocation
 	mu      sync.Mutex
 	procs   []*process
+	retired []*process // stopped by Recycle
 	idle    int
 	pending map[string]*invocation
 	ln      net.Listener
@@ -331,7 +332,7 @@ func (e *Emulator) CPUTime() time.Duration {
 	var d time.Duration
 	for _, f := range e.funcs {
 		f.mu.Lock()
-		for _, p := range f.procs {
+		for _, p := range append(f.retired, f.procs...) {
 			select {
 			case <-p.done:
 				d += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
@@ -341,6 +342,37 @@ func (e *Emulator) CPUTime() time.Duration {
 		f.mu.Unlock()
 	}
 	return d
+}
+
+// Recycle stops a function's containers, as Lambda does when it scales in
+// or replaces them, and returns how many it stopped: the next invocation
+// starts a fresh process. Call it while the function is idle.
+func (e *Emulator) Recycle(name string) (int, error) {
+	f := e.funcs[name]
+	if f == nil {
+		return 0, ErrNoFunction
+	}
+	f.mu.Lock()
+	procs := f.procs
+	f.procs = nil
+	f.retired = append(f.retired, procs...)
+	f.mu.Unlock()
+	for _, p := range procs {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	// A stopped process's waiting /next request ends when the server sees
+	// its connection close; until then it would count as idle, and the
+	// next invocation would wait for it instead of starting a process.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		idle := f.idle
+		f.mu.Unlock()
+		if idle <= 0 {
+			return len(procs), nil
+		}
+	}
+	return len(procs), errors.New("lambdaemu: a stopped process still counts as waiting for work")
 }
 
 // SetEnv adds environment variables (KEY=VALUE) to every function's

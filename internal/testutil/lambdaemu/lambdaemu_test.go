@@ -128,3 +128,36 @@ func TestWrapper(t *testing.T) {
 		})
 	}
 }
+
+// TestRecycle: after Recycle, the next invocation runs in a fresh process.
+func TestRecycle(t *testing.T) {
+	emu, err := lambdaemu.Start(lambdaemu.Function{Name: "echo", Binary: buildEcho(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	pid := func() int {
+		t.Helper()
+		out, fnErr, err := emu.Invoke(context.Background(), "echo", []byte(`{}`))
+		if err != nil || fnErr {
+			t.Fatalf("%s %v %v", out, fnErr, err)
+		}
+		var v struct{ PID int }
+		if err := json.Unmarshal(out, &v); err != nil || v.PID == 0 {
+			t.Fatalf("no pid in %s", out)
+		}
+		return v.PID
+	}
+	first := pid()
+	// (A second process may have started meanwhile: the emulator starts
+	// one when none is waiting at the moment of an invocation.)
+	if n, err := emu.Recycle("echo"); err != nil || n < 1 {
+		t.Fatalf("Recycle stopped %d (%v), want at least 1", n, err)
+	}
+	if fresh := pid(); fresh == first {
+		t.Fatalf("after Recycle the same process %d answered", fresh)
+	}
+	if _, err := emu.Recycle("missing"); err == nil {
+		t.Fatal("recycling an unknown function succeeded")
+	}
+}

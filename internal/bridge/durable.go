@@ -1,0 +1,416 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Durable executions. With Request.Approval "suspend", a call that needs
+// approval is parked instead of run (the engine asks hook's Park); when
+// every call the script awaits is parked, the run suspends and Execute
+// saves it to the suspension store and answers StatusSuspended with the
+// pending calls. Resume loads it in any process of the same guest build,
+// claims it (at most one resumer wins), serves its calls with the tool set
+// the request had, and either finishes it or saves it again when it
+// suspends anew. What the bridge must remember of the request lives beside
+// the image, in durableState.
+
+// Request.Approval values.
+const (
+	ApprovalRefuse  = "refuse"  // a call that needs approval fails FORBIDDEN (the default)
+	ApprovalSuspend = "suspend" // it is parked, and the execution may suspend
+)
+
+// StatusSuspended is Response.Status of an execution that waits for
+// decisions.
+const StatusSuspended = "suspended"
+
+// PendingApproval is Pending.Reason of a call parked for approval.
+const PendingApproval = "approval"
+
+// MaxReasonBytes bounds a decision's reason: it is kept in the trace.
+const MaxReasonBytes = 1000
+
+// CheckApproval returns an InvalidRequest error for an unknown mode.
+func CheckApproval(a string) *fault.Error {
+	switch a {
+	case "", ApprovalRefuse, ApprovalSuspend:
+		return nil
+	}
+	return fault.New(fault.InvalidRequest, `approval must be "refuse" or "suspend", not %q`, a)
+}
+
+// Pending is a parked call a suspended execution waits on.
+type Pending struct {
+	CallID int             `json:"call_id"`
+	Server string          `json:"server"`
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args"`
+	Reason string          `json:"reason"` // PendingApproval
+}
+
+// The words of a decision.
+const (
+	DecisionApprove = "approve"
+	DecisionReject  = "reject"
+)
+
+// Decision is what someone decided about a parked call. Its JSON is
+// "approve", "reject", or {"decision": "reject", "reason": "…"}; a reason
+// reaches the script in a rejection's message, and the trace either way.
+type Decision struct {
+	Approve bool
+	Reason  string
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Decision) UnmarshalJSON(b []byte) error {
+	var word string
+	if err := json.Unmarshal(b, &word); err == nil {
+		return d.set(word, "")
+	}
+	var obj struct {
+		Decision string `json:"decision"`
+		Reason   string `json:"reason"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&obj); err != nil {
+		return fmt.Errorf(`a decision is "approve", "reject" or {"decision": "reject", "reason": "…"}: %w`, err)
+	}
+	return d.set(obj.Decision, obj.Reason)
+}
+
+func (d *Decision) set(word, reason string) error {
+	switch word {
+	case DecisionApprove, DecisionReject:
+	default:
+		return fmt.Errorf(`a decision is "approve" or "reject", not %q`, word)
+	}
+	if len(reason) > MaxReasonBytes {
+		return fmt.Errorf("a decision's reason is at most %d bytes (got %d)", MaxReasonBytes, len(reason))
+	}
+	*d = Decision{Approve: word == DecisionApprove, Reason: reason}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler: the word alone, or the object
+// form when there is a reason.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	if d.Reason == "" {
+		return json.Marshal(d.word())
+	}
+	return json.Marshal(map[string]string{"decision": d.word(), "reason": d.Reason})
+}
+
+func (d Decision) word() string {
+	if d.Approve {
+		return DecisionApprove
+	}
+	return DecisionReject
+}
+
+// ResumeRequest continues a suspended execution with decisions on some or
+// all of its pending calls (an undecided call stays parked).
+type ResumeRequest struct {
+	ExecutionID string `json:"execution_id"`
+	// Decisions by call id ("2": "approve").
+	Decisions map[string]Decision `json:"decisions"`
+	// CallDetail is how much of the calls the response carries, as
+	// Request.CallDetail.
+	CallDetail string `json:"call_detail,omitempty"`
+
+	// Set by the host, never by the caller's JSON: as in Request.
+	Principal   string      `json:"-"`
+	TraceHeader string      `json:"-"`
+	OnEvent     func(Event) `json:"-"`
+}
+
+// callDecisions checks the decisions' keys and returns them by call id.
+func (r *ResumeRequest) callDecisions() (map[int]Decision, *fault.Error) {
+	if len(r.Decisions) == 0 {
+		return nil, fault.New(fault.InvalidRequest, `decisions is empty: give one per call to decide, e.g. {"2": "approve"}`)
+	}
+	out := make(map[int]Decision, len(r.Decisions))
+	for k, d := range r.Decisions {
+		id, err := strconv.Atoi(k)
+		if err != nil || id < 1 {
+			return nil, fault.New(fault.InvalidRequest, "decisions are keyed by call id (a positive integer), not %q", k)
+		}
+		out[id] = d
+	}
+	return out, nil
+}
+
+// durableState is what the bridge keeps of a suspended execution's request
+// beside its image (suspend.Record.Bridge): what a resumer needs to serve
+// its calls as the request asked, and what its trace record carries over.
+// Never the code or the arguments: the image holds what the run needs of
+// them, and this is kept in the clear.
+type durableState struct {
+	Tools         []string `json:"tools,omitempty"`
+	ParseJSONText bool     `json:"parse_json_text,omitempty"`
+	Source        string   `json:"source,omitempty"`
+	// For the trace record, which every run rewrites whole.
+	CodeHash  string        `json:"code_hash"`
+	CodeBytes int           `json:"code_bytes"`
+	StartedAt time.Time     `json:"started_at"`
+	RunMS     float64       `json:"run_ms"` // the runs' durations so far
+	Events    []trace.Event `json:"events,omitempty"`
+	// Sandboxes is what the runs so far spent of the request's sandbox
+	// budget.
+	Sandboxes int `json:"sandboxes,omitempty"`
+}
+
+// encode is st as Record.Bridge. Its oldest events go when there are too
+// many to keep (only a run suspended hundreds of times has), so that a
+// save never fails on them.
+func (st *durableState) encode() (json.RawMessage, error) {
+	for {
+		b, err := json.Marshal(st)
+		if err != nil || len(b) <= suspend.MaxBridgeBytes || len(st.Events) == 0 {
+			return b, err
+		}
+		st.Events = st.Events[1:]
+	}
+}
+
+// storeTimeout bounds a write to the suspension store after a run: it
+// must happen even when the caller has gone, or the execution would be
+// left claimed (and end abandoned) or unsaved.
+const storeTimeout = 10 * time.Second
+
+// suspended saves the first run of req, which has suspended, and makes
+// resp its StatusSuspended answer.
+func (s *Service) suspended(ctx context.Context, req Request, resp *Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
+	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: req.Source,
+		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, Sandboxes: resp.Sandboxes}
+	s.park(ctx, &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}, st, susp, resp, ex)
+}
+
+// park saves a suspended run as rec (new, or the claimed record of a
+// resumed run) and answers resp with its pending calls. When the state
+// cannot be saved the execution fails: its parked calls will never run.
+func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableState, susp *guest.Suspension, resp *Response, ex *trace.Execution) {
+	pending := make([]Pending, len(susp.Parked))
+	ids := make([]int, len(susp.Parked))
+	for i, p := range susp.Parked {
+		pending[i] = Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: PendingApproval}
+		ids[i] = p.CallID
+	}
+	before := st.Events
+	st.Events = append(slices.Clone(st.Events), trace.Event{Type: trace.EventSuspend, At: time.Now().UTC(), Pending: ids})
+	bridge, err := st.encode()
+	if err == nil {
+		rec.Bridge, rec.Suspension = bridge, susp
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		err = s.store.Save(sctx, rec)
+		cancel()
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "suspended execution not saved", "execution_id", rec.ID, "err", err)
+		ex.Events = before
+		resp.Error = fault.Wrap(fault.Internal, err, "the execution suspended, but its state could not be saved; its pending calls will not run")
+		for i, c := range resp.Calls {
+			if c.Status == trace.StatusParked {
+				resp.Calls[i].Status = trace.StatusNotRun
+			}
+		}
+		return
+	}
+	ex.Events = st.Events
+	resp.Status, resp.Pending, resp.ExpiresAt = StatusSuspended, pending, rec.ExpiresAt
+}
+
+// Resume continues a suspended execution: approved calls run, rejected
+// ones fail in the script with REJECTED, and the script goes on; it may
+// suspend again (the answer is then StatusSuspended, as Execute's). The
+// execution is claimed first, so of concurrent resumes one runs and the
+// others get CONFLICT. A refusal — nothing ran — is the *fault.Error:
+// NOT_FOUND, EXPIRED, FORBIDDEN (another principal), CONFLICT (not waiting
+// any more), RESUME_INCOMPATIBLE (suspended by another guest build),
+// INVALID_REQUEST (decisions on calls that are not pending), or a
+// retryable UNAVAILABLE when the store fails.
+func (s *Service) Resume(ctx context.Context, rr ResumeRequest) (*Response, *fault.Error) {
+	start := time.Now()
+	if s.store == nil {
+		return nil, fault.New(fault.NotFound, "this service keeps no suspended executions")
+	}
+	if ferr := CheckCallDetail(rr.CallDetail); ferr != nil {
+		return nil, ferr
+	}
+	decisions, ferr := rr.callDecisions()
+	if ferr != nil {
+		return nil, ferr
+	}
+	id := rr.ExecutionID
+	rec, err := s.store.Load(ctx, id)
+	if err != nil {
+		return nil, storeFault(id, err)
+	}
+	// The principal first: nothing about another's execution is told.
+	if rec.Principal != rr.Principal {
+		return nil, storeFault(id, suspend.ErrForbidden)
+	}
+	if rec.State != suspend.Suspended {
+		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+	}
+	// Before claiming, so that the execution stays for a process of the
+	// right build.
+	if h := rec.Suspension.GuestHash; h != s.engine.WasmHash() {
+		return nil, fault.New(fault.ResumeIncompatible, "execution %s was suspended by another build of the sandbox (guest %s; this one runs %s): resume it where that build runs", id, h, s.engine.WasmHash())
+	}
+	if ferr := checkDecisions(decisions, rec.Suspension.Parked); ferr != nil {
+		return nil, ferr
+	}
+	var st durableState
+	if err := json.Unmarshal(rec.Bridge, &st); err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "reading the suspended execution's request")
+	}
+	claimed, err := s.store.Claim(ctx, id, rec.Version, rr.Principal)
+	if err != nil {
+		return nil, storeFault(id, err)
+	}
+	// The execution is ours now: from here on, it is finished or saved
+	// whatever happens.
+	return s.resumeClaimed(ctx, rr, claimed, &st, decisions, start), nil
+}
+
+// checkDecisions refuses decisions on calls that are not pending: a typo
+// must not read as a decision taken.
+func checkDecisions(decisions map[int]Decision, parked []guest.ParkedCall) *fault.Error {
+	pending := make([]int, len(parked))
+	for i, p := range parked {
+		pending[i] = p.CallID
+	}
+	var unknown []int
+	for id := range decisions {
+		if !slices.Contains(pending, id) {
+			unknown = append(unknown, id)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return &fault.Error{Code: fault.InvalidRequest,
+		Message: fmt.Sprintf("decisions name calls that are not pending: %s (pending: %s)", joinInts(unknown), joinInts(pending)),
+		Details: map[string]any{"unknown": unknown, "pending": pending}}
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// resumeClaimed runs a claimed execution on, then saves or finishes it.
+func (s *Service) resumeClaimed(ctx context.Context, rr ResumeRequest, claimed *suspend.Record, st *durableState, decisions map[int]Decision, start time.Time) *Response {
+	id := claimed.ID
+	req := Request{Tools: st.Tools, ParseJSONText: st.ParseJSONText, Approval: ApprovalSuspend, CallDetail: rr.CallDetail,
+		ExecutionID: id, Principal: rr.Principal, Source: st.Source, TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
+	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
+		TraceID: traceIDFromHeader(rr.TraceHeader), TraceHeader: rr.TraceHeader}
+	st.Events = append(st.Events, resumeEvent(decisions, rr.Principal, start))
+
+	var resp *Response
+	var res *guest.Result
+	ts, ferr := s.toolSet(ctx, st.Tools, nil)
+	if ferr != nil {
+		resp = &Response{Error: ferr, Logs: []guest.LogEntry{}, Calls: []trace.Call{}, ExecutionID: id}
+	} else {
+		approved := map[int]bool{}
+		gd := make(map[int]guest.Decision, len(decisions))
+		for cid, d := range decisions {
+			approved[cid] = d.Approve
+			gd[cid] = guest.Decision{Approve: d.Approve, Reason: d.Reason}
+		}
+		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
+			budget: NewBudget(s.sandbox - st.Sandboxes), approved: approved}
+		greq := guest.Request{ExecutionID: id, Host: host}
+		s.hook(ctx, &greq, &req, host)
+		res = s.engine.Resume(ctx, claimed.Suspension, greq, gd)
+		resp = s.response(res, &req, host, start)
+	}
+	resp.DurationMS = ms(time.Since(start))
+	st.RunMS += resp.DurationMS
+	resp.Sandboxes += st.Sandboxes
+	st.Sandboxes = resp.Sandboxes
+	ex.DurationMS = st.RunMS
+
+	if res != nil && res.Suspended != nil {
+		s.park(ctx, claimed, st, res.Suspended, resp, &ex)
+	} else {
+		ex.Events = st.Events
+		state, code := suspend.Done, fault.Code("")
+		if resp.Error != nil && (resp.Error.Code == fault.SandboxError || resp.Error.Code == fault.Internal) {
+			// The sandbox or the host failed, not the script.
+			state, code = suspend.Failed, resp.Error.Code
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		if err := s.store.Finish(sctx, id, claimed.Version, state, code); err != nil {
+			// The calls have run and the answer stands; the record is
+			// left claimed, and fails as abandoned when its lease ends.
+			s.log.ErrorContext(ctx, "resumed execution not recorded as finished", "execution_id", id, "err", err)
+		}
+		cancel()
+	}
+	s.record(ctx, ex, resp)
+	applyCallDetail(resp, rr.CallDetail)
+	return resp
+}
+
+// resumeEvent records a resumption's decisions, in call order, and who
+// made them.
+func resumeEvent(decisions map[int]Decision, principal string, at time.Time) trace.Event {
+	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: principal}
+	for cid, d := range decisions {
+		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.word(), Reason: d.Reason})
+	}
+	slices.SortFunc(ev.Decisions, func(a, b trace.Decision) int { return a.CallID - b.CallID })
+	return ev
+}
+
+// storeFault turns a suspension store's error into the fault callers
+// branch on (and HTTP maps to 404, 410, 403, 409, 503).
+func storeFault(id string, err error) *fault.Error {
+	var se *suspend.StateError
+	switch {
+	case errors.Is(err, suspend.ErrNotFound):
+		return fault.New(fault.NotFound, "no suspended execution %q", id)
+	case errors.Is(err, suspend.ErrExpired):
+		return fault.Wrap(fault.Expired, err, "")
+	case errors.Is(err, suspend.ErrForbidden):
+		return fault.New(fault.Forbidden, "execution %s was suspended by another principal; only that principal may resume it", id)
+	case errors.As(err, &se):
+		d := map[string]any{"state": se.State, "version": se.Version}
+		msg := fmt.Sprintf("execution %s is not waiting for decisions: it is %s", id, se.State)
+		if se.FailureCode != "" {
+			d["failure_code"] = se.FailureCode
+			msg += " (" + string(se.FailureCode) + ")"
+		}
+		if se.State == suspend.Resuming {
+			msg += ": another resume claimed it"
+		}
+		return &fault.Error{Code: fault.Conflict, Message: msg, Details: d}
+	case errors.Is(err, suspend.ErrConflict):
+		return fault.Wrap(fault.Conflict, err, "")
+	}
+	fe := fault.Wrap(fault.Unavailable, err, "the suspension store failed")
+	fe.Retryable = true
+	return fe
+}

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/bridge"
+)
+
+// suspensionFlags choose where suspended executions are kept: a directory
+// in the user's data directory by default, so that `pml resume` finds what
+// `pml run --approval suspend` left, or a DynamoDB table.
+type suspensionFlags struct {
+	dir   string
+	table string
+	ttl   time.Duration
+}
+
+func (f *suspensionFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dir, "suspensions-dir", app.SuspensionsDir(), "where suspended executions are kept")
+	fs.StringVar(&f.table, "suspensions-table", os.Getenv(app.EnvSuspTable), "keep suspended executions in this DynamoDB table instead (AWS_ENDPOINT_URL_DYNAMODB points it at DynamoDB Local)")
+	fs.DurationVar(&f.ttl, "suspension-ttl", 0, "how long a suspended execution waits for decisions (default $"+app.EnvSuspTTL+", else 24h)")
+}
+
+// config is the store the flags ask for. Its errors are usage errors.
+func (f *suspensionFlags) config() (app.SuspensionConfig, error) {
+	ttl := f.ttl
+	if ttl < 0 {
+		return app.SuspensionConfig{}, usagef("--suspension-ttl must be positive, not %v", ttl)
+	}
+	if ttl == 0 {
+		var err error
+		if ttl, err = app.SuspensionTTL(); err != nil {
+			return app.SuspensionConfig{}, usageError{err}
+		}
+	}
+	if f.table != "" {
+		return app.SuspensionConfig{Table: f.table, TTL: ttl}, nil
+	}
+	return app.SuspensionConfig{Dir: f.dir, TTL: ttl}, nil
+}
+
+// callIDs collects call ids from a repeatable flag that also takes
+// comma-separated lists (--approve 2 --approve 3, --approve 2,3).
+type callIDs []int
+
+func (c *callIDs) String() string {
+	s := make([]string, len(*c))
+	for i, id := range *c {
+		s[i] = strconv.Itoa(id)
+	}
+	return strings.Join(s, ",")
+}
+
+func (c *callIDs) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		id, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || id < 1 {
+			return usagef("a call id is a positive number, as in the pending list, not %q", f)
+		}
+		*c = append(*c, id)
+	}
+	return nil
+}
+
+func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("resume", errOut)
+	var (
+		sf              serviceFlags
+		approve, reject callIDs
+		reason          = fs.String("reason", "", "why the calls given to --reject were rejected: the script's error message and the trace carry it")
+		detail          = fs.String("call-detail", bridge.CallDetailFull, "how much of the calls the output shows: full, summary or none")
+	)
+	fs.Var(&approve, "approve", "run these pending calls (call ids; repeatable, or comma-separated)")
+	fs.Var(&reject, "reject", "refuse these pending calls: the script sees an error with code REJECTED (call ids; repeatable, or comma-separated)")
+	sf.register(fs)
+	fs.Usage = func() {
+		io.WriteString(errOut, "usage: pml resume [flags] EXECUTION_ID --approve ID[,ID…] --reject ID[,ID…]\n\n"+
+			"Runs a suspended execution on (one that pml run --approval suspend left, exit code 3)\n"+
+			"with decisions on its pending calls. Calls left undecided stay pending.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return ExitUsage, usagef("give one execution id")
+	}
+	if len(approve)+len(reject) == 0 {
+		return ExitUsage, usagef("decide on at least one pending call: --approve ID or --reject ID")
+	}
+	if *reason != "" && len(reject) == 0 {
+		return ExitUsage, usagef("--reason is the reason for a rejection: give --reject too")
+	}
+	if ferr := bridge.CheckCallDetail(*detail); ferr != nil {
+		return ExitUsage, usageError{ferr}
+	}
+	rr := bridge.ResumeRequest{ExecutionID: fs.Arg(0), CallDetail: *detail, Decisions: map[string]bridge.Decision{}}
+	for _, id := range approve {
+		rr.Decisions[strconv.Itoa(id)] = bridge.Decision{Approve: true}
+	}
+	for _, id := range reject {
+		key := strconv.Itoa(id)
+		if _, both := rr.Decisions[key]; both {
+			return ExitUsage, usagef("call %d is both approved and rejected", id)
+		}
+		rr.Decisions[key] = bridge.Decision{Reason: *reason}
+	}
+	if len(*reason) > bridge.MaxReasonBytes {
+		return ExitUsage, usagef("--reason is at most %d bytes", bridge.MaxReasonBytes)
+	}
+
+	log := logger(errOut)
+	a, err := sf.open(ctx, log)
+	if err != nil {
+		return ExitFailed, err
+	}
+	defer a.Close(context.Background())
+	live := startProgress(errOut)
+	if live != nil {
+		rr.OnEvent = live.event
+	}
+	resp, ferr := a.Service.Resume(ctx, rr)
+	live.finish()
+	if err := a.Service.Flush(context.Background()); err != nil {
+		log.Warn("trace flush failed", "err", err)
+	}
+	if ferr != nil {
+		// Unknown, expired, already resumed: what was asked for does not
+		// exist (any more), as pml trace of an unknown id, not a usage
+		// error; the document says which.
+		if err := writeJSON(out, bridge.Response{ExecutionID: rr.ExecutionID, Error: ferr}); err != nil {
+			return ExitFailed, err
+		}
+		return ExitFailed, nil
+	}
+	if err := writeJSON(out, resp); err != nil {
+		return ExitFailed, err
+	}
+	return exitCode(resp), nil
+}
+
+// exitCode is what a finished, failed or suspended execution exits with.
+func exitCode(resp *bridge.Response) int {
+	switch {
+	case resp.Status == bridge.StatusSuspended:
+		return ExitSuspended
+	case !resp.OK:
+		return ExitFailed
+	}
+	return ExitOK
+}
