@@ -36,7 +36,10 @@ type clock struct {
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+// newClock starts at the real time: DynamoDB Local honours the table's TTL,
+// and deletes in the background items whose ttl a fixed date in the past
+// had already expired (the chunks vanished between two reads).
+func newClock() *clock { return &clock{t: time.Now().UTC().Truncate(time.Second)} }
 
 func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
