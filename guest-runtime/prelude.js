@@ -30,6 +30,7 @@
   const ObjectCreate = Object.create;
   const ObjectFreeze = Object.freeze;
   const ObjectKeys = Object.keys;
+  const ObjectSetPrototypeOf = Object.setPrototypeOf;
   const defineProperty = Object.defineProperty;
   const ProxyCtor = Proxy;
   const PromiseCtor = Promise;
@@ -167,14 +168,17 @@
   // Proxy one step up the prototype chain sees only the misses, so a wrong
   // name throws TOOL_NOT_FOUND at once while every hit stays a plain
   // property read.
-  function guard(target, describe, candidates) {
-    const misses = new ProxyCtor(ObjectCreate(null), {
+  function missing(describe, candidates) {
+    return new ProxyCtor(ObjectCreate(null), {
       get(t, key) {
         if (typeof key === "symbol" || quiet.has(key)) return undefined;
         throw notFound(describe(key), candidates());
       },
     });
-    const obj = ObjectCreate(misses);
+  }
+
+  function guard(target, describe, candidates) {
+    const obj = ObjectCreate(missing(describe, candidates));
     for (const k of ObjectKeys(target)) obj[k] = target[k];
     return ObjectFreeze(obj);
   }
@@ -221,25 +225,31 @@
     });
   }
 
+  // buildMCP makes the mcp object from the run's tools, [server, name,
+  // server, name, …], a call's index being the tool's position. Every fresh
+  // sandbox pays this per tool on every run, so it is one pass with no
+  // intermediate copies: each server's object is filled as a plain object,
+  // then put over its miss-catching proxy and frozen.
   function buildMCP(tools) {
     const servers = ObjectCreate(null);
-    const byServer = new MapCtor();
+    const names = ObjectCreate(null);
     const all = [];
-    tools.forEach((t, index) => {
-      if (!byServer.has(t.server)) byServer.set(t.server, []);
-      byServer.get(t.server).push({ ...t, index });
-      all.push(t.server + "." + t.name);
-    });
-    for (const [server, list] of byServer) {
-      const fns = ObjectCreate(null);
-      for (const t of list) {
-        const name = t.name, index = t.index;
-        const fn = (a) => invoke(index, server, name, a);
-        defineProperty(fn, "name", { value: name });
-        if (t.description) defineProperty(fn, "description", { value: t.description });
-        fns[name] = fn;
+    for (let i = 0; i + 1 < tools.length; i += 2) {
+      const server = StringCtor(tools[i]), name = StringCtor(tools[i + 1]), index = i >> 1;
+      let fns = servers[server];
+      if (fns === undefined) {
+        fns = servers[server] = ObjectCreate(null);
+        names[server] = [];
       }
-      servers[server] = guard(fns, (k) => server + "." + k, () => list.map((t) => server + "." + t.name));
+      names[server].push(name);
+      all.push(server + "." + name);
+      // A computed key names the function as it is made.
+      fns[name] = { [name]: (a) => invoke(index, server, name, a) }[name];
+    }
+    for (const server of ObjectKeys(servers)) {
+      const list = names[server];
+      ObjectSetPrototypeOf(servers[server], missing((k) => server + "." + k, () => list.map((n) => server + "." + n)));
+      ObjectFreeze(servers[server]);
     }
     return guard(servers, (k) => k, () => all.length ? all : []);
   }

@@ -22,6 +22,21 @@ func BenchmarkFreshSandbox(b *testing.B) {
 	}
 }
 
+// BenchmarkFreshSandbox16Tools is BenchmarkFreshSandbox with 16 tools in
+// the request: building the mcp object is per-run work.
+func BenchmarkFreshSandbox16Tools(b *testing.B) {
+	var tools []guest.Tool
+	for i := range 16 {
+		tools = append(tools, guest.Tool{Server: "s" + fmt.Sprint(i%2), Name: fmt.Sprintf("tool_%d", i), Description: "A tool that does something useful."})
+	}
+	for b.Loop() {
+		r := engine.Run(context.Background(), guest.Request{Code: "return 1+1", Tools: tools})
+		if !r.OK {
+			b.Fatal(r.Err)
+		}
+	}
+}
+
 // BenchmarkFreshSandboxPooled spaces executions so the pool has an instance
 // ready, as a warm service has between requests; only Run is timed.
 func BenchmarkFreshSandboxPooled(b *testing.B) {

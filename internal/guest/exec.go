@@ -803,19 +803,19 @@ func errorJSON(e *fault.Error) []byte {
 
 // encodeConfig prepares the JSON document the guest's setup() reads.
 func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
-	type toolDoc struct {
-		Server      string `json:"server"`
-		Name        string `json:"name"`
-		Description string `json:"description,omitempty"`
-	}
 	doc := struct {
-		Tools    []toolDoc                  `json:"tools"`
+		// Tools are [server, name, server, name, …]: a flat list of
+		// strings is the cheapest JSON for the guest to read, and building
+		// the mcp object from it is per-run work (descriptions stay on the
+		// host, which serves tools.search and tools.describe).
+		Tools    []string                   `json:"tools"`
 		Args     json.RawMessage            `json:"args,omitempty"`
 		InFlight int                        `json:"in_flight"`
 		Globals  map[string]json.RawMessage `json:"globals,omitempty"`
 	}{InFlight: limits.InFlight, Globals: req.Globals}
+	doc.Tools = make([]string, 0, 2*len(req.Tools))
 	for _, t := range req.Tools {
-		doc.Tools = append(doc.Tools, toolDoc{Server: t.Server, Name: t.Name, Description: t.Description})
+		doc.Tools = append(doc.Tools, t.Server, t.Name)
 	}
 	if len(req.Args) > 0 {
 		if !json.Valid(req.Args) {
