@@ -31,6 +31,10 @@ import (
 type mappedMemory struct {
 	mapping []byte
 	image   int // bytes at the start that map the image (0: none)
+	// Buffers dirtyPages reuses: it runs on every reset, and a fresh
+	// pagemap buffer each time was most of a run's garbage.
+	entries []byte
+	dirty   []int
 }
 
 // allocator returns the memory allocator for new instances: mapped memory,
@@ -212,6 +216,7 @@ var pagemap = sync.OnceValue(func() *os.File {
 // never touched is not present; past the image, every present page was
 // touched. The second result is false when the kernel would not say
 // (pagemap unreadable), and the caller must compare contents instead.
+// The list is the memory's own buffer, valid until the next call.
 func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 	if m.mapping == nil || m.image == 0 || size > len(m.mapping) || os.Getpagesize() != pageSize {
 		return nil, false
@@ -221,7 +226,10 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 		return nil, false
 	}
 	n := (size + pageSize - 1) / pageSize
-	entries := make([]byte, n*8)
+	if cap(m.entries) < n*8 {
+		m.entries = make([]byte, n*8)
+	}
+	entries := m.entries[:n*8]
 	base := uintptr(unsafe.Pointer(&m.mapping[0]))
 	if _, err := f.ReadAt(entries, int64(base/pageSize*8)); err != nil {
 		return nil, false
@@ -230,7 +238,7 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 		present  = 1 << 63
 		fileOrSh = 1 << 61
 	)
-	var out []int
+	out := m.dirty[:0]
 	for i := range n {
 		e := binary.LittleEndian.Uint64(entries[i*8:])
 		if e&present == 0 {
@@ -241,5 +249,6 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 		}
 		out = append(out, i)
 	}
+	m.dirty = out
 	return out, true
 }
