@@ -87,6 +87,9 @@ type Engine struct {
 	// a millisecond).
 	returning atomic.Int64
 	stats     struct{ created, reused, closed atomic.Int64 }
+	// diffScratch keeps encodeDiff's buffers (*diffScratch) for the next
+	// suspension.
+	diffScratch sync.Pool
 
 	closeOnce sync.Once
 	running   sync.WaitGroup

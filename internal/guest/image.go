@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -29,9 +30,16 @@ const pageSize = 4096
 
 var diffMagic = [4]byte{'P', 'M', 'L', 'D'}
 
-// encodeDiff compresses the given pages of mem as changes to base.
-func encodeDiff(mem, base []byte, wasmPages uint32, pages []int) ([]byte, error) {
-	raw := make([]byte, 0, 12+len(pages)*(4+pageSize))
+// encodeDiff compresses the given pages of mem as changes to base. The
+// uncompressed diff and the compressor's output are built in scratch's
+// buffers, reused from one suspension to the next: fresh multi-megabyte
+// buffers cost more in page faults than the compression itself.
+func encodeDiff(mem, base []byte, wasmPages uint32, pages []int, scratch *diffScratch) ([]byte, error) {
+	size := 12 + len(pages)*(4+pageSize)
+	if cap(scratch.raw) < size {
+		scratch.raw = make([]byte, 0, size)
+	}
+	raw := scratch.raw[:0]
 	raw = append(raw, diffMagic[:]...)
 	raw = binary.LittleEndian.AppendUint32(raw, wasmPages)
 	raw = binary.LittleEndian.AppendUint32(raw, uint32(len(pages)))
@@ -42,18 +50,38 @@ func encodeDiff(mem, base []byte, wasmPages uint32, pages []int) ([]byte, error)
 		}
 		raw = binary.LittleEndian.AppendUint32(raw, uint32(p))
 		start := len(raw)
-		raw = append(raw, mem[off:off+pageSize]...)
-		if off < len(base) {
-			xorInto(raw[start:], base[off:min(off+pageSize, len(base))])
+		raw = raw[:start+pageSize]
+		dst, page := raw[start:], mem[off:off+pageSize]
+		if off+pageSize <= len(base) {
+			subtle.XORBytes(dst, page, base[off:off+pageSize]) // one pass, vectorised
+		} else {
+			copy(dst, page)
+			if off < len(base) {
+				xorInto(dst, base[off:])
+			}
 		}
 	}
-	return s2.Encode(nil, raw), nil
+	scratch.raw = raw
+	if n := s2.MaxEncodedLen(len(raw)); cap(scratch.enc) < n {
+		scratch.enc = make([]byte, n)
+	}
+	return bytes.Clone(s2.Encode(scratch.enc[:cap(scratch.enc)], raw)), nil
 }
+
+// diffScratch holds encodeDiff's buffers between suspensions.
+type diffScratch struct{ raw, enc []byte }
 
 // applyDiff writes a diff into mem, which must hold the post-init snapshot,
 // growing it to the diff's size first.
-func applyDiff(mem api.Memory, diff []byte) error {
-	raw, err := s2.Decode(nil, diff)
+func applyDiff(mem api.Memory, diff []byte, scratch *diffScratch) error {
+	n, err := s2.DecodedLen(diff)
+	if err != nil {
+		return fmt.Errorf("decompressing the memory: %w", err)
+	}
+	if cap(scratch.raw) < n {
+		scratch.raw = make([]byte, n)
+	}
+	raw, err := s2.Decode(scratch.raw[:cap(scratch.raw)], diff)
 	if err != nil {
 		return fmt.Errorf("decompressing the memory: %w", err)
 	}

@@ -94,7 +94,12 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 	} else {
 		pages = changedPages(buf, base)
 	}
-	diff, err := encodeDiff(buf, base, size/65536, pages)
+	scratch, _ := x.engine.diffScratch.Get().(*diffScratch)
+	if scratch == nil {
+		scratch = new(diffScratch)
+	}
+	diff, err := encodeDiff(buf, base, size/65536, pages, scratch)
+	x.engine.diffScratch.Put(scratch)
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
 	}
@@ -209,7 +214,13 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 	if err != nil {
 		return finish(fault.Wrap(fault.SandboxError, err, "preparing a sandbox"))
 	}
-	if err := applyDiff(in.mod.Memory(), s.Memory); err != nil {
+	scratch, _ := e.diffScratch.Get().(*diffScratch)
+	if scratch == nil {
+		scratch = new(diffScratch)
+	}
+	err = applyDiff(in.mod.Memory(), s.Memory, scratch)
+	e.diffScratch.Put(scratch)
+	if err != nil {
 		e.release(in, false)
 		return finish(fault.Wrap(fault.SandboxError, err, "restoring the suspended execution"))
 	}
