@@ -13,20 +13,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
-// approvalScript sets a variable, reads, then calls a destructive tool: it
-// suspends at kv_delete (call 2) and, resumed, shows that the variable and
-// the read's result survived, or catches the rejection.
-const approvalScript = `let kept = "set before suspending"
-const r = await mcp.demo.kv_get({key: "k"})
-try {
-  const d = await mcp.demo.kv_delete({key: "k"})
-  return {kept, found: r.found, deleted: d}
-} catch (e) {
-  return {kept, code: e.code, message: e.message}
-}`
+const approvalScript = enginetest.ApprovalScript
 
 // clock is a settable suspend.Options.Now.
 type clock struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // suspensionFlags choose where suspended executions are kept: a directory
@@ -117,20 +118,14 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 		return ExitUsage, usagef("--reason is at most %d bytes", bridge.MaxReasonBytes)
 	}
 
-	log := logger(errOut)
-	a, err := sf.open(ctx, log)
+	var resp *bridge.Response
+	var ferr *fault.Error
+	err := withService(ctx, &sf, errOut, func(svc *bridge.Service, onEvent func(bridge.Event)) {
+		rr.OnEvent = onEvent
+		resp, ferr = svc.Resume(ctx, rr)
+	})
 	if err != nil {
 		return ExitFailed, err
-	}
-	defer a.Close(context.Background())
-	live := startProgress(errOut)
-	if live != nil {
-		rr.OnEvent = live.event
-	}
-	resp, ferr := a.Service.Resume(ctx, rr)
-	live.finish()
-	if err := a.Service.Flush(context.Background()); err != nil {
-		log.Warn("trace flush failed", "err", err)
 	}
 	if ferr != nil {
 		// Unknown, expired, already resumed: what was asked for does not

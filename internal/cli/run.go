@@ -65,26 +65,41 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		}
 	}
 
-	log := logger(errOut)
-	a, err := sf.open(ctx, log)
+	var resp *bridge.Response
+	err = withService(ctx, &sf, errOut, func(svc *bridge.Service, onEvent func(bridge.Event)) {
+		req.OnEvent = onEvent
+		resp = svc.Execute(ctx, req)
+	})
 	if err != nil {
 		return ExitFailed, err
-	}
-	defer a.Close(context.Background())
-	// Live progress on stderr when a person watches it; never in a pipe.
-	live := startProgress(errOut)
-	if live != nil {
-		req.OnEvent = live.event
-	}
-	resp := a.Service.Execute(ctx, req)
-	live.finish()
-	if err := a.Service.Flush(context.Background()); err != nil {
-		log.Warn("trace flush failed", "err", err)
 	}
 	if err := writeJSON(out, resp); err != nil {
 		return ExitFailed, err
 	}
 	return exitCode(resp), nil
+}
+
+// withService opens the service the flags ask for, runs do with it and the
+// live progress display (nil when stderr is not a terminal: never in a
+// pipe), then flushes the traces and closes the service.
+func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do func(*bridge.Service, func(bridge.Event))) error {
+	log := logger(errOut)
+	a, err := sf.open(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer a.Close(context.Background())
+	live := startProgress(errOut)
+	var onEvent func(bridge.Event)
+	if live != nil {
+		onEvent = live.event
+	}
+	do(a.Service, onEvent)
+	live.finish()
+	if err := a.Service.Flush(context.Background()); err != nil {
+		log.Warn("trace flush failed", "err", err)
+	}
+	return nil
 }
 
 // scriptSource returns the code from -e or from the one FILE argument

@@ -10,16 +10,24 @@ import (
 // TestResetRestoresTheImage: after runs that write all over memory, a reset
 // instance's memory is byte for byte the post-init image, whichever way the
 // kernel let reset find the written pages.
-func TestResetRestoresTheImage(t *testing.T) {
-	ctx := context.Background()
-	e, err := New(ctx, Options{Prepared: -1})
+// imageEngine is an engine without a pool over a copy-on-write image (the
+// test is skipped where there is none).
+func imageEngine(t *testing.T) *Engine {
+	t.Helper()
+	e, err := New(context.Background(), Options{Prepared: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(ctx)
+	t.Cleanup(func() { e.Close(context.Background()) })
 	if e.snap.img == nil {
 		t.Skip("no copy-on-write image")
 	}
+	return e
+}
+
+func TestResetRestoresTheImage(t *testing.T) {
+	ctx := context.Background()
+	e := imageEngine(t)
 	in, err := e.newInstance(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -57,14 +65,7 @@ func TestResetRestoresTheImage(t *testing.T) {
 // restores the same memory as mapping the image.
 func TestChunksRestoreTheImage(t *testing.T) {
 	ctx := context.Background()
-	e, err := New(ctx, Options{Prepared: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
-	if e.snap.img == nil {
-		t.Skip("no copy-on-write image")
-	}
+	e := imageEngine(t)
 	chunked := &snapshot{pages: e.snap.pages, stackPointer: e.snap.stackPointer}
 	if err := chunked.diff(ctx, e.runtime, e.compiled, e.snap.img.view); err != nil {
 		t.Fatal(err)

@@ -111,15 +111,26 @@ func (a *api) textBudget(args map[string]any) (int, *mcp.CallToolResult) {
 	return budget, nil
 }
 
-func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+// toolArguments takes the text budget out of a tool call's arguments and
+// returns the rest as JSON for the request decoders, or the answer that
+// refuses them.
+func (a *api) toolArguments(r mcp.CallToolRequest) ([]byte, int, *mcp.CallToolResult) {
 	args := maps.Clone(r.GetArguments())
 	budget, bad := a.textBudget(args)
 	if bad != nil {
-		return bad, nil
+		return nil, 0, bad
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
-		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
+		return nil, 0, mcp.NewToolResultError("arguments are not JSON: " + err.Error())
+	}
+	return raw, budget, nil
+}
+
+func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	raw, budget, bad := a.toolArguments(r)
+	if bad != nil {
+		return bad, nil
 	}
 	req, ferr := DecodeExecuteRequest(raw)
 	if ferr != nil {
@@ -137,14 +148,9 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 }
 
 func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args := maps.Clone(r.GetArguments())
-	budget, bad := a.textBudget(args)
+	raw, budget, bad := a.toolArguments(r)
 	if bad != nil {
 		return bad, nil
-	}
-	raw, err := json.Marshal(args)
-	if err != nil {
-		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
 	}
 	rr, ferr := DecodeResumeRequest(raw, "")
 	if ferr != nil {

@@ -23,20 +23,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
-// approvalScript sets a variable, reads, then calls a destructive tool
-// (call 2): with approval "suspend" it suspends there and, resumed, shows
-// that the variable and the read survived, or catches the rejection.
-const approvalScript = `let kept = "set before suspending"
-const r = await mcp.demo.kv_get({key: "k"})
-try {
-  const d = await mcp.demo.kv_delete({key: "k"})
-  return {kept, found: r.found, deleted: d}
-} catch (e) {
-  return {kept, code: e.code, message: e.message}
-}`
+const approvalScript = enginetest.ApprovalScript
 
 // twiceScript suspends twice: at call 1, then, approved, at call 2.
 const twiceScript = `await mcp.demo.kv_delete({key: "a"}); await mcp.demo.kv_delete({key: "b"}); return "both"`
@@ -253,14 +244,7 @@ func TestResumeStreams(t *testing.T) {
 	checkSuspended(t, first.suspendedDoc, []int{2})
 
 	stream := func(id, body string) *bufio.Scanner {
-		req, _ := http.NewRequest("POST", srv.URL+"/executions/"+id+"/resume", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { resp.Body.Close() })
+		resp := postStreamTo(t, srv.URL+"/executions/"+id+"/resume", body)
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get("X-Execution-Id") != id {
 			t.Fatalf("%d %v", resp.StatusCode, resp.Header)
 		}

@@ -65,7 +65,13 @@ func readEvent(t *testing.T, sc *bufio.Scanner) sseEvent {
 
 func postStream(t *testing.T, url, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url+"/execute", strings.NewReader(body))
+	return postStreamTo(t, url+"/execute", body)
+}
+
+// postStreamTo posts body to url asking for an event stream.
+func postStreamTo(t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := http.DefaultClient.Do(req)

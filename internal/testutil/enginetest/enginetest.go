@@ -41,3 +41,16 @@ func Main(m *testing.M, set func(*guest.Engine), after ...func()) {
 	}
 	os.Exit(code)
 }
+
+// ApprovalScript sets a variable, reads with demo.kv_get, then calls the
+// destructive demo.kv_delete (call 2): with approval "suspend" it suspends
+// there and, resumed, shows that the variable and the read survived, or
+// catches the rejection.
+const ApprovalScript = `let kept = "set before suspending"
+const r = await mcp.demo.kv_get({key: "k"})
+try {
+  const d = await mcp.demo.kv_delete({key: "k"})
+  return {kept, found: r.found, deleted: d}
+} catch (e) {
+  return {kept, code: e.code, message: e.message}
+}`
