@@ -406,6 +406,12 @@ func (s *remote) install(c *conn, tools []wireTool, took time.Duration) error {
 // connLost retires c if it is still the live connection: calls in flight on
 // it fail now, new calls fail fast, and the connect loop starts.
 func (s *remote) connLost(c *conn, err error) {
+	if s.p.ctx.Err() != nil {
+		// The pool is closing, which is what ended the stream: nothing is
+		// lost, and nothing may be logged once Close has returned (this
+		// runs on mcp-go's reader goroutine, which Close cannot wait for).
+		return
+	}
 	s.mu.Lock()
 	if s.conn.Load() != c {
 		s.mu.Unlock()
