@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/pml-sandbox/pml/internal/dynamotable"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -214,17 +215,5 @@ func (r *DynamoRegistry) IncrementCalls(ctx context.Context, name string) error 
 // CreateTable creates the capabilities table (on-demand), as template.yaml
 // declares it; for tests and local setups.
 func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:   aws.String(table),
-		BillingMode: types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
-		},
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
-		},
-	})
-	return err
+	return dynamotable.Create(ctx, db, table, "")
 }

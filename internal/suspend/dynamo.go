@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/pml-sandbox/pml/internal/dynamotable"
 )
 
 // DynamoAPI is the part of the DynamoDB client the store uses: exactly the
@@ -207,27 +208,5 @@ func (d *dynamoBackend) batchWrite(ctx context.Context, reqs []types.WriteReques
 // CreateTable creates the suspensions table as template.yaml declares it
 // (on demand, pk/sk strings, TTL on ttl); for tests and local setups.
 func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:   aws.String(table),
-		BillingMode: types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
-		},
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("creating table %s: %w", table, err)
-	}
-	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-		TableName:               aws.String(table),
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("ttl"), Enabled: aws.Bool(true)},
-	})
-	if err != nil {
-		return fmt.Errorf("enabling TTL on %s: %w", table, err)
-	}
-	return nil
+	return dynamotable.Create(ctx, db, table, "ttl")
 }
