@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,23 +76,10 @@ func (r *FileRegistry) locked(write bool, f func(doc *fileDoc) error) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(r.path), ".capabilities-*.json")
-	if err != nil {
+	if err := atomicfile.Write(r.path, out); err != nil {
 		return fmt.Errorf("capabilities: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(out); err != nil {
-		tmp.Close()
-		return fmt.Errorf("capabilities: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("capabilities: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("capabilities: %w", err)
-	}
-	return os.Rename(tmp.Name(), r.path)
+	return nil
 }
 
 // Save implements Registry.

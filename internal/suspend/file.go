@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,35 +136,10 @@ func (f *fileBackend) deleteBody(_ context.Context, id string, ref *bodyRef) err
 	return os.Remove(f.bodyPath(id, ref.Key))
 }
 
-// writeAtomic writes dir/name through a synced temporary file and a
-// rename, then syncs the directory: a claim that was acknowledged must
-// survive a crash, or the execution could be claimed again after it.
+// writeAtomic replaces dir/name durably: a claim that was acknowledged
+// must survive a crash, or the execution could be claimed again after it.
 func (f *fileBackend) writeAtomic(name string, data []byte) error {
-	tmp, err := os.CreateTemp(f.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(f.dir, name)); err != nil {
-		return err
-	}
-	d, err := os.Open(f.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(filepath.Join(f.dir, name), data)
 }
 
 // sweepEvery bounds how often one store sweeps its directory.
@@ -208,7 +184,7 @@ func (f *fileBackend) sweep(ctx context.Context, now time.Time) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if live[name] || !(strings.HasSuffix(name, ".body") || strings.HasPrefix(name, ".tmp-")) {
+		if live[name] || !(strings.HasSuffix(name, ".body") || atomicfile.IsTemp(name)) {
 			continue
 		}
 		// Real time, not now: the file system's clock wrote ModTime.
