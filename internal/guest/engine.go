@@ -87,8 +87,8 @@ type Engine struct {
 	// a millisecond).
 	returning atomic.Int64
 	stats     struct{ created, reused, closed atomic.Int64 }
-	// diffScratch keeps encodeDiff's buffers (*diffScratch) for the next
-	// suspension.
+	// diffScratch keeps the diff buffers (*diffScratch) of one
+	// suspension or resume for the next.
 	diffScratch sync.Pool
 
 	closeOnce sync.Once
@@ -118,6 +118,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		wasmHash: hex.EncodeToString(sum[:8]),
 		stop:     make(chan struct{}),
 	}
+	e.diffScratch.New = func() any { return new(diffScratch) }
 	if opts.UnsafeNoDeadline {
 		e.runFlags = 1
 	}
@@ -348,6 +349,24 @@ func (e *Engine) instance(ctx context.Context) (*instance, error) {
 	return in, err
 }
 
+// shutDown answers a run that arrives after Close (a new error each time:
+// callers may add to the one they get).
+func shutDown() *fault.Error {
+	return fault.New(fault.Unavailable, "the sandbox engine is shut down")
+}
+
+// enter counts a run as running (Close waits for it), or reports false
+// once the engine is shut down; a run that entered calls running.Done.
+func (e *Engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.running.Add(1)
+	return true
+}
+
 // Run executes one request in a fresh sandbox. It always returns a Result;
 // failures are in Result.Err.
 func (e *Engine) Run(ctx context.Context, req Request) *Result {
@@ -363,13 +382,9 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 		return res
 	}
 
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return finish(fault.New(fault.Unavailable, "the sandbox engine is shut down"))
+	if !e.enter() {
+		return finish(shutDown())
 	}
-	e.running.Add(1)
-	e.mu.Unlock()
 	defer e.running.Done()
 
 	limits := req.Limits.withDefaults(e.defaults).capped(e.max)

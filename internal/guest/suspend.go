@@ -94,10 +94,7 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 	} else {
 		pages = changedPages(buf, base)
 	}
-	scratch, _ := x.engine.diffScratch.Get().(*diffScratch)
-	if scratch == nil {
-		scratch = new(diffScratch)
-	}
+	scratch := x.engine.diffScratch.Get().(*diffScratch)
 	diff, err := encodeDiff(buf, base, size/65536, pages, scratch)
 	x.engine.diffScratch.Put(scratch)
 	if err != nil {
@@ -201,23 +198,16 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 	if s.GuestHash != e.wasmHash {
 		return finish(fault.New(fault.ResumeIncompatible, "the execution was suspended on guest build %s; this engine runs %s", s.GuestHash, e.wasmHash))
 	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return finish(fault.New(fault.Unavailable, "the sandbox engine is shut down"))
+	if !e.enter() {
+		return finish(shutDown())
 	}
-	e.running.Add(1)
-	e.mu.Unlock()
 	defer e.running.Done()
 
 	in, err := e.instance(ctx)
 	if err != nil {
 		return finish(fault.Wrap(fault.SandboxError, err, "preparing a sandbox"))
 	}
-	scratch, _ := e.diffScratch.Get().(*diffScratch)
-	if scratch == nil {
-		scratch = new(diffScratch)
-	}
+	scratch := e.diffScratch.Get().(*diffScratch)
 	err = applyDiff(in.mod.Memory(), s.Memory, scratch)
 	e.diffScratch.Put(scratch)
 	if err != nil {
