@@ -62,6 +62,15 @@ func ParseFilter(patterns []string) (Filter, error) {
 	return f, nil
 }
 
+// Patterns returns the filter's patterns in their "server:tool" form.
+func (f Filter) Patterns() []string {
+	out := make([]string, len(f.patterns))
+	for i, p := range f.patterns {
+		out[i] = p.String()
+	}
+	return out
+}
+
 // IsZero reports whether the filter narrows nothing.
 func (f Filter) IsZero() bool { return len(f.patterns) == 0 }
 

@@ -99,12 +99,10 @@ type Limits struct {
 	ToolResultSize int           // size of one call's result as given to the script
 }
 
-// LogEntry is one console line.
-type LogEntry struct {
-	Level   string  `json:"level"` // log, info, warn, error
-	Message string  `json:"message"`
-	AtMS    float64 `json:"at_ms"` // since the execution started
-}
+// LogEntry is one console line: a record the engine returns, defined
+// with the other records in internal/trace so front ends need not import
+// the engine.
+type LogEntry = trace.LogEntry
 
 // Result is what one execution produced. Err is nil when the script returned
 // normally; otherwise it carries the code, message and (for script errors)

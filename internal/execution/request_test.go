@@ -1,0 +1,173 @@
+package execution
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// TestDecode holds the one decoder every front end uses to every field of
+// an execute request, and to what each front end gets by default.
+func TestDecode(t *testing.T) {
+	all := `{"code": "return 1", "lang": "ts", "args": {"n": [1, 2]}, "tools": ["demo:*", "kv:get_*"], "timeout_ms": 500,
+		"allow_destructive": true, "parse_json_text": true, "call_detail": "summary", "approval": "suspend"}`
+	tests := []struct {
+		name string
+		body string
+		src  Source
+		want Request // compared field by field, with the filter's patterns
+		err  string  // in the INVALID_REQUEST's message
+	}{
+		{name: "every field", body: all, src: SourceHTTP,
+			want: Request{Code: "return 1", Lang: LangTS, Args: json.RawMessage(`{"n": [1, 2]}`), Tools: []string{"demo:*", "kv:get_*"},
+				TimeoutMS: 500, AllowDestructive: true, ParseJSONText: true, CallDetail: CallDetailSummary, Approval: ApprovalSuspend, Source: SourceHTTP}},
+		{name: "code only", body: `{"code": "return 1"}`, src: SourceHTTP, want: Request{Code: "return 1", Source: SourceHTTP}},
+		{name: "mcp", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceMCP, want: Request{Code: "return 1", Approval: ApprovalSuspend, Source: SourceMCP}},
+		{name: "direct invoke may suspend", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceInvoke, want: Request{Code: "return 1", Approval: ApprovalSuspend, Source: SourceInvoke}},
+		{name: "sqs", body: `{"code": "return 1", "approval": "refuse"}`, src: SourceSQS, want: Request{Code: "return 1", Approval: ApprovalRefuse, Source: SourceSQS}},
+		{name: "sqs may not suspend", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceSQS, err: `approval "suspend" is refused from sqs`},
+		{name: "eventbridge may not suspend", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceEventBridge, err: `approval "suspend" is refused from eventbridge`},
+		{name: "lang js", body: `{"code": "return 1", "lang": "js"}`, src: SourceHTTP, want: Request{Code: "return 1", Lang: LangJS, Source: SourceHTTP}},
+		{name: "null args", body: `{"code": "return 1", "args": null}`, src: SourceHTTP, want: Request{Code: "return 1", Args: json.RawMessage("null"), Source: SourceHTTP}},
+
+		{name: "no code", body: `{"lang": "js"}`, src: SourceHTTP, err: "code is missing"},
+		{name: "blank code", body: `{"code": " \n "}`, src: SourceHTTP, err: "code is missing"},
+		{name: "negative timeout", body: `{"code": "x", "timeout_ms": -1}`, src: SourceHTTP, err: "timeout_ms"},
+		{name: "bad lang", body: `{"code": "x", "lang": "python"}`, src: SourceHTTP, err: "lang"},
+		{name: "bad call detail", body: `{"code": "x", "call_detail": "all"}`, src: SourceHTTP, err: "call_detail"},
+		{name: "bad approval", body: `{"code": "x", "approval": "ask"}`, src: SourceHTTP, err: "approval"},
+		{name: "bad tools pattern", body: `{"code": "x", "tools": ["nocolon"]}`, src: SourceHTTP, err: "tools filter"},
+		{name: "tools not a list", body: `{"code": "x", "tools": "demo:*"}`, src: SourceHTTP, err: "tools"},
+		{name: "timeout not a number", body: `{"code": "x", "timeout_ms": "5"}`, src: SourceHTTP, err: "timeout_ms"},
+
+		// Strictness: the names a proxy or a WAF rule sees are the names
+		// the service reads.
+		{name: "a field in another case", body: `{"code": "x", "ALLOW_DESTRUCTIVE": true}`, src: SourceHTTP, err: `unknown field "ALLOW_DESTRUCTIVE" (field names are exact: "allow_destructive")`},
+		{name: "a field in title case", body: `{"Code": "x"}`, src: SourceHTTP, err: `field names are exact: "code"`},
+		{name: "a repeated field", body: `{"code": "return 1", "code": "return 2"}`, src: SourceHTTP, err: "duplicate"},
+		{name: "an unknown field", body: `{"code": "x", "timeout": 5}`, src: SourceHTTP, err: `unknown field "timeout"`},
+		{name: "a host-only field", body: `{"code": "x", "principal": "arn:aws:iam::1:root"}`, src: SourceHTTP, err: `unknown field "principal"`},
+		{name: "another host-only field", body: `{"code": "x", "ExecutionID": "ex_mine"}`, src: SourceHTTP, err: "unknown field"},
+		{name: "data after the object", body: `{"code": "x"} {"code": "y"}`, src: SourceHTTP, err: "data after the JSON value"},
+		{name: "not an object", body: `["x"]`, src: SourceHTTP, err: "not an execute request"},
+		{name: "not JSON", body: `code=x`, src: SourceHTTP, err: "not an execute request"},
+		{name: "invalid UTF-8", body: "{\"code\": \"\xff\"}", src: SourceHTTP, err: "not an execute request"},
+		{name: "args nested past the decoder's bound", body: `{"code": "x", "args": ` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, src: SourceHTTP, err: "depth"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ferr := Decode([]byte(tc.body), tc.src)
+			if tc.err != "" {
+				if ferr == nil || ferr.Code != fault.InvalidRequest || !strings.Contains(ferr.Message, tc.err) {
+					t.Fatalf("got %+v, want INVALID_REQUEST saying %q", ferr, tc.err)
+				}
+				return
+			}
+			if ferr != nil {
+				t.Fatal(ferr)
+			}
+			if !got.Validated() {
+				t.Error("a decoded request is validated")
+			}
+			if patterns := strings.Join(got.Filter().Patterns(), ","); patterns != strings.Join(tc.want.Tools, ",") {
+				t.Errorf("filter %q, want the tools %q parsed", patterns, tc.want.Tools)
+			}
+			a, _ := json.Marshal(got)
+			b, _ := json.Marshal(tc.want)
+			if string(a) != string(b) || got.Source != tc.want.Source || got.ExecutionID != "" || got.Principal != "" || got.Parent != nil {
+				t.Fatalf("got %s (source %q), want %s (source %q)", a, got.Source, b, tc.want.Source)
+			}
+		})
+	}
+}
+
+// TestValidate is the same rules for the front ends that build a request
+// themselves: the CLI from its flags, a capability run from its invocation.
+func TestValidate(t *testing.T) {
+	cli := Request{Code: "return 1", Lang: LangTS, TimeoutMS: 30000, CallDetail: CallDetailFull, Approval: ApprovalRefuse,
+		Tools: []string{"demo:*"}, Source: SourceCLI}
+	if ferr := cli.Validate(); ferr != nil || !cli.Filter().Allows("demo", "echo") || cli.Filter().Allows("kv", "get") {
+		t.Fatalf("cli: %v, filter %v", ferr, cli.Filter().Patterns())
+	}
+	for _, bad := range []Request{
+		{Code: "x", Tools: []string{"a:b:c"}, Source: SourceCLI},
+		{Code: "x", Args: json.RawMessage("{"), Source: SourceCLI},
+		{Code: "", Source: SourceCLI},
+	} {
+		if ferr := bad.Validate(); ferr == nil || ferr.Code != fault.InvalidRequest || bad.Validated() {
+			t.Errorf("%+v: %v, want INVALID_REQUEST", bad, ferr)
+		}
+	}
+
+	narrowing, err := ParseNarrowing([][]string{{"demo:*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := Invocation{Parent: Parent{Lineage: Lineage{ExecutionID: "ex_p", CallID: 3, Chain: []string{"a:b"}, Narrowing: narrowing,
+		TraceHeader: "Root=1-x", Approval: ApprovalSuspend, AllowDestructive: true}, Capability: "c:d", Sandboxes: 5},
+		Version: 2, Args: json.RawMessage(`{"x": 1}`), TimeoutMS: 700}
+	child, ferr := inv.Request("return args.x")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if child.Source != SourceCapability || !child.AllowDestructive || child.Approval != ApprovalSuspend || child.TraceHeader != "Root=1-x" ||
+		child.TimeoutMS != 700 || string(child.Args) != `{"x": 1}` || child.Parent == nil || child.Parent.Depth() != 2 ||
+		strings.Join(child.Parent.Path(), ">") != "a:b>c:d" || len(child.Inherited()) != 1 || !child.Validated() {
+		t.Fatalf("capability run: %+v", child)
+	}
+}
+
+// TestCallLineage: a call's lineage is what the run it starts inherits —
+// the chain down to the caller, every narrowing including the caller's own
+// (parsed once, never again), the trace header, the approval mode, and
+// whether the call was consented to.
+func TestCallLineage(t *testing.T) {
+	root, ferr := Decode([]byte(`{"code": "x", "tools": ["c:*", "demo:echo"], "approval": "suspend"}`), SourceHTTP)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	root.ExecutionID, root.TraceHeader = "ex_root", "Root=1-a"
+	l := root.CallLineage(4, false)
+	if l.ExecutionID != "ex_root" || l.CallID != 4 || l.Depth() != 0 || len(l.Narrowing) != 1 || l.AllowDestructive ||
+		l.Approval != ApprovalSuspend || l.TraceHeader != "Root=1-a" {
+		t.Fatalf("root call: %+v", l)
+	}
+	if !root.CallLineage(4, true).AllowDestructive {
+		t.Fatal("a consented call may do what needs approval")
+	}
+
+	child, ferr := Invocation{Parent: Parent{Lineage: l, Capability: "c:x", Sandboxes: 3}}.Request("return 1")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	child.ExecutionID = "ex_child"
+	grand := child.CallLineage(1, false)
+	if grand.Depth() != 1 || grand.Chain[0] != "c:x" || len(grand.Narrowing) != 1 || grand.ExecutionID != "ex_child" {
+		t.Fatalf("child call: %+v", grand)
+	}
+	// A child that narrows adds its own; the parent's list is not written.
+	narrowed := child
+	if ferr := narrowed.SetTools([]string{"demo:echo"}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	if got := narrowed.CallLineage(1, false).Narrowing; len(got) != 2 || len(l.Narrowing) != 1 {
+		t.Fatalf("narrowings %v (parent's %v)", got.Patterns(), l.Narrowing.Patterns())
+	}
+	// Through JSON (the capability function's payload) nothing is lost.
+	raw, err := json.Marshal(Invocation{Parent: Parent{Lineage: grand, Capability: "c:y", Sandboxes: 1}, Version: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, ferr := DecodeInvocation(raw)
+	if ferr != nil {
+		t.Fatalf("%s: %v", raw, ferr)
+	}
+	if a, _ := json.Marshal(back); string(a) != string(raw) {
+		t.Fatalf("round trip:\n%s\n%s", raw, a)
+	}
+	if !back.Parent.Narrowing.Allows("demo", "echo") || back.Parent.Narrowing.Allows("demo", "add") {
+		t.Fatalf("narrowing after the round trip: %v", back.Parent.Narrowing.Patterns())
+	}
+}

@@ -1,0 +1,147 @@
+package execution
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// StatusSuspended is Response.Status of an execution that waits for
+// decisions.
+const StatusSuspended = "suspended"
+
+// PendingApproval is Pending.Reason of a call parked for approval.
+const PendingApproval = "approval"
+
+// Response is what every front end returns: an execution's document.
+type Response struct {
+	OK            bool             `json:"ok"`
+	Result        json.RawMessage  `json:"result"`
+	Logs          []trace.LogEntry `json:"logs"`
+	LogsTruncated bool             `json:"logs_truncated,omitempty"`
+	Error         *fault.Error     `json:"error,omitempty"`
+	// Calls is every call record (an empty list when there were none),
+	// left out when the request asked for less (Request.CallDetail).
+	Calls []trace.Call `json:"calls,omitzero"`
+	// CallSummary stands for Calls when the request asked for a summary.
+	CallSummary *CallSummary `json:"call_summary,omitempty"`
+	DurationMS  float64      `json:"duration_ms"`
+	ExecutionID string       `json:"execution_id"`
+	// Sandboxes counts the capability runs the execution's calls started,
+	// descendants' included (a capability run reports it to its caller,
+	// which takes back what it reserved for the run and the run did not use).
+	Sandboxes int `json:"sandboxes,omitempty"`
+	// Status is StatusSuspended when the execution waits for decisions on
+	// the Pending calls (OK is false, Error nil), until ExpiresAt; empty
+	// when it ended.
+	Status    string    `json:"status,omitempty"`
+	Pending   []Pending `json:"pending,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Failed is the document of an execution that failed before it ran, or
+// of a request refused before anything ran: err and the execution's id.
+func Failed(executionID string, err *fault.Error) *Response {
+	return &Response{Error: err, Logs: []trace.LogEntry{}, Calls: []trace.Call{}, ExecutionID: executionID}
+}
+
+// Suspended reports whether the execution waits for decisions.
+func (r *Response) Suspended() bool { return r.Status == StatusSuspended && r.Error == nil }
+
+// Pending is a parked call a suspended execution waits on.
+type Pending struct {
+	CallID int             `json:"call_id"`
+	Server string          `json:"server"`
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args"`
+	Reason string          `json:"reason"` // PendingApproval
+}
+
+// maxFailures is the most failed calls a summary lists one by one.
+const maxFailures = 20
+
+// CallSummary stands for an execution's call records, small enough for a
+// model's context whatever the number of calls.
+type CallSummary struct {
+	Total  int `json:"total"`
+	Failed int `json:"failed"`
+	// ByTool counts the calls of each tool ("server:tool"), most called
+	// first.
+	ByTool []ToolCount `json:"by_tool"`
+	// Failures lists the first failed calls, in the order they were made;
+	// FailuresOmitted counts the rest.
+	Failures        []FailedCall `json:"failures,omitempty"`
+	FailuresOmitted int          `json:"failures_omitted,omitempty"`
+}
+
+// ToolCount is how often one tool was called, and how often that failed.
+type ToolCount struct {
+	Tool   string `json:"tool"`
+	Calls  int    `json:"calls"`
+	Failed int    `json:"failed,omitempty"`
+}
+
+// FailedCall names one failed call.
+type FailedCall struct {
+	// ExecutionID is set for a call of a capability run below this one.
+	ExecutionID string     `json:"execution_id,omitempty"`
+	CallID      int        `json:"call_id"`
+	Tool        string     `json:"tool"`
+	ErrorCode   fault.Code `json:"error_code"`
+	// Count is how many calls a summary record stands for (calls refused
+	// past the tool_calls limit).
+	Count int `json:"count,omitempty"`
+}
+
+// Summarize counts calls (of executionID and any run below it).
+func Summarize(executionID string, calls []trace.Call) *CallSummary {
+	s := &CallSummary{ByTool: []ToolCount{}}
+	index := map[string]int{}
+	for _, c := range calls {
+		n := max(c.Count, 1)
+		name := c.Server + ":" + c.Tool
+		i, ok := index[name]
+		if !ok {
+			i = len(s.ByTool)
+			index[name] = i
+			s.ByTool = append(s.ByTool, ToolCount{Tool: name})
+		}
+		s.Total += n
+		s.ByTool[i].Calls += n
+		if c.OK || c.Status != "" {
+			// Parked, or never run: neither failed.
+			continue
+		}
+		s.Failed += n
+		s.ByTool[i].Failed += n
+		if len(s.Failures) == maxFailures {
+			s.FailuresOmitted++
+			continue
+		}
+		f := FailedCall{CallID: c.CallID, Tool: name, ErrorCode: c.ErrorCode, Count: c.Count}
+		if c.ExecutionID != executionID {
+			f.ExecutionID = c.ExecutionID
+		}
+		s.Failures = append(s.Failures, f)
+	}
+	slices.SortStableFunc(s.ByTool, func(a, b ToolCount) int {
+		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Tool, b.Tool))
+	})
+	return s
+}
+
+// ApplyCallDetail trims the calls to what a request asked for. A nil
+// Calls is left out of the JSON, so "calls": [] still means no calls.
+func (r *Response) ApplyCallDetail(detail string) {
+	switch detail {
+	case CallDetailSummary:
+		r.CallSummary = Summarize(r.ExecutionID, r.Calls)
+		r.Calls = nil
+	case CallDetailNone:
+		r.Calls = nil
+	}
+}

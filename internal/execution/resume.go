@@ -1,0 +1,149 @@
+package execution
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// MaxReasonBytes bounds a decision's reason: it is kept in the trace.
+const MaxReasonBytes = 1000
+
+// The words of a decision.
+const (
+	DecisionApprove = "approve"
+	DecisionReject  = "reject"
+)
+
+// Decision is what someone decided about a parked call. Its JSON is
+// "approve", "reject", or {"decision": "reject", "reason": "…"}; a reason
+// reaches the script in a rejection's message, and the trace either way.
+type Decision struct {
+	Approve bool
+	Reason  string
+}
+
+// decisionObject is a decision's object form.
+type decisionObject struct {
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+}
+
+// UnmarshalJSON implements json.Unmarshaler, as strictly as the requests
+// that carry decisions.
+func (d *Decision) UnmarshalJSON(b []byte) error {
+	var word string
+	if err := json.Unmarshal(b, &word); err == nil {
+		return d.set(word, "")
+	}
+	var obj decisionObject
+	if err := jsonv2.Unmarshal(b, &obj, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return fmt.Errorf(`a decision is "approve", "reject" or {"decision": "reject", "reason": "…"}: %s`, explain(err, &obj))
+	}
+	return d.set(obj.Decision, obj.Reason)
+}
+
+func (d *Decision) set(word, reason string) error {
+	switch word {
+	case DecisionApprove, DecisionReject:
+	default:
+		return fmt.Errorf(`a decision is "approve" or "reject", not %q`, word)
+	}
+	if len(reason) > MaxReasonBytes {
+		return fmt.Errorf("a decision's reason is at most %d bytes (got %d)", MaxReasonBytes, len(reason))
+	}
+	*d = Decision{Approve: word == DecisionApprove, Reason: reason}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler: the word alone, or the object
+// form when there is a reason.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	if d.Reason == "" {
+		return json.Marshal(d.Word())
+	}
+	return json.Marshal(decisionObject{Decision: d.Word(), Reason: d.Reason})
+}
+
+// Word is "approve" or "reject".
+func (d Decision) Word() string {
+	if d.Approve {
+		return DecisionApprove
+	}
+	return DecisionReject
+}
+
+// ResumeRequest continues a suspended execution with decisions on some or
+// all of its pending calls (an undecided call stays parked).
+type ResumeRequest struct {
+	ExecutionID string `json:"execution_id"`
+	// Decisions by call id ("2": "approve").
+	Decisions map[string]Decision `json:"decisions"`
+	// CallDetail is how much of the calls the response carries, as
+	// Request.CallDetail.
+	CallDetail string `json:"call_detail,omitempty"`
+
+	// Set by the host, never by the caller's JSON: as in Request.
+	Principal   string      `json:"-"`
+	TraceHeader string      `json:"-"`
+	OnEvent     func(Event) `json:"-"`
+}
+
+// resumeBody is a resume request as callers send it. ExecutionID is a
+// pointer to tell "absent" from "empty": the HTTP route takes the id from
+// its path and refuses it in the body.
+type resumeBody struct {
+	ExecutionID *string             `json:"execution_id"`
+	Decisions   map[string]Decision `json:"decisions"`
+	CallDetail  string              `json:"call_detail,omitempty"`
+}
+
+// DecodeResume reads a resume request strictly: with pathID set, the body
+// of POST /executions/{id}/resume, which holds decisions and call_detail
+// only; with pathID "", a direct invocation's "resume" object or
+// resume_execution's arguments, which name execution_id too.
+func DecodeResume(data []byte, pathID string) (ResumeRequest, *fault.Error) {
+	var rb resumeBody
+	if ferr := decodeStrict(data, &rb, "a resume request"); ferr != nil {
+		return ResumeRequest{}, ferr
+	}
+	id := pathID
+	switch {
+	case pathID != "" && rb.ExecutionID != nil:
+		return ResumeRequest{}, fault.New(fault.InvalidRequest, "execution_id is in the path, not the body: send only decisions (and call_detail)")
+	case pathID == "":
+		if rb.ExecutionID == nil || strings.TrimSpace(*rb.ExecutionID) == "" {
+			return ResumeRequest{}, fault.New(fault.InvalidRequest, "execution_id is missing or empty")
+		}
+		id = *rb.ExecutionID
+	}
+	rr := ResumeRequest{ExecutionID: id, Decisions: rb.Decisions, CallDetail: rb.CallDetail}
+	if _, ferr := rr.CallDecisions(); ferr != nil {
+		return ResumeRequest{}, ferr
+	}
+	if ferr := CheckCallDetail(rr.CallDetail); ferr != nil {
+		return ResumeRequest{}, ferr
+	}
+	return rr, nil
+}
+
+// CallDecisions checks the decisions' keys and returns them by call id.
+func (r *ResumeRequest) CallDecisions() (map[int]Decision, *fault.Error) {
+	if len(r.Decisions) == 0 {
+		return nil, fault.New(fault.InvalidRequest, `decisions is missing or empty: give one per call to decide, e.g. {"2": "approve", "3": {"decision": "reject", "reason": "…"}}`)
+	}
+	out := make(map[int]Decision, len(r.Decisions))
+	for k, d := range r.Decisions {
+		id, err := strconv.Atoi(k)
+		if err != nil || id < 1 {
+			return nil, fault.New(fault.InvalidRequest, "decisions are keyed by call id (a positive integer), not %q", k)
+		}
+		out[id] = d
+	}
+	return out, nil
+}

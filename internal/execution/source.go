@@ -1,0 +1,66 @@
+package execution
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Executor runs executions: the service implements it, front ends and the
+// capability runner use it.
+type Executor interface {
+	// Execute runs one request. It always answers; failures are in
+	// Response.Error.
+	Execute(ctx context.Context, req Request) *Response
+	// Resume continues a suspended execution; the error is a refusal
+	// (nothing ran).
+	Resume(ctx context.Context, rr ResumeRequest) (*Response, *fault.Error)
+	// Catalog is every tool the executor offers.
+	Catalog(ctx context.Context) []catalog.Tool
+	// Flush writes buffered trace records (before a Lambda answers).
+	Flush(ctx context.Context) error
+}
+
+// ToolSource provides tools: MCP servers, capabilities, the demo tools.
+// Implementations must be safe for concurrent use.
+type ToolSource interface {
+	// Tools lists what the source offers now.
+	Tools(ctx context.Context) ([]catalog.Tool, error)
+	// Call runs one tool. args has already been checked to be JSON.
+	Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) (json.RawMessage, error)
+}
+
+// ServerSource is a ToolSource that owns whole server names: the MCP client
+// pool. Every mcp.<server>.* of a server it names is its own, reachable or
+// not, so no other source may serve that name (a capability saved as
+// "kv:kv_get" must never take over a call meant for server kv), and a name
+// it does not list while the server is down is unavailable, not missing.
+type ServerSource interface {
+	ToolSource
+	// Servers lists the server names the source owns, whether or not they
+	// can be reached now.
+	Servers() []string
+	// CheckServer returns nil when server can serve calls now, else the
+	// error a call to it would get (a retryable UNAVAILABLE).
+	CheckServer(server string) error
+}
+
+// CallOptions travel with each tool call to its source.
+type CallOptions struct {
+	// Lineage describes the call: who made it, and what a run it starts
+	// inherits (AllowDestructive is whether this call may do what needs
+	// approval).
+	Lineage
+	// ParseJSONText asks for a text result to be parsed as JSON.
+	ParseJSONText bool
+	// Sandboxes is the calling execution's share of the request tree's
+	// sandbox budget, which a capability call spends from.
+	Sandboxes *Budget
+	// OnChild, when the call starts another execution (a capability run),
+	// receives that execution's id and calls so traces link parent and
+	// child and the caller's response shows the whole tree.
+	OnChild func(executionID string, calls []trace.Call)
+}
