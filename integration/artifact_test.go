@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guestcache"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 )
@@ -163,7 +163,7 @@ func invokeResult(t *testing.T, emu *lambdaemu.Emulator, fn, payload string) str
 	if err != nil || fnErr {
 		t.Fatalf("invoke %s: %s %v %v", fn, out, fnErr, err)
 	}
-	var r bridge.Response
+	var r execution.Response
 	if err := json.Unmarshal(out, &r); err != nil || !r.OK {
 		t.Fatalf("invoke %s: %s", fn, out)
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -28,9 +28,9 @@ func TestCapabilityBoundsOverInvoke(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	call := func(fn string, payload any) bridge.Response {
+	call := func(fn string, payload any) execution.Response {
 		t.Helper()
-		var r bridge.Response
+		var r execution.Response
 		if err := json.Unmarshal(s.invoke(t, fn, payload, ""), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestCapabilityBoundsOverInvoke(t *testing.T) {
 	}
 	// A run holds only the share in its payload, whatever the default.
 	inv := func(budget int) map[string]any {
-		return map[string]any{"capability": "b:wide", "args": map[string]int{"n": 3}, "depth": 1, "chain": []string{"b:wide"}, "budget": budget}
+		return map[string]any{"parent": map[string]any{"capability": "b:wide", "sandboxes": budget}, "args": map[string]int{"n": 3}}
 	}
 	if r := call("capability", inv(3)); !r.OK || string(r.Result) != "3" || r.Sandboxes != 3 {
 		t.Fatalf("budget 3: %s %+v (%d sandboxes)", r.Result, r.Error, r.Sandboxes)

@@ -19,7 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
@@ -29,13 +29,13 @@ import (
 
 const traceRoot = "1-6740a1b2-3c4d5e6f7a8b9c0d1e2f3a4b"
 
-func decodeHTTP(t *testing.T, raw json.RawMessage) (events.APIGatewayV2HTTPResponse, bridge.Response) {
+func decodeHTTP(t *testing.T, raw json.RawMessage) (events.APIGatewayV2HTTPResponse, execution.Response) {
 	t.Helper()
 	var resp events.APIGatewayV2HTTPResponse
 	if err := json.Unmarshal(raw, &resp); err != nil {
 		t.Fatalf("%s: %v", raw, err)
 	}
-	var r bridge.Response
+	var r execution.Response
 	_ = json.Unmarshal([]byte(resp.Body), &r)
 	return resp, r
 }
@@ -170,7 +170,7 @@ func TestMCPEndpointThroughAPIGateway(t *testing.T) {
 		t.Fatalf("execute_code: %+v %v", res, err)
 	}
 	raw, _ := json.Marshal(res.StructuredContent)
-	var r bridge.Response
+	var r execution.Response
 	if err := json.Unmarshal(raw, &r); err != nil || string(r.Result) != "3" {
 		t.Fatalf("structured content %s", raw)
 	}
@@ -291,7 +291,7 @@ func TestPMLServeREADMEExample(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var r bridge.Response
+	var r execution.Response
 	if err := json.Unmarshal(raw, &r); err != nil || !r.OK || string(r.Result) != "42" || len(r.Calls) != 2 {
 		t.Fatalf("%d %s", resp.StatusCode, raw)
 	}

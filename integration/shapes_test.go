@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
 )
 
@@ -70,13 +70,13 @@ return 5`, calls: 5, distinct: 1},
 			header := "Root=" + root + ";Parent=53995c3f42cd8ad8;Sampled=1"
 			fn, payload := "execute", any(map[string]any{"code": sh.code})
 			if sh.fn == "capability" {
-				fn, payload = "capability", map[string]any{"capability": "math:dbl", "args": map[string]int{"x": 21},
-					"depth": 1, "chain": []string{"math:dbl"}, "trace_header": header}
+				fn, payload = "capability", map[string]any{"parent": map[string]any{"capability": "math:dbl", "trace_header": header},
+					"args": map[string]int{"x": 21}}
 			}
 			start := time.Now()
 			raw := s.invoke(t, fn, payload, header)
 			d := time.Since(start)
-			var r bridge.Response
+			var r execution.Response
 			if err := json.Unmarshal(raw, &r); err != nil || !r.OK {
 				t.Fatalf("%s: %s", sh.name, raw)
 			}

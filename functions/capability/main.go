@@ -1,7 +1,8 @@
 // Command capability is the PML Sandbox capability function: it runs one
 // stored capability in a fresh bridge and a fresh sandbox, invoked
 // synchronously by the execute function (and by itself for nested
-// capabilities). It only wires; see internal/capability and internal/app.
+// capabilities). It only wires; see internal/app, internal/capability
+// (the runner) and internal/lambdaevents (the handler).
 package main
 
 import (
@@ -13,7 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/lambdaevents"
 )
 
 func main() {
@@ -30,5 +31,5 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
-	lambda.Start(capability.Handler(a.Registry, a.NewService))
+	lambda.Start(lambdaevents.CapabilityHandler(a.CapabilityRunner(), a.Service, log))
 }

@@ -37,7 +37,6 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
-	h := httpapi.New(httpapi.Options{Service: a.Service, Traces: a.Traces, Capabilities: a.Capabilities, Health: a.Health, Logger: log,
-		MCPTextBytes: textBytes})
+	h := a.HTTPHandler(httpapi.Options{Logger: log, MCPTextBytes: textBytes})
 	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: a.Service, Logger: log}))
 }

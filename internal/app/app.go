@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -23,6 +24,8 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -105,6 +108,11 @@ type Config struct {
 	CapabilityFunction string
 	// Suspensions says where suspended executions are kept.
 	Suspensions SuspensionConfig
+
+	// Engine, when set, is the sandbox engine to run on instead of
+	// opening one (the benchmarks measure several services on one
+	// engine); the App does not close it.
+	Engine *guest.Engine
 
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
@@ -258,6 +266,7 @@ func Logger(w io.Writer, def slog.Level) *slog.Logger {
 
 // App is a wired service and what it needs closed.
 type App struct {
+	// Service runs executions: the execution service over every source.
 	Service      *bridge.Service
 	Registry     capability.Registry
 	Engine       *guest.Engine
@@ -268,7 +277,7 @@ type App struct {
 	// Suspensions is the store of suspended executions, nil when there is
 	// none.
 	Suspensions suspend.Store
-	newService  func() *bridge.Service
+	runner      *capability.Runner
 	aws         awsConfig
 	closers     []func(context.Context) error
 }
@@ -295,21 +304,26 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.Close(ctx)
 		return nil, err
 	}
-	eng, cached, err := openEngine(ctx, cfg, log)
-	if err != nil {
-		return fail(fmt.Errorf("guest engine: %w", err))
+	eng := cfg.Engine
+	if eng == nil {
+		opened, cached, err := openEngine(ctx, cfg, log)
+		if err != nil {
+			return fail(fmt.Errorf("guest engine: %w", err))
+		}
+		cached.log(log)
+		eng = opened
+		a.closers = append(a.closers, eng.Close)
 	}
-	cached.log(log)
 	a.Engine = eng
-	a.closers = append(a.closers, eng.Close)
 
+	var err error
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.ServersParam != "" {
 		if servers, err = a.serversFromSSM(ctx, cfg.ServersParam); err != nil {
 			return fail(err)
 		}
 	}
-	var sources []bridge.ToolSource
+	var sources []execution.ToolSource
 	if len(servers) > 0 {
 		pool, err := mcpclient.New(ctx, servers, mcpclient.WithLogger(log))
 		if err != nil {
@@ -317,10 +331,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 		a.Pool = pool
 		a.closers = append(a.closers, func(context.Context) error { return pool.Close() })
-		sources = append(sources, bridge.MCPSource{Pool: pool})
+		sources = append(sources, mcpclient.Source{Pool: pool})
 	}
 	if cfg.Demo {
-		sources = append(sources, bridge.DemoSource{})
+		sources = append(sources, demoserver.Source{})
 	}
 	store, err := a.aws.openTraces(ctx, cfg.Traces, log)
 	if err != nil {
@@ -342,7 +356,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		// registry; a capability may not take a server's name.
 		a.Registry = capability.Reserve(a.Registry, a.Pool.Servers()...)
 	}
-	var invoker capability.Invoker // nil: in process
+	// Capability calls run in process on this app's own service (every
+	// run is a fresh sandbox), or in the capability function.
+	a.runner = &capability.Runner{Registry: a.Registry}
+	var invoker capability.Invoker = a.runner
 	if cfg.CapabilityFunction != "" {
 		awsCfg, err := a.aws.load(ctx)
 		if err != nil {
@@ -353,15 +370,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.Suspensions, err = a.aws.openSuspensions(ctx, cfg.Suspensions, log); err != nil {
 		return fail(err)
 	}
-	a.newService = capability.NewServices(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions}, a.Registry, invoker)
-	a.Service = a.newService()
+	// The MCP servers (and demo tools) come before capabilities: a name
+	// both offer is the server's, as ADR-052 resolves it.
+	sources = append(sources, capability.NewSource(a.Registry, invoker, 0, log))
+	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions})
+	a.runner.Executor = a.Service
 	a.Capabilities = capabilityAPI{a.Registry}
 	return a, nil
 }
 
-// NewService returns a fresh service over the same engine, clients and
-// sources: capability runs each get one, never the caller's.
-func (a *App) NewService() *bridge.Service { return a.newService() }
+// HTTPHandler returns the HTTP API (routes, the MCP endpoint) over this
+// app: opts says what the front end adds (its logger, guard, streaming,
+// text budget); the service, traces, capabilities and health are the
+// app's.
+func (a *App) HTTPHandler(opts httpapi.Options) http.Handler {
+	opts.Service, opts.Traces, opts.Capabilities, opts.Health = a.Service, a.Traces, a.Capabilities, a.Health
+	return httpapi.New(opts)
+}
+
+// CapabilityRunner runs capability invocations on this app's service: the
+// capability function's handler takes it.
+func (a *App) CapabilityRunner() *capability.Runner { return a.runner }
 
 // ServerHealth reports the MCP servers' states, an empty list without
 // servers.

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
@@ -214,9 +214,9 @@ func TestSuspensionsFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := a.Service.Execute(context.Background(), bridge.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: bridge.ApprovalSuspend})
+		r := a.Service.Execute(context.Background(), execution.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: execution.ApprovalSuspend})
 		a.Close(context.Background())
-		if got := r.Status == bridge.StatusSuspended; got != withDir || (a.Suspensions != nil) != withDir {
+		if got := r.Status == execution.StatusSuspended; got != withDir || (a.Suspensions != nil) != withDir {
 			t.Fatalf("with a directory %v: status %q, error %+v, store %v", withDir, r.Status, r.Error, a.Suspensions)
 		}
 	}

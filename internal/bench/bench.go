@@ -11,6 +11,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -78,7 +79,8 @@ type PeerRef struct{ Peer, Key, Label string }
 
 // Options say what Measure measures.
 type Options struct {
-	// Engine runs the sandbox figures; Measure does not close it.
+	// Engine runs the sandbox figures; Measure does not close it. When
+	// nil, Measure opens one over CacheDir (and closes it).
 	Engine *guest.Engine
 	// CacheDir is the engine's compilation cache ("" for none): the engine
 	// without deadline enforcement and the cached process start use it.
@@ -100,6 +102,14 @@ type Options struct {
 // at once on the same cores).
 func Measure(ctx context.Context, o Options) ([]Figure, error) {
 	eng, samples, progress := o.Engine, o.Samples, o.Progress
+	if eng == nil {
+		opened, err := guest.New(ctx, guest.Options{CacheDir: o.CacheDir, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, err
+		}
+		defer opened.Close(context.Background())
+		eng = opened
+	}
 	if samples <= 0 {
 		samples = 500
 	}

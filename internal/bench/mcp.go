@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
@@ -24,19 +27,27 @@ func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) (
 		return nil, err
 	}
 	defer srv.Close()
-	pool, err := mcpclient.New(ctx, []mcpclient.ServerConfig{{Name: "demo", URL: srv.SSEURL(), Transport: mcpclient.TransportSSE}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	tmp, err := os.MkdirTemp("", "pml-bench-mcp")
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	svc := bridge.New(eng, bridge.Options{Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}}})
-	if _, err := pool.Tools(ctx); err != nil {
+	defer os.RemoveAll(tmp)
+	a, err := app.New(ctx, app.Config{
+		Engine:           eng,
+		Servers:          []mcpclient.ServerConfig{{Name: "demo", URL: srv.SSEURL(), Transport: mcpclient.TransportSSE}},
+		Traces:           app.TraceConfig{Store: app.StoreMemory},
+		CapabilitiesFile: filepath.Join(tmp, "capabilities.json"),
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close(context.Background())
+	if _, err := a.Pool.Tools(ctx); err != nil {
 		return nil, err
 	}
 	exec := func(code string) (time.Duration, error) {
 		start := time.Now()
-		r := svc.Execute(ctx, bridge.Request{Code: code, TimeoutMS: 60000})
+		r := a.Service.Execute(ctx, execution.Request{Code: code, TimeoutMS: 60000})
 		if !r.OK {
 			return 0, fmt.Errorf("mcp benchmark: %v", r.Error)
 		}

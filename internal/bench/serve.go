@@ -144,13 +144,9 @@ func startServed(ctx context.Context, cacheDir string) (_ *served, err error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	s.url = "http://" + ln.Addr().String()
-	handler := httpapi.New(httpapi.Options{
-		Service:      s.app.Service,
-		Traces:       s.app.Traces,
-		Capabilities: s.app.Capabilities,
-		Health:       s.app.Health,
-		Logger:       log,
-		Guard:        &httpapi.Guard{}, // what pml serve guards loopback with
+	handler := s.app.HTTPHandler(httpapi.Options{
+		Logger: log,
+		Guard:  &httpapi.Guard{}, // what pml serve guards loopback with
 	})
 	s.hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	s.done = make(chan error, 1)

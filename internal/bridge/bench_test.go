@@ -9,6 +9,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
 
@@ -46,11 +47,11 @@ func BenchmarkPoolCallSSE(b *testing.B) {
 func BenchmarkScriptCallSSE(b *testing.B) {
 	pool, stop := benchPool(b)
 	defer stop()
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}}})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}})
 	const n = 100
 	code := "for (let i = 0; i < 100; i++) await mcp.demo.word_count({text: 'one two three'}); return 1"
 	for b.Loop() {
-		if r := svc.Execute(context.Background(), bridge.Request{Code: code, TimeoutMS: 60000}); !r.OK {
+		if r := svc.Execute(context.Background(), execution.Request{Code: code, TimeoutMS: 60000}); !r.OK {
 			b.Fatal(r.Error)
 		}
 	}
@@ -77,7 +78,7 @@ return {sum, total, n: echoed.words.length};
 func BenchmarkExecutePlainJS(b *testing.B) {
 	svc := demoService(nil)
 	for b.Loop() {
-		if r := svc.Execute(context.Background(), bridge.Request{Code: plainJS}); !r.OK {
+		if r := svc.Execute(context.Background(), execution.Request{Code: plainJS}); !r.OK {
 			b.Fatal(r.Error)
 		}
 	}

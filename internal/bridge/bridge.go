@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/script"
@@ -26,146 +26,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
-// Request is one execution, as callers send it.
-type Request struct {
-	// Code is the body of an async function, JavaScript or TypeScript.
-	Code string `json:"code"`
-	// Lang is "ts" to strip TypeScript's types first, "js" for JavaScript
-	// only; empty reads JavaScript, then TypeScript (see internal/script).
-	Lang string `json:"lang,omitempty"`
-	// Args is bound to `args` in the script.
-	Args json.RawMessage `json:"args,omitempty"`
-	// Tools narrows the visible tool set: "server:tool" patterns whose
-	// sides are globs ("kv:*", "fs:read_*"; see catalog.MatchGlob).
-	// Empty means every tool the service has. It can never widen the set.
-	Tools []string `json:"tools,omitempty"`
-	// TimeoutMS bounds the execution (capped by the service's limit).
-	TimeoutMS int `json:"timeout_ms,omitempty"`
-	// AllowDestructive lets tools annotated destructiveHint run.
-	AllowDestructive bool `json:"allow_destructive,omitempty"`
-	// ParseJSONText asks for text tool results to be parsed as JSON even
-	// when the tool declares no output schema.
-	ParseJSONText bool `json:"parse_json_text,omitempty"`
-	// CallDetail is how much of the calls the response carries:
-	// CallDetailFull (the default), CallDetailSummary or CallDetailNone.
-	CallDetail string `json:"call_detail,omitempty"`
-	// Approval is what becomes of a call that needs approval (a tool
-	// annotated destructive, or one its server lists in require_approval)
-	// when AllowDestructive is not set: ApprovalRefuse (the default) fails
-	// it FORBIDDEN; ApprovalSuspend parks it, and once every call the
-	// script awaits is parked the execution suspends until someone decides
-	// (see Service.Resume).
-	Approval string `json:"approval,omitempty"`
-
-	// Set by the host, never by the caller's JSON.
-	ExecutionID string `json:"-"`
-	// Principal is the caller's identity where auth is on (an IAM ARN, a
-	// JWT subject), "" where it is off: only the same principal may
-	// resume the execution if it suspends.
-	Principal string `json:"-"`
-	// OnEvent, when set, receives the execution's progress as it happens:
-	// each console line, each call's start and end. It may be called from
-	// several goroutines at once and must not block.
-	OnEvent     func(Event) `json:"-"`
-	Source      string      `json:"-"` // "cli", "http", "mcp", "sqs", "eventbridge", "invoke", "capability"
-	Parent      *Parent     `json:"-"`
-	TraceHeader string      `json:"-"` // X-Ray trace header, propagated to capability runs
-}
-
-// Parent links a capability run to the call that started it.
-type Parent struct {
-	ExecutionID string   `json:"execution_id"`
-	CallID      int      `json:"call_id"`
-	Capability  string   `json:"capability"`
-	Depth       int      `json:"depth"`
-	Chain       []string `json:"chain"` // capabilities from the root run down to this one
-	// Narrowing holds the tools filter of every run above this one that
-	// narrowed; this run may use only tools each of them allows.
-	Narrowing [][]string `json:"narrowing,omitempty"`
-	// Sandboxes is this run's share of the request tree's sandbox budget:
-	// how many capability runs it and its descendants may start.
-	Sandboxes int `json:"sandboxes"`
-}
-
-// Response is what every front end returns.
-type Response struct {
-	OK            bool             `json:"ok"`
-	Result        json.RawMessage  `json:"result"`
-	Logs          []guest.LogEntry `json:"logs"`
-	LogsTruncated bool             `json:"logs_truncated,omitempty"`
-	Error         *fault.Error     `json:"error,omitempty"`
-	// Calls is every call record (an empty list when there were none),
-	// left out when the request asked for less (Request.CallDetail).
-	Calls []trace.Call `json:"calls,omitzero"`
-	// CallSummary stands for Calls when the request asked for a summary.
-	CallSummary *CallSummary `json:"call_summary,omitempty"`
-	DurationMS  float64      `json:"duration_ms"`
-	ExecutionID string       `json:"execution_id"`
-	// Sandboxes counts the capability runs the execution's calls started,
-	// descendants' included (a capability run reports it to its caller,
-	// which takes back what it reserved for the run and the run did not use).
-	Sandboxes int `json:"sandboxes,omitempty"`
-	// Status is StatusSuspended when the execution waits for decisions on
-	// the Pending calls (OK is false, Error nil), until ExpiresAt; empty
-	// when it ended.
-	Status    string    `json:"status,omitempty"`
-	Pending   []Pending `json:"pending,omitempty"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-}
-
-// CallOptions travel with each tool call to its source.
-type CallOptions struct {
-	AllowDestructive bool
-	// Approval is the calling request's (Request.Approval): a capability
-	// run inherits it, to refuse what it cannot park with the reason.
-	Approval      string
-	ParseJSONText bool
-	// The calling execution, for capability runs and trace links.
-	ExecutionID string
-	CallID      int
-	Parent      *Parent
-	TraceHeader string
-	// Narrowing is what a capability run started by this call inherits:
-	// the calling run's inherited filters plus its own.
-	Narrowing [][]string
-	// Sandboxes is the calling execution's share of the request tree's
-	// sandbox budget, which a capability call spends from.
-	Sandboxes *Budget
-	// OnChild, when the call starts another execution (a capability run),
-	// receives that execution's id and calls so traces link parent and
-	// child and the caller's response shows the whole tree.
-	OnChild func(executionID string, calls []trace.Call)
-}
-
-// ToolSource provides tools: MCP servers, capabilities, the demo tools.
-// Implementations must be safe for concurrent use.
-type ToolSource interface {
-	// Tools lists what the source offers now.
-	Tools(ctx context.Context) ([]catalog.Tool, error)
-	// Call runs one tool. args has already been checked to be JSON.
-	Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) (json.RawMessage, error)
-}
-
-// ServerSource is a ToolSource that owns whole server names: the MCP client
-// pool. Every mcp.<server>.* of a server it names is its own, reachable or
-// not, so no other source may serve that name (a capability saved as
-// "kv:kv_get" must never take over a call meant for server kv), and a name
-// it does not list while the server is down is unavailable, not missing.
-type ServerSource interface {
-	ToolSource
-	// Servers lists the server names the source owns, whether or not they
-	// can be reached now.
-	Servers() []string
-	// CheckServer returns nil when server can serve calls now, else the
-	// error a call to it would get (a retryable UNAVAILABLE).
-	CheckServer(server string) error
-}
-
 // Options configure a Service.
 type Options struct {
 	// Sources, in priority order: when two offer the same server:tool, the
 	// first wins (MCP servers before capabilities, as ADR-052 resolves).
-	Sources []ToolSource
+	Sources []execution.ToolSource
 	// Sink receives a record of every execution (may be nil).
 	Sink trace.Sink
 	// Logger for service diagnostics (default slog.Default()).
@@ -175,7 +40,7 @@ type Options struct {
 	// Limits apply to every execution (zero fields: engine defaults).
 	Limits guest.Limits
 	// Sandboxes bounds the capability runs one request tree may start
-	// (default DefaultSandboxes); a capability run gets at most what its
+	// (default execution.DefaultSandboxes); a capability run gets at most what its
 	// caller handed down.
 	Sandboxes int
 	// Drops logs the tools the catalog leaves out. Services built alike
@@ -191,7 +56,7 @@ type Options struct {
 // Service runs executions. It is safe for concurrent use.
 type Service struct {
 	engine  *guest.Engine
-	sources []ToolSource
+	sources []execution.ToolSource
 	sink    trace.Sink
 	log     *slog.Logger
 	maxTime time.Duration
@@ -214,7 +79,7 @@ func New(engine *guest.Engine, opts Options) *Service {
 		s.maxTime = 60 * time.Second
 	}
 	if s.sandbox <= 0 {
-		s.sandbox = DefaultSandboxes
+		s.sandbox = execution.DefaultSandboxes
 	}
 	return s
 }
@@ -222,7 +87,7 @@ func New(engine *guest.Engine, opts Options) *Service {
 // entry is one tool of an execution with the source that serves it.
 type entry struct {
 	tool   catalog.Tool
-	source ToolSource
+	source execution.ToolSource
 }
 
 // Catalog returns every tool the service offers, deduplicated by priority.
@@ -275,7 +140,7 @@ func (s *Service) catalog(ctx context.Context) []entry {
 // Service.sources.
 type owner struct {
 	index  int
-	source ServerSource
+	source execution.ServerSource
 }
 
 // serverOwners maps each server name a ServerSource owns to it; the first
@@ -283,7 +148,7 @@ type owner struct {
 func (s *Service) serverOwners() map[string]owner {
 	out := map[string]owner{}
 	for i, src := range s.sources {
-		ss, ok := src.(ServerSource)
+		ss, ok := src.(execution.ServerSource)
 		if !ok {
 			continue
 		}
@@ -319,18 +184,21 @@ func downServer(owners map[string]owner, r analysis.Ref, filter catalog.Filter) 
 // Execute runs one request. It always returns a Response; failures are in
 // Response.Error. An execution that suspends (Request.Approval) is saved
 // and answered with Status StatusSuspended and its pending calls.
-func (s *Service) Execute(ctx context.Context, req Request) *Response {
+//
+// A request that no front end validated (see execution.Request.Validate)
+// is validated here; one that was is not parsed again.
+func (s *Service) Execute(ctx context.Context, req execution.Request) *execution.Response {
 	start := time.Now()
 	if req.ExecutionID == "" {
-		req.ExecutionID = guest.NewExecutionID()
+		req.ExecutionID = trace.NewExecutionID()
 	}
-	resp, res := s.execute(ctx, req, start)
-	ex := s.execRecord(req, resp, start)
+	resp, res := s.execute(ctx, &req, start)
+	ex := s.execRecord(&req, resp, start)
 	if res != nil && res.Suspended != nil {
-		s.suspended(ctx, req, resp, res.Suspended, &ex, start)
+		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
 	}
 	s.record(ctx, ex, resp)
-	applyCallDetail(resp, req.CallDetail)
+	resp.ApplyCallDetail(req.CallDetail)
 	return resp
 }
 
@@ -343,23 +211,19 @@ type toolSet struct {
 	entries   map[string]entry
 }
 
-// toolSet narrows the catalog to what a request with these filters may
-// call.
-func (s *Service) toolSet(ctx context.Context, patterns []string, parent *Parent) (*toolSet, *fault.Error) {
+// toolSet narrows the catalog to what req may call: its own filter, and
+// what the runs above it narrowed to.
+func (s *Service) toolSet(ctx context.Context, req *execution.Request) (*toolSet, *fault.Error) {
 	all := s.catalog(ctx)
 	tools := make([]catalog.Tool, len(all))
 	for i, e := range all {
 		tools[i] = e.tool
 	}
-	visible, err := catalog.Narrow(tools, patterns)
+	visible, err := req.Filter().Narrow(tools)
 	if err != nil {
 		return nil, fault.As(err)
 	}
-	inherited, err := inheritedFilters(parent)
-	if err != nil {
-		return nil, fault.As(err)
-	}
-	visible, forbidden := applyInherited(visible, tools, inherited)
+	visible, forbidden := applyInherited(visible, tools, req.Inherited())
 	byName := make(map[string]entry, len(visible))
 	for _, e := range all {
 		byName[e.tool.FullName()] = e
@@ -371,30 +235,24 @@ func (s *Service) toolSet(ctx context.Context, patterns []string, parent *Parent
 	return &toolSet{all: tools, visible: visible, forbidden: forbidden, entries: entries}, nil
 }
 
-func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*Response, *guest.Result) {
-	fail := func(err *fault.Error) (*Response, *guest.Result) {
-		return &Response{Error: err, Logs: []guest.LogEntry{}, Calls: []trace.Call{}, ExecutionID: req.ExecutionID,
-			DurationMS: ms(time.Since(start))}, nil
+func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (*execution.Response, *guest.Result) {
+	fail := func(err *fault.Error) (*execution.Response, *guest.Result) {
+		resp := execution.Failed(req.ExecutionID, err)
+		resp.DurationMS = ms(time.Since(start))
+		return resp, nil
 	}
-	if strings.TrimSpace(req.Code) == "" {
-		return fail(fault.New(fault.InvalidRequest, "code is empty"))
-	}
-	if req.TimeoutMS < 0 {
-		return fail(fault.New(fault.InvalidRequest, "timeout_ms must not be negative"))
-	}
-	if ferr := CheckCallDetail(req.CallDetail); ferr != nil {
-		return fail(ferr)
-	}
-	if ferr := CheckApproval(req.Approval); ferr != nil {
-		return fail(ferr)
+	if !req.Validated() {
+		if ferr := req.Validate(); ferr != nil {
+			return fail(ferr)
+		}
 	}
 	// A capability run never parks (its calls are refused instead), so
 	// only a root execution needs somewhere to suspend to.
-	if req.Approval == ApprovalSuspend && req.Parent == nil && s.store == nil {
+	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && s.store == nil {
 		return fail(fault.New(fault.InvalidRequest, `approval "suspend" is not available here: this service keeps no suspended executions`))
 	}
 
-	ts, ferr := s.toolSet(ctx, req.Tools, req.Parent)
+	ts, ferr := s.toolSet(ctx, req)
 	if ferr != nil {
 		return fail(ferr)
 	}
@@ -406,10 +264,10 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		return fail(fault.As(perr))
 	}
 	refs := prep.Refs
-	if ferr := forbiddenRef(refs, ts.forbidden, req.Parent); ferr != nil {
+	if ferr := forbiddenRef(refs, ts.forbidden, req.Inherited()); ferr != nil {
 		return fail(ferr)
 	}
-	if ferr := s.unresolved(refs, ts.entries, req.Tools); ferr != nil {
+	if ferr := s.unresolved(refs, ts.entries, req.Filter()); ferr != nil {
 		return fail(ferr)
 	}
 
@@ -424,7 +282,7 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
 	}
 	limits.Timeout = timeout
-	host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
+	host := &toolHost{service: s, req: req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 		budget: s.budget(req.Parent)}
 	greq := guest.Request{
 		ExecutionID: req.ExecutionID,
@@ -434,18 +292,18 @@ func (s *Service) execute(ctx context.Context, req Request, start time.Time) (*R
 		Host:        host,
 		Limits:      limits,
 	}
-	s.hook(ctx, &greq, &req, host)
+	s.hook(ctx, &greq, req, host)
 	res := s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
-	return s.response(res, &req, host, start), res
+	return s.response(res, req, host, start), res
 }
 
 // hook connects the engine's callbacks to the request's: the park
 // decision, and the calls and console lines the trace sink and OnEvent
 // receive as they happen.
-func (s *Service) hook(ctx context.Context, greq *guest.Request, req *Request, host *toolHost) {
+func (s *Service) hook(ctx context.Context, greq *guest.Request, req *execution.Request, host *toolHost) {
 	entries := host.entries
-	if req.Approval == ApprovalSuspend && req.Parent == nil && !req.AllowDestructive {
+	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && !req.AllowDestructive {
 		greq.Park = func(c guest.Call) bool {
 			e, ok := entries[c.Server+":"+c.Tool]
 			return ok && e.tool.NeedsApproval()
@@ -461,28 +319,28 @@ func (s *Service) hook(ctx context.Context, greq *guest.Request, req *Request, h
 				rec.RecordCall(ctx, c)
 			}
 			if req.OnEvent != nil {
-				req.OnEvent(Event{Type: EventCallEnd, Call: c})
+				req.OnEvent(execution.Event{Type: execution.EventCallEnd, Call: c})
 			}
 		}
 	}
 	if req.OnEvent != nil {
-		greq.OnLog = func(e guest.LogEntry) { req.OnEvent(Event{Type: EventLog, Log: e}) }
+		greq.OnLog = func(e trace.LogEntry) { req.OnEvent(execution.Event{Type: execution.EventLog, Log: e}) }
 		greq.OnCallStart = func(c trace.Call) {
-			req.OnEvent(Event{Type: EventCallStart, Call: finishCall(c, entries, req, host)})
+			req.OnEvent(execution.Event{Type: execution.EventCallStart, Call: finishCall(c, entries, req, host)})
 		}
 	}
 }
 
 // response is the Response of a run (or a resumed run) that got as far
 // as the engine.
-func (s *Service) response(res *guest.Result, req *Request, host *toolHost, start time.Time) *Response {
+func (s *Service) response(res *guest.Result, req *execution.Request, host *toolHost, start time.Time) *execution.Response {
 	for i := range res.Calls {
 		res.Calls[i] = finishCall(res.Calls[i], host.entries, req, host)
 	}
 	// Descendants' calls follow the execution's own, each with its
 	// execution id and the parent call that started its run.
 	res.Calls = append(res.Calls, host.descendantCalls()...)
-	resp := &Response{
+	resp := &execution.Response{
 		OK:            res.OK,
 		Result:        res.Value,
 		Logs:          res.Logs,
@@ -502,7 +360,7 @@ func (s *Service) response(res *guest.Result, req *Request, host *toolHost, star
 // finishCall completes a call record with what only the bridge knows: the
 // kind of tool, the parent call of a capability run, the child execution a
 // capability call started.
-func finishCall(c trace.Call, entries map[string]entry, req *Request, host *toolHost) trace.Call {
+func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, host *toolHost) trace.Call {
 	if e, ok := entries[c.Server+":"+c.Tool]; ok {
 		c.Kind = e.tool.Kind
 	}
@@ -516,9 +374,7 @@ func finishCall(c trace.Call, entries map[string]entry, req *Request, host *tool
 // unresolved reports the first mcp.x.y the code names that the tool set
 // lacks: a retryable UNAVAILABLE when it names a configured server that is
 // down, else TOOL_NOT_FOUND with the nearest names.
-func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, patterns []string) *fault.Error {
-	// The patterns already narrowed the tool set, so they parse.
-	filter, _ := catalog.ParseFilter(patterns)
+func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, filter catalog.Filter) *fault.Error {
 	owners := s.serverOwners()
 	for _, r := range refs.Tools {
 		if _, ok := entries[r.FullName()]; ok {
@@ -547,7 +403,7 @@ func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, patte
 }
 
 // execRecord is the trace record of an execution's first run.
-func (s *Service) execRecord(req Request, resp *Response, start time.Time) trace.Execution {
+func (s *Service) execRecord(req *execution.Request, resp *execution.Response, start time.Time) trace.Execution {
 	sum := sha256.Sum256([]byte(req.Code))
 	ex := trace.Execution{
 		ID:          resp.ExecutionID,
@@ -555,7 +411,8 @@ func (s *Service) execRecord(req Request, resp *Response, start time.Time) trace
 		CodeBytes:   len(req.Code),
 		StartedAt:   start,
 		DurationMS:  resp.DurationMS,
-		Source:      req.Source,
+		Source:      string(req.Source),
+		Principal:   req.Principal,
 		TraceID:     traceIDFromHeader(req.TraceHeader),
 		TraceHeader: req.TraceHeader,
 	}
@@ -563,14 +420,14 @@ func (s *Service) execRecord(req Request, resp *Response, start time.Time) trace
 		ex.ParentExecutionID = p.ExecutionID
 		ex.ParentCallID = p.CallID
 		ex.Capability = p.Capability
-		ex.Depth = p.Depth
+		ex.Depth = p.Depth()
 	}
 	return ex
 }
 
 // record sends the execution to the sink, with the status and call count
 // resp gives it. It never fails the execution.
-func (s *Service) record(ctx context.Context, ex trace.Execution, resp *Response) {
+func (s *Service) record(ctx context.Context, ex trace.Execution, resp *execution.Response) {
 	if s.sink == nil {
 		return
 	}
@@ -584,7 +441,7 @@ func (s *Service) record(ctx context.Context, ex trace.Execution, resp *Response
 	}
 	ex.Calls = len(own)
 	switch {
-	case resp.Status == StatusSuspended:
+	case resp.Status == execution.StatusSuspended:
 		ex.Status = trace.StatusSuspended
 	case resp.OK:
 		ex.Status = trace.StatusOK

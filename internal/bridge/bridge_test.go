@@ -17,6 +17,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
@@ -70,7 +71,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 	sink := &memSink{}
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}, bridge.DemoSource{}}, Sink: sink})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}, demoserver.Source{}}, Sink: sink})
 	// Wait for discovery so every test starts from a warm catalog.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(svc.Catalog(ctx)) < 20 && time.Now().Before(deadline) {
@@ -100,9 +101,9 @@ func startOddServer(t *testing.T) string {
 	return "http://" + ln.Addr().String() + "/mcp"
 }
 
-func (f *fixture) run(t *testing.T, code string, mods ...func(*bridge.Request)) *bridge.Response {
+func (f *fixture) run(t *testing.T, code string, mods ...func(*execution.Request)) *execution.Response {
 	t.Helper()
-	req := bridge.Request{Code: code, TimeoutMS: 10000, Source: "test"}
+	req := execution.Request{Code: code, TimeoutMS: 10000, Source: "test"}
 	for _, m := range mods {
 		m(&req)
 	}
@@ -128,7 +129,7 @@ func TestBridge(t *testing.T) {
 	tests := []struct {
 		name     string
 		code     string
-		mod      func(*bridge.Request)
+		mod      func(*execution.Request)
 		want     string     // JSON result when ok
 		wantCode fault.Code // error code otherwise
 		calls    int        // traced calls expected
@@ -151,7 +152,7 @@ func TestBridge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var mods []func(*bridge.Request)
+			var mods []func(*execution.Request)
 			if tt.mod != nil {
 				mods = append(mods, tt.mod)
 			}
@@ -173,10 +174,10 @@ func TestBridge(t *testing.T) {
 	}
 }
 
-func allowDestructive(r *bridge.Request) { r.AllowDestructive = true }
+func allowDestructive(r *execution.Request) { r.AllowDestructive = true }
 
-func narrow(p ...string) func(*bridge.Request) {
-	return func(r *bridge.Request) { r.Tools = p }
+func narrow(p ...string) func(*execution.Request) {
+	return func(r *execution.Request) { r.Tools = p }
 }
 
 func TestUnresolvedNamesCarrySuggestions(t *testing.T) {

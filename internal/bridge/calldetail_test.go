@@ -3,12 +3,10 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 func TestCallDetail(t *testing.T) {
@@ -29,7 +27,7 @@ return await mcp.demo.echo({x: 1})`
 	}
 	for _, tc := range tests {
 		t.Run(tc.detail, func(t *testing.T) {
-			r := svc.Execute(context.Background(), bridge.Request{Code: code, CallDetail: tc.detail})
+			r := svc.Execute(context.Background(), execution.Request{Code: code, CallDetail: tc.detail})
 			if !r.OK {
 				t.Fatal(r.Error)
 			}
@@ -49,40 +47,13 @@ return await mcp.demo.echo({x: 1})`
 		})
 	}
 	// No calls at all is still "calls": [] by default.
-	raw, _ := json.Marshal(svc.Execute(context.Background(), bridge.Request{Code: "return 1"}))
+	raw, _ := json.Marshal(svc.Execute(context.Background(), execution.Request{Code: "return 1"}))
 	var doc map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &doc)
 	if string(doc["calls"]) != "[]" {
 		t.Errorf("calls = %s, want []", doc["calls"])
 	}
-	if r := svc.Execute(context.Background(), bridge.Request{Code: "return 1", CallDetail: "some"}); r.Error == nil || r.Error.Code != fault.InvalidRequest {
+	if r := svc.Execute(context.Background(), execution.Request{Code: "return 1", CallDetail: "some"}); r.Error == nil || r.Error.Code != fault.InvalidRequest {
 		t.Errorf("call_detail some: %+v, want INVALID_REQUEST", r.Error)
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	calls := []trace.Call{
-		{ExecutionID: "ex_a", CallID: 1, Server: "kv", Tool: "get", OK: true},
-		{ExecutionID: "ex_a", CallID: 2, Server: "kv", Tool: "get", ErrorCode: fault.Unavailable},
-		{ExecutionID: "ex_child", CallID: 1, Server: "fs", Tool: "read", ErrorCode: fault.Timeout},
-		{ExecutionID: "ex_a", CallID: 4, Server: "*", Tool: "*", ErrorCode: fault.LimitExceeded, Count: 7},
-	}
-	got := bridge.Summarize("ex_a", calls)
-	want := &bridge.CallSummary{Total: 10, Failed: 9,
-		ByTool: []bridge.ToolCount{{Tool: "*:*", Calls: 7, Failed: 7}, {Tool: "kv:get", Calls: 2, Failed: 1}, {Tool: "fs:read", Calls: 1, Failed: 1}},
-		Failures: []bridge.FailedCall{
-			{CallID: 2, Tool: "kv:get", ErrorCode: fault.Unavailable},
-			{ExecutionID: "ex_child", CallID: 1, Tool: "fs:read", ErrorCode: fault.Timeout},
-			{CallID: 4, Tool: "*:*", ErrorCode: fault.LimitExceeded, Count: 7},
-		}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Summarize:\n got %+v\nwant %+v", got, want)
-	}
-	var many []trace.Call
-	for i := range 30 {
-		many = append(many, trace.Call{ExecutionID: "ex_a", CallID: i + 1, Server: "s", Tool: "t", ErrorCode: fault.ToolError})
-	}
-	if s := bridge.Summarize("ex_a", many); len(s.Failures) != 20 || s.FailuresOmitted != 10 || s.Failed != 30 {
-		t.Errorf("30 failures: %d listed, %d omitted, %d failed", len(s.Failures), s.FailuresOmitted, s.Failed)
 	}
 }

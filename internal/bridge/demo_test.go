@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -14,7 +16,7 @@ import (
 // demoService is a service over the in-process demo tools that logs
 // nothing, with sink (may be nil).
 func demoService(sink trace.Sink) *bridge.Service {
-	return bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Sink: sink, Logger: slog.New(slog.DiscardHandler)})
+	return bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Sink: sink, Logger: slog.New(slog.DiscardHandler)})
 }
 
 // TestDemoToolsValidateLikeMCPTools: the demo tools' arguments go through
@@ -39,7 +41,7 @@ func TestDemoToolsValidateLikeMCPTools(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := svc.Execute(context.Background(), bridge.Request{Code: tt.code, TimeoutMS: 10000})
+			r := svc.Execute(context.Background(), execution.Request{Code: tt.code, TimeoutMS: 10000})
 			if tt.want != "" {
 				if !r.OK {
 					t.Fatalf("failed: %+v", r.Error)

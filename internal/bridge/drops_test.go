@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
-
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 )
 
 // fixedSource offers the tools it is given and answers every call with
@@ -23,7 +23,7 @@ type fixedSource struct {
 
 func (s fixedSource) Tools(context.Context) ([]catalog.Tool, error) { return s.tools, nil }
 
-func (s fixedSource) Call(context.Context, catalog.Tool, json.RawMessage, bridge.CallOptions) (json.RawMessage, error) {
+func (s fixedSource) Call(context.Context, catalog.Tool, json.RawMessage, execution.CallOptions) (json.RawMessage, error) {
 	return json.Marshal(s.name)
 }
 
@@ -37,17 +37,17 @@ func TestCatalogLogsEveryDropOnce(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	drops := catalog.NewDropLog(log)
 	newService := func() *bridge.Service {
-		return bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{first, second}, Logger: log, Drops: drops})
+		return bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{first, second}, Logger: log, Drops: drops})
 	}
 	for range 2 {
 		svc := newService()
 		for range 2 {
-			r := svc.Execute(context.Background(), bridge.Request{Code: "return [await mcp.x.a(), await mcp.x.b()]", TimeoutMS: 10000})
+			r := svc.Execute(context.Background(), execution.Request{Code: "return [await mcp.x.a(), await mcp.x.b()]", TimeoutMS: 10000})
 			if !r.OK || string(r.Result) != `["first","second"]` {
 				t.Fatalf("got %s %+v; want the first source's x:a and the second's x:b", r.Result, r.Error)
 			}
 		}
-		if r := svc.Execute(context.Background(), bridge.Request{Code: "return await mcp.x.then()", TimeoutMS: 10000}); r.OK || r.Error.Code != fault.ToolNotFound {
+		if r := svc.Execute(context.Background(), execution.Request{Code: "return await mcp.x.then()", TimeoutMS: 10000}); r.OK || r.Error.Code != fault.ToolNotFound {
 			t.Fatalf("x:then reached the sandbox: %s %+v", r.Result, r.Error)
 		}
 	}

@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -26,133 +26,6 @@ import (
 // the request had, and either finishes it or saves it again when it
 // suspends anew. What the bridge must remember of the request lives beside
 // the image, in durableState.
-
-// Request.Approval values.
-const (
-	ApprovalRefuse  = "refuse"  // a call that needs approval fails FORBIDDEN (the default)
-	ApprovalSuspend = "suspend" // it is parked, and the execution may suspend
-)
-
-// StatusSuspended is Response.Status of an execution that waits for
-// decisions.
-const StatusSuspended = "suspended"
-
-// PendingApproval is Pending.Reason of a call parked for approval.
-const PendingApproval = "approval"
-
-// MaxReasonBytes bounds a decision's reason: it is kept in the trace.
-const MaxReasonBytes = 1000
-
-// CheckApproval returns an InvalidRequest error for an unknown mode.
-func CheckApproval(a string) *fault.Error {
-	switch a {
-	case "", ApprovalRefuse, ApprovalSuspend:
-		return nil
-	}
-	return fault.New(fault.InvalidRequest, `approval must be "refuse" or "suspend", not %q`, a)
-}
-
-// Pending is a parked call a suspended execution waits on.
-type Pending struct {
-	CallID int             `json:"call_id"`
-	Server string          `json:"server"`
-	Tool   string          `json:"tool"`
-	Args   json.RawMessage `json:"args"`
-	Reason string          `json:"reason"` // PendingApproval
-}
-
-// The words of a decision.
-const (
-	DecisionApprove = "approve"
-	DecisionReject  = "reject"
-)
-
-// Decision is what someone decided about a parked call. Its JSON is
-// "approve", "reject", or {"decision": "reject", "reason": "…"}; a reason
-// reaches the script in a rejection's message, and the trace either way.
-type Decision struct {
-	Approve bool
-	Reason  string
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Decision) UnmarshalJSON(b []byte) error {
-	var word string
-	if err := json.Unmarshal(b, &word); err == nil {
-		return d.set(word, "")
-	}
-	var obj struct {
-		Decision string `json:"decision"`
-		Reason   string `json:"reason"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&obj); err != nil {
-		return fmt.Errorf(`a decision is "approve", "reject" or {"decision": "reject", "reason": "…"}: %w`, err)
-	}
-	return d.set(obj.Decision, obj.Reason)
-}
-
-func (d *Decision) set(word, reason string) error {
-	switch word {
-	case DecisionApprove, DecisionReject:
-	default:
-		return fmt.Errorf(`a decision is "approve" or "reject", not %q`, word)
-	}
-	if len(reason) > MaxReasonBytes {
-		return fmt.Errorf("a decision's reason is at most %d bytes (got %d)", MaxReasonBytes, len(reason))
-	}
-	*d = Decision{Approve: word == DecisionApprove, Reason: reason}
-	return nil
-}
-
-// MarshalJSON implements json.Marshaler: the word alone, or the object
-// form when there is a reason.
-func (d Decision) MarshalJSON() ([]byte, error) {
-	if d.Reason == "" {
-		return json.Marshal(d.word())
-	}
-	return json.Marshal(map[string]string{"decision": d.word(), "reason": d.Reason})
-}
-
-func (d Decision) word() string {
-	if d.Approve {
-		return DecisionApprove
-	}
-	return DecisionReject
-}
-
-// ResumeRequest continues a suspended execution with decisions on some or
-// all of its pending calls (an undecided call stays parked).
-type ResumeRequest struct {
-	ExecutionID string `json:"execution_id"`
-	// Decisions by call id ("2": "approve").
-	Decisions map[string]Decision `json:"decisions"`
-	// CallDetail is how much of the calls the response carries, as
-	// Request.CallDetail.
-	CallDetail string `json:"call_detail,omitempty"`
-
-	// Set by the host, never by the caller's JSON: as in Request.
-	Principal   string      `json:"-"`
-	TraceHeader string      `json:"-"`
-	OnEvent     func(Event) `json:"-"`
-}
-
-// callDecisions checks the decisions' keys and returns them by call id.
-func (r *ResumeRequest) callDecisions() (map[int]Decision, *fault.Error) {
-	if len(r.Decisions) == 0 {
-		return nil, fault.New(fault.InvalidRequest, `decisions is empty: give one per call to decide, e.g. {"2": "approve"}`)
-	}
-	out := make(map[int]Decision, len(r.Decisions))
-	for k, d := range r.Decisions {
-		id, err := strconv.Atoi(k)
-		if err != nil || id < 1 {
-			return nil, fault.New(fault.InvalidRequest, "decisions are keyed by call id (a positive integer), not %q", k)
-		}
-		out[id] = d
-	}
-	return out, nil
-}
 
 // durableState is what the bridge keeps of a suspended execution's request
 // beside its image (suspend.Record.Bridge): what a resumer needs to serve
@@ -194,8 +67,8 @@ const storeTimeout = 10 * time.Second
 
 // suspended saves the first run of req, which has suspended, and makes
 // resp its StatusSuspended answer.
-func (s *Service) suspended(ctx context.Context, req Request, resp *Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
-	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: req.Source,
+func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
+	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source),
 		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, Sandboxes: resp.Sandboxes}
 	s.park(ctx, &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}, st, susp, resp, ex)
 }
@@ -203,11 +76,11 @@ func (s *Service) suspended(ctx context.Context, req Request, resp *Response, su
 // park saves a suspended run as rec (new, or the claimed record of a
 // resumed run) and answers resp with its pending calls. When the state
 // cannot be saved the execution fails: its parked calls will never run.
-func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableState, susp *guest.Suspension, resp *Response, ex *trace.Execution) {
-	pending := make([]Pending, len(susp.Parked))
+func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableState, susp *guest.Suspension, resp *execution.Response, ex *trace.Execution) {
+	pending := make([]execution.Pending, len(susp.Parked))
 	ids := make([]int, len(susp.Parked))
 	for i, p := range susp.Parked {
-		pending[i] = Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: PendingApproval}
+		pending[i] = execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval}
 		ids[i] = p.CallID
 	}
 	before := st.Events
@@ -231,7 +104,7 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 		return
 	}
 	ex.Events = st.Events
-	resp.Status, resp.Pending, resp.ExpiresAt = StatusSuspended, pending, rec.ExpiresAt
+	resp.Status, resp.Pending, resp.ExpiresAt = execution.StatusSuspended, pending, rec.ExpiresAt
 }
 
 // Resume continues a suspended execution: approved calls run, rejected
@@ -243,15 +116,15 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 // any more), RESUME_INCOMPATIBLE (suspended by another guest build),
 // INVALID_REQUEST (decisions on calls that are not pending), or a
 // retryable UNAVAILABLE when the store fails.
-func (s *Service) Resume(ctx context.Context, rr ResumeRequest) (*Response, *fault.Error) {
+func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*execution.Response, *fault.Error) {
 	start := time.Now()
 	if s.store == nil {
 		return nil, fault.New(fault.NotFound, "this service keeps no suspended executions")
 	}
-	if ferr := CheckCallDetail(rr.CallDetail); ferr != nil {
+	if ferr := execution.CheckCallDetail(rr.CallDetail); ferr != nil {
 		return nil, ferr
 	}
-	decisions, ferr := rr.callDecisions()
+	decisions, ferr := rr.CallDecisions()
 	if ferr != nil {
 		return nil, ferr
 	}
@@ -290,7 +163,7 @@ func (s *Service) Resume(ctx context.Context, rr ResumeRequest) (*Response, *fau
 
 // checkDecisions refuses decisions on calls that are not pending: a typo
 // must not read as a decision taken.
-func checkDecisions(decisions map[int]Decision, parked []guest.ParkedCall) *fault.Error {
+func checkDecisions(decisions map[int]execution.Decision, parked []guest.ParkedCall) *fault.Error {
 	pending := make([]int, len(parked))
 	for i, p := range parked {
 		pending[i] = p.CallID
@@ -319,19 +192,27 @@ func joinInts(ns []int) string {
 }
 
 // resumeClaimed runs a claimed execution on, then saves or finishes it.
-func (s *Service) resumeClaimed(ctx context.Context, rr ResumeRequest, claimed *suspend.Record, st *durableState, decisions map[int]Decision, start time.Time) *Response {
+func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest, claimed *suspend.Record, st *durableState, decisions map[int]execution.Decision, start time.Time) *execution.Response {
 	id := claimed.ID
-	req := Request{Tools: st.Tools, ParseJSONText: st.ParseJSONText, Approval: ApprovalSuspend, CallDetail: rr.CallDetail,
-		ExecutionID: id, Principal: rr.Principal, Source: st.Source, TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
+	// The request as it was, but for its code: the image holds what the
+	// run needs of it. It belongs to the principal that suspended it,
+	// whoever decides.
+	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend,
+		CallDetail: rr.CallDetail, ExecutionID: id, Principal: claimed.Principal, Source: execution.Source(st.Source),
+		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		TraceID: traceIDFromHeader(rr.TraceHeader), TraceHeader: rr.TraceHeader}
+		Principal: claimed.Principal, TraceID: traceIDFromHeader(rr.TraceHeader), TraceHeader: rr.TraceHeader}
 	st.Events = append(st.Events, resumeEvent(decisions, rr.Principal, start))
 
-	var resp *Response
+	var resp *execution.Response
 	var res *guest.Result
-	ts, ferr := s.toolSet(ctx, st.Tools, nil)
+	ferr := req.SetTools(st.Tools)
+	var ts *toolSet
+	if ferr == nil {
+		ts, ferr = s.toolSet(ctx, &req)
+	}
 	if ferr != nil {
-		resp = &Response{Error: ferr, Logs: []guest.LogEntry{}, Calls: []trace.Call{}, ExecutionID: id}
+		resp = execution.Failed(id, ferr)
 	} else {
 		approved := map[int]bool{}
 		gd := make(map[int]guest.Decision, len(decisions))
@@ -340,7 +221,7 @@ func (s *Service) resumeClaimed(ctx context.Context, rr ResumeRequest, claimed *
 			gd[cid] = guest.Decision{Approve: d.Approve, Reason: d.Reason}
 		}
 		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
-			budget: NewBudget(s.sandbox - st.Sandboxes), approved: approved}
+			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved}
 		greq := guest.Request{ExecutionID: id, Host: host}
 		s.hook(ctx, &greq, &req, host)
 		res = s.engine.Resume(ctx, claimed.Suspension, greq, gd)
@@ -370,16 +251,16 @@ func (s *Service) resumeClaimed(ctx context.Context, rr ResumeRequest, claimed *
 		cancel()
 	}
 	s.record(ctx, ex, resp)
-	applyCallDetail(resp, rr.CallDetail)
+	resp.ApplyCallDetail(rr.CallDetail)
 	return resp
 }
 
 // resumeEvent records a resumption's decisions, in call order, and who
 // made them.
-func resumeEvent(decisions map[int]Decision, principal string, at time.Time) trace.Event {
+func resumeEvent(decisions map[int]execution.Decision, principal string, at time.Time) trace.Event {
 	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: principal}
 	for cid, d := range decisions {
-		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.word(), Reason: d.Reason})
+		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.Word(), Reason: d.Reason})
 	}
 	slices.SortFunc(ev.Decisions, func(a, b trace.Decision) int { return a.CallID - b.CallID })
 	return ev

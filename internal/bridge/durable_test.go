@@ -11,6 +11,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
@@ -53,14 +54,14 @@ func newDurable(t *testing.T) *durable {
 // the shared directory and its own trace sink.
 func (d *durable) service() (*bridge.Service, *memSink) {
 	sink := &memSink{}
-	return bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{Set: d.kv}}, Sink: sink,
+	return bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}}, Sink: sink,
 		Suspensions: suspend.NewFile(d.dir, suspend.Options{Now: d.clk.Now})}), sink
 }
 
-func suspendApproval(t *testing.T, svc *bridge.Service, principal string) *bridge.Response {
+func suspendApproval(t *testing.T, svc *bridge.Service, principal string) *execution.Response {
 	t.Helper()
-	resp := svc.Execute(context.Background(), bridge.Request{Code: approvalScript, Approval: bridge.ApprovalSuspend, Principal: principal})
-	if resp.Status != bridge.StatusSuspended || resp.OK || resp.Error != nil {
+	resp := svc.Execute(context.Background(), execution.Request{Code: approvalScript, Approval: execution.ApprovalSuspend, Principal: principal})
+	if resp.Status != execution.StatusSuspended || resp.OK || resp.Error != nil {
 		t.Fatalf("want a suspension, got status %q ok %v error %+v result %s", resp.Status, resp.OK, resp.Error, resp.Result)
 	}
 	return resp
@@ -74,7 +75,7 @@ func TestSuspendAndResumeInAnotherService(t *testing.T) {
 		t.Fatalf("pending %+v", resp.Pending)
 	}
 	p := resp.Pending[0]
-	if p.CallID != 2 || p.Server != "demo" || p.Tool != "kv_delete" || string(p.Args) != `{"key":"k"}` || p.Reason != bridge.PendingApproval {
+	if p.CallID != 2 || p.Server != "demo" || p.Tool != "kv_delete" || string(p.Args) != `{"key":"k"}` || p.Reason != execution.PendingApproval {
 		t.Fatalf("pending call %+v", p)
 	}
 	if want := d.clk.Now().Add(suspend.DefaultTTL); !resp.ExpiresAt.Equal(want) {
@@ -93,8 +94,8 @@ func TestSuspendAndResumeInAnotherService(t *testing.T) {
 	}
 
 	second, secondSink := d.service()
-	out, ferr := second.Resume(context.Background(), bridge.ResumeRequest{ExecutionID: resp.ExecutionID,
-		Decisions: map[string]bridge.Decision{"2": {Approve: true}}})
+	out, ferr := second.Resume(context.Background(), execution.ResumeRequest{ExecutionID: resp.ExecutionID,
+		Decisions: map[string]execution.Decision{"2": {Approve: true}}})
 	if ferr != nil {
 		t.Fatal(ferr)
 	}
@@ -112,8 +113,8 @@ func TestSuspendAndResumeInAnotherService(t *testing.T) {
 	}
 
 	// At most once: the state is spent.
-	_, ferr = first.Resume(context.Background(), bridge.ResumeRequest{ExecutionID: resp.ExecutionID,
-		Decisions: map[string]bridge.Decision{"2": {Approve: true}}})
+	_, ferr = first.Resume(context.Background(), execution.ResumeRequest{ExecutionID: resp.ExecutionID,
+		Decisions: map[string]execution.Decision{"2": {Approve: true}}})
 	if ferr == nil || ferr.Code != fault.Conflict || !strings.Contains(ferr.Message, "done") {
 		t.Fatalf("second resume: %+v, want CONFLICT saying it is done", ferr)
 	}
@@ -123,11 +124,11 @@ func TestRejectionIsCatchable(t *testing.T) {
 	d := newDurable(t)
 	svc, _ := d.service()
 	resp := suspendApproval(t, svc, "")
-	var dec bridge.Decision
+	var dec execution.Decision
 	if err := json.Unmarshal([]byte(`{"decision": "reject", "reason": "not today"}`), &dec); err != nil {
 		t.Fatal(err)
 	}
-	out, ferr := svc.Resume(context.Background(), bridge.ResumeRequest{ExecutionID: resp.ExecutionID, Decisions: map[string]bridge.Decision{"2": dec}})
+	out, ferr := svc.Resume(context.Background(), execution.ResumeRequest{ExecutionID: resp.ExecutionID, Decisions: map[string]execution.Decision{"2": dec}})
 	if ferr != nil || !out.OK {
 		t.Fatalf("%+v %+v", ferr, out)
 	}
@@ -143,15 +144,15 @@ func TestSuspendAgainThenFinish(t *testing.T) {
 	code := `const a = await mcp.demo.kv_delete({key: "a"})
 const b = await mcp.demo.kv_delete({key: "b"})
 return [a, b]`
-	resp := svc.Execute(context.Background(), bridge.Request{Code: code, Approval: bridge.ApprovalSuspend})
-	if resp.Status != bridge.StatusSuspended || resp.Pending[0].CallID != 1 {
+	resp := svc.Execute(context.Background(), execution.Request{Code: code, Approval: execution.ApprovalSuspend})
+	if resp.Status != execution.StatusSuspended || resp.Pending[0].CallID != 1 {
 		t.Fatalf("%+v", resp)
 	}
-	again, ferr := svc.Resume(context.Background(), bridge.ResumeRequest{ExecutionID: resp.ExecutionID, Decisions: map[string]bridge.Decision{"1": {Approve: true}}})
-	if ferr != nil || again.Status != bridge.StatusSuspended || len(again.Pending) != 1 || again.Pending[0].CallID != 2 {
+	again, ferr := svc.Resume(context.Background(), execution.ResumeRequest{ExecutionID: resp.ExecutionID, Decisions: map[string]execution.Decision{"1": {Approve: true}}})
+	if ferr != nil || again.Status != execution.StatusSuspended || len(again.Pending) != 1 || again.Pending[0].CallID != 2 {
 		t.Fatalf("want a second suspension at call 2: %+v %+v", ferr, again)
 	}
-	done, ferr := svc.Resume(context.Background(), bridge.ResumeRequest{ExecutionID: resp.ExecutionID, Decisions: map[string]bridge.Decision{"2": {Approve: true}}})
+	done, ferr := svc.Resume(context.Background(), execution.ResumeRequest{ExecutionID: resp.ExecutionID, Decisions: map[string]execution.Decision{"2": {Approve: true}}})
 	if ferr != nil || !done.OK {
 		t.Fatalf("%+v %+v", ferr, done)
 	}
@@ -170,7 +171,7 @@ func TestResumeRefusals(t *testing.T) {
 	d := newDurable(t)
 	svc, _ := d.service()
 	ctx := context.Background()
-	approve := map[string]bridge.Decision{"2": {Approve: true}}
+	approve := map[string]execution.Decision{"2": {Approve: true}}
 	alice := suspendApproval(t, svc, "arn:aws:iam::123456789012:user/alice")
 	anon := suspendApproval(t, svc, "")
 
@@ -188,17 +189,17 @@ func TestResumeRefusals(t *testing.T) {
 
 	cases := []struct {
 		name      string
-		rr        bridge.ResumeRequest
+		rr        execution.ResumeRequest
 		code      fault.Code
 		inMessage string
 	}{
-		{"unknown id", bridge.ResumeRequest{ExecutionID: "ex_nope", Decisions: approve}, fault.NotFound, "ex_nope"},
-		{"another principal", bridge.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve, Principal: "arn:aws:iam::123456789012:user/mallory"}, fault.Forbidden, "another principal"},
-		{"no principal for a principal's execution", bridge.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve}, fault.Forbidden, "another principal"},
-		{"a call that is not pending", bridge.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: map[string]bridge.Decision{"2": {Approve: true}, "7": {}, "1": {}}}, fault.InvalidRequest, "not pending: 1, 7 (pending: 2)"},
-		{"a key that is not a call id", bridge.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: map[string]bridge.Decision{"two": {}}}, fault.InvalidRequest, `"two"`},
-		{"no decisions", bridge.ResumeRequest{ExecutionID: anon.ExecutionID}, fault.InvalidRequest, "empty"},
-		{"another guest build", bridge.ResumeRequest{ExecutionID: "ex_other_build", Decisions: approve}, fault.ResumeIncompatible, "another build"},
+		{"unknown id", execution.ResumeRequest{ExecutionID: "ex_nope", Decisions: approve}, fault.NotFound, "ex_nope"},
+		{"another principal", execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve, Principal: "arn:aws:iam::123456789012:user/mallory"}, fault.Forbidden, "another principal"},
+		{"no principal for a principal's execution", execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve}, fault.Forbidden, "another principal"},
+		{"a call that is not pending", execution.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: map[string]execution.Decision{"2": {Approve: true}, "7": {}, "1": {}}}, fault.InvalidRequest, "not pending: 1, 7 (pending: 2)"},
+		{"a key that is not a call id", execution.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: map[string]execution.Decision{"two": {}}}, fault.InvalidRequest, `"two"`},
+		{"no decisions", execution.ResumeRequest{ExecutionID: anon.ExecutionID}, fault.InvalidRequest, "empty"},
+		{"another guest build", execution.ResumeRequest{ExecutionID: "ex_other_build", Decisions: approve}, fault.ResumeIncompatible, "another build"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,13 +216,13 @@ func TestResumeRefusals(t *testing.T) {
 			t.Fatalf("%s after refusals: %+v %v", id, r, err)
 		}
 	}
-	if out, ferr := svc.Resume(ctx, bridge.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve, Principal: "arn:aws:iam::123456789012:user/alice"}); ferr != nil || !out.OK {
+	if out, ferr := svc.Resume(ctx, execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve, Principal: "arn:aws:iam::123456789012:user/alice"}); ferr != nil || !out.OK {
 		t.Fatalf("the principal's own resume: %+v", ferr)
 	}
 
 	// Expiry is the stored one: past it, 410 whatever the store still has.
 	d.clk.Add(suspend.DefaultTTL)
-	if _, ferr := svc.Resume(ctx, bridge.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: approve}); ferr == nil || ferr.Code != fault.Expired {
+	if _, ferr := svc.Resume(ctx, execution.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: approve}); ferr == nil || ferr.Code != fault.Expired {
 		t.Fatalf("expired: %+v, want EXPIRED", ferr)
 	}
 }
@@ -236,8 +237,8 @@ func TestConcurrentResumesOneRuns(t *testing.T) {
 	for range n {
 		other, _ := d.service()
 		wg.Go(func() {
-			out, ferr := other.Resume(context.Background(), bridge.ResumeRequest{ExecutionID: resp.ExecutionID,
-				Decisions: map[string]bridge.Decision{"2": {Approve: true}}})
+			out, ferr := other.Resume(context.Background(), execution.ResumeRequest{ExecutionID: resp.ExecutionID,
+				Decisions: map[string]execution.Decision{"2": {Approve: true}}})
 			switch {
 			case ferr == nil && out.OK:
 				ran <- true
@@ -258,32 +259,32 @@ func TestApprovalModes(t *testing.T) {
 	d := newDurable(t)
 	svc, _ := d.service()
 	requireSource := approvalSource{}
-	withRequire := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{requireSource},
+	withRequire := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{requireSource},
 		Suspensions: suspend.NewFile(d.dir, suspend.Options{})})
-	noStore := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}})
+	noStore := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}})
 	cases := []struct {
 		name      string
 		svc       *bridge.Service
-		req       bridge.Request
+		req       execution.Request
 		status    string
 		code      fault.Code
 		inMessage string
 		result    string
 	}{
-		{name: "refuse is the default", svc: svc, req: bridge.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`},
+		{name: "refuse is the default", svc: svc, req: execution.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`},
 			code: fault.Forbidden, inMessage: `allow_destructive to run it (or approval "suspend"`},
-		{name: "allow_destructive runs without asking", svc: svc, req: bridge.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: bridge.ApprovalSuspend, AllowDestructive: true},
+		{name: "allow_destructive runs without asking", svc: svc, req: execution.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: execution.ApprovalSuspend, AllowDestructive: true},
 			result: `"deleted k"`},
-		{name: "require_approval refused by default", svc: withRequire, req: bridge.Request{Code: `return await mcp.ext.send({})`},
+		{name: "require_approval refused by default", svc: withRequire, req: execution.Request{Code: `return await mcp.ext.send({})`},
 			code: fault.Forbidden, inMessage: "require_approval"},
-		{name: "require_approval parks", svc: withRequire, req: bridge.Request{Code: `return await mcp.ext.send({})`, Approval: bridge.ApprovalSuspend},
-			status: bridge.StatusSuspended},
-		{name: "read tools never park", svc: svc, req: bridge.Request{Code: `return (await mcp.demo.kv_get({key: "a"})).found`, Approval: bridge.ApprovalSuspend},
+		{name: "require_approval parks", svc: withRequire, req: execution.Request{Code: `return await mcp.ext.send({})`, Approval: execution.ApprovalSuspend},
+			status: execution.StatusSuspended},
+		{name: "read tools never park", svc: svc, req: execution.Request{Code: `return (await mcp.demo.kv_get({key: "a"})).found`, Approval: execution.ApprovalSuspend},
 			result: `true`},
-		{name: "a script that returns leaves its parked calls not run", svc: svc, req: bridge.Request{Code: `mcp.demo.kv_delete({key: "k"}); return "done"`, Approval: bridge.ApprovalSuspend},
+		{name: "a script that returns leaves its parked calls not run", svc: svc, req: execution.Request{Code: `mcp.demo.kv_delete({key: "k"}); return "done"`, Approval: execution.ApprovalSuspend},
 			result: `"done"`},
-		{name: "unknown mode", svc: svc, req: bridge.Request{Code: `return 1`, Approval: "ask"}, code: fault.InvalidRequest, inMessage: `"ask"`},
-		{name: "no store", svc: noStore, req: bridge.Request{Code: `return 1`, Approval: bridge.ApprovalSuspend}, code: fault.InvalidRequest, inMessage: "keeps no suspended"},
+		{name: "unknown mode", svc: svc, req: execution.Request{Code: `return 1`, Approval: "ask"}, code: fault.InvalidRequest, inMessage: `"ask"`},
+		{name: "no store", svc: noStore, req: execution.Request{Code: `return 1`, Approval: execution.ApprovalSuspend}, code: fault.InvalidRequest, inMessage: "keeps no suspended"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -304,7 +305,7 @@ func TestApprovalModes(t *testing.T) {
 			}
 		})
 	}
-	out := svc.Execute(context.Background(), bridge.Request{Code: `mcp.demo.kv_delete({key: "k"}); return "done"`, Approval: bridge.ApprovalSuspend, CallDetail: bridge.CallDetailSummary})
+	out := svc.Execute(context.Background(), execution.Request{Code: `mcp.demo.kv_delete({key: "k"}); return "done"`, Approval: execution.ApprovalSuspend, CallDetail: execution.CallDetailSummary})
 	if out.CallSummary == nil || out.CallSummary.Total != 1 || out.CallSummary.Failed != 0 {
 		t.Fatalf("a call not run is not a failure: %+v", out.CallSummary)
 	}
@@ -317,27 +318,27 @@ func (approvalSource) Tools(context.Context) ([]catalog.Tool, error) {
 	return []catalog.Tool{{Server: "ext", Name: "send", InputSchema: json.RawMessage(`{"type":"object"}`), Kind: trace.KindMCP, RequireApproval: true}}, nil
 }
 
-func (approvalSource) Call(context.Context, catalog.Tool, json.RawMessage, bridge.CallOptions) (json.RawMessage, error) {
+func (approvalSource) Call(context.Context, catalog.Tool, json.RawMessage, execution.CallOptions) (json.RawMessage, error) {
 	return json.RawMessage(`"sent"`), nil
 }
 
 func TestDecisionJSON(t *testing.T) {
 	cases := []struct {
 		in      string
-		want    bridge.Decision
+		want    execution.Decision
 		wantErr string
 	}{
-		{`"approve"`, bridge.Decision{Approve: true}, ""},
-		{`"reject"`, bridge.Decision{}, ""},
-		{`{"decision": "reject", "reason": "no"}`, bridge.Decision{Reason: "no"}, ""},
-		{`{"decision": "approve"}`, bridge.Decision{Approve: true}, ""},
-		{`"yes"`, bridge.Decision{}, `not "yes"`},
-		{`{"decision": "reject", "why": "no"}`, bridge.Decision{}, "why"},
-		{`true`, bridge.Decision{}, "a decision is"},
-		{`{"decision": "reject", "reason": "` + strings.Repeat("x", bridge.MaxReasonBytes+1) + `"}`, bridge.Decision{}, "at most"},
+		{`"approve"`, execution.Decision{Approve: true}, ""},
+		{`"reject"`, execution.Decision{}, ""},
+		{`{"decision": "reject", "reason": "no"}`, execution.Decision{Reason: "no"}, ""},
+		{`{"decision": "approve"}`, execution.Decision{Approve: true}, ""},
+		{`"yes"`, execution.Decision{}, `not "yes"`},
+		{`{"decision": "reject", "why": "no"}`, execution.Decision{}, "why"},
+		{`true`, execution.Decision{}, "a decision is"},
+		{`{"decision": "reject", "reason": "` + strings.Repeat("x", execution.MaxReasonBytes+1) + `"}`, execution.Decision{}, "at most"},
 	}
 	for _, tc := range cases {
-		var d bridge.Decision
+		var d execution.Decision
 		err := json.Unmarshal([]byte(tc.in), &d)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -349,7 +350,7 @@ func TestDecisionJSON(t *testing.T) {
 			t.Errorf("%s: %+v %v, want %+v", tc.in, d, err, tc.want)
 		}
 		b, _ := json.Marshal(d)
-		var back bridge.Decision
+		var back execution.Decision
 		if err := json.Unmarshal(b, &back); err != nil || back != d {
 			t.Errorf("%s: round trip through %s gave %+v %v", tc.in, b, back, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
 )
@@ -23,12 +24,12 @@ func TestServerEverything(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}}})
+			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}})
 			deadline := time.Now().Add(20 * time.Second)
 			for len(svc.Catalog(context.Background())) == 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}
-			r := svc.Execute(context.Background(), bridge.Request{TimeoutMS: 20000, Code: `
+			r := svc.Execute(context.Background(), execution.Request{TimeoutMS: 20000, Code: `
 const [e, s] = await Promise.all([mcp.ev.echo({message: "hi"}), mcp.ev["get-sum"]({a: 2, b: 3})]);
 return {e, s}`})
 			if !r.OK {

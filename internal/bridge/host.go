@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -16,13 +17,13 @@ import (
 // toolHost serves the calls of one execution: it is the guest's ToolHost.
 type toolHost struct {
 	service *Service
-	req     *Request
+	req     *execution.Request
 	entries map[string]entry
 	visible []catalog.Tool
 	// forbidden names the catalog's tools an inherited narrowing excludes.
 	forbidden map[string]bool
 	// budget is what this execution's capability calls may spend.
-	budget *Budget
+	budget *execution.Budget
 	// approved are the parked calls a resumption approved (by call id):
 	// they run although they need approval. Set before the run starts,
 	// read-only after.
@@ -41,7 +42,7 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 	full := c.Server + ":" + c.Tool
 	e, ok := h.entries[full]
 	if !ok && h.forbidden[full] {
-		return nil, forbiddenErr(full, "", h.req.Parent)
+		return nil, forbiddenErr(full, "", h.req.Inherited())
 	}
 	if !ok {
 		// Reached only through dynamic access the static check could not
@@ -54,26 +55,20 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
 		return nil, needsApproval(full, e.tool, h.req)
 	}
-	return e.source.Call(ctx, e.tool, c.Args, CallOptions{
+	return e.source.Call(ctx, e.tool, c.Args, execution.CallOptions{
 		// An approved call was consented to, as allow_destructive would:
 		// the source's own check (the MCP pool's) must let it through.
-		AllowDestructive: h.req.AllowDestructive || approved,
-		Approval:         h.req.Approval,
-		ParseJSONText:    h.req.ParseJSONText,
-		ExecutionID:      h.req.ExecutionID,
-		CallID:           c.ID,
-		Parent:           h.req.Parent,
-		TraceHeader:      h.req.TraceHeader,
-		Narrowing:        passedDown(h.req),
-		Sandboxes:        h.budget,
-		OnChild:          func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
+		Lineage:       h.req.CallLineage(c.ID, approved),
+		ParseJSONText: h.req.ParseJSONText,
+		Sandboxes:     h.budget,
+		OnChild:       func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
 	})
 }
 
 // needsApproval is the FORBIDDEN of a call that needs approval and gets
 // neither allow_destructive nor a decision.
-func needsApproval(full string, t catalog.Tool, req *Request) *fault.Error {
-	if req.Approval == ApprovalSuspend && req.Parent != nil {
+func needsApproval(full string, t catalog.Tool, req *execution.Request) *fault.Error {
+	if req.Approval == execution.ApprovalSuspend && req.Parent != nil {
 		// The run that would suspend is a child of another, maybe in
 		// another process; suspending a tree of runs is not supported.
 		return fault.New(fault.Forbidden, "%s needs approval, and approval inside a capability is not supported: "+

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 )
@@ -13,46 +14,18 @@ import (
 // A request's tools filter bounds everything done on its behalf, so a
 // capability run inherits the narrowing of every run above it (as it
 // inherits allow_destructive) and can only narrow further: its tool set is
-// its own request's selection intersected with each inherited filter. The
-// filters travel as a list, one per narrowing run, rather than as a single
-// computed intersection, because an empty intersection must keep meaning
-// "nothing", where an empty filter means "everything".
-
-// inheritedFilters parses the narrowings a capability run inherits.
-func inheritedFilters(p *Parent) ([]catalog.Filter, error) {
-	if p == nil {
-		return nil, nil
-	}
-	out := make([]catalog.Filter, 0, len(p.Narrowing))
-	for _, patterns := range p.Narrowing {
-		f, err := catalog.ParseFilter(patterns)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, nil
-}
-
-// allowedByAll reports whether every filter allows t.
-func allowedByAll(filters []catalog.Filter, t catalog.Tool) bool {
-	for _, f := range filters {
-		if !f.Allows(t.Server, t.Name) {
-			return false
-		}
-	}
-	return true
-}
+// its own request's selection intersected with each inherited filter (see
+// execution.Narrowing, which the request carries parsed).
 
 // applyInherited keeps the visible tools every inherited filter allows and
 // returns, by full name, the tools of the catalog they forbid.
-func applyInherited(visible, all []catalog.Tool, filters []catalog.Filter) ([]catalog.Tool, map[string]bool) {
-	if len(filters) == 0 {
+func applyInherited(visible, all []catalog.Tool, inherited execution.Narrowing) ([]catalog.Tool, map[string]bool) {
+	if len(inherited) == 0 {
 		return visible, nil
 	}
 	forbidden := map[string]bool{}
 	for _, t := range all {
-		if !allowedByAll(filters, t) {
+		if !inherited.Allows(t.Server, t.Name) {
 			forbidden[t.FullName()] = true
 		}
 	}
@@ -60,27 +33,14 @@ func applyInherited(visible, all []catalog.Tool, filters []catalog.Filter) ([]ca
 	return kept, forbidden
 }
 
-// passedDown is the narrowing a run's capability calls inherit: its own
-// inherited filters plus its own, if it narrows.
-func passedDown(req *Request) [][]string {
-	var inherited [][]string
-	if req.Parent != nil {
-		inherited = req.Parent.Narrowing
-	}
-	if len(req.Tools) == 0 {
-		return inherited
-	}
-	return append(slices.Clone(inherited), slices.Clone(req.Tools))
-}
-
 // forbiddenRef reports the first mcp.x.y the code names that exists but is
 // outside an inherited narrowing. It runs before unresolved, so such a name
 // is FORBIDDEN rather than TOOL_NOT_FOUND: the tool is there, the callers
 // forbid it, and no suggestion would help.
-func forbiddenRef(refs analysis.Refs, forbidden map[string]bool, p *Parent) *fault.Error {
+func forbiddenRef(refs analysis.Refs, forbidden map[string]bool, inherited execution.Narrowing) *fault.Error {
 	for _, r := range refs.Tools {
 		if forbidden[r.FullName()] {
-			e := forbiddenErr(r.FullName(), " (line "+strconv.Itoa(r.Line)+")", p)
+			e := forbiddenErr(r.FullName(), " (line "+strconv.Itoa(r.Line)+")", inherited)
 			e.Details.(map[string]any)["line"] = r.Line
 			e.Details.(map[string]any)["column"] = r.Column
 			return e
@@ -91,14 +51,10 @@ func forbiddenRef(refs analysis.Refs, forbidden map[string]bool, p *Parent) *fau
 
 // forbiddenErr is the FORBIDDEN for a tool outside an inherited narrowing;
 // where locates it in the code ("" at run time).
-func forbiddenErr(tool, where string, p *Parent) *fault.Error {
-	var narrowing [][]string
-	if p != nil {
-		narrowing = p.Narrowing
-	}
+func forbiddenErr(tool, where string, inherited execution.Narrowing) *fault.Error {
 	return &fault.Error{Code: fault.Forbidden, Tool: tool,
 		Message: tool + where + " is outside the tools this capability's callers narrowed the request to; a capability may use only tools its caller may",
-		Details: map[string]any{"narrowing": narrowing}}
+		Details: map[string]any{"narrowing": inherited.Patterns()}}
 }
 
 // forbiddenGuestTools are the tools an inherited narrowing excludes, by

@@ -5,17 +5,22 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // A capability run's tool set is what its own request narrows to,
 // intersected with every narrowing inherited from the runs above it.
 func TestInheritedNarrowingIntersects(t *testing.T) {
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}})
-	parent := &bridge.Parent{ExecutionID: "ex_p", CallID: 1, Capability: "c:x", Depth: 1, Chain: []string{"c:x"},
-		Narrowing: [][]string{{"demo:*"}, {"demo:add", "demo:echo", "demo:sleep"}}}
-	run := func(code string, own ...string) *bridge.Response {
-		return svc.Execute(context.Background(), bridge.Request{Code: code, Tools: own, Parent: parent, TimeoutMS: 10000})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}})
+	narrowing, err := execution.ParseNarrowing([][]string{{"demo:*"}, {"demo:add", "demo:echo", "demo:sleep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := &execution.Parent{Lineage: execution.Lineage{ExecutionID: "ex_p", CallID: 1, Narrowing: narrowing}, Capability: "c:x"}
+	run := func(code string, own ...string) *execution.Response {
+		return svc.Execute(context.Background(), execution.Request{Code: code, Tools: own, Parent: parent, TimeoutMS: 10000})
 	}
 	if r := run("return await mcp.demo.add({a: 2, b: 2})", "demo:add", "demo:fail"); !r.OK || string(r.Result) != "4" {
 		t.Fatalf("in every narrowing: %s %+v", r.Result, r.Error)

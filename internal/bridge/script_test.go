@@ -11,6 +11,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
@@ -47,7 +48,7 @@ func TestTypeScriptAndUnreadableCode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := svc.Execute(context.Background(), bridge.Request{Code: tc.code, Lang: tc.lang})
+			r := svc.Execute(context.Background(), execution.Request{Code: tc.code, Lang: tc.lang})
 			if tc.code2 == "" {
 				if !r.OK || string(r.Result) != tc.want {
 					t.Fatalf("result = %s, %+v; want %s", r.Result, r.Error, tc.want)
@@ -83,8 +84,8 @@ func TestToolSummaryShape(t *testing.T) {
 			InputSchema: json.RawMessage(`{"type":"object"}`)},
 		{Server: "kv", Name: "bare", Kind: trace.KindMCP},
 	}}
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{src}, Logger: slog.New(slog.DiscardHandler)})
-	r := svc.Execute(context.Background(), bridge.Request{Code: `return [await tools.list(), await tools.search("everything keys", 5)]`})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{src}, Logger: slog.New(slog.DiscardHandler)})
+	r := svc.Execute(context.Background(), execution.Request{Code: `return [await tools.list(), await tools.search("everything keys", 5)]`})
 	if !r.OK {
 		t.Fatal(r.Error)
 	}

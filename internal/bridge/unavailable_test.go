@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
-
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -26,9 +26,9 @@ import (
 // capability that shadows a server must never be reached at all.
 type countingInvoker struct{ calls atomic.Int64 }
 
-func (c *countingInvoker) Invoke(context.Context, capability.Invocation) (*bridge.Response, error) {
+func (c *countingInvoker) Invoke(context.Context, execution.Invocation) (*execution.Response, error) {
 	c.calls.Add(1)
-	return &bridge.Response{OK: true, Result: json.RawMessage(`"the capability answered"`)}, nil
+	return &execution.Response{OK: true, Result: json.RawMessage(`"the capability answered"`)}, nil
 }
 
 // shadowFixture is a service over one MCP server "kv" and a capability
@@ -61,18 +61,18 @@ func newShadowFixture(t *testing.T, kvURL string) *shadowFixture {
 	f := &shadowFixture{pool: pool, inv: &countingInvoker{}, logs: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	f.svc = bridge.New(engine, bridge.Options{
-		Sources: []bridge.ToolSource{bridge.MCPSource{Pool: pool}, capability.NewSource(reg, f.inv, 0, log)},
+		Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}, capability.NewSource(reg, f.inv, 0, log)},
 		Logger:  log,
 	})
 	return f
 }
 
-func (f *shadowFixture) run(code string) *bridge.Response {
-	return f.svc.Execute(context.Background(), bridge.Request{Code: code, TimeoutMS: 10000, Source: "test"})
+func (f *shadowFixture) run(code string) *execution.Response {
+	return f.svc.Execute(context.Background(), execution.Request{Code: code, TimeoutMS: 10000, Source: "test"})
 }
 
 // wantUnavailable checks that resp failed with a retryable UNAVAILABLE.
-func wantUnavailable(t *testing.T, what string, resp *bridge.Response) {
+func wantUnavailable(t *testing.T, what string, resp *execution.Response) {
 	t.Helper()
 	if resp.OK || resp.Error == nil || resp.Error.Code != fault.Unavailable || !resp.Error.Retryable {
 		t.Errorf("%s: ok=%v result=%s error %+v; want a retryable UNAVAILABLE", what, resp.OK, resp.Result, resp.Error)
@@ -136,7 +136,7 @@ func TestServerNeverReachedIsUnavailable(t *testing.T) {
 	f.checkNoShadow(t)
 
 	// A request that narrowed the server away does not have its tools.
-	resp = f.svc.Execute(context.Background(), bridge.Request{Code: `return await mcp.kv.kv_get({key: "a"})`, Tools: []string{"math:*"}, TimeoutMS: 10000})
+	resp = f.svc.Execute(context.Background(), execution.Request{Code: `return await mcp.kv.kv_get({key: "a"})`, Tools: []string{"math:*"}, TimeoutMS: 10000})
 	if resp.Error == nil || resp.Error.Code != fault.ToolNotFound {
 		t.Errorf("a server narrowed away: %+v; want TOOL_NOT_FOUND", resp.Error)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,11 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/lambdaevents"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
@@ -27,10 +31,31 @@ func TestMain(m *testing.M) {
 }
 
 // world is a service whose tools are the demo tools and the registry's
-// capabilities, each capability run in a fresh service (in-process).
+// capabilities, each capability run in process on the same service.
 type world struct {
-	reg capability.Registry
-	svc *bridge.Service
+	reg    capability.Registry
+	svc    *bridge.Service
+	runner *capability.Runner
+}
+
+// inProcess wires a service as internal/app does: opts' sources, then the
+// registry's capabilities, run in process on the service itself through
+// wrap(the runner) (wrap may be nil).
+func inProcess(reg capability.Registry, opts bridge.Options, wrap func(capability.Invoker) capability.Invoker) (*bridge.Service, *capability.Runner) {
+	runner := &capability.Runner{Registry: reg}
+	var inv capability.Invoker = runner
+	if wrap != nil {
+		inv = wrap(inv)
+	}
+	opts.Sources = append(slices.Clone(opts.Sources), capability.NewSource(reg, inv, 0, opts.Logger))
+	svc := bridge.New(engine, opts)
+	runner.Executor = svc
+	return svc, runner
+}
+
+// handler is the capability function's handler over the world.
+func (w *world) handler() func(context.Context, json.RawMessage) (*execution.Response, error) {
+	return lambdaevents.CapabilityHandler(w.runner, w.svc, nil)
 }
 
 func newWorld(t *testing.T, caps map[string]string) *world {
@@ -38,7 +63,7 @@ func newWorld(t *testing.T, caps map[string]string) *world {
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	w := &world{reg: reg}
 	log := slog.New(slog.DiscardHandler)
-	w.svc = capability.NewServices(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log}, reg, nil)()
+	w.svc, w.runner = inProcess(reg, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log}, nil)
 	for name, code := range caps {
 		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}); err != nil {
 			t.Fatalf("save %s: %v", name, err)
@@ -47,8 +72,8 @@ func newWorld(t *testing.T, caps map[string]string) *world {
 	return w
 }
 
-func (w *world) run(code string) *bridge.Response {
-	return w.svc.Execute(context.Background(), bridge.Request{Code: code, TimeoutMS: 20000})
+func (w *world) run(code string) *execution.Response {
+	return w.svc.Execute(context.Background(), execution.Request{Code: code, TimeoutMS: 20000})
 }
 
 func TestCapabilities(t *testing.T) {
@@ -254,14 +279,15 @@ func TestConcurrentSavesNeverShareAVersion(t *testing.T) {
 
 func TestLambdaHandlerRejectsBadPayloads(t *testing.T) {
 	w := newWorld(t, map[string]string{"math:one": "return 1"})
-	h := capability.Handler(w.reg, func() *bridge.Service { return w.svc })
-	for _, p := range []string{`{`, `{"capability": "nocolon", "depth": 1, "chain": ["nocolon"]}`, `{"capability": "math:one", "depth": 0, "chain": []}`, `{"capability": "math:one", "depth": 1, "chain": ["math:one"], "extra": 1}`} {
+	h := w.handler()
+	for _, p := range []string{`{`, `{"parent": {"capability": "nocolon"}}`, `{"parent": {"capability": ""}}`, `{"parent": {"capability": "math:one"}, "extra": 1}`,
+		`{"parent": {"capability": "math:one", "sandboxes": -1}}`, `{"PARENT": {"capability": "math:one"}}`, `{"parent": {"capability": "math:one"}, "parent": {}}`} {
 		r, err := h(context.Background(), json.RawMessage(p))
 		if err != nil || r.OK || r.Error.Code != fault.InvalidRequest {
 			t.Errorf("%s: %+v %v", p, r, err)
 		}
 	}
-	r, err := h(context.Background(), json.RawMessage(`{"capability": "math:one", "depth": 1, "chain": ["math:one"], "parent_execution_id": "ex_p", "parent_call_id": 3}`))
+	r, err := h(context.Background(), json.RawMessage(`{"parent": {"capability": "math:one", "execution_id": "ex_p", "call_id": 3}}`))
 	if err != nil || !r.OK || string(r.Result) != "1" {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -270,14 +296,14 @@ func TestLambdaHandlerRejectsBadPayloads(t *testing.T) {
 func TestChildRunNeverOutlivesItsCaller(t *testing.T) {
 	w := newWorld(t, map[string]string{"slow:wait": "await mcp.demo.sleep({ms: 5000}); return 1"})
 	start := time.Now()
-	r := w.svc.Execute(context.Background(), bridge.Request{Code: "return await mcp.slow.wait({})", TimeoutMS: 300})
+	r := w.svc.Execute(context.Background(), execution.Request{Code: "return await mcp.slow.wait({})", TimeoutMS: 300})
 	if r.OK || r.Error.Code != fault.Timeout || time.Since(start) > 2*time.Second {
 		t.Fatalf("%+v after %v", r.Error, time.Since(start))
 	}
 	// The payload to the capability function carries what is left.
-	h := capability.Handler(w.reg, func() *bridge.Service { return w.svc })
+	h := w.handler()
 	start = time.Now()
-	resp, err := h(context.Background(), json.RawMessage(`{"capability": "slow:wait", "depth": 1, "chain": ["slow:wait"], "timeout_ms": 200}`))
+	resp, err := h(context.Background(), json.RawMessage(`{"parent": {"capability": "slow:wait"}, "timeout_ms": 200}`))
 	if err != nil || resp.OK || resp.Error.Code != fault.Timeout || time.Since(start) > 2*time.Second {
 		t.Fatalf("%+v %v after %v", resp, err, time.Since(start))
 	}
@@ -293,14 +319,14 @@ func TestApprovalInsideACapabilityIsRefused(t *testing.T) {
 	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:wipe", Code: `return await mcp.demo.kv_delete({key: "k"})`}); err != nil {
 		t.Fatal(err)
 	}
-	svc := capability.NewServices(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: slog.New(slog.DiscardHandler),
-		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, reg, nil)()
-	r := svc.Execute(context.Background(), bridge.Request{Code: `return await mcp.tidy.wipe({})`, Approval: bridge.ApprovalSuspend})
+	svc, _ := inProcess(reg, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: slog.New(slog.DiscardHandler),
+		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, nil)
+	r := svc.Execute(context.Background(), execution.Request{Code: `return await mcp.tidy.wipe({})`, Approval: execution.ApprovalSuspend})
 	if r.OK || r.Status != "" || r.Error == nil || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, "approval inside a capability is not supported") {
 		t.Fatalf("status %q error %+v; want FORBIDDEN about approval inside a capability", r.Status, r.Error)
 	}
-	r = svc.Execute(context.Background(), bridge.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: bridge.ApprovalSuspend})
-	if r.Status != bridge.StatusSuspended {
+	r = svc.Execute(context.Background(), execution.Request{Code: `return await mcp.demo.kv_delete({key: "k"})`, Approval: execution.ApprovalSuspend})
+	if r.Status != execution.StatusSuspended {
 		t.Fatalf("the root script's call: status %q error %+v; want it parked", r.Status, r.Error)
 	}
 }

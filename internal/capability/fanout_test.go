@@ -10,17 +10,19 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // runNarrowed runs code as a root request narrowed to tools.
-func (w *world) runNarrowed(code string, tools ...string) *bridge.Response {
-	return w.svc.Execute(context.Background(), bridge.Request{Code: code, Tools: tools, TimeoutMS: 20000})
+func (w *world) runNarrowed(code string, tools ...string) *execution.Response {
+	return w.svc.Execute(context.Background(), execution.Request{Code: code, Tools: tools, TimeoutMS: 20000})
 }
 
 // wantForbidden checks that r failed FORBIDDEN because of tool, however
 // deep in the capability tree the refusal happened.
-func wantForbidden(t *testing.T, r *bridge.Response, tool string) {
+func wantForbidden(t *testing.T, r *execution.Response, tool string) {
 	t.Helper()
 	if r.OK || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, tool) {
 		t.Fatalf("want FORBIDDEN naming %s, got %+v", tool, r.Error)
@@ -78,8 +80,8 @@ func TestCapabilityInheritsTheCallersNarrowing(t *testing.T) {
 // The narrowing travels in the capability function's payload as well.
 func TestNarrowingTravelsInTheInvocation(t *testing.T) {
 	w := newWorld(t, map[string]string{"iso:x": "return await mcp.demo.echo({message: 'leak'})"})
-	h := capability.Handler(w.reg, func() *bridge.Service { return w.svc })
-	r, err := h(context.Background(), json.RawMessage(`{"capability": "iso:x", "depth": 1, "chain": ["iso:x"], "narrowing": [["iso:*"]]}`))
+	h := w.handler()
+	r, err := h(context.Background(), json.RawMessage(`{"parent": {"capability": "iso:x", "narrowing": [["iso:*"]]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,20 +94,17 @@ type countingInvoker struct {
 	started *atomic.Int64
 }
 
-func (c countingInvoker) Invoke(ctx context.Context, inv capability.Invocation) (*bridge.Response, error) {
+func (c countingInvoker) Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error) {
 	c.started.Add(1)
 	return c.next.Invoke(ctx, inv)
 }
 
-// countingServices is capability.NewServices, capabilities run in
-// process, with every capability run counted, over opts (Sources are the
-// demo tools).
-func countingServices(reg capability.Registry, opts bridge.Options, started *atomic.Int64) func() *bridge.Service {
-	var newService func() *bridge.Service
-	inv := countingInvoker{next: capability.InProcess{Registry: reg, NewService: func() *bridge.Service { return newService() }}, started: started}
-	opts.Sources = []bridge.ToolSource{bridge.DemoSource{}}
-	newService = capability.NewServices(engine, opts, reg, inv)
-	return newService
+// countingService is a service over the demo tools and reg's
+// capabilities, run in process, with every capability run counted.
+func countingService(reg capability.Registry, opts bridge.Options, started *atomic.Int64) *bridge.Service {
+	opts.Sources = []execution.ToolSource{demoserver.Source{}}
+	svc, _ := inProcess(reg, opts, func(next capability.Invoker) capability.Invoker { return countingInvoker{next: next, started: started} })
+	return svc
 }
 
 // fanOut saves fan:l1..fan:l3: each level calls the next width times at
@@ -125,15 +124,15 @@ func TestFanOutIsBoundedBySandboxBudget(t *testing.T) {
 	// the default budget of a request tree.
 	reg := fanOut(t, 4)
 	var started atomic.Int64
-	svc := countingServices(reg, bridge.Options{}, &started)()
-	r := svc.Execute(context.Background(), bridge.Request{Code: "return (await Promise.all(Array.from({length: 4}, () => mcp.fan.l1({})))).flat().length", TimeoutMS: 20000})
+	svc := countingService(reg, bridge.Options{}, &started)
+	r := svc.Execute(context.Background(), execution.Request{Code: "return (await Promise.all(Array.from({length: 4}, () => mcp.fan.l1({})))).flat().length", TimeoutMS: 20000})
 	if r.OK || r.Error.Code != fault.LimitExceeded || r.Error.Limit != fault.LimitSandboxes {
 		t.Fatalf("want LIMIT_EXCEEDED sandboxes, got %s %+v", r.Result, r.Error)
 	}
 	// Every run has ended by the time Execute returns (an execution waits
 	// for its calls), so the count is final.
-	if n := started.Load(); n > int64(bridge.DefaultSandboxes) {
-		t.Fatalf("%d sandboxes started; the budget is %d", n, bridge.DefaultSandboxes)
+	if n := started.Load(); n > int64(execution.DefaultSandboxes) {
+		t.Fatalf("%d sandboxes started; the budget is %d", n, execution.DefaultSandboxes)
 	}
 }
 
@@ -144,17 +143,17 @@ func TestSandboxBudgetSharesAndRefunds(t *testing.T) {
 		"b:wide": "return (await Promise.all(Array.from({length: args.n}, () => mcp.b.leaf({})))).length",
 	})
 	var started atomic.Int64
-	svc := countingServices(w.reg, bridge.Options{Sandboxes: 10}, &started)()
-	run := func(code string) *bridge.Response {
+	svc := countingService(w.reg, bridge.Options{Sandboxes: 10}, &started)
+	run := func(code string) *execution.Response {
 		t.Helper()
 		started.Store(0)
-		r := svc.Execute(context.Background(), bridge.Request{Code: code, TimeoutMS: 20000})
+		r := svc.Execute(context.Background(), execution.Request{Code: code, TimeoutMS: 20000})
 		if int64(r.Sandboxes) != started.Load() {
 			t.Fatalf("%s: reports %d sandboxes, started %d", code, r.Sandboxes, started.Load())
 		}
 		return r
 	}
-	wantLimit := func(r *bridge.Response) {
+	wantLimit := func(r *execution.Response) {
 		t.Helper()
 		if r.OK || r.Error.Code != fault.LimitExceeded || r.Error.Limit != fault.LimitSandboxes {
 			t.Fatalf("want LIMIT_EXCEEDED sandboxes, got %s %+v", r.Result, r.Error)
@@ -196,12 +195,12 @@ func TestSandboxBudgetTravelsInTheInvocation(t *testing.T) {
 		"b:leaf": "return 1",
 		"b:wide": "return (await Promise.all(Array.from({length: 4}, () => mcp.b.leaf({})))).length",
 	})
-	h := capability.Handler(w.reg, func() *bridge.Service { return w.svc })
+	h := w.handler()
 	for _, tc := range []struct {
 		budget string
 		ok     bool
-	}{{`, "budget": 4`, true}, {`, "budget": 3`, false}, {``, false}} {
-		r, err := h(context.Background(), json.RawMessage(`{"capability": "b:wide", "depth": 1, "chain": ["b:wide"]`+tc.budget+`}`))
+	}{{`, "sandboxes": 4`, true}, {`, "sandboxes": 3`, false}, {``, false}} {
+		r, err := h(context.Background(), json.RawMessage(`{"parent": {"capability": "b:wide"`+tc.budget+`}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +208,7 @@ func TestSandboxBudgetTravelsInTheInvocation(t *testing.T) {
 			t.Fatalf("budget %q: %s %+v (%d sandboxes)", tc.budget, r.Result, r.Error, r.Sandboxes)
 		}
 	}
-	if r, _ := h(context.Background(), json.RawMessage(`{"capability": "b:wide", "depth": 1, "chain": ["b:wide"], "budget": -1}`)); r.OK || r.Error.Code != fault.InvalidRequest {
+	if r, _ := h(context.Background(), json.RawMessage(`{"parent": {"capability": "b:wide", "sandboxes": -1}}`)); r.OK || r.Error.Code != fault.InvalidRequest {
 		t.Fatalf("negative budget: %+v", r.Error)
 	}
 }

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -29,7 +27,7 @@ type LambdaInvoker struct {
 }
 
 // Invoke implements Invoker.
-func (l LambdaInvoker) Invoke(ctx context.Context, inv Invocation) (*bridge.Response, error) {
+func (l LambdaInvoker) Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error) {
 	payload, err := json.Marshal(inv)
 	if err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "encoding the capability invocation")
@@ -41,7 +39,7 @@ func (l LambdaInvoker) Invoke(ctx context.Context, inv Invocation) (*bridge.Resp
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fault.Wrap(fault.Timeout, err, "invoking capability "+inv.Capability)
+			return nil, fault.Wrap(fault.Timeout, err, "invoking capability "+inv.Parent.Capability)
 		}
 		// A throttle is the capability function's reserved concurrency
 		// (or the account's) at work, after the SDK's own retries: the
@@ -49,10 +47,10 @@ func (l LambdaInvoker) Invoke(ctx context.Context, inv Invocation) (*bridge.Resp
 		var throttle *types.TooManyRequestsException
 		if errors.As(err, &throttle) {
 			return nil, &fault.Error{Code: fault.Unavailable, Retryable: true,
-				Message: "capability function throttled (concurrency limit reached) running " + inv.Capability + ": " + err.Error(),
+				Message: "capability function throttled (concurrency limit reached) running " + inv.Parent.Capability + ": " + err.Error(),
 				Details: map[string]any{"reason": "throttled", "throttle_reason": string(throttle.Reason)}}
 		}
-		return nil, &fault.Error{Code: fault.Unavailable, Retryable: true, Message: "invoking capability " + inv.Capability + ": " + err.Error()}
+		return nil, &fault.Error{Code: fault.Unavailable, Retryable: true, Message: "invoking capability " + inv.Parent.Capability + ": " + err.Error()}
 	}
 	if out.FunctionError != nil {
 		var le struct {
@@ -63,47 +61,9 @@ func (l LambdaInvoker) Invoke(ctx context.Context, inv Invocation) (*bridge.Resp
 		return nil, &fault.Error{Code: fault.Unavailable, Retryable: true,
 			Message: fmt.Sprintf("capability function failed (%s): %s %s", aws.ToString(out.FunctionError), le.ErrorType, le.ErrorMessage)}
 	}
-	var resp bridge.Response
+	var resp execution.Response
 	if err := json.Unmarshal(out.Payload, &resp); err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "the capability function answered something that is not a response")
 	}
 	return &resp, nil
 }
-
-// Handler is the capability function's handler: it validates the
-// invocation, loads the capability and runs it on a fresh service.
-func Handler(reg Registry, newService func() *bridge.Service) func(ctx context.Context, payload json.RawMessage) (*bridge.Response, error) {
-	return func(ctx context.Context, payload json.RawMessage) (*bridge.Response, error) {
-		var inv Invocation
-		dec := json.NewDecoder(strings.NewReader(string(payload)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&inv); err != nil {
-			return invalid(fmt.Errorf("the payload is not a capability invocation: %w", err)), nil
-		}
-		if _, _, err := ParseName(inv.Capability); err != nil {
-			return invalid(err), nil
-		}
-		if inv.Depth < 1 || len(inv.Chain) == 0 || inv.Chain[len(inv.Chain)-1] != inv.Capability {
-			return invalid(errors.New("depth must be ≥ 1 and chain must end with the capability")), nil
-		}
-		if inv.Budget < 0 {
-			return invalid(errors.New("budget must not be negative")), nil
-		}
-		svc := newService()
-		resp, err := Run(ctx, reg, svc, inv)
-		if err != nil {
-			return &bridge.Response{Error: fault.As(err)}, nil
-		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
-		defer cancel()
-		_ = svc.Flush(fctx)
-		return resp, nil
-	}
-}
-
-func invalid(err error) *bridge.Response {
-	return &bridge.Response{Error: fault.Wrap(fault.InvalidRequest, err, "")}
-}
-
-// flushTimeout bounds writing the child's traces before answering.
-const flushTimeout = 2 * time.Second

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -28,7 +29,7 @@ func TestThrottledInvokeIsRetryableUnavailable(t *testing.T) {
 	wrapped := &smithy.OperationError{ServiceID: "Lambda", OperationName: "Invoke", Err: throttle}
 	for _, err := range []error{throttle, wrapped} {
 		inv := capability.LambdaInvoker{Client: fakeLambda{err: err}, Function: "stack-capability"}
-		_, got := inv.Invoke(context.Background(), capability.Invocation{Capability: "iso:x", Depth: 1, Chain: []string{"iso:x"}})
+		_, got := inv.Invoke(context.Background(), execution.Invocation{Parent: execution.Parent{Capability: "iso:x"}})
 		var fe *fault.Error
 		if !errors.As(got, &fe) || fe.Code != fault.Unavailable || !fe.Retryable {
 			t.Fatalf("%T: want retryable UNAVAILABLE, got %#v", err, got)

@@ -12,10 +12,9 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/argcheck"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -24,36 +23,10 @@ import (
 // a capability that calls a capability, and no deeper.
 const DefaultMaxDepth = 3
 
-// Invocation is one capability run, with what links it to its caller.
-type Invocation struct {
-	Capability        string          `json:"capability"`
-	Version           int             `json:"version"`
-	Args              json.RawMessage `json:"args"`
-	ParentExecutionID string          `json:"parent_execution_id"`
-	ParentCallID      int             `json:"parent_call_id"`
-	Depth             int             `json:"depth"` // of the run being started (1 = called from a root script)
-	Chain             []string        `json:"chain"` // capabilities from the root down to this one, this one last
-	TraceHeader       string          `json:"trace_header,omitempty"`
-	AllowDestructive  bool            `json:"allow_destructive,omitempty"`
-	// Approval is the root request's approval mode: a capability run
-	// never parks a call, but says why it refuses one (bridge.Request).
-	Approval string `json:"approval,omitempty"`
-	// Narrowing is the tools filter of every run above, one entry per run
-	// that narrowed: the child may use only tools each allows.
-	Narrowing [][]string `json:"narrowing,omitempty"`
-	// TimeoutMS is what is left of the caller's deadline, so a child run
-	// never outlives its caller (0: no deadline known).
-	TimeoutMS int `json:"timeout_ms,omitempty"`
-	// Budget is the run's share of the request tree's sandbox budget, for
-	// its own capability calls (its own sandbox is already paid for).
-	// Always sent: a payload without it may start no sandbox.
-	Budget int `json:"budget"`
-}
-
 // Invoker runs capabilities somewhere: in this process, or in the
 // capability Lambda.
 type Invoker interface {
-	Invoke(ctx context.Context, inv Invocation) (*bridge.Response, error)
+	Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error)
 }
 
 // Source offers the registry's capabilities to the bridge as tools.
@@ -83,7 +56,7 @@ func NewSource(reg Registry, inv Invoker, maxDepth int, log *slog.Logger) *Sourc
 	return &Source{reg: reg, inv: inv, maxDepth: maxDepth, log: log, validators: map[string]*argcheck.Validator{}, refs: map[string]analysis.Refs{}}
 }
 
-// Tools implements bridge.ToolSource: the latest version of each capability.
+// Tools implements execution.ToolSource: the latest version of each capability.
 func (s *Source) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	caps, err := s.reg.List(ctx)
 	if err != nil {
@@ -100,17 +73,13 @@ func (s *Source) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	return out, nil
 }
 
-// Call implements bridge.ToolSource: checks depth, cycles and arguments,
-// takes a sandbox and a share of the caller's budget for the run, then runs
-// the capability through the invoker.
-func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt bridge.CallOptions) (json.RawMessage, error) {
+// Call implements execution.ToolSource: checks depth, cycles and
+// arguments, takes a sandbox and a share of the caller's budget for the
+// run, then runs the capability through the invoker.
+func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt execution.CallOptions) (json.RawMessage, error) {
 	name := t.FullName()
-	var chain []string
-	depth := 1
-	if p := opt.Parent; p != nil {
-		chain = slices.Clone(p.Chain)
-		depth = p.Depth + 1
-	}
+	chain := slices.Clone(opt.Chain)
+	depth := opt.Depth() + 1
 	if slices.Contains(chain, name) {
 		return nil, &fault.Error{Code: fault.CapabilityCycle, Tool: name,
 			Message: "capability cycle: " + strings.Join(append(chain, name), " → "), Details: map[string]any{"chain": append(chain, name)}}
@@ -137,7 +106,7 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	budget := opt.Sandboxes
 	if budget == nil {
 		// A caller outside a bridge execution is a request tree of its own.
-		budget = bridge.NewBudget(bridge.DefaultSandboxes)
+		budget = execution.NewBudget(execution.DefaultSandboxes)
 	}
 	reserved, ok := budget.Reserve(s.share(c, depth))
 	if !ok {
@@ -148,12 +117,9 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	if err := s.reg.IncrementCalls(ctx, name); err != nil {
 		s.log.WarnContext(ctx, "capability call count not updated", "capability", name, "err", err)
 	}
-	inv := Invocation{
-		Capability: name, Version: c.Version, Args: args,
-		ParentExecutionID: opt.ExecutionID, ParentCallID: opt.CallID,
-		Depth: depth, Chain: append(chain, name),
-		TraceHeader: opt.TraceHeader, AllowDestructive: opt.AllowDestructive, Approval: opt.Approval,
-		Narrowing: opt.Narrowing, Budget: reserved - 1, TimeoutMS: timeoutMS,
+	inv := execution.Invocation{
+		Parent:  execution.Parent{Lineage: opt.Lineage, Capability: name, Sandboxes: reserved - 1},
+		Version: c.Version, Args: args, TimeoutMS: timeoutMS,
 	}
 	resp, err := s.inv.Invoke(ctx, inv)
 	if err != nil {
@@ -260,56 +226,38 @@ func (s *Source) validator(c Capability) *argcheck.Validator {
 	return v
 }
 
-// InProcess runs each capability in a fresh bridge.Service from newService
-// (over the process's one engine: every run is a fresh sandbox instance).
-// It stands in for the capability Lambda locally and in tests.
-type InProcess struct {
-	Registry   Registry
-	NewService func() *bridge.Service
+// Runner runs capability invocations on an executor: in this process, the
+// executor of every other execution (each run is a fresh sandbox anyway);
+// in the capability function, that function's. It is the in-process
+// Invoker, and what the capability function's handler calls.
+type Runner struct {
+	Registry Registry
+	// Executor runs the capability's code. The one that serves the
+	// executions whose calls reach this runner may be built after it
+	// (its capability source needs the runner): set it before the first
+	// call.
+	Executor execution.Executor
 }
 
-// Invoke implements Invoker.
-func (p InProcess) Invoke(ctx context.Context, inv Invocation) (*bridge.Response, error) {
-	return Run(ctx, p.Registry, p.NewService(), inv)
+// Invoke implements Invoker: Run.
+func (r *Runner) Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error) {
+	return r.Run(ctx, inv)
 }
 
-// Run loads the capability's version and runs it as a child execution on
-// svc. The capability Lambda's handler and the in-process invoker share it.
-func Run(ctx context.Context, reg Registry, svc *bridge.Service, inv Invocation) (*bridge.Response, error) {
-	c, err := reg.Get(ctx, inv.Capability, inv.Version)
+// Run loads the invocation's capability version and runs it as a child
+// execution. Errors are refusals (nothing ran): a bad name, a capability or
+// version that does not exist.
+func (r *Runner) Run(ctx context.Context, inv execution.Invocation) (*execution.Response, error) {
+	if _, _, err := ParseName(inv.Parent.Capability); err != nil {
+		return nil, err
+	}
+	c, err := r.Registry.Get(ctx, inv.Parent.Capability, inv.Version)
 	if err != nil {
 		return nil, err
 	}
-	return svc.Execute(ctx, bridge.Request{
-		Code:             c.Code,
-		TimeoutMS:        inv.TimeoutMS,
-		Args:             inv.Args,
-		AllowDestructive: inv.AllowDestructive,
-		Approval:         inv.Approval,
-		Source:           "capability",
-		TraceHeader:      inv.TraceHeader,
-		Parent: &bridge.Parent{ExecutionID: inv.ParentExecutionID, CallID: inv.ParentCallID,
-			Capability: inv.Capability, Depth: inv.Depth, Chain: inv.Chain, Narrowing: inv.Narrowing,
-			Sandboxes: inv.Budget},
-	}), nil
-}
-
-// NewServices returns a factory of services, each offering opts.Sources
-// followed by reg's capabilities (a name both offer is the sources', as
-// ADR-052 resolves it for MCP servers). Capability calls go to inv; a nil
-// inv runs each in process, in a fresh service from the same factory
-// (every run is a fresh sandbox anyway), which is how pml and the tests
-// run them. The services share one capability source and one log of
-// dropped tools, so a drop is logged once, not once per capability run.
-func NewServices(engine *guest.Engine, opts bridge.Options, reg Registry, inv Invoker) func() *bridge.Service {
-	var newService func() *bridge.Service
-	if inv == nil {
-		inv = InProcess{Registry: reg, NewService: func() *bridge.Service { return newService() }}
+	req, ferr := inv.Request(c.Code)
+	if ferr != nil {
+		return nil, ferr
 	}
-	if opts.Drops == nil {
-		opts.Drops = catalog.NewDropLog(opts.Logger)
-	}
-	opts.Sources = append(slices.Clone(opts.Sources), NewSource(reg, inv, 0, opts.Logger))
-	newService = func() *bridge.Service { return bridge.New(engine, opts) }
-	return newService
+	return r.Executor.Execute(ctx, req), nil
 }

@@ -41,17 +41,9 @@ func benchCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 			peerFigs = denoThroughputPeer(ctx, peerFigs, *serveD, progress)
 		}
 	}
-	eng, err := ef.engine(ctx, logger(io.Discard))
-	if err != nil {
-		return ExitFailed, err
-	}
-	defer eng.Close(context.Background())
-	opts := bench.Options{Engine: eng, Samples: *samples, ServeDuration: *serveD, Progress: progress}
+	opts := bench.Options{CacheDir: ef.dir(), Samples: *samples, ServeDuration: *serveD, Progress: progress}
 	if *serveD <= 0 {
 		opts.ServeDuration = -1 // left out
-	}
-	if !ef.noCache {
-		opts.CacheDir = ef.cacheDir
 	}
 	if self, err := os.Executable(); err == nil {
 		opts.Executable = self

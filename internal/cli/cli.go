@@ -16,7 +16,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
 
@@ -175,10 +174,6 @@ func (f *engineFlags) dir() string {
 		return ""
 	}
 	return f.cacheDir
-}
-
-func (f *engineFlags) engine(ctx context.Context, logger *slog.Logger) (*guest.Engine, error) {
-	return guest.New(ctx, guest.Options{Logger: logger, CacheDir: f.dir()})
 }
 
 func defaultCacheDir() string {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -47,16 +47,16 @@ func TestLiveProgress(t *testing.T) {
 		t.Fatal("a display on something that is not a terminal")
 	}
 	var p *liveProgress
-	p.event(bridge.Event{Type: bridge.EventCallStart}) // nil: nothing, no panic
+	p.event(execution.Event{Type: execution.EventCallStart}) // nil: nothing, no panic
 	p.finish()
 
 	p = newProgress(&bytes.Buffer{}, time.Hour)
 	call := trace.Call{Server: "demo", Tool: "sleep", OK: true}
-	p.event(bridge.Event{Type: bridge.EventCallStart, Call: call})
-	p.event(bridge.Event{Type: bridge.EventCallStart, Call: call})
-	p.event(bridge.Event{Type: bridge.EventCallEnd, Call: call})
-	p.event(bridge.Event{Type: bridge.EventCallEnd, Call: trace.Call{Server: "*", Tool: "*", Count: 3}})
-	p.event(bridge.Event{Type: bridge.EventLog})
+	p.event(execution.Event{Type: execution.EventCallStart, Call: call})
+	p.event(execution.Event{Type: execution.EventCallStart, Call: call})
+	p.event(execution.Event{Type: execution.EventCallEnd, Call: call})
+	p.event(execution.Event{Type: execution.EventCallEnd, Call: trace.Call{Server: "*", Tool: "*", Count: 3}})
+	p.event(execution.Event{Type: execution.EventLog})
 	if got, want := p.line(1500*time.Millisecond), "pml: 1.5s · 4 calls done · 0 in flight · 3 failed · last demo:sleep"; got != want {
 		t.Errorf("line = %q, want %q", got, want)
 	}
@@ -72,7 +72,7 @@ func TestLiveProgressDraws(t *testing.T) {
 	p := newProgress(w, time.Hour) // no tick: only changes draw
 	p.wg.Add(1)
 	go p.loop()
-	p.event(bridge.Event{Type: bridge.EventCallStart, Call: trace.Call{Server: "demo", Tool: "sleep"}})
+	p.event(execution.Event{Type: execution.EventCallStart, Call: trace.Call{Server: "demo", Tool: "sleep"}})
 	for frame := range w {
 		if strings.HasPrefix(frame, "\r\033[K") && strings.Contains(frame, "1 in flight · last demo:sleep") {
 			break

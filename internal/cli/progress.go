@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 // liveProgress shows a running script's progress on one line of a
@@ -49,17 +49,17 @@ func newProgress(w io.Writer, tick time.Duration) *liveProgress {
 	return &liveProgress{w: w, start: time.Now(), tick: tick, changed: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
-// event implements bridge.Request.OnEvent.
-func (p *liveProgress) event(e bridge.Event) {
-	if p == nil || e.Type == bridge.EventLog {
+// event implements execution.Request.OnEvent.
+func (p *liveProgress) event(e execution.Event) {
+	if p == nil || e.Type == execution.EventLog {
 		return
 	}
 	p.mu.Lock()
 	switch e.Type {
-	case bridge.EventCallStart:
+	case execution.EventCallStart:
 		p.inflight++
 		p.last = e.Call.Server + ":" + e.Call.Tool
-	case bridge.EventCallEnd:
+	case execution.EventCallEnd:
 		p.inflight = max(p.inflight-1, 0)
 		p.done += max(e.Call.Count, 1)
 		if !e.Call.OK {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -76,7 +76,7 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 		sf              serviceFlags
 		approve, reject callIDs
 		reason          = fs.String("reason", "", "why the calls given to --reject were rejected: the script's error message and the trace carry it")
-		detail          = fs.String("call-detail", bridge.CallDetailFull, "how much of the calls the output shows: full, summary or none")
+		detail          = fs.String("call-detail", execution.CallDetailFull, "how much of the calls the output shows: full, summary or none")
 	)
 	fs.Var(&approve, "approve", "run these pending calls (call ids; repeatable, or comma-separated)")
 	fs.Var(&reject, "reject", "refuse these pending calls: the script sees an error with code REJECTED (call ids; repeatable, or comma-separated)")
@@ -100,27 +100,27 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 	if *reason != "" && len(reject) == 0 {
 		return ExitUsage, usagef("--reason is the reason for a rejection: give --reject too")
 	}
-	if ferr := bridge.CheckCallDetail(*detail); ferr != nil {
+	if ferr := execution.CheckCallDetail(*detail); ferr != nil {
 		return ExitUsage, usageError{ferr}
 	}
-	rr := bridge.ResumeRequest{ExecutionID: fs.Arg(0), CallDetail: *detail, Decisions: map[string]bridge.Decision{}}
+	rr := execution.ResumeRequest{ExecutionID: fs.Arg(0), CallDetail: *detail, Decisions: map[string]execution.Decision{}}
 	for _, id := range approve {
-		rr.Decisions[strconv.Itoa(id)] = bridge.Decision{Approve: true}
+		rr.Decisions[strconv.Itoa(id)] = execution.Decision{Approve: true}
 	}
 	for _, id := range reject {
 		key := strconv.Itoa(id)
 		if _, both := rr.Decisions[key]; both {
 			return ExitUsage, usagef("call %d is both approved and rejected", id)
 		}
-		rr.Decisions[key] = bridge.Decision{Reason: *reason}
+		rr.Decisions[key] = execution.Decision{Reason: *reason}
 	}
-	if len(*reason) > bridge.MaxReasonBytes {
-		return ExitUsage, usagef("--reason is at most %d bytes", bridge.MaxReasonBytes)
+	if len(*reason) > execution.MaxReasonBytes {
+		return ExitUsage, usagef("--reason is at most %d bytes", execution.MaxReasonBytes)
 	}
 
-	var resp *bridge.Response
+	var resp *execution.Response
 	var ferr *fault.Error
-	err := withService(ctx, &sf, errOut, func(svc *bridge.Service, onEvent func(bridge.Event)) {
+	err := withService(ctx, &sf, errOut, func(svc execution.Executor, onEvent func(execution.Event)) {
 		rr.OnEvent = onEvent
 		resp, ferr = svc.Resume(ctx, rr)
 	})
@@ -131,7 +131,7 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 		// Unknown, expired, already resumed: what was asked for does not
 		// exist (any more), as pml trace of an unknown id, not a usage
 		// error; the document says which.
-		if err := writeJSON(out, bridge.Response{ExecutionID: rr.ExecutionID, Error: ferr}); err != nil {
+		if err := writeJSON(out, execution.Response{ExecutionID: rr.ExecutionID, Error: ferr}); err != nil {
 			return ExitFailed, err
 		}
 		return ExitFailed, nil
@@ -143,9 +143,9 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 }
 
 // exitCode is what a finished, failed or suspended execution exits with.
-func exitCode(resp *bridge.Response) int {
+func exitCode(resp *execution.Response) int {
 	switch {
-	case resp.Status == bridge.StatusSuspended:
+	case resp.Status == execution.StatusSuspended:
 		return ExitSuspended
 	case !resp.OK:
 		return ExitFailed

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
-	"github.com/pml-sandbox/pml/internal/script"
+	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -24,8 +23,8 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		destruct = fs.Bool("allow-destructive", false, "let tools annotated destructiveHint run")
 		parseTxt = fs.Bool("parse-json-text", false, "parse text tool results as JSON even without an output schema")
 		lang     = fs.String("lang", "", "js or ts (default: ts for a .ts FILE; else JavaScript, then TypeScript if it does not parse)")
-		detail   = fs.String("call-detail", bridge.CallDetailFull, "how much of the calls the output shows: full, summary or none")
-		approval = fs.String("approval", bridge.ApprovalRefuse, "what a call that needs approval (destructive, or in a server's require_approval) does without --allow-destructive: refuse (fail FORBIDDEN) or suspend (wait for pml resume; exit 3)")
+		detail   = fs.String("call-detail", execution.CallDetailFull, "how much of the calls the output shows: full, summary or none")
+		approval = fs.String("approval", execution.ApprovalRefuse, "what a call that needs approval (destructive, or in a server's require_approval) does without --allow-destructive: refuse (fail FORBIDDEN) or suspend (wait for pml resume; exit 3)")
 	)
 	sf.register(fs)
 	fs.Usage = func() {
@@ -40,23 +39,14 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		return ExitUsage, err
 	}
 	if *lang == "" && fs.NArg() == 1 && strings.EqualFold(filepath.Ext(fs.Arg(0)), ".ts") {
-		*lang = script.LangTS
+		*lang = execution.LangTS
 	}
-	if ferr := script.CheckLang(*lang); ferr != nil {
-		return ExitUsage, usageError{ferr}
+	if *argsJSON != "" && !json.Valid([]byte(*argsJSON)) {
+		return ExitUsage, usagef("--args is not valid JSON: %s", *argsJSON)
 	}
-	if ferr := bridge.CheckCallDetail(*detail); ferr != nil {
-		return ExitUsage, usageError{ferr}
-	}
-	if ferr := bridge.CheckApproval(*approval); ferr != nil {
-		return ExitUsage, usageError{ferr}
-	}
-	req := bridge.Request{Code: src, Lang: *lang, CallDetail: *detail, TimeoutMS: int(timeout.Milliseconds()),
-		Approval: *approval, AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: "cli"}
+	req := execution.Request{Code: src, Lang: *lang, CallDetail: *detail, TimeoutMS: int(timeout.Milliseconds()),
+		Approval: *approval, AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: execution.SourceCLI}
 	if *argsJSON != "" {
-		if !json.Valid([]byte(*argsJSON)) {
-			return ExitUsage, usagef("--args is not valid JSON: %s", *argsJSON)
-		}
 		req.Args = json.RawMessage(*argsJSON)
 	}
 	if *tools != "" {
@@ -64,9 +54,14 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 			req.Tools = append(req.Tools, strings.TrimSpace(p))
 		}
 	}
+	// The flags make a request like any front end's, checked by the same
+	// rules: a bad value is a usage error.
+	if ferr := req.Validate(); ferr != nil {
+		return ExitUsage, usageError{ferr}
+	}
 
-	var resp *bridge.Response
-	err = withService(ctx, &sf, errOut, func(svc *bridge.Service, onEvent func(bridge.Event)) {
+	var resp *execution.Response
+	err = withService(ctx, &sf, errOut, func(svc execution.Executor, onEvent func(execution.Event)) {
 		req.OnEvent = onEvent
 		resp = svc.Execute(ctx, req)
 	})
@@ -82,7 +77,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 // withService opens the service the flags ask for, runs do with it and the
 // live progress display (nil when stderr is not a terminal: never in a
 // pipe), then flushes the traces and closes the service.
-func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do func(*bridge.Service, func(bridge.Event))) error {
+func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do func(execution.Executor, func(execution.Event))) error {
 	log := logger(errOut)
 	a, err := sf.open(ctx, log)
 	if err != nil {
@@ -90,7 +85,7 @@ func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do fun
 	}
 	defer a.Close(context.Background())
 	live := startProgress(errOut)
-	var onEvent func(bridge.Event)
+	var onEvent func(execution.Event)
 	if live != nil {
 		onEvent = live.event
 	}

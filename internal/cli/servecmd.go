@@ -74,11 +74,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	}
 	defer a.Close(context.Background())
 
-	handler := httpapi.New(httpapi.Options{
-		Service:      a.Service,
-		Traces:       a.Traces,
-		Capabilities: a.Capabilities,
-		Health:       a.Health,
+	handler := a.HTTPHandler(httpapi.Options{
 		Logger:       log,
 		Guard:        guard,
 		Streaming:    true,

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
@@ -19,7 +19,7 @@ import (
 
 // sources are the two ways to the demo tools: in process, and over MCP
 // from a demo server.
-func sources(t *testing.T) map[string]bridge.ToolSource {
+func sources(t *testing.T) map[string]execution.ToolSource {
 	t.Helper()
 	srv, err := demoserver.Start("127.0.0.1:0")
 	if err != nil {
@@ -32,9 +32,9 @@ func sources(t *testing.T) map[string]bridge.ToolSource {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
-	return map[string]bridge.ToolSource{
-		"in process": bridge.DemoSource{Set: demoserver.New()},
-		"over MCP":   bridge.MCPSource{Pool: pool},
+	return map[string]execution.ToolSource{
+		"in process": demoserver.Source{Set: demoserver.New()},
+		"over MCP":   mcpclient.Source{Pool: pool},
 	}
 }
 
@@ -82,7 +82,7 @@ func TestOneDemo(t *testing.T) {
 				byName[tl.Name] = tl
 			}
 			for _, s := range steps {
-				got, err := src.Call(ctx, byName[s.tool], json.RawMessage(s.args), bridge.CallOptions{AllowDestructive: true})
+				got, err := src.Call(ctx, byName[s.tool], json.RawMessage(s.args), execution.CallOptions{Lineage: execution.Lineage{AllowDestructive: true}})
 				if s.code != "" {
 					if fault.CodeOf(err) != s.code {
 						t.Errorf("%s(%s): %s %v; want %s", s.tool, s.args, got, err, s.code)
@@ -93,7 +93,7 @@ func TestOneDemo(t *testing.T) {
 					t.Errorf("%s(%s) = %s %v; want %s", s.tool, s.args, got, err, s.want)
 				}
 			}
-			now, err := src.Call(ctx, byName["now"], nil, bridge.CallOptions{})
+			now, err := src.Call(ctx, byName["now"], nil, execution.CallOptions{})
 			var n struct {
 				ISO    string `json:"iso"`
 				UnixMS int64  `json:"unix_ms"`

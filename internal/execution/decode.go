@@ -3,8 +3,8 @@ package execution
 import (
 	"bytes"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"

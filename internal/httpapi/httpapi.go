@@ -17,26 +17,14 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
-
-// Executor runs executions; *bridge.Service implements it.
-type Executor interface {
-	Execute(ctx context.Context, req bridge.Request) *bridge.Response
-	// Resume continues a suspended execution; the error is a refusal
-	// (nothing ran), mapped to a status by RefusalStatus.
-	Resume(ctx context.Context, rr bridge.ResumeRequest) (*bridge.Response, *fault.Error)
-	Catalog(ctx context.Context) []catalog.Tool
-	Flush(ctx context.Context) error
-}
 
 // TraceReader reads stored executions. An unknown id is an error whose
 // fault code is NOT_FOUND.
@@ -52,6 +40,16 @@ type CapabilitySave struct {
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
+// DecodeCapabilitySave reads a capability to save, as strictly as an
+// execute request (POST /capabilities, save_capability's arguments).
+func DecodeCapabilitySave(data []byte) (CapabilitySave, *fault.Error) {
+	var c CapabilitySave
+	if ferr := execution.DecodeStrict(data, &c, "a capability"); ferr != nil {
+		return CapabilitySave{}, ferr
+	}
+	return c, nil
+}
+
 // Capabilities lists and saves capabilities. Results are sent as JSON.
 type Capabilities interface {
 	List(ctx context.Context) (any, error)
@@ -60,7 +58,9 @@ type Capabilities interface {
 
 // Options configure the handler. Only Service is required.
 type Options struct {
-	Service      Executor
+	// Service runs executions; a resume's refusal is mapped to a status
+	// by RefusalStatus.
+	Service      execution.Executor
 	Traces       TraceReader
 	Capabilities Capabilities
 	// Health adds details (e.g. MCP server states) to /healthz.
@@ -227,52 +227,16 @@ func (a *api) middleware(next http.Handler) http.Handler {
 	})
 }
 
-// DecodeExecuteRequest parses and checks an execute request: the body of
-// POST /execute, a direct invocation, an SQS message or an EventBridge
-// detail. Unknown fields are rejected so a typo (`timeout` for
-// `timeout_ms`) is not silently ignored; the host-only fields of
-// bridge.Request are not JSON fields at all, so a caller cannot set them.
-func DecodeExecuteRequest(body []byte) (bridge.Request, *fault.Error) {
-	var er bridge.Request
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&er); err != nil {
-		return bridge.Request{}, fault.Wrap(fault.InvalidRequest, err, "the request body is not a valid execute request")
-	}
-	if dec.More() {
-		return bridge.Request{}, fault.New(fault.InvalidRequest, "the request body has data after the JSON object")
-	}
-	if strings.TrimSpace(er.Code) == "" {
-		return bridge.Request{}, fault.New(fault.InvalidRequest, "code is missing or empty")
-	}
-	if er.TimeoutMS < 0 {
-		return bridge.Request{}, fault.New(fault.InvalidRequest, "timeout_ms must not be negative")
-	}
-	if ferr := script.CheckLang(er.Lang); ferr != nil {
-		return bridge.Request{}, ferr
-	}
-	if ferr := bridge.CheckCallDetail(er.CallDetail); ferr != nil {
-		return bridge.Request{}, ferr
-	}
-	if ferr := bridge.CheckApproval(er.Approval); ferr != nil {
-		return bridge.Request{}, ferr
-	}
-	if len(er.Args) > 0 && !json.Valid(er.Args) {
-		return bridge.Request{}, fault.New(fault.InvalidRequest, "args is not valid JSON")
-	}
-	return er, nil
-}
-
 // StatusOf maps an execution's outcome to an HTTP status: 200 when it
 // succeeded, 202 when it suspended (it waits for decisions on
 // resp.Pending), else the failure's. A failure here is the execution's
 // (a tool it was refused, a capability it named that does not exist:
 // 422), never the route's; RefusalStatus maps a resume that never ran.
-func StatusOf(resp *bridge.Response) int {
+func StatusOf(resp *execution.Response) int {
 	if resp.OK {
 		return http.StatusOK
 	}
-	if resp.Status == bridge.StatusSuspended && resp.Error == nil {
+	if resp.Suspended() {
 		return http.StatusAccepted
 	}
 	if resp.Error == nil {
@@ -317,14 +281,13 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, ferr := DecodeExecuteRequest(body)
+	req, ferr := execution.Decode(body, execution.SourceFrom(r.Context(), execution.SourceHTTP))
 	if ferr != nil {
 		writeError(w, http.StatusBadRequest, ferr)
 		return
 	}
-	req.Source = SourceFrom(r.Context(), "http")
-	req.Principal = PrincipalFrom(r.Context())
-	req.TraceHeader = TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
+	req.Principal = execution.PrincipalFrom(r.Context())
+	req.TraceHeader = execution.TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
 	if a.Streaming && wantsEventStream(r) {
 		a.executeStream(w, r, req)
 		return
@@ -352,6 +315,11 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
+	if (err == nil && ex.Principal != execution.PrincipalFrom(r.Context())) || fault.CodeOf(err) == fault.NotFound {
+		// Another principal's execution is answered exactly as a missing
+		// one, so that ids cannot be probed.
+		err = fault.New(fault.NotFound, "no execution %q", id)
+	}
 	if err != nil {
 		fe := fault.As(err)
 		status := http.StatusInternalServerError
@@ -402,11 +370,13 @@ func (a *api) saveCapability(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fault.New(fault.Unavailable, "this deployment has no capability registry"))
 		return
 	}
-	var c CapabilitySave
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		writeError(w, http.StatusBadRequest, fault.Wrap(fault.InvalidRequest, err, "the body is not a capability"))
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	c, ferr := DecodeCapabilitySave(body)
+	if ferr != nil {
+		writeError(w, http.StatusBadRequest, ferr)
 		return
 	}
 	saved, err := a.Capabilities.Save(r.Context(), c)
@@ -455,46 +425,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, err *fault.Error) {
 	writeJSON(w, status, map[string]any{"ok": false, "error": err})
-}
-
-// TraceHeader returns the X-Ray trace header of the Lambda invocation in
-// ctx (aws-lambda-go stores it under this string key), else def.
-func TraceHeader(ctx context.Context, def string) string {
-	if v, ok := ctx.Value("x-amzn-trace-id").(string); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-type sourceKey struct{}
-
-// WithSource records which front end a request came through ("http",
-// "mcp"…); the Lambda adapter sets it for API Gateway events.
-func WithSource(ctx context.Context, source string) context.Context {
-	return context.WithValue(ctx, sourceKey{}, source)
-}
-
-// SourceFrom returns the source set by WithSource, or def.
-func SourceFrom(ctx context.Context, def string) string {
-	if s, ok := ctx.Value(sourceKey{}).(string); ok && s != "" {
-		return s
-	}
-	return def
-}
-
-type principalKey struct{}
-
-// WithPrincipal records who is calling, as authenticated in front of the
-// handler (the Lambda adapter sets the IAM or JWT principal API Gateway
-// verified). An execution that suspends keeps it, and only the same
-// principal may resume it. No header sets it: `pml serve` has one shared
-// token at most, so its principal is "".
-func WithPrincipal(ctx context.Context, principal string) context.Context {
-	return context.WithValue(ctx, principalKey{}, principal)
-}
-
-// PrincipalFrom returns the principal set by WithPrincipal, "" when none.
-func PrincipalFrom(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	return p
 }

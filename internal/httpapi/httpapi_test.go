@@ -14,6 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -54,7 +56,7 @@ func (c *caps) Save(_ context.Context, s httpapi.CapabilitySave) (any, error) {
 func newServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	h := httpapi.New(httpapi.Options{Service: svc, Traces: traces{id: "ex_known"}, Capabilities: &caps{}, Logger: log, MaxBodyBytes: 64 << 10})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -86,6 +88,9 @@ func TestRoutes(t *testing.T) {
 		{"execution not found", "GET", "/executions/ex_unknown", "", 404, "NOT_FOUND"},
 		{"save capability", "POST", "/capabilities", `{"name": "math:sum", "code": "return 1"}`, 201, "math:sum"},
 		{"save bad capability", "POST", "/capabilities", `{"name": "nocolon", "code": "return 1"}`, 400, "INVALID_REQUEST"},
+		{"save capability, a field in another case", "POST", "/capabilities", `{"name": "math:sum", "CODE": "return 1"}`, 400, "field names are exact"},
+		{"save capability, a repeated field", "POST", "/capabilities", `{"name": "math:sum", "code": "return 1", "code": "return 2"}`, 400, "duplicate"},
+		{"execute, a field in another case", "POST", "/execute", `{"code": "return 1", "Allow_Destructive": true}`, 400, "field names are exact"},
 		{"list capabilities", "GET", "/capabilities", "", 200, `"capabilities"`},
 		{"health", "GET", "/healthz", "", 200, `"ok":true`},
 		{"health shows the runtime", "GET", "/healthz", "", 200, `"runtime":{"goroutines":`},
@@ -183,7 +188,7 @@ func TestMCPEndpoint(t *testing.T) {
 		t.Fatalf("execute_code failed: %+v", res)
 	}
 	raw, _ := json.Marshal(res.StructuredContent)
-	var r bridge.Response
+	var r execution.Response
 	if err := json.Unmarshal(raw, &r); err != nil || !r.OK || string(r.Result) != "42" || len(r.Calls) != 1 {
 		t.Fatalf("structured content %s (%v)", raw, err)
 	}
@@ -206,7 +211,7 @@ func TestMCPEndpoint(t *testing.T) {
 // engine's code limit (256 KiB by default).
 func TestOversizedCodeIs413(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MaxBodyBytes: 1 << 20}))
 	defer srv.Close()
 	body := `{"code": "return 1 // ` + strings.Repeat("x", 300<<10) + `"}`
@@ -218,5 +223,51 @@ func TestOversizedCodeIs413(t *testing.T) {
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), `"limit":"code_size"`) {
 		t.Fatalf("%d %s", resp.StatusCode, raw)
+	}
+}
+
+// ownedTraces holds one execution, run by owner.
+type ownedTraces struct{ id, owner string }
+
+func (o ownedTraces) GetExecution(_ context.Context, id string) (trace.Execution, []trace.Call, error) {
+	if id != o.id {
+		return trace.Execution{}, nil, fault.New(fault.NotFound, "no execution %q", id)
+	}
+	return trace.Execution{ID: id, Status: "ok", Principal: o.owner}, nil, nil
+}
+
+// TestExecutionsAnswerOnlyTheirPrincipal: GET /executions/{id} shows an
+// execution to the principal that ran it, and to anyone else answers as
+// for an id that does not exist, so ids cannot be probed.
+func TestExecutionsAnswerOnlyTheirPrincipal(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Logger: log})
+	h := httpapi.New(httpapi.Options{Service: svc, Traces: ownedTraces{id: "ex_owned", owner: "arn:aws:iam::1:user/owner"}, Logger: log})
+	// Stands in for the Lambda adapter, which sets what API Gateway
+	// verified (never a header in production).
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), r.Header.Get("X-Test-Principal"))))
+	}))
+	defer srv.Close()
+	get := func(id, principal string) (int, string) {
+		req, _ := http.NewRequest("GET", srv.URL+"/executions/"+id, nil)
+		req.Header.Set("X-Test-Principal", principal)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := get("ex_owned", "arn:aws:iam::1:user/owner"); status != 200 || !strings.Contains(body, `"principal":"arn:aws:iam::1:user/owner"`) {
+		t.Fatalf("the owner: %d %s", status, body)
+	}
+	_, missing := get("ex_other", "arn:aws:iam::1:user/mallory")
+	for _, principal := range []string{"arn:aws:iam::1:user/mallory", "", "jwt:https://issuer#owner"} {
+		status, body := get("ex_owned", principal)
+		if status != 404 || strings.Replace(body, "ex_owned", "ex_other", 1) != missing {
+			t.Errorf("principal %q: %d %s; want the answer for a missing id (%s)", principal, status, body, missing)
+		}
 	}
 }

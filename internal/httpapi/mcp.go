@@ -9,8 +9,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
@@ -46,7 +46,7 @@ func (a *api) mcpHandler() http.Handler {
 		mcp.WithArray("tools", mcp.Description(`narrow the tool set: "server:tool" patterns, where * matches any run of characters ("kv:*", "fs:read_*")`), mcp.WithStringItems()),
 		mcp.WithNumber("timeout_ms", mcp.Description("deadline in milliseconds")),
 		mcp.WithBoolean("allow_destructive", mcp.Description("let tools annotated destructive run")),
-		mcp.WithString("approval", mcp.Enum(bridge.ApprovalRefuse, bridge.ApprovalSuspend),
+		mcp.WithString("approval", mcp.Enum(execution.ApprovalRefuse, execution.ApprovalSuspend),
 			mcp.Description(`what becomes of a call that needs approval when allow_destructive is not set: refused with FORBIDDEN ("refuse", the default), or held until someone decides ("suspend": the execution may suspend; see resume_execution)`)),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
 	), a.mcpExecute)
@@ -60,10 +60,10 @@ func (a *api) mcpHandler() http.Handler {
 			mcp.Description(`decisions by pending call id: {"2": "approve", "3": "reject", "4": {"decision": "reject", "reason": "…"}}`),
 			propertyNames(map[string]any{"pattern": "^[1-9][0-9]*$"}),
 			mcp.AdditionalProperties(map[string]any{"oneOf": []any{
-				map[string]any{"type": "string", "enum": []string{bridge.DecisionApprove, bridge.DecisionReject}},
+				map[string]any{"type": "string", "enum": []string{execution.DecisionApprove, execution.DecisionReject}},
 				map[string]any{"type": "object", "required": []string{"decision"}, "additionalProperties": false, "properties": map[string]any{
-					"decision": map[string]any{"type": "string", "enum": []string{bridge.DecisionApprove, bridge.DecisionReject}},
-					"reason":   map[string]any{"type": "string", "maxLength": bridge.MaxReasonBytes},
+					"decision": map[string]any{"type": "string", "enum": []string{execution.DecisionApprove, execution.DecisionReject}},
+					"reason":   map[string]any{"type": "string", "maxLength": execution.MaxReasonBytes},
 				}},
 			}})),
 		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("as execute_code's")),
@@ -132,13 +132,12 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	if bad != nil {
 		return bad, nil
 	}
-	req, ferr := DecodeExecuteRequest(raw)
+	req, ferr := execution.Decode(raw, execution.SourceMCP)
 	if ferr != nil {
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
-	req.Source = "mcp"
-	req.Principal = PrincipalFrom(ctx)
-	req.TraceHeader = TraceHeader(ctx, "")
+	req.Principal = execution.PrincipalFrom(ctx)
+	req.TraceHeader = execution.TraceHeader(ctx, "")
 	if a.Streaming {
 		req.OnEvent = newMCPProgress(ctx, r).event
 	}
@@ -152,12 +151,12 @@ func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	if bad != nil {
 		return bad, nil
 	}
-	rr, ferr := DecodeResumeRequest(raw, "")
+	rr, ferr := execution.DecodeResume(raw, "")
 	if ferr != nil {
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
-	rr.Principal = PrincipalFrom(ctx)
-	rr.TraceHeader = TraceHeader(ctx, "")
+	rr.Principal = execution.PrincipalFrom(ctx)
+	rr.TraceHeader = execution.TraceHeader(ctx, "")
 	if a.Streaming {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
@@ -175,9 +174,9 @@ func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 // executionResult is execute_code's and resume_execution's answer: the
 // text for the model and the whole document. A suspended execution is not
 // an error: it waits for the decisions the text asks for.
-func executionResult(resp *bridge.Response, budget int) *mcp.CallToolResult {
+func executionResult(resp *execution.Response, budget int) *mcp.CallToolResult {
 	res := mcp.NewToolResultStructured(resp, modelText(resp, budget))
-	res.IsError = !resp.OK && !suspended(resp)
+	res.IsError = !resp.OK && !resp.Suspended()
 	return res
 }
 
@@ -220,9 +219,13 @@ func (a *api) mcpSaveCapability(ctx context.Context, r mcp.CallToolRequest) (*mc
 	if a.Capabilities == nil {
 		return mcp.NewToolResultError("this deployment has no capability registry"), nil
 	}
-	c := CapabilitySave{Name: r.GetString("name", ""), Code: r.GetString("code", ""), Description: r.GetString("description", "")}
-	if s, ok := r.GetArguments()["input_schema"]; ok && s != nil {
-		c.InputSchema, _ = json.Marshal(s)
+	raw, err := json.Marshal(r.GetArguments())
+	if err != nil {
+		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
+	}
+	c, ferr := DecodeCapabilitySave(raw)
+	if ferr != nil {
+		return mcp.NewToolResultError(ferr.Error()), nil
 	}
 	saved, err := a.Capabilities.Save(ctx, c)
 	if err != nil {

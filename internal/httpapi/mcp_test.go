@@ -13,6 +13,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
@@ -140,7 +142,7 @@ func TestMCPNoProgressWithoutAToken(t *testing.T) {
 // summarises calls; structuredContent keeps everything.
 func TestMCPTextWithinBudget(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MCPTextBytes: 4000}))
 	t.Cleanup(srv.Close)
 	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
@@ -177,7 +179,7 @@ return "x".repeat(100000)`
 				}
 			}
 			raw, _ := json.Marshal(res.StructuredContent)
-			var r bridge.Response
+			var r execution.Response
 			if err := json.Unmarshal(raw, &r); err != nil || len(r.Result) != 100002 || len(r.Logs) != 300 {
 				t.Fatalf("structuredContent is not the whole document (%v): %d result bytes, %d logs", err, len(r.Result), len(r.Logs))
 			}

@@ -8,7 +8,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 // mcpProgress reports one execute_code call's progress to its client on
@@ -40,16 +40,16 @@ func newMCPProgress(ctx context.Context, r mcp.CallToolRequest) *mcpProgress {
 	return p
 }
 
-// event implements bridge.Request.OnEvent. Sending never blocks: a client
+// event implements execution.Request.OnEvent. Sending never blocks: a client
 // that does not read fast enough loses notifications, never the result.
-func (p *mcpProgress) event(e bridge.Event) {
+func (p *mcpProgress) event(e execution.Event) {
 	if p.srv == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch e.Type {
-	case bridge.EventLog:
+	case execution.EventLog:
 		level := logLevels[e.Log.Level]
 		if level == "" {
 			level = mcp.LoggingLevelInfo
@@ -61,9 +61,9 @@ func (p *mcpProgress) event(e bridge.Event) {
 				map[string]any{"level": level, "logger": "console", "data": e.Log.Message})
 		}
 		return
-	case bridge.EventCallStart:
+	case execution.EventCallStart:
 		p.started++
-	case bridge.EventCallEnd:
+	case execution.EventCallEnd:
 		p.ended++
 	}
 	if p.token == nil {
@@ -71,7 +71,7 @@ func (p *mcpProgress) event(e bridge.Event) {
 	}
 	p.sent++
 	verb := "started"
-	if e.Type == bridge.EventCallEnd {
+	if e.Type == execution.EventCallEnd {
 		verb = "ended"
 		if !e.Call.OK {
 			verb = "failed (" + string(e.Call.ErrorCode) + ")"

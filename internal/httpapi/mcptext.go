@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -32,10 +32,10 @@ const (
 // status line, the error, the result (cut with a marker saying how much
 // was cut), a call summary instead of the records, and the console output,
 // capped. The whole document goes in structuredContent beside it.
-func modelText(resp *bridge.Response, budget int) string {
+func modelText(resp *execution.Response, budget int) string {
 	budget = max(budget, minMCPTextBytes)
 	var head strings.Builder
-	if suspended(resp) {
+	if resp.Suspended() {
 		head.WriteString(pendingText(resp, budget/pendingShare))
 	} else if resp.OK {
 		fmt.Fprintf(&head, "ok (execution %s, %.1f ms)\n", resp.ExecutionID, resp.DurationMS)
@@ -83,16 +83,11 @@ func modelText(resp *bridge.Response, budget int) string {
 	return head.String() + result + calls + logs
 }
 
-// suspended reports whether resp is an execution waiting for decisions.
-func suspended(resp *bridge.Response) bool {
-	return resp.Status == bridge.StatusSuspended && resp.Error == nil
-}
-
 // pendingText tells a model which calls wait for approval and how to
 // resume, in about budget bytes: the status line and the instructions
 // always, then the calls in what they leave, each call's arguments with an
 // equal share of it.
-func pendingText(resp *bridge.Response, budget int) string {
+func pendingText(resp *execution.Response, budget int) string {
 	n := len(resp.Pending)
 	noun := "calls await"
 	if n == 1 {
@@ -145,13 +140,13 @@ func refusalText(id string, e *fault.Error) string {
 }
 
 // callsText summarises the calls in a few lines.
-func callsText(resp *bridge.Response) string {
+func callsText(resp *execution.Response) string {
 	s := resp.CallSummary
 	if s == nil {
 		if resp.Calls == nil {
 			return "" // the request asked for nothing about calls
 		}
-		s = bridge.Summarize(resp.ExecutionID, resp.Calls)
+		s = execution.Summarize(resp.ExecutionID, resp.Calls)
 	}
 	if s.Total == 0 {
 		return "calls: none\n"
@@ -189,7 +184,7 @@ func callsText(resp *bridge.Response) string {
 }
 
 // logsText is the console output, one line per entry.
-func logsText(resp *bridge.Response) string {
+func logsText(resp *execution.Response) string {
 	if len(resp.Logs) == 0 {
 		return ""
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
@@ -58,7 +59,7 @@ func newDurableEnv(t *testing.T) *durableEnv {
 		}
 	}
 	e := &durableEnv{dir: t.TempDir(), clk: &clock{t: time.Now().UTC()}}
-	e.svc = bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{Set: kv}}, Logger: slog.New(slog.DiscardHandler),
+	e.svc = bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(e.dir, suspend.Options{Now: e.clk.Now})})
 	return e
 }
@@ -88,13 +89,13 @@ func (e *durableEnv) otherBuild(t *testing.T, id string) {
 
 // suspendedDoc is the document of a suspended execution.
 type suspendedDoc struct {
-	OK          *bool            `json:"ok"`
-	Status      string           `json:"status"`
-	ExecutionID string           `json:"execution_id"`
-	Pending     []bridge.Pending `json:"pending"`
-	ExpiresAt   time.Time        `json:"expires_at"`
-	Error       *fault.Error     `json:"error"`
-	Result      json.RawMessage  `json:"result"`
+	OK          *bool               `json:"ok"`
+	Status      string              `json:"status"`
+	ExecutionID string              `json:"execution_id"`
+	Pending     []execution.Pending `json:"pending"`
+	ExpiresAt   time.Time           `json:"expires_at"`
+	Error       *fault.Error        `json:"error"`
+	Result      json.RawMessage     `json:"result"`
 }
 
 // suspendVia posts code with approval "suspend" and checks the 202 answer.
@@ -274,48 +275,6 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-func TestDecodeResumeRequest(t *testing.T) {
-	tests := []struct {
-		name, body, pathID string
-		want               bridge.ResumeRequest
-		err                string
-	}{
-		{name: "path id", body: `{"decisions": {"2": "approve", "3": "reject"}}`, pathID: "ex_1",
-			want: bridge.ResumeRequest{ExecutionID: "ex_1", Decisions: map[string]bridge.Decision{"2": {Approve: true}, "3": {}}}},
-		{name: "reason and call detail", body: `{"decisions": {"3": {"decision": "reject", "reason": "no"}}, "call_detail": "summary"}`, pathID: "ex_1",
-			want: bridge.ResumeRequest{ExecutionID: "ex_1", Decisions: map[string]bridge.Decision{"3": {Reason: "no"}}, CallDetail: "summary"}},
-		{name: "body id", body: `{"execution_id": "ex_2", "decisions": {"2": "approve"}}`,
-			want: bridge.ResumeRequest{ExecutionID: "ex_2", Decisions: map[string]bridge.Decision{"2": {Approve: true}}}},
-		{name: "both ids", body: `{"execution_id": "ex_2", "decisions": {"2": "approve"}}`, pathID: "ex_1", err: "in the path"},
-		{name: "no id", body: `{"decisions": {"2": "approve"}}`, err: "execution_id is missing"},
-		{name: "empty id", body: `{"execution_id": " ", "decisions": {"2": "approve"}}`, err: "execution_id is missing"},
-		{name: "empty decisions", body: `{"decisions": {}}`, pathID: "ex_1", err: "decisions is missing"},
-		{name: "bad decision word", body: `{"decisions": {"2": "yes"}}`, pathID: "ex_1", err: `"yes"`},
-		{name: "bad decision object", body: `{"decisions": {"2": {"decision": "approve", "why": "x"}}}`, pathID: "ex_1", err: "unknown field"},
-		{name: "host-only field", body: `{"decisions": {"2": "approve"}, "principal": "arn:aws:iam::1:root"}`, pathID: "ex_1", err: "unknown field"},
-		{name: "not an object", body: `[]`, pathID: "ex_1", err: "not a valid resume request"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ferr := httpapi.DecodeResumeRequest([]byte(tc.body), tc.pathID)
-			if tc.err != "" {
-				if ferr == nil || ferr.Code != fault.InvalidRequest || !strings.Contains(ferr.Message, tc.err) {
-					t.Fatalf("got %+v, want INVALID_REQUEST saying %q", ferr, tc.err)
-				}
-				return
-			}
-			if ferr != nil {
-				t.Fatal(ferr)
-			}
-			a, _ := json.Marshal(got)
-			b, _ := json.Marshal(tc.want)
-			if string(a) != string(b) {
-				t.Fatalf("got %s, want %s", a, b)
-			}
-		})
-	}
-}
-
 func TestStatuses(t *testing.T) {
 	refusals := []struct {
 		code   fault.Code
@@ -331,17 +290,17 @@ func TestStatuses(t *testing.T) {
 	}
 	outcomes := []struct {
 		name   string
-		resp   bridge.Response
+		resp   execution.Response
 		status int
 	}{
-		{"ok", bridge.Response{OK: true}, 200},
-		{"suspended", bridge.Response{Status: bridge.StatusSuspended}, 202},
+		{"ok", execution.Response{OK: true}, 200},
+		{"suspended", execution.Response{Status: execution.StatusSuspended}, 202},
 		// A script's failure is the execution's, whatever its code.
-		{"a tool refused", bridge.Response{Error: fault.New(fault.Forbidden, "x")}, 422},
-		{"a capability not found", bridge.Response{Error: fault.New(fault.NotFound, "x")}, 422},
-		{"rejected and not caught", bridge.Response{Error: fault.New(fault.Rejected, "x")}, 422},
-		{"timeout", bridge.Response{Error: fault.New(fault.Timeout, "x")}, 504},
-		{"no error", bridge.Response{}, 500},
+		{"a tool refused", execution.Response{Error: fault.New(fault.Forbidden, "x")}, 422},
+		{"a capability not found", execution.Response{Error: fault.New(fault.NotFound, "x")}, 422},
+		{"rejected and not caught", execution.Response{Error: fault.New(fault.Rejected, "x")}, 422},
+		{"timeout", execution.Response{Error: fault.New(fault.Timeout, "x")}, 504},
+		{"no error", execution.Response{}, 500},
 	}
 	for _, tc := range outcomes {
 		if got := httpapi.StatusOf(&tc.resp); got != tc.status {

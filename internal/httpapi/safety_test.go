@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
 )
@@ -129,7 +131,7 @@ func TestGetMCPIsRefused(t *testing.T) {
 func newGuardedServer(t *testing.T, g *httpapi.Guard) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	h := httpapi.New(httpapi.Options{Service: svc, Capabilities: &caps{}, Logger: log, Guard: g})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -265,7 +267,7 @@ func TestGuardedMCP(t *testing.T) {
 // JSON rule still holds there.
 func TestAPIGatewayUnguarded(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	handler := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 	event := func(contentType string) json.RawMessage {
 		ev := events.APIGatewayV2HTTPRequest{

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
-	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // EventResult is the last event of a streamed execution.
@@ -24,10 +24,10 @@ const EventResult = "result"
 // refusal's (404, 409, 410…) with the error in the document. Status takes
 // the place of the document's own "status" ("suspended" — which 202
 // says — or absent), so a client decodes the event into its own type,
-// not into bridge.Response.
+// not into execution.Response.
 type StreamResult struct {
 	Status int `json:"status"`
-	*bridge.Response
+	*execution.Response
 }
 
 // wantsEventStream reports whether the request asks for an event stream:
@@ -50,9 +50,9 @@ func wantsEventStream(r *http.Request) bool {
 
 // executeStream runs req and sends its progress as server-sent events as
 // it happens (see stream).
-func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req bridge.Request) {
-	req.ExecutionID = guest.NewExecutionID() // the header goes out first
-	a.stream(w, r, req.ExecutionID, func(onEvent func(bridge.Event)) (*bridge.Response, int) {
+func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req execution.Request) {
+	req.ExecutionID = trace.NewExecutionID() // the header goes out first
+	a.stream(w, r, req.ExecutionID, func(onEvent func(execution.Event)) (*execution.Response, int) {
 		req.OnEvent = onEvent
 		resp := a.Service.Execute(r.Context(), req)
 		return resp, StatusOf(resp)
@@ -65,10 +65,10 @@ func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req bridge.R
 // the status a plain request would have had. Each event is flushed on its
 // own. The service's callbacks must not block, so they only queue events;
 // this goroutine writes them.
-func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string, run func(onEvent func(bridge.Event)) (*bridge.Response, int)) {
+func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string, run func(onEvent func(execution.Event)) (*execution.Response, int)) {
 	q := &eventQueue{ready: make(chan struct{}, 1)}
 	type outcome struct {
-		resp   *bridge.Response
+		resp   *execution.Response
 		status int
 	}
 	done := make(chan outcome, 1)
@@ -133,11 +133,11 @@ func writeEvent(w io.Writer, name string, data any) {
 // is bounded by its limits (log lines, tool calls).
 type eventQueue struct {
 	mu     sync.Mutex
-	events []bridge.Event
+	events []execution.Event
 	ready  chan struct{} // capacity 1: "there is something to take"
 }
 
-func (q *eventQueue) push(e bridge.Event) {
+func (q *eventQueue) push(e execution.Event) {
 	q.mu.Lock()
 	q.events = append(q.events, e)
 	q.mu.Unlock()
@@ -147,7 +147,7 @@ func (q *eventQueue) push(e bridge.Event) {
 	}
 }
 
-func (q *eventQueue) take() []bridge.Event {
+func (q *eventQueue) take() []execution.Event {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := q.events

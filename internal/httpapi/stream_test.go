@@ -12,6 +12,8 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -24,7 +26,7 @@ func (gateSource) Tools(context.Context) ([]catalog.Tool, error) {
 	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP}}, nil
 }
 
-func (g gateSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ bridge.CallOptions) (json.RawMessage, error) {
+func (g gateSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
 	select {
 	case <-g.open:
 		return json.RawMessage(`"opened"`), nil
@@ -33,10 +35,10 @@ func (g gateSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage,
 	}
 }
 
-func streamingServer(t *testing.T, streaming bool, sources ...bridge.ToolSource) *httptest.Server {
+func streamingServer(t *testing.T, streaming bool, sources ...execution.ToolSource) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: append([]bridge.ToolSource{bridge.DemoSource{}}, sources...), Logger: log})
+	svc := bridge.New(engine, bridge.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: streaming}))
 	t.Cleanup(srv.Close)
 	return srv

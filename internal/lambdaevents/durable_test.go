@@ -14,6 +14,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
@@ -45,7 +46,7 @@ func durableHandlerLogging(t *testing.T, log *slog.Logger) func(context.Context,
 	}
 	dir := t.TempDir()
 	return func(ctx context.Context, payload json.RawMessage) (any, error) {
-		svc := bridge.New(engine, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{Set: kv}}, Logger: log,
+		svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
 			Suspensions: suspend.NewFile(dir, suspend.Options{})})
 		h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 		return h(ctx, payload)
@@ -63,22 +64,22 @@ func mustJSON(v any) string {
 }
 
 // invoke calls h directly and returns the execution's document.
-func invoke(t *testing.T, h func(context.Context, json.RawMessage) (any, error), payload string) *bridge.Response {
+func invoke(t *testing.T, h func(context.Context, json.RawMessage) (any, error), payload string) *execution.Response {
 	t.Helper()
 	out, err := h(lambdaCtx(t), json.RawMessage(payload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, ok := out.(*bridge.Response)
+	r, ok := out.(*execution.Response)
 	if !ok {
 		t.Fatalf("answered %T", out)
 	}
 	return r
 }
 
-func suspended(t *testing.T, r *bridge.Response) string {
+func suspended(t *testing.T, r *execution.Response) string {
 	t.Helper()
-	if r.OK || r.Error != nil || r.Status != bridge.StatusSuspended || len(r.Pending) != 1 || r.Pending[0].CallID != 2 || r.Pending[0].Tool != "kv_delete" {
+	if r.OK || r.Error != nil || r.Status != execution.StatusSuspended || len(r.Pending) != 1 || r.Pending[0].CallID != 2 || r.Pending[0].Tool != "kv_delete" {
 		t.Fatalf("not suspended at kv_delete: %+v (error %+v)", r, r.Error)
 	}
 	return r.ExecutionID
@@ -187,14 +188,14 @@ func jwt(iss, sub string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescri
 func TestHTTPAPIResumeIsThePrincipals(t *testing.T) {
 	h := durableHandler(t)
 	const alice, bob = "arn:aws:iam::123456789012:user/alice", "arn:aws:iam::123456789012:user/bob"
-	send := func(t *testing.T, payload string) (int, bridge.Response, string) {
+	send := func(t *testing.T, payload string) (int, execution.Response, string) {
 		t.Helper()
 		out, err := h(lambdaCtx(t), json.RawMessage(payload))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp := out.(events.APIGatewayV2HTTPResponse)
-		var r bridge.Response
+		var r execution.Response
 		_ = json.Unmarshal([]byte(resp.Body), &r)
 		return resp.StatusCode, r, resp.Body
 	}
@@ -272,7 +273,7 @@ func TestRESTAPIPrincipal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var r bridge.Response
+			var r execution.Response
 			_ = json.Unmarshal([]byte(out.(events.APIGatewayProxyResponse).Body), &r)
 			id := suspended(t, &r)
 			for _, step := range []struct {

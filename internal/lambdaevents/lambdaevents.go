@@ -24,19 +24,19 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	jsonv2 "github.com/go-json-experiment/json"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/httpapi"
 )
 
 // Options configure the adapter.
 type Options struct {
-	// HTTP serves API Gateway events (httpapi.New).
+	// HTTP serves API Gateway events (the HTTP API's handler).
 	HTTP http.Handler
 	// Service runs SQS, EventBridge and direct executions.
-	Service httpapi.Executor
+	Service execution.Executor
 	Logger  *slog.Logger
 	// FlushMargin is kept free before the Lambda deadline for writing
 	// traces and answering (default 500 ms).
@@ -107,11 +107,11 @@ func (a *adapter) handle(ctx context.Context, payload json.RawMessage) (any, err
 		}
 		return a.sqs(ctx, ev), nil
 	case p.DetailType != "" && p.Detail != nil:
-		return a.direct(ctx, p.Detail, "eventbridge"), nil
+		return a.direct(ctx, p.Detail, execution.SourceEventBridge), nil
 	case p.Resume != nil:
 		return a.resume(ctx, payload), nil
 	case p.Code != nil:
-		return a.direct(ctx, payload, "invoke"), nil
+		return a.direct(ctx, payload, execution.SourceInvoke), nil
 	}
 	return nil, fault.New(fault.InvalidRequest, "unrecognised event: expected an API Gateway request, an SQS batch, an EventBridge event, an execute request with code or a resume request")
 }
@@ -124,36 +124,17 @@ func (a *adapter) withMargin(ctx context.Context) (context.Context, context.Canc
 	return context.WithCancel(ctx)
 }
 
-// decodeQueued decodes an execute request from a queued source (SQS,
-// EventBridge): one whose answer nobody waits for, so that a suspended
-// execution's pending calls would never be seen, nor decided.
-func decodeQueued(body []byte, source string) (bridge.Request, *fault.Error) {
-	req, ferr := httpapi.DecodeExecuteRequest(body)
-	if ferr == nil && req.Approval == bridge.ApprovalSuspend {
-		return bridge.Request{}, fault.New(fault.InvalidRequest,
-			`approval "suspend" is refused from %s: nobody would see the pending calls; send the request through the HTTP API, the MCP endpoint or a direct invocation, or use allow_destructive`, source)
-	}
-	return req, ferr
-}
-
 // direct runs one execute request (direct Invoke or EventBridge detail).
-func (a *adapter) direct(ctx context.Context, body []byte, source string) *bridge.Response {
-	var req bridge.Request
-	var ferr *fault.Error
-	if source == "invoke" {
-		req, ferr = httpapi.DecodeExecuteRequest(body)
-	} else {
-		req, ferr = decodeQueued(body, source)
-	}
+func (a *adapter) direct(ctx context.Context, body []byte, src execution.Source) *execution.Response {
+	req, ferr := execution.Decode(body, src)
 	if ferr != nil {
-		if source == "eventbridge" {
+		if src == execution.SourceEventBridge {
 			// Nobody reads an EventBridge target's answer: say it here.
 			a.Logger.WarnContext(ctx, "bad EventBridge event", "err", ferr)
 		}
-		return &bridge.Response{Error: ferr, Logs: nil}
+		return &execution.Response{Error: ferr, Logs: nil}
 	}
-	req.Source = source
-	req.TraceHeader = httpapi.TraceHeader(ctx, "")
+	req.TraceHeader = execution.TraceHeader(ctx, "")
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
 	return resp
@@ -170,21 +151,19 @@ type invokeResume struct {
 // (NOT_FOUND, CONFLICT, EXPIRED, RESUME_INCOMPATIBLE, FORBIDDEN…). An
 // invocation carries no caller identity, so its principal is "": it
 // resumes what direct invocations (or an API without auth) suspended.
-func (a *adapter) resume(ctx context.Context, payload []byte) *bridge.Response {
+func (a *adapter) resume(ctx context.Context, payload []byte) *execution.Response {
 	var in invokeResume
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return &bridge.Response{Error: fault.Wrap(fault.InvalidRequest, err, `a resume invocation is {"resume": {"execution_id": …, "decisions": {…}}} and nothing else`)}
+	if err := jsonv2.Unmarshal(payload, &in, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return &execution.Response{Error: fault.Wrap(fault.InvalidRequest, err, `a resume invocation is {"resume": {"execution_id": …, "decisions": {…}}} and nothing else`)}
 	}
-	rr, ferr := httpapi.DecodeResumeRequest(in.Resume, "")
+	rr, ferr := execution.DecodeResume(in.Resume, "")
 	if ferr != nil {
-		return &bridge.Response{Error: ferr, ExecutionID: rr.ExecutionID}
+		return &execution.Response{Error: ferr, ExecutionID: rr.ExecutionID}
 	}
-	rr.TraceHeader = httpapi.TraceHeader(ctx, "")
+	rr.TraceHeader = execution.TraceHeader(ctx, "")
 	resp, ferr := a.Service.Resume(ctx, rr)
 	if ferr != nil {
-		return &bridge.Response{Error: ferr, ExecutionID: rr.ExecutionID}
+		return &execution.Response{Error: ferr, ExecutionID: rr.ExecutionID}
 	}
 	a.flush(ctx)
 	return resp
@@ -213,14 +192,13 @@ func (a *adapter) sqs(ctx context.Context, ev events.SQSEvent) events.SQSEventRe
 	g.SetLimit(a.SQSConcurrency)
 	for i, m := range ev.Records {
 		g.Go(func() error {
-			req, ferr := decodeQueued([]byte(m.Body), "sqs")
+			req, ferr := execution.Decode([]byte(m.Body), execution.SourceSQS)
 			if ferr != nil {
 				a.Logger.WarnContext(ctx, "bad SQS message", "message_id", m.MessageId, "err", ferr)
 				failed[i] = true
 				return nil
 			}
-			req.Source = "sqs"
-			req.TraceHeader = httpapi.TraceHeader(ctx, "")
+			req.TraceHeader = execution.TraceHeader(ctx, "")
 			r := a.Service.Execute(ctx, req)
 			a.Logger.InfoContext(ctx, "sqs execution", "message_id", m.MessageId, "execution_id", r.ExecutionID, "ok", r.OK)
 			if !r.OK && r.Error != nil {
@@ -261,7 +239,7 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	if len(ev.Cookies) > 0 {
 		headers.Set("Cookie", strings.Join(ev.Cookies, "; "))
 	}
-	ctx = httpapi.WithPrincipal(ctx, principalV2(ev.RequestContext.Authorizer))
+	ctx = execution.WithPrincipal(ctx, principalV2(ev.RequestContext.Authorizer))
 	rec := a.serve(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded)
 	out := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}}
 	for k, vs := range rec.Header() {
@@ -287,7 +265,7 @@ func (a *adapter) restV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 	merge(headers, ev.MultiValueHeaders, ev.Headers)
 	q := url.Values{}
 	merge(q, ev.MultiValueQueryStringParameters, ev.QueryStringParameters)
-	ctx = httpapi.WithPrincipal(ctx, principalV1(ev.RequestContext))
+	ctx = execution.WithPrincipal(ctx, principalV1(ev.RequestContext))
 	rec := a.serve(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
 	// Every value goes in MultiValueHeaders, which API Gateway prefers for
 	// a header named in both; Headers keeps the first value each for
@@ -378,7 +356,7 @@ func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, head
 	if rawQuery != "" {
 		target += "?" + rawQuery
 	}
-	req, err := http.NewRequestWithContext(httpapi.WithSource(ctx, "http"), method, "http://lambda"+target, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(execution.WithSource(ctx, execution.SourceHTTP), method, "http://lambda"+target, bytes.NewReader(raw))
 	if err != nil {
 		rec.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(rec, `{"ok":false,"error":{"code":"INVALID_REQUEST","message":%q}}`, err.Error())
@@ -386,7 +364,7 @@ func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, head
 	}
 	req.Header = headers
 	if strings.HasPrefix(path, "/mcp") {
-		req = req.WithContext(httpapi.WithSource(ctx, "mcp"))
+		req = req.WithContext(execution.WithSource(ctx, execution.SourceMCP))
 	}
 	a.HTTP.ServeHTTP(rec, req)
 	return rec

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 	enginetest.Main(m, func(eng *guest.Engine) {
 		engine = eng
 		log := slog.New(slog.DiscardHandler)
-		svc := bridge.New(eng, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Logger: log})
+		svc := bridge.New(eng, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 		handler = lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 	})
 }
@@ -49,9 +51,9 @@ func lambdaCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func decodeBody(t *testing.T, body string) bridge.Response {
+func decodeBody(t *testing.T, body string) execution.Response {
 	t.Helper()
-	var r bridge.Response
+	var r execution.Response
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		t.Fatalf("body %q: %v", body, err)
 	}
@@ -151,7 +153,7 @@ func TestEventBridgeAndDirectInvoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, ok := out.(*bridge.Response)
+			r, ok := out.(*execution.Response)
 			if !ok || !r.OK || string(r.Result) != want {
 				t.Fatalf("%T %+v", out, out)
 			}
@@ -178,7 +180,7 @@ func TestBadEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := out.(*bridge.Response); r.OK || r.Error.Code != "INVALID_REQUEST" {
+	if r := out.(*execution.Response); r.OK || r.Error.Code != "INVALID_REQUEST" {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -191,7 +193,7 @@ func TestDeadlineComesFromTheLambdaContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := out.(*bridge.Response)
+	r := out.(*execution.Response)
 	// 900 ms of Lambda time minus the 500 ms flush margin.
 	if r.OK || r.Error.Code != "TIMEOUT" || time.Since(start) > 800*time.Millisecond {
 		t.Fatalf("%+v after %v", r.Error, time.Since(start))
@@ -205,7 +207,7 @@ func TestRequestFieldsReachEveryFrontEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, ok := out.(*bridge.Response)
+	r, ok := out.(*execution.Response)
 	if !ok || !r.OK || string(r.Result) != "3" || r.Calls != nil || r.CallSummary == nil || r.CallSummary.Total != 1 {
 		t.Fatalf("%T %+v", out, out)
 	}

@@ -81,7 +81,10 @@ type Execution struct {
 	// parent, sampling), for sinks that link to the caller's segment.
 	TraceHeader string `json:"-"`
 	Source      string `json:"source,omitempty"`
-	Calls       int    `json:"calls"`
+	// Principal is who ran the execution where auth is on (see
+	// execution.Request.Principal): only that principal may read it back.
+	Principal string `json:"principal,omitempty"`
+	Calls     int    `json:"calls"`
 	// Events are a durable execution's suspensions and resumptions, oldest
 	// first.
 	Events []Event `json:"events,omitempty"`

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	exec "github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -26,9 +28,9 @@ func BenchmarkExecution100Calls(b *testing.B) {
 		sink trace.Sink
 	}{{"untraced", nil}, {"dynamodb", store}} {
 		b.Run(bc.name, func(b *testing.B) {
-			svc := bridge.New(eng, bridge.Options{Sources: []bridge.ToolSource{bridge.DemoSource{}}, Sink: bc.sink})
+			svc := bridge.New(eng, bridge.Options{Sources: []exec.ToolSource{demoserver.Source{}}, Sink: bc.sink})
 			for b.Loop() {
-				if r := svc.Execute(ctx, bridge.Request{Code: code}); !r.OK {
+				if r := svc.Execute(ctx, exec.Request{Code: code}); !r.OK {
 					b.Fatal(r.Error)
 				}
 				if err := svc.Flush(ctx); err != nil {

@@ -1,4 +1,4 @@
-package bridge
+package demoserver
 
 import (
 	"context"
@@ -7,52 +7,52 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
-	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
-// DemoSource offers the demo tools (internal/demoserver: echo, add, fail,
-// sleep, the scratch key-value store, text tools, clock) in process, as
-// server "demo". They need no network, so a first run works anywhere; the
-// same tools are served over MCP by demoserver.Start.
-type DemoSource struct {
+// Source offers the demo tools (echo, add, fail, sleep, the scratch
+// key-value store, text tools, clock) to the execution service in process,
+// as server "demo". They need no network, so a first run works anywhere;
+// the same tools are served over MCP by Start.
+type Source struct {
 	// Set is the tool set served, with its scratch store; nil means one
-	// set shared by every DemoSource of the process.
-	Set *demoserver.Tools
+	// set shared by every Source of the process.
+	Set *Tools
 }
 
-// sharedDemo is the set a DemoSource without Tools serves.
-var sharedDemo = sync.OnceValue(demoserver.New)
+// sharedDemo is the set a Source without Set serves.
+var sharedDemo = sync.OnceValue(New)
 
 // demoValidators holds one validator per demo tool, by name, shared by
-// every DemoSource (the schemas never change).
+// every Source (the schemas never change).
 var demoValidators = sync.OnceValue(func() map[string]*argcheck.Validator {
 	vs := map[string]*argcheck.Validator{}
-	for _, d := range demoserver.Definitions() {
+	for _, d := range Definitions() {
 		vs[d.Name] = argcheck.New(d.InputSchema)
 	}
 	return vs
 })
 
-// Tools implements ToolSource.
-func (DemoSource) Tools(context.Context) ([]catalog.Tool, error) {
-	defs := demoserver.Definitions()
+// Tools implements execution.ToolSource.
+func (Source) Tools(context.Context) ([]catalog.Tool, error) {
+	defs := Definitions()
 	out := make([]catalog.Tool, len(defs))
 	for i, d := range defs {
-		out[i] = catalog.Tool{Server: demoserver.Name, Name: d.Name, Description: d.Description, InputSchema: d.InputSchema,
+		out[i] = catalog.Tool{Server: Name, Name: d.Name, Description: d.Description, InputSchema: d.InputSchema,
 			OutputSchema: d.OutputSchema, Annotations: d.Annotations, Kind: trace.KindBuiltin}
 	}
 	return out, nil
 }
 
-// Call implements ToolSource. Arguments are checked against the tool's
+// Call implements execution.ToolSource. Arguments are checked against the tool's
 // input schema first, as MCP tools' and capabilities' are, so a bad one is
 // the same INVALID_ARGUMENTS naming the failing field rather than whatever
 // the tool's decoding says.
-func (s DemoSource) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, _ CallOptions) (json.RawMessage, error) {
+func (s Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
 	v := demoValidators()[t.Name]
-	if v == nil || t.Server != demoserver.Name {
+	if v == nil || t.Server != Name {
 		return nil, fault.New(fault.ToolNotFound, "the demo tools have no %s", t.FullName()).WithTool(t.FullName())
 	}
 	checked, ferr := v.Check(args)

@@ -1,16 +1,16 @@
-package bridge_test
+package execution_test
 
 import (
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 func TestBudgetReservesAndSettles(t *testing.T) {
 	half := func(rest int) int { return rest / 2 }
 	none := func(int) int { return 0 }
 	greedy := func(rest int) int { return rest + 100 }
-	b := bridge.NewBudget(10)
+	b := execution.NewBudget(10)
 	steps := []struct {
 		share func(int) int
 		want  int
@@ -32,7 +32,7 @@ func TestBudgetReservesAndSettles(t *testing.T) {
 	if b.Used() != 4 || b.Share() != 10 {
 		t.Fatalf("used %d of %d, want 4 of 10", b.Used(), b.Share())
 	}
-	if n, ok := bridge.NewBudget(-4).Reserve(none); ok || n != 0 {
+	if n, ok := execution.NewBudget(-4).Reserve(none); ok || n != 0 {
 		t.Fatal("a negative budget must hold nothing")
 	}
 }
