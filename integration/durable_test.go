@@ -51,14 +51,19 @@ type durableDoc struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// postJSON posts a JSON body and decodes the answer, whatever its status.
-func postJSON(t *testing.T, url string, body any) (int, durableDoc) {
+// postJSONAs posts a JSON body as principal ("" for nobody, the header
+// read by the API Gateway stand-in; a pml serve ignores it: its principal
+// is "") and decodes the answer, whatever its status.
+func postJSONAs(t *testing.T, url, principal string, body any) (int, durableDoc) {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
+	if principal != "" {
+		req.Header.Set(principalHeader, principal)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +93,14 @@ type durableFront struct {
 	expiring func(t *testing.T) string
 	// trace reads an execution's record, or nil where traces are per process.
 	trace func(t *testing.T, id string) *trace.Execution
+	// agent runs the scripts and approver decides; both "" where the
+	// caller is the person at the keyboard (pml serve on loopback).
+	agent, approver string
 }
 
 func suspendOne(t *testing.T, f durableFront, base, key string) durableDoc {
 	t.Helper()
-	status, d := postJSON(t, base+"/execute", map[string]any{
+	status, d := postJSONAs(t, base+"/execute", f.agent, map[string]any{
 		"code": fmt.Sprintf(durableScript, f.server), "args": map[string]string{"key": key}, "approval": "suspend"})
 	if status != http.StatusAccepted || d.Status != "suspended" || d.OK || d.ExecutionID == "" || d.ExpiresAt.IsZero() {
 		t.Fatalf("the first request: status %d, %+v, want 202 suspended", status, d)
@@ -117,29 +125,38 @@ func testDurable(t *testing.T, f durableFront) {
 	f.stop(t)
 	second := f.second(t)
 
-	status, d := postJSON(t, resumeURL(second, approved.ExecutionID), map[string]any{"decisions": map[string]string{"3": "approve"}})
+	approve := map[string]any{"decisions": map[string]string{"3": "approve"}}
+	if f.agent != "" {
+		// The agent may not approve what it asked for: the approver does.
+		status, d := postJSONAs(t, resumeURL(second, approved.ExecutionID), f.agent, approve)
+		if status != http.StatusForbidden || d.Error == nil || !strings.Contains(d.Error.Message, "the caller may reject") {
+			t.Fatalf("the agent approving its own: status %d, error %+v, want 403", status, d.Error)
+		}
+	}
+	status, d := postJSONAs(t, resumeURL(second, approved.ExecutionID), f.approver, approve)
 	if status != http.StatusOK || !d.OK || string(d.Result) != `{"sum":42,"left":0}` {
 		t.Fatalf("approve in a fresh process: status %d, result %s, error %+v", status, d.Result, d.Error)
 	}
-	status, d = postJSON(t, resumeURL(second, approved.ExecutionID), map[string]any{"decisions": map[string]string{"3": "approve"}})
+	status, d = postJSONAs(t, resumeURL(second, approved.ExecutionID), f.approver, approve)
 	if status != http.StatusConflict || d.Error == nil || d.Error.Code != "CONFLICT" {
 		t.Fatalf("a second resume: status %d, error %+v, want 409 CONFLICT", status, d.Error)
 	}
 
-	status, d = postJSON(t, resumeURL(second, rejected.ExecutionID), map[string]any{
+	// The agent may reject.
+	status, d = postJSONAs(t, resumeURL(second, rejected.ExecutionID), f.agent, map[string]any{
 		"decisions": map[string]any{"3": map[string]string{"decision": "reject", "reason": "keep it"}}})
 	if status != http.StatusOK || !d.OK || !strings.HasPrefix(string(d.Result), `{"kept":2,"code":"REJECTED","message":`) || !strings.Contains(string(d.Result), "keep it") {
 		t.Fatalf("reject: status %d, result %s, error %+v", status, d.Result, d.Error)
 	}
 
-	status, d = postJSON(t, resumeURL(second, "ex_000000000000000000000000"), map[string]any{"decisions": map[string]string{"3": "approve"}})
+	status, d = postJSONAs(t, resumeURL(second, "ex_000000000000000000000000"), f.approver, approve)
 	if status != http.StatusNotFound {
 		t.Fatalf("an unknown execution: status %d, error %+v, want 404", status, d.Error)
 	}
 
 	expired := suspendOne(t, f, f.expiring(t), key+"-e")
 	time.Sleep(300 * time.Millisecond)
-	status, d = postJSON(t, resumeURL(second, expired.ExecutionID), map[string]any{"decisions": map[string]string{"3": "approve"}})
+	status, d = postJSONAs(t, resumeURL(second, expired.ExecutionID), f.approver, approve)
 	if status != http.StatusGone || d.Error == nil || d.Error.Code != "EXPIRED" {
 		t.Fatalf("an expired resume: status %d, error %+v, want 410 EXPIRED", status, d.Error)
 	}
@@ -206,10 +223,17 @@ func TestDurableAcrossLambdaContainers(t *testing.T) {
 		if _, err := s.emu.Recycle("execute"); err != nil {
 			t.Fatal(err)
 		}
+		// A direct invocation names nobody: under the deployed policy it
+		// may reject, never approve…
 		out = s.invoke(t, "execute", map[string]any{"resume": map[string]any{"execution_id": d.ExecutionID, "decisions": map[string]string{"3": "approve"}}}, "")
 		var r durableDoc
-		if err := json.Unmarshal(out, &r); err != nil || !r.OK || !strings.Contains(strings.ReplaceAll(string(r.Result), " ", ""), `"sum":42`) {
-			t.Fatalf("a direct resume in a fresh container: %s", out)
+		if err := json.Unmarshal(out, &r); err != nil || r.OK || r.Error == nil || r.Error.Code != "FORBIDDEN" {
+			t.Fatalf("a direct approval: %s", out)
+		}
+		// …and an approver decides it over HTTP, in a fresh container.
+		status, r := postJSONAs(t, resumeURL(base, d.ExecutionID), approverPrincipal, map[string]any{"decisions": map[string]string{"3": "approve"}})
+		if status != http.StatusOK || !r.OK || !strings.Contains(string(r.Result), `"sum":42`) {
+			t.Fatalf("the approver's resume: status %d %s %+v", status, r.Result, r.Error)
 		}
 	})
 	recycle := func(t *testing.T) {
@@ -218,10 +242,12 @@ func TestDurableAcrossLambdaContainers(t *testing.T) {
 		}
 	}
 	testDurable(t, durableFront{
-		server: "kv",
-		first:  base,
-		stop:   recycle,
-		second: func(*testing.T) string { return base },
+		server:   "kv",
+		agent:    agentPrincipal,
+		approver: approverPrincipal,
+		first:    base,
+		stop:     recycle,
+		second:   func(*testing.T) string { return base },
 		expiring: func(t *testing.T) string {
 			s.emu.SetEnv(app.EnvSuspTTL + "=100ms")
 			recycle(t)

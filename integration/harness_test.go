@@ -108,6 +108,7 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 		app.EnvCompileCache + "=" + cache,
 		app.EnvMCPServers + `={"servers": [` + strings.Join(servers, ",") + `]}`,
 		app.EnvLogLevel + "=warn",
+		app.EnvApprovers + "=" + approversEnv,
 	}
 	// The emulator's address is only known once it listens, and the
 	// functions need it to invoke each other: start them lazily after.
@@ -174,6 +175,28 @@ func httpEvent(method, path, body string) events.APIGatewayV2HTTPRequest {
 	return ev
 }
 
+// principalHeader tells the API Gateway stand-in who the caller is, as its
+// authorizer would have verified: an IAM ARN, or jwt:<iss>#<sub>.
+const principalHeader = "X-Test-Principal"
+
+// The principals of the deployed tests: an agent (a JWT), and an operator
+// the stack names an approver (an IAM role's session).
+const (
+	agentPrincipal    = "jwt:https://idp.test#agent-7"
+	approverPrincipal = "arn:aws:sts::123456789012:assumed-role/approver/alice"
+	approversEnv      = "arn:aws:sts::123456789012:assumed-role/approver/*"
+)
+
+// authorizer is the HTTP API request context API Gateway fills for p.
+func authorizer(p string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {
+	if rest, ok := strings.CutPrefix(p, "jwt:"); ok {
+		iss, sub, _ := strings.Cut(rest, "#")
+		return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"iss": iss, "sub": sub}}}
+	}
+	return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{UserARN: p}}
+}
+
 // apiGateway is a local stand-in for API Gateway: plain HTTP in, HTTP API
 // events to the execute function through the Lambda emulator, responses
 // back. It lets an ordinary MCP client talk to the deployed function.
@@ -186,6 +209,13 @@ func (s *stack) apiGateway(t *testing.T) string {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		ev := httpEvent(r.Method, r.URL.RequestURI(), string(body))
+		// What API Gateway's authorizer verified: here the test says it,
+		// in a header the stand-in takes out (API Gateway sets the
+		// context from a SigV4 signature or a JWT, never a header).
+		if p := r.Header.Get(principalHeader); p != "" {
+			ev.RequestContext.Authorizer = authorizer(p)
+			r.Header.Del(principalHeader)
+		}
 		for k := range r.Header {
 			ev.Headers[strings.ToLower(k)] = r.Header.Get(k)
 		}

@@ -38,5 +38,5 @@ func main() {
 		os.Exit(1)
 	}
 	h := a.HTTPHandler(httpapi.Options{Logger: log, MCPTextBytes: textBytes})
-	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: a.Service, Logger: log}))
+	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: a.Service, Logger: log, Notified: a.AnnouncesSuspensions()}))
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
@@ -39,24 +39,29 @@ import (
 // Environment variables. FromEnv reads them all; the pml command reads the
 // ones marked CLI too.
 const (
-	EnvMCPServers      = "PML_MCP_SERVERS"         // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
-	EnvMCPServersParam = "PML_MCP_SERVERS_PARAM"   // SSM parameter holding the same document
-	EnvCompileCache    = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
-	EnvShippedCache    = "PML_SHIPPED_CACHE_DIR"   // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
-	EnvDemoTools       = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
-	EnvLogLevel        = "PML_LOG_LEVEL"           // debug, info, warn, error; CLI too
-	EnvCapTable        = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
-	EnvCapFunction     = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in process)
-	EnvCapFile         = "PML_CAPABILITIES_FILE"   // the file registry (default in the user's data directory); CLI too
-	EnvTracesTable     = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory); CLI: --table's default
-	EnvTraceTTLDays    = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
-	EnvTracesFile      = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
-	EnvTracesKeep      = "PML_TRACES_KEEP"         // executions an in-memory or file trace store holds (default 10000); CLI too
-	EnvServeToken      = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
-	EnvMCPTextBytes    = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
-	EnvSuspTable       = "PML_SUSPENSIONS_TABLE"   // DynamoDB store of suspended executions; CLI: --suspensions-table's default
-	EnvSuspDir         = "PML_SUSPENSIONS_DIR"     // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
-	EnvSuspTTL         = "PML_SUSPENSION_TTL"      // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
+	EnvMCPServers        = "PML_MCP_SERVERS"         // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
+	EnvMCPServersParam   = "PML_MCP_SERVERS_PARAM"   // SSM parameter holding the same document
+	EnvCompileCache      = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
+	EnvShippedCache      = "PML_SHIPPED_CACHE_DIR"   // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
+	EnvDemoTools         = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
+	EnvLogLevel          = "PML_LOG_LEVEL"           // debug, info, warn, error; CLI too
+	EnvCapTable          = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
+	EnvCapFunction       = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in process)
+	EnvCapFile           = "PML_CAPABILITIES_FILE"   // the file registry (default in the user's data directory); CLI too
+	EnvTracesTable       = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory); CLI: --table's default
+	EnvTraceTTLDays      = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
+	EnvTracesFile        = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
+	EnvTracesKeep        = "PML_TRACES_KEEP"         // executions an in-memory or file trace store holds (default 10000); CLI too
+	EnvServeToken        = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
+	EnvMCPTextBytes      = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
+	EnvSuspTable         = "PML_SUSPENSIONS_TABLE"   // DynamoDB store of suspended executions; CLI: --suspensions-table's default
+	EnvSuspDir           = "PML_SUSPENSIONS_DIR"     // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
+	EnvSuspTTL           = "PML_SUSPENSION_TTL"      // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
+	EnvApprovers         = "PML_APPROVERS"           // principal patterns that may decide any execution (IAM ARNs, jwt:<iss>#<sub>); CLI too
+	EnvCallerDecides     = "PML_CALLER_DECIDES"      // on: the caller may set allow_destructive and approve its own calls (Lambda default off); CLI: --caller-decides's default
+	EnvApprovalKeyFile   = "PML_APPROVAL_KEY_FILE"   // the key sealing elicitation state (default in the user's data directory); CLI too
+	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET" // the Secrets Manager secret holding that key (the deployment)
+	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -69,7 +74,8 @@ const (
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
-	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
+	EnvApprovalKeySecret, EnvApprovalBus, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -108,6 +114,8 @@ type Config struct {
 	CapabilityFunction string
 	// Suspensions says where suspended executions are kept.
 	Suspensions SuspensionConfig
+	// Approval says who decides, and how deciders are reached.
+	Approval ApprovalConfig
 
 	// Engine, when set, is the sandbox engine to run on instead of
 	// opening one (the benchmarks measure several services on one
@@ -179,6 +187,14 @@ func ConfigFromEnv() (Config, error) {
 	cfg.Suspensions = SuspensionConfig{Table: os.Getenv(EnvSuspTable), Dir: os.Getenv(EnvSuspDir)}
 	if cfg.Suspensions.TTL, err = SuspensionTTL(); err != nil {
 		return Config{}, err
+	}
+	// The deployment's caller is an agent: it decides nothing unless the
+	// deployment says so.
+	if cfg.Approval, err = ApprovalFromEnv(false); err != nil {
+		return Config{}, err
+	}
+	if cfg.Approval.KeySecret != "" {
+		cfg.Approval.KeyFile = ""
 	}
 	if table := os.Getenv(EnvTracesTable); table != "" {
 		days, _ := strconv.Atoi(os.Getenv(EnvTraceTTLDays))
@@ -278,6 +294,9 @@ type App struct {
 	// none.
 	Suspensions suspend.Store
 	runner      *capability.Runner
+	approvalKey approval.Key
+	policy      approval.Policy
+	bus         string
 	aws         awsConfig
 	closers     []func(context.Context) error
 }
@@ -373,7 +392,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	// The MCP servers (and demo tools) come before capabilities: a name
 	// both offer is the server's, as ADR-052 resolves it.
 	sources = append(sources, capability.NewSource(a.Registry, invoker, 0, log))
-	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions})
+	key, notify, err := a.openApproval(ctx, cfg.Approval, log)
+	if err != nil {
+		return fail(err)
+	}
+	a.approvalKey, a.policy, a.bus = key, cfg.Approval.Policy, cfg.Approval.Bus
+	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
+		Policy: cfg.Approval.Policy, Notify: notify})
 	a.runner.Executor = a.Service
 	a.Capabilities = capabilityAPI{a.Registry}
 	return a, nil
@@ -383,10 +408,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 // app: opts says what the front end adds (its logger, guard, streaming,
 // text budget); the service, traces, capabilities and health are the
 // app's.
-func (a *App) HTTPHandler(opts httpapi.Options) http.Handler {
+func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 	opts.Service, opts.Traces, opts.Capabilities, opts.Health = a.Service, a.Traces, a.Capabilities, a.Health
+	opts.StateKey, opts.Policy, opts.Suspends = a.approvalKey, a.policy, a.Suspensions != nil
 	return httpapi.New(opts)
 }
+
+// AnnouncesSuspensions reports whether suspensions are announced to
+// approvers beyond this process's log (an EventBridge bus): only then may
+// queued front ends (SQS, EventBridge) ask for approval "suspend".
+func (a *App) AnnouncesSuspensions() bool { return a.bus != "" }
 
 // CapabilityRunner runs capability invocations on this app's service: the
 // capability function's handler takes it.

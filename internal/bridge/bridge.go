@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -51,6 +52,14 @@ type Options struct {
 	// Suspensions keeps suspended executions; without it a request for
 	// approval "suspend" is refused.
 	Suspensions suspend.Store
+	// Policy says who may decide: who may set allow_destructive, and who
+	// may approve or reject a suspended execution's calls. The zero Policy
+	// lets only the client's user decide, through elicitation.
+	Policy approval.Policy
+	// Notify, when set, is told of every suspension (the deployment sends
+	// an event approvers watch). It must not block for long: it runs
+	// before the answer leaves.
+	Notify func(context.Context, execution.SuspensionNotice)
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -64,11 +73,14 @@ type Service struct {
 	sandbox int
 	drops   *catalog.DropLog
 	store   suspend.Store
+	policy  approval.Policy
+	notify  func(context.Context, execution.SuspensionNotice)
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
-	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions}
+	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
+		policy: opts.Policy, notify: opts.Notify}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -250,6 +262,17 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	// only a root execution needs somewhere to suspend to.
 	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && s.store == nil {
 		return fail(fault.New(fault.InvalidRequest, `approval "suspend" is not available here: this service keeps no suspended executions`))
+	}
+	if ferr := req.CheckQueued(s.notify != nil); ferr != nil {
+		return fail(ferr)
+	}
+	// Consent is the deployment's to give: a capability run inherits its
+	// root's, which was checked here.
+	if req.AllowDestructive && req.Parent == nil && !s.policy.MayConsent(req.Principal) {
+		return fail(&fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy"},
+			Message: "allow_destructive is not honoured for this caller: under this deployment's policy " + s.policy.Consenters() +
+				` may run calls that need approval without asking. Send approval "suspend" instead: such a call then waits for ` +
+				s.policy.Deciders() + " to decide"})
 	}
 
 	ts, ferr := s.toolSet(ctx, req)

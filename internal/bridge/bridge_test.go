@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -71,7 +72,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 	sink := &memSink{}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}, demoserver.Source{}}, Sink: sink})
+	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}, demoserver.Source{}}, Sink: sink})
 	// Wait for discovery so every test starts from a warm catalog.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(svc.Catalog(ctx)) < 20 && time.Now().Before(deadline) {
@@ -285,3 +286,7 @@ func TestNoLeaksOverManyMCPExecutions(t *testing.T) {
 		t.Errorf("heap grew from %d to %d KiB", h0>>10, h1>>10)
 	}
 }
+
+// local is the policy of local use (pml run, pml serve on loopback): the
+// caller is the person at the keyboard and decides.
+var local = approval.Policy{CallerDecides: true}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
@@ -105,6 +106,14 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 	}
 	ex.Events = st.Events
 	resp.Status, resp.Pending, resp.ExpiresAt = execution.StatusSuspended, pending, rec.ExpiresAt
+	resp.StateVersion, resp.Owner, resp.Approvers = rec.Version, rec.Principal, s.policy.Deciders()
+	if s.notify != nil {
+		n := execution.SuspensionNotice{ExecutionID: rec.ID, Principal: rec.Principal, Source: execution.Source(st.Source), ExpiresAt: rec.ExpiresAt}
+		for _, p := range pending {
+			n.Pending = append(n.Pending, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool})
+		}
+		s.notify(ctx, n)
+	}
 }
 
 // Resume continues a suspended execution: approved calls run, rejected
@@ -133,12 +142,17 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	if err != nil {
 		return nil, storeFault(id, err)
 	}
-	// The principal first: nothing about another's execution is told.
-	if rec.Principal != rr.Principal {
-		return nil, storeFault(id, suspend.ErrForbidden)
+	// Who decides first: nothing about another's execution is told to
+	// someone who may not decide it.
+	if ferr := s.mayDecide(rr, rec.Principal, decisions); ferr != nil {
+		return nil, ferr
 	}
 	if rec.State != suspend.Suspended {
 		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+	}
+	if rr.Version != 0 && rr.Version != rec.Version {
+		return nil, &fault.Error{Code: fault.Conflict, Details: map[string]any{"state": rec.State, "version": rec.Version},
+			Message: fmt.Sprintf("execution %s has moved on since this question was asked (version %d, now %d): the answer was given already", id, rr.Version, rec.Version)}
 	}
 	// Before claiming, so that the execution stays for a process of the
 	// right build.
@@ -152,13 +166,59 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	if err := json.Unmarshal(rec.Bridge, &st); err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "reading the suspended execution's request")
 	}
-	claimed, err := s.store.Claim(ctx, id, rec.Version, rr.Principal)
+	// The store checks the claim against the owner: who may decide for
+	// the owner was settled above.
+	claimed, err := s.store.Claim(ctx, id, rec.Version, rec.Principal)
 	if err != nil {
 		return nil, storeFault(id, err)
 	}
 	// The execution is ours now: from here on, it is finished or saved
 	// whatever happens.
 	return s.resumeClaimed(ctx, rr, claimed, &st, decisions, start), nil
+}
+
+// mayDecide refuses decisions the deployment's policy does not let rr's
+// caller make on owner's execution: FORBIDDEN, told as "another
+// principal's" to anyone who may not decide it at all. Answers the client's
+// user gave through elicitation are decisions of the owner's own session,
+// which the MCP front end checked against the sealed state it asked with.
+func (s *Service) mayDecide(rr execution.ResumeRequest, owner string, decisions map[int]execution.Decision) *fault.Error {
+	approve := false
+	for _, d := range decisions {
+		approve = approve || d.Approve
+	}
+	switch {
+	case rr.Elicited && rr.Principal == owner:
+		return nil
+	case s.policy.MayDecide(rr.Principal, owner, approve):
+		return nil
+	case rr.Principal != owner && !s.policy.IsApprover(rr.Principal):
+		return storeFault(rr.ExecutionID, suspend.ErrForbidden)
+	}
+	return &fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy"},
+		Message: fmt.Sprintf("approving is not the caller's to do here: under this deployment's policy the calls execution %s waits for are approved by %s; "+
+			"the caller may reject them", rr.ExecutionID, s.policy.Deciders())}
+}
+
+// Waiting implements execution.Executor: the suspended document of id,
+// from the store, as Execute answered it when it suspended.
+func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, *fault.Error) {
+	if s.store == nil {
+		return nil, fault.New(fault.NotFound, "this service keeps no suspended executions")
+	}
+	rec, err := s.store.Load(ctx, id)
+	if err != nil {
+		return nil, storeFault(id, err)
+	}
+	if rec.State != suspend.Suspended {
+		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+	}
+	resp := &execution.Response{ExecutionID: id, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt,
+		StateVersion: rec.Version, Owner: rec.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
+	for _, p := range rec.Suspension.Parked {
+		resp.Pending = append(resp.Pending, execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval})
+	}
+	return resp, nil
 }
 
 // checkDecisions refuses decisions on calls that are not pending: a typo
@@ -202,7 +262,7 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
 		Principal: claimed.Principal, TraceID: traceIDFromHeader(rr.TraceHeader), TraceHeader: rr.TraceHeader}
-	st.Events = append(st.Events, resumeEvent(decisions, rr.Principal, start))
+	st.Events = append(st.Events, resumeEvent(decisions, rr, claimed.Principal, s.policy, start))
 
 	var resp *execution.Response
 	var res *guest.Result
@@ -255,10 +315,18 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	return resp
 }
 
-// resumeEvent records a resumption's decisions, in call order, and who
-// made them.
-func resumeEvent(decisions map[int]execution.Decision, principal string, at time.Time) trace.Event {
-	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: principal}
+// resumeEvent records a resumption's decisions, in call order, who made
+// them and as what.
+func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeRequest, owner string, policy approval.Policy, at time.Time) trace.Event {
+	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: rr.Principal}
+	switch {
+	case rr.Elicited:
+		ev.Via = trace.ViaElicitation
+	case policy.IsApprover(rr.Principal):
+		ev.Via = trace.ViaApprover
+	case rr.Principal == owner:
+		ev.Via = trace.ViaCaller
+	}
 	for cid, d := range decisions {
 		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.Word(), Reason: d.Reason})
 	}

@@ -54,7 +54,7 @@ func newDurable(t *testing.T) *durable {
 // the shared directory and its own trace sink.
 func (d *durable) service() (*bridge.Service, *memSink) {
 	sink := &memSink{}
-	return bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}}, Sink: sink,
+	return bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}}, Sink: sink,
 		Suspensions: suspend.NewFile(d.dir, suspend.Options{Now: d.clk.Now})}), sink
 }
 
@@ -259,9 +259,9 @@ func TestApprovalModes(t *testing.T) {
 	d := newDurable(t)
 	svc, _ := d.service()
 	requireSource := approvalSource{}
-	withRequire := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{requireSource},
+	withRequire := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{requireSource},
 		Suspensions: suspend.NewFile(d.dir, suspend.Options{})})
-	noStore := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}})
+	noStore := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}})
 	cases := []struct {
 		name      string
 		svc       *bridge.Service

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
@@ -63,7 +64,7 @@ func newWorld(t *testing.T, caps map[string]string) *world {
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	w := &world{reg: reg}
 	log := slog.New(slog.DiscardHandler)
-	w.svc, w.runner = inProcess(reg, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log}, nil)
+	w.svc, w.runner = inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log}, nil)
 	for name, code := range caps {
 		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}); err != nil {
 			t.Fatalf("save %s: %v", name, err)
@@ -319,7 +320,7 @@ func TestApprovalInsideACapabilityIsRefused(t *testing.T) {
 	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:wipe", Code: `return await mcp.demo.kv_delete({key: "k"})`}); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := inProcess(reg, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: slog.New(slog.DiscardHandler),
+	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, nil)
 	r := svc.Execute(context.Background(), execution.Request{Code: `return await mcp.tidy.wipe({})`, Approval: execution.ApprovalSuspend})
 	if r.OK || r.Status != "" || r.Error == nil || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, "approval inside a capability is not supported") {
@@ -330,3 +331,7 @@ func TestApprovalInsideACapabilityIsRefused(t *testing.T) {
 		t.Fatalf("the root script's call: status %q error %+v; want it parked", r.Status, r.Error)
 	}
 }
+
+// local is the policy of local use (pml run, pml serve on loopback): the
+// caller is the person at the keyboard and decides.
+var local = approval.Policy{CallerDecides: true}

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
@@ -195,6 +197,11 @@ type serviceFlags struct {
 	mcp    listFlag
 	config string
 	demo   string
+	// approvers and callerDecides say who decides what needs approval;
+	// callerAuto is what --caller-decides auto means for the command: the
+	// caller decides where it is the person at the keyboard.
+	approvers, callerDecides string
+	callerAuto               bool
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -204,6 +211,23 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
 	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
 	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
+	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching any run of characters (default $"+app.EnvApprovers+")")
+	fs.StringVar(&f.callerDecides, "caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "auto"), "may the caller set allow_destructive and approve its own suspended calls: on, off, or auto (on for pml run; for pml serve, on when it listens on loopback only) (default $"+app.EnvCallerDecides+", else auto)")
+}
+
+// approvalConfig is who decides, as the flags say.
+func (f *serviceFlags) approvalConfig() (app.ApprovalConfig, error) {
+	approvers, err := approval.ParseApprovers(f.approvers)
+	if err != nil {
+		return app.ApprovalConfig{}, usagef("--approvers: %v", err)
+	}
+	caller := f.callerAuto
+	if f.callerDecides != "auto" {
+		if caller, err = app.OnOff("--caller-decides", f.callerDecides, false); err != nil {
+			return app.ApprovalConfig{}, usageError{err}
+		}
+	}
+	return app.ApprovalConfig{Policy: approval.Policy{Approvers: approvers, CallerDecides: caller}, KeyFile: app.ApprovalKeyFile()}, nil
 }
 
 // appConfig is the wiring the flags ask for. Its errors are usage errors.
@@ -225,6 +249,10 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, err
 	}
+	appr, err := f.approvalConfig()
+	if err != nil {
+		return app.Config{}, err
+	}
 	return app.Config{
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
@@ -232,6 +260,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		Traces:           traces,
 		CapabilitiesFile: app.CapabilitiesFile(),
 		Suspensions:      susp,
+		Approval:         appr,
 	}, nil
 }
 

@@ -80,6 +80,7 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 	)
 	fs.Var(&approve, "approve", "run these pending calls (call ids; repeatable, or comma-separated)")
 	fs.Var(&reject, "reject", "refuse these pending calls: the script sees an error with code REJECTED (call ids; repeatable, or comma-separated)")
+	sf.callerAuto = true // the caller is the person at the keyboard
 	sf.register(fs)
 	fs.Usage = func() {
 		io.WriteString(errOut, "usage: pml resume [flags] EXECUTION_ID --approve ID[,ID…] --reject ID[,ID…]\n\n"+

@@ -26,6 +26,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		detail   = fs.String("call-detail", execution.CallDetailFull, "how much of the calls the output shows: full, summary or none")
 		approval = fs.String("approval", execution.ApprovalRefuse, "what a call that needs approval (destructive, or in a server's require_approval) does without --allow-destructive: refuse (fail FORBIDDEN) or suspend (wait for pml resume; exit 3)")
 	)
+	sf.callerAuto = true // the caller is the person at the keyboard
 	sf.register(fs)
 	fs.Usage = func() {
 		io.WriteString(errOut, "usage: pml run [flags] FILE.js|FILE.ts\n       pml run [flags] -e 'return 1 + 1'\n\n")

@@ -57,6 +57,11 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	if err != nil {
 		return ExitUsage, err
 	}
+	// On loopback the caller is the person at the keyboard; beyond it,
+	// anyone with the token could be an agent.
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		sf.callerAuto = true
+	}
 
 	// The demo MCP server gives a first run something real to call: a
 	// scratch key-value store, text tools and a clock, over loopback.
@@ -78,6 +83,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Logger:       log,
 		Guard:        guard,
 		Streaming:    true,
+		MCPSessions:  true,
 		MCPTextBytes: *textBytes,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -97,6 +103,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return ExitFailed, err
 	}
+	_ = handler.Close(sctx)
 	fmt.Fprintln(errOut, "pml serve: stopped")
 	return ExitOK, nil
 }

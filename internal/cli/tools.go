@@ -13,6 +13,7 @@ func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	var sf serviceFlags
 	dts := fs.Bool("dts", false, "print TypeScript declarations of the mcp API instead of JSON")
 	query := fs.String("search", "", "rank tools by relevance to this query")
+	sf.callerAuto = true // the caller is the person at the keyboard
 	sf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err

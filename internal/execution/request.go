@@ -146,10 +146,6 @@ func (r *Request) Validate() *fault.Error {
 	if len(r.Args) > 0 && !json.Valid(r.Args) {
 		return fault.New(fault.InvalidRequest, "args is not valid JSON")
 	}
-	if r.Approval == ApprovalSuspend && r.Source.Queued() {
-		return fault.New(fault.InvalidRequest,
-			`approval "suspend" is refused from %s: nobody would see the pending calls; send the request through the HTTP API, the MCP endpoint or a direct invocation, or use allow_destructive`, r.Source)
-	}
 	if ferr := r.SetTools(r.Tools); ferr != nil {
 		return ferr
 	}
@@ -167,6 +163,19 @@ func (r *Request) SetTools(patterns []string) *fault.Error {
 	}
 	r.Tools, r.filter = patterns, f
 	return nil
+}
+
+// CheckQueued refuses approval "suspend" from a front end whose answer
+// nobody reads (SQS, EventBridge) unless suspensions are announced to
+// someone who can decide (notified: the deployment sends a notice of each
+// suspension, see SuspensionNotice): otherwise the pending calls would
+// never be seen and the execution would wait a day for nothing.
+func (r *Request) CheckQueued(notified bool) *fault.Error {
+	if r.Approval != ApprovalSuspend || !r.Source.Queued() || notified {
+		return nil
+	}
+	return fault.New(fault.InvalidRequest,
+		`approval "suspend" is refused from %s: nobody would see the pending calls (this deployment announces no suspensions to approvers); send the request through the HTTP API, the MCP endpoint or a direct invocation`, r.Source)
 }
 
 // Validated reports whether Validate accepted the request (and parsed its

@@ -44,8 +44,7 @@ func TestDecode(t *testing.T) {
 		{name: "mcp", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceMCP, want: Request{Code: "return 1", Approval: ApprovalSuspend, Source: SourceMCP}},
 		{name: "direct invoke may suspend", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceInvoke, want: Request{Code: "return 1", Approval: ApprovalSuspend, Source: SourceInvoke}},
 		{name: "sqs", body: `{"code": "return 1", "approval": "refuse"}`, src: SourceSQS, want: Request{Code: "return 1", Approval: ApprovalRefuse, Source: SourceSQS}},
-		{name: "sqs may not suspend", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceSQS, err: `approval "suspend" is refused from sqs`},
-		{name: "eventbridge may not suspend", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceEventBridge, err: `approval "suspend" is refused from eventbridge`},
+		{name: "sqs may ask to suspend (CheckQueued decides)", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceSQS, want: Request{Code: "return 1", Approval: ApprovalSuspend, Source: SourceSQS}},
 		{name: "lang js", body: `{"code": "return 1", "lang": "js"}`, src: SourceHTTP, want: Request{Code: "return 1", Lang: LangJS, Source: SourceHTTP}},
 		{name: "null args", body: `{"code": "return 1", "args": null}`, src: SourceHTTP, want: Request{Code: "return 1", Args: json.RawMessage("null"), Source: SourceHTTP}},
 
@@ -180,5 +179,29 @@ func TestCallLineage(t *testing.T) {
 	}
 	if !back.Parent.Narrowing.Allows("demo", "echo") || back.Parent.Narrowing.Allows("demo", "add") {
 		t.Fatalf("narrowing after the round trip: %v", back.Parent.Narrowing.Patterns())
+	}
+}
+
+// TestCheckQueued: a queued front end may suspend only where suspensions
+// are announced to someone who can decide.
+func TestCheckQueued(t *testing.T) {
+	for _, tc := range []struct {
+		src      Source
+		approval string
+		notified bool
+		refused  bool
+	}{
+		{SourceSQS, ApprovalSuspend, false, true},
+		{SourceEventBridge, ApprovalSuspend, false, true},
+		{SourceSQS, ApprovalSuspend, true, false},
+		{SourceSQS, ApprovalRefuse, false, false},
+		{SourceHTTP, ApprovalSuspend, false, false},
+		{SourceInvoke, ApprovalSuspend, false, false},
+	} {
+		r := Request{Code: "x", Approval: tc.approval, Source: tc.src}
+		ferr := r.CheckQueued(tc.notified)
+		if (ferr != nil) != tc.refused || (ferr != nil && (ferr.Code != fault.InvalidRequest || !strings.Contains(ferr.Message, string(tc.src)))) {
+			t.Errorf("%s %s notified=%v: %v", tc.src, tc.approval, tc.notified, ferr)
+		}
 	}
 }

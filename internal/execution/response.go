@@ -41,6 +41,36 @@ type Response struct {
 	Status    string    `json:"status,omitempty"`
 	Pending   []Pending `json:"pending,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Approvers says, for a suspended execution, who may decide its
+	// pending calls under the deployment's policy.
+	Approvers string `json:"approvers,omitempty"`
+
+	// StateVersion is the version of a suspended execution's stored state
+	// (set by the host, never sent): a question put to a person names it,
+	// so that its answer can resume that version and no other.
+	StateVersion int `json:"-"`
+	// Owner is the principal a suspended execution belongs to (set by the
+	// host, never sent).
+	Owner string `json:"-"`
+}
+
+// SuspensionNotice announces that an execution waits for decisions, to
+// whoever the deployment tells (an EventBridge event, a log line): enough
+// to find it and decide, never the calls' arguments.
+type SuspensionNotice struct {
+	ExecutionID string `json:"execution_id"`
+	// Principal is whom the execution belongs to ("" with auth off).
+	Principal string `json:"principal,omitempty"`
+	Source    Source `json:"source"`
+	// Pending names each call waiting, as call id and "server:tool".
+	Pending   []PendingTool `json:"pending"`
+	ExpiresAt time.Time     `json:"expires_at"`
+}
+
+// PendingTool is a pending call without its arguments.
+type PendingTool struct {
+	CallID int    `json:"call_id"`
+	Tool   string `json:"tool"`
 }
 
 // Failed is the document of an execution that failed before it ran, or

@@ -92,6 +92,15 @@ type ResumeRequest struct {
 	Principal   string      `json:"-"`
 	TraceHeader string      `json:"-"`
 	OnEvent     func(Event) `json:"-"`
+	// Elicited is set by the MCP front end when the decisions are the
+	// answers of the client's user to the elicitation it asked, checked
+	// against the sealed state the question carried: the user decides,
+	// whatever the policy lets the calling agent do.
+	Elicited bool `json:"-"`
+	// Version, when set, is the version of the execution's stored state
+	// the decisions were asked about: the resume is refused (CONFLICT) if
+	// the execution has moved on, so an answer is used once.
+	Version int `json:"-"`
 }
 
 // resumeBody is a resume request as callers send it. ExecutionID is a

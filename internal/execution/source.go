@@ -18,6 +18,11 @@ type Executor interface {
 	// Resume continues a suspended execution; the error is a refusal
 	// (nothing ran).
 	Resume(ctx context.Context, rr ResumeRequest) (*Response, *fault.Error)
+	// Waiting is what a suspended execution waits for — its suspended
+	// document: pending calls with their arguments, expiry, owner — for
+	// someone deciding it; NOT_FOUND, EXPIRED, or CONFLICT once it is not
+	// waiting any more.
+	Waiting(ctx context.Context, id string) (*Response, *fault.Error)
 	// Catalog is every tool the executor offers.
 	Catalog(ctx context.Context) []catalog.Tool
 	// Flush writes buffered trace records (before a Lambda answers).

@@ -19,6 +19,9 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -81,14 +84,43 @@ type Options struct {
 	// MCPTextBytes is the default budget of execute_code's text answer
 	// (default DefaultMCPTextBytes); a call may set its own.
 	MCPTextBytes int
+	// Policy says who decides: approvers may read and decide any
+	// execution; it also shapes what a suspended execution's answer tells
+	// a model it may do.
+	Policy approval.Policy
+	// MCPSessions keeps MCP sessions (pml serve: one process answers a
+	// session's every request), so that an older client can be asked
+	// questions (server-initiated elicitation) on its request's stream.
+	// Without it /mcp is stateless (the Lambda).
+	MCPSessions bool
+	// Suspends is whether the service keeps suspended executions: only
+	// then are a client's user asked to decide.
+	Suspends bool
+	// StateKey seals the state of the questions /mcp puts to a client's
+	// user (elicitation); without one, suspended executions are answered
+	// with their document, not asked about.
+	StateKey approval.Key
 }
 
 type api struct {
 	Options
+	// mcp is the one MCP server behind /mcp: every method reaches the
+	// same sessions.
+	mcp *server.StreamableHTTPServer
 }
 
+// Handler is the HTTP API. Close releases what it holds beyond a request
+// (MCP sessions and their sweeper) once it serves no more.
+type Handler struct {
+	http.Handler
+	mcp *server.StreamableHTTPServer
+}
+
+// Close ends the MCP sessions; call it after the server stopped serving.
+func (h *Handler) Close(ctx context.Context) error { return h.mcp.Shutdown(ctx) }
+
 // New returns the handler.
-func New(opts Options) http.Handler {
+func New(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -101,7 +133,8 @@ func New(opts Options) http.Handler {
 	if opts.MCPTextBytes <= 0 {
 		opts.MCPTextBytes = DefaultMCPTextBytes
 	}
-	a := &api{opts}
+	a := &api{Options: opts}
+	a.mcp = a.mcpHandler()
 	mux := http.NewServeMux()
 	for _, r := range routes {
 		mux.Handle(r.pattern, r.handler(a))
@@ -110,7 +143,7 @@ func New(opts Options) http.Handler {
 	if opts.Guard != nil {
 		h = newGuard(*opts.Guard, opts.Logger).wrap(h)
 	}
-	return a.middleware(h)
+	return &Handler{Handler: a.middleware(h), mcp: a.mcp}
 }
 
 // route is one route of the API: the route key API Gateway deploys it
@@ -129,10 +162,11 @@ var routes = []route{
 	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
 	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
 	{"GET /healthz", "GET /healthz", func(a *api) http.Handler { return http.HandlerFunc(a.health) }},
-	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcpHandler()) }},
+	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcp) }},
 	// GET is routed too so that a client opening an event stream hears
-	// why there is none; here every other method gets the same answer.
-	{"GET /mcp", "/mcp", func(*api) http.Handler { return http.HandlerFunc(mcpPostOnly) }},
+	// why there is none; here every other method gets the same answer,
+	// but for DELETE, which ends a session where there are sessions.
+	{"GET /mcp", "/mcp", func(a *api) http.Handler { return a.mcpOtherMethods() }},
 }
 
 // RouteKeys are the routes the API serves, as API Gateway route keys
@@ -181,6 +215,21 @@ func requireJSON(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// mcpOtherMethods answers every method but POST on /mcp: DELETE ends a
+// session where there are sessions; everything else is refused.
+func (a *api) mcpOtherMethods() http.Handler {
+	if !a.MCPSessions {
+		return http.HandlerFunc(mcpPostOnly)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			a.mcp.ServeHTTP(w, r)
+			return
+		}
+		mcpPostOnly(w, r)
 	})
 }
 
@@ -315,9 +364,10 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
-	if (err == nil && ex.Principal != execution.PrincipalFrom(r.Context())) || fault.CodeOf(err) == fault.NotFound {
+	caller := execution.PrincipalFrom(r.Context())
+	if (err == nil && ex.Principal != caller && !a.Policy.IsApprover(caller)) || fault.CodeOf(err) == fault.NotFound {
 		// Another principal's execution is answered exactly as a missing
-		// one, so that ids cannot be probed.
+		// one, so that ids cannot be probed; an approver may read any.
 		err = fault.New(fault.NotFound, "no execution %q", id)
 	}
 	if err != nil {
@@ -332,7 +382,15 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	if calls == nil {
 		calls = []trace.Call{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"execution": ex, "calls": calls})
+	doc := map[string]any{"execution": ex, "calls": calls}
+	if ex.Status == trace.StatusSuspended {
+		// Whoever decides sees what is asked: the pending calls with
+		// their arguments, which traces never keep.
+		if waiting, ferr := a.Service.Waiting(r.Context(), id); ferr == nil {
+			doc["pending"], doc["expires_at"], doc["approvers"] = waiting.Pending, waiting.ExpiresAt, waiting.Approvers
+		}
+	}
+	writeJSON(w, http.StatusOK, doc)
 }
 
 func (a *api) tools(w http.ResponseWriter, r *http.Request) {

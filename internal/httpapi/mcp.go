@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"net/http"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -19,7 +19,7 @@ import (
 // Claude Code adds this one endpoint and gets code execution over every tool
 // behind it. Stateless streamable HTTP, so any Lambda instance can answer
 // any request.
-func (a *api) mcpHandler() http.Handler {
+func (a *api) mcpHandler() *server.StreamableHTTPServer {
 	// WithLogging declares the logging capability: console output goes to
 	// the client as notifications/message (see mcpProgress).
 	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
@@ -90,9 +90,21 @@ func (a *api) mcpHandler() http.Handler {
 	), a.mcpSaveCapability)
 	// With a Guard, the library's own DNS-rebinding check is redundant and
 	// would refuse the allowed hosts (with a text error), so it is off.
-	return server.NewStreamableHTTPServer(s, server.WithStateLess(true),
-		server.WithDisableLocalhostProtection(a.Guard != nil))
+	opts := []server.StreamableHTTPOption{server.WithDisableLocalhostProtection(a.Guard != nil), server.WithStreamableHTTPLogger(a.Logger)}
+	if a.MCPSessions {
+		// An older client's answer to a question the server asked comes
+		// back as a request of its own, which only a session routes to
+		// the request waiting for it (and only a session remembers that
+		// the client can be asked). Idle sessions are dropped.
+		opts = append(opts, server.WithStateful(true), server.WithSessionIdleTTL(mcpSessionIdleTTL))
+	} else {
+		opts = append(opts, server.WithStateLess(true))
+	}
+	return server.NewStreamableHTTPServer(s, opts...)
 }
+
+// mcpSessionIdleTTL is how long an idle MCP session is kept.
+const mcpSessionIdleTTL = 15 * time.Minute
 
 // textBudget takes max_text_bytes, a tool's own argument rather than a
 // request's, out of args; the default is the server's.
@@ -133,6 +145,11 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 		return bad, nil
 	}
 	req, ferr := execution.Decode(raw, execution.SourceMCP)
+	if r.Params.RequestState != "" || len(r.Params.InputResponses) > 0 {
+		// The retry of a call that asked the client's user: the sealed
+		// state, not the arguments repeated with it, names the execution.
+		return a.answered(ctx, r, req.CallDetail, budget), nil
+	}
 	if ferr != nil {
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
@@ -141,9 +158,18 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	if a.Streaming {
 		req.OnEvent = newMCPProgress(ctx, r).event
 	}
+	ask := a.canAsk(ctx)
+	if ask && req.Approval == "" {
+		// Where a person can be asked, a call that needs one waits for
+		// them rather than failing.
+		req.Approval = execution.ApprovalSuspend
+	}
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
-	return executionResult(resp, budget), nil
+	if ask && resp.Suspended() {
+		return a.ask(resp, budget), nil
+	}
+	return a.executionResult(resp, budget), nil
 }
 
 func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -163,19 +189,17 @@ func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	resp, ferr := a.Service.Resume(ctx, rr)
 	if ferr != nil {
 		// Nothing ran: the document is the error alone, as HTTP's.
-		res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusalText(rr.ExecutionID, ferr))
-		res.IsError = true
-		return res, nil
+		return a.refusal(rr.ExecutionID, ferr), nil
 	}
 	a.flush(ctx)
-	return executionResult(resp, budget), nil
+	return a.executionResult(resp, budget), nil
 }
 
 // executionResult is execute_code's and resume_execution's answer: the
 // text for the model and the whole document. A suspended execution is not
 // an error: it waits for the decisions the text asks for.
-func executionResult(resp *execution.Response, budget int) *mcp.CallToolResult {
-	res := mcp.NewToolResultStructured(resp, modelText(resp, budget))
+func (a *api) executionResult(resp *execution.Response, budget int) *mcp.CallToolResult {
+	res := mcp.NewToolResultStructured(resp, modelText(resp, budget, a.Policy.CallerDecides))
 	res.IsError = !resp.OK && !resp.Suspended()
 	return res
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -142,7 +143,7 @@ func TestMCPNoProgressWithoutAToken(t *testing.T) {
 // summarises calls; structuredContent keeps everything.
 func TestMCPTextWithinBudget(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MCPTextBytes: 4000}))
 	t.Cleanup(srv.Close)
 	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
@@ -189,3 +190,7 @@ return "x".repeat(100000)`
 		})
 	}
 }
+
+// local is the policy of local use (pml run, pml serve on loopback): the
+// caller is the person at the keyboard and decides.
+var local = approval.Policy{CallerDecides: true}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -32,11 +33,12 @@ const (
 // status line, the error, the result (cut with a marker saying how much
 // was cut), a call summary instead of the records, and the console output,
 // capped. The whole document goes in structuredContent beside it.
-func modelText(resp *execution.Response, budget int) string {
+// callerDecides is whether the model's side may approve what waits.
+func modelText(resp *execution.Response, budget int, callerDecides bool) string {
 	budget = max(budget, minMCPTextBytes)
 	var head strings.Builder
 	if resp.Suspended() {
-		head.WriteString(pendingText(resp, budget/pendingShare))
+		head.WriteString(pendingText(resp, budget/pendingShare, callerDecides))
 	} else if resp.OK {
 		fmt.Fprintf(&head, "ok (execution %s, %.1f ms)\n", resp.ExecutionID, resp.DurationMS)
 	} else {
@@ -83,11 +85,13 @@ func modelText(resp *execution.Response, budget int) string {
 	return head.String() + result + calls + logs
 }
 
-// pendingText tells a model which calls wait for approval and how to
-// resume, in about budget bytes: the status line and the instructions
-// always, then the calls in what they leave, each call's arguments with an
-// equal share of it.
-func pendingText(resp *execution.Response, budget int) string {
+// pendingText tells a model which calls wait for approval and what it may
+// do about them, in about budget bytes: the status line and the
+// instructions always, then the calls in what they leave, each call's
+// arguments with an equal share of it. Where the caller does not decide
+// (callerDecides false: the deployment's policy), the model is told who
+// does, and that it may only reject.
+func pendingText(resp *execution.Response, budget int, callerDecides bool) string {
 	n := len(resp.Pending)
 	noun := "calls await"
 	if n == 1 {
@@ -103,6 +107,11 @@ func pendingText(resp *execution.Response, budget int) string {
 		`{"execution_id": %q, "decisions": {%q: "approve"}}`+
 		`: per call "approve", "reject" or {"decision": "reject", "reason": "…"}. `+
 		"A rejected call throws REJECTED in the script; undecided calls stay pending.\n", resp.ExecutionID, example)
+	if !callerDecides {
+		how = fmt.Sprintf("No pending call has run, and approving them is not yours to do: %s decides (tell the user execution %s waits). "+
+			`You may reject a call with resume_execution {"execution_id": %q, "decisions": {%q: "reject"}}; `+
+			"a rejected call throws REJECTED in the script, and undecided calls stay pending.\n", cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example)
+	}
 	room := budget - len(status) - len(how)
 	var list, names strings.Builder
 	argsRoom := max(room/max(n, 1)-32, 64)

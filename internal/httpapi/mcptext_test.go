@@ -68,7 +68,7 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 	for _, tc := range tests {
 		for _, budget := range []int{0, 1024, 3000, DefaultMCPTextBytes, 1 << 20} {
 			tc.resp.ExecutionID = "ex_1"
-			text := modelText(&tc.resp, budget)
+			text := modelText(&tc.resp, budget, true)
 			if limit := max(budget, minMCPTextBytes); len(text) > limit {
 				t.Errorf("%s, budget %d: %d bytes", tc.name, budget, len(text))
 			}

@@ -59,7 +59,7 @@ func newDurableEnv(t *testing.T) *durableEnv {
 		}
 	}
 	e := &durableEnv{dir: t.TempDir(), clk: &clock{t: time.Now().UTC()}}
-	e.svc = bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: slog.New(slog.DiscardHandler),
+	e.svc = bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(e.dir, suspend.Options{Now: e.clk.Now})})
 	return e
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -46,7 +47,7 @@ func durableHandlerLogging(t *testing.T, log *slog.Logger) func(context.Context,
 	}
 	dir := t.TempDir()
 	return func(ctx context.Context, payload json.RawMessage) (any, error) {
-		svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
+		svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
 			Suspensions: suspend.NewFile(dir, suspend.Options{})})
 		h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 		return h(ctx, payload)
@@ -291,3 +292,7 @@ func TestRESTAPIPrincipal(t *testing.T) {
 		})
 	}
 }
+
+// local is the policy of local use (pml run, pml serve on loopback): the
+// caller is the person at the keyboard and decides.
+var local = approval.Policy{CallerDecides: true}

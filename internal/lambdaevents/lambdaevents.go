@@ -43,6 +43,10 @@ type Options struct {
 	FlushMargin time.Duration
 	// SQSConcurrency bounds executions run at once from one batch (default 4).
 	SQSConcurrency int
+	// Notified is whether the deployment announces suspensions to
+	// approvers: only then may SQS messages and EventBridge events ask
+	// for approval "suspend" (execution.Request.CheckQueued).
+	Notified bool
 }
 
 // Handler returns the function's handler for lambda.Start.
@@ -124,9 +128,19 @@ func (a *adapter) withMargin(ctx context.Context) (context.Context, context.Canc
 	return context.WithCancel(ctx)
 }
 
+// decode reads an execute request that came from src, as every front end
+// does, with the queued sources' rule on approvals.
+func (a *adapter) decode(body []byte, src execution.Source) (execution.Request, *fault.Error) {
+	req, ferr := execution.Decode(body, src)
+	if ferr == nil {
+		ferr = req.CheckQueued(a.Notified)
+	}
+	return req, ferr
+}
+
 // direct runs one execute request (direct Invoke or EventBridge detail).
 func (a *adapter) direct(ctx context.Context, body []byte, src execution.Source) *execution.Response {
-	req, ferr := execution.Decode(body, src)
+	req, ferr := a.decode(body, src)
 	if ferr != nil {
 		if src == execution.SourceEventBridge {
 			// Nobody reads an EventBridge target's answer: say it here.
@@ -192,7 +206,7 @@ func (a *adapter) sqs(ctx context.Context, ev events.SQSEvent) events.SQSEventRe
 	g.SetLimit(a.SQSConcurrency)
 	for i, m := range ev.Records {
 		g.Go(func() error {
-			req, ferr := execution.Decode([]byte(m.Body), execution.SourceSQS)
+			req, ferr := a.decode([]byte(m.Body), execution.SourceSQS)
 			if ferr != nil {
 				a.Logger.WarnContext(ctx, "bad SQS message", "message_id", m.MessageId, "err", ferr)
 				failed[i] = true

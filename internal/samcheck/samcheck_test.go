@@ -3,6 +3,7 @@ package samcheck
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -251,17 +252,10 @@ func TestRoutesShareTheAuth(t *testing.T) {
 // TestSuspensionsPolicy: the execute function may do to the suspensions
 // table exactly what internal/suspend's DynamoDB store does (the methods
 // of suspend.DynamoAPI), and no other function may touch it.
-func TestSuspensionsPolicy(t *testing.T) {
-	tpl, err := loadFile(realTemplate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := reflect.TypeFor[suspend.DynamoAPI]()
-	var want []string
-	for i := range api.NumMethod() {
-		want = append(want, "dynamodb:"+api.Method(i).Name)
-	}
-	slices.Sort(want)
+// actionsOn lists, by function, the actions its policies allow on a
+// resource whose reference mentions resource.
+func actionsOn(tpl *template, resource string) map[string][]string {
+	out := map[string][]string{}
 	for id, r := range tpl.resources {
 		if typeOf(r) != "AWS::Serverless::Function" {
 			continue
@@ -273,7 +267,7 @@ func TestSuspensionsPolicy(t *testing.T) {
 			statements, _ := doc["Statement"].([]any)
 			for _, st := range statements {
 				st, _ := st.(map[string]any)
-				if res, _ := json.Marshal(st["Resource"]); !strings.Contains(string(res), "SuspensionsTable") {
+				if res, _ := json.Marshal(st["Resource"]); !strings.Contains(string(res), resource) {
 					continue
 				}
 				switch a := st["Action"].(type) {
@@ -288,11 +282,57 @@ func TestSuspensionsPolicy(t *testing.T) {
 			}
 		}
 		slices.Sort(got)
+		out[id] = got
+	}
+	return out
+}
+
+// onlyExecuteMay fails unless the execute function may do exactly want
+// on resource, and no other function anything.
+func onlyExecuteMay(t *testing.T, tpl *template, resource string, want []string) {
+	t.Helper()
+	for id, got := range actionsOn(tpl, resource) {
 		switch {
 		case id == "ExecuteFunction" && !slices.Equal(got, want):
-			t.Errorf("ExecuteFunction may %v on SuspensionsTable; the store needs exactly %v", got, want)
+			t.Errorf("ExecuteFunction may %v on %s; it needs exactly %v", got, resource, want)
 		case id != "ExecuteFunction" && len(got) > 0:
-			t.Errorf("%s may %v on SuspensionsTable; only the execute function suspends and resumes", id, got)
+			t.Errorf("%s may %v on %s; only the execute function may", id, got, resource)
 		}
+	}
+}
+
+func TestSuspensionsPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := reflect.TypeFor[suspend.DynamoAPI]()
+	var want []string
+	for i := range api.NumMethod() {
+		want = append(want, "dynamodb:"+api.Method(i).Name)
+	}
+	slices.Sort(want)
+	onlyExecuteMay(t, tpl, "SuspensionsTable", want)
+}
+
+// TestApprovalPolicy: only the execute function reads the approval state
+// key and announces suspensions, with exactly those actions; the key is
+// generated so that it parses as a key; the function is told the caller
+// decides nothing.
+func TestApprovalPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyExecuteMay(t, tpl, "ApprovalStateKey", []string{"secretsmanager:GetSecretValue"})
+	onlyExecuteMay(t, tpl, "ApprovalBus", []string{"events:PutEvents"})
+	gen, _ := propertiesOf(tpl.resources["ApprovalStateKey"])["GenerateSecretString"].(map[string]any)
+	if gen["ExcludePunctuation"] != true || gen["IncludeSpace"] != false || fmt.Sprint(gen["PasswordLength"]) != "64" {
+		t.Errorf("the approval key must be 64 letters and digits (the base64 of 48 bytes): %v", gen)
+	}
+	env, _ := propertiesOf(tpl.resources["ExecuteFunction"])["Environment"].(map[string]any)
+	vars, _ := env["Variables"].(map[string]any)
+	if vars["PML_CALLER_DECIDES"] != "off" || vars["PML_APPROVAL_KEY_SECRET"] == nil || vars["PML_APPROVAL_BUS"] == nil || vars["PML_APPROVERS"] == nil {
+		t.Errorf("the execute function's approval settings: %v", vars)
 	}
 }

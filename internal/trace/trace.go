@@ -107,12 +107,22 @@ type Event struct {
 	// (the caller's IAM or JWT principal; empty where auth is off).
 	Decisions []Decision `json:"decisions,omitempty"`
 	Principal string     `json:"principal,omitempty"`
+	// Via is what the decider was allowed to decide as: ViaElicitation,
+	// ViaApprover or ViaCaller.
+	Via string `json:"via,omitempty"`
 }
 
 // Event types.
 const (
 	EventSuspend = "suspend"
 	EventResume  = "resume"
+)
+
+// Who decided a resumption, as Event.Via.
+const (
+	ViaElicitation = "elicitation" // the MCP client's user, asked by the server
+	ViaApprover    = "approver"    // a principal the deployment names an approver
+	ViaCaller      = "caller"      // the principal that ran the script
 )
 
 // Decision is what was decided about one parked call.

@@ -1,0 +1,138 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/userdata"
+)
+
+// ApprovalConfig says who decides what a person must approve, and how the
+// people who decide are reached.
+type ApprovalConfig struct {
+	// Policy: approver principals, and whether the caller decides.
+	Policy approval.Policy
+	// KeySecret names the Secrets Manager secret holding the key that
+	// seals the state of an elicitation (the deployment); else KeyFile
+	// holds it, created on first use (locally).
+	KeySecret string
+	KeyFile   string
+	// Bus is the EventBridge bus suspension notices go to; without it
+	// they are only logged.
+	Bus string
+}
+
+// Event of a suspension notice on the bus (EventBridge's source and
+// detail-type): what a rule that alerts approvers matches on.
+const (
+	NoticeSource     = "pml.sandbox"
+	NoticeDetailType = "Execution suspended"
+)
+
+// ApprovalFromEnv reads the approval policy and its key and bus as the
+// deployment sets them: PML_APPROVERS, PML_CALLER_DECIDES ("on" lets the
+// caller decide; off unless set), PML_APPROVAL_KEY_SECRET,
+// PML_APPROVAL_KEY_FILE, PML_APPROVAL_BUS.
+func ApprovalFromEnv(callerDecidesByDefault bool) (ApprovalConfig, error) {
+	approvers, err := approval.ParseApprovers(os.Getenv(EnvApprovers))
+	if err != nil {
+		return ApprovalConfig{}, fault.Wrap(fault.InvalidRequest, err, EnvApprovers)
+	}
+	caller, err := OnOff(EnvCallerDecides, os.Getenv(EnvCallerDecides), callerDecidesByDefault)
+	if err != nil {
+		return ApprovalConfig{}, err
+	}
+	return ApprovalConfig{Policy: approval.Policy{Approvers: approvers, CallerDecides: caller},
+		KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus)}, nil
+}
+
+// OnOff reads a switch: "on" or "off" (also true/false, 1/0), def when
+// empty.
+func OnOff(name, v string, def bool) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "":
+		return def, nil
+	case "on", "true", "1", "yes":
+		return true, nil
+	case "off", "false", "0", "no":
+		return false, nil
+	}
+	return false, fault.New(fault.InvalidRequest, "%s must be on or off, not %q", name, v)
+}
+
+// ApprovalKeyFile is the local key file: $PML_APPROVAL_KEY_FILE, else
+// approval.key in the user's data directory.
+func ApprovalKeyFile() string { return userdata.Path(EnvApprovalKeyFile, "approval.key") }
+
+// openApproval loads the state key and makes the notifier cfg asks for.
+func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Logger) (approval.Key, func(context.Context, execution.SuspensionNotice), error) {
+	var key approval.Key
+	switch {
+	case cfg.KeySecret != "":
+		awsCfg, err := a.aws.load(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.KeySecret)})
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the approval state key from secret %s: %w", cfg.KeySecret, err)
+		}
+		if key, err = approval.ParseKey(aws.ToString(out.SecretString)); err != nil {
+			return nil, nil, fmt.Errorf("secret %s: %w", cfg.KeySecret, err)
+		}
+	case cfg.KeyFile != "":
+		var err error
+		if key, err = approval.LoadKeyFile(cfg.KeyFile); err != nil {
+			return nil, nil, fmt.Errorf("approval state key %s: %w", cfg.KeyFile, err)
+		}
+	}
+	var bus *eventbridge.Client
+	if cfg.Bus != "" {
+		awsCfg, err := a.aws.load(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		bus = eventbridge.NewFromConfig(awsCfg)
+	}
+	notify := func(ctx context.Context, n execution.SuspensionNotice) {
+		tools := make([]string, len(n.Pending))
+		for i, p := range n.Pending {
+			tools[i] = p.Tool
+		}
+		log.InfoContext(ctx, "execution suspended", "execution_id", n.ExecutionID, "principal", n.Principal,
+			"pending", tools, "expires_at", n.ExpiresAt.Format(time.RFC3339))
+		if bus == nil {
+			return
+		}
+		detail, _ := json.Marshal(n)
+		// The answer must not wait on the bus for long; a lost notice is
+		// logged (the line above says the same), never the execution's
+		// failure.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		out, err := bus.PutEvents(pctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+			EventBusName: aws.String(cfg.Bus), Source: aws.String(NoticeSource), DetailType: aws.String(NoticeDetailType),
+			Detail: aws.String(string(detail)), Resources: []string{},
+		}}})
+		if err == nil && out.FailedEntryCount > 0 {
+			err = fmt.Errorf("%s: %s", aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage))
+		}
+		if err != nil {
+			log.WarnContext(ctx, "suspension notice not sent", "execution_id", n.ExecutionID, "bus", cfg.Bus, "err", err)
+		}
+	}
+	return key, notify, nil
+}

@@ -1,0 +1,198 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Approvals that reach a person. When execute_code suspends and the
+// client declared the elicitation capability, the pending calls are put to
+// the client's user — not to the model that wrote the script — as one
+// elicitation each: a 2026-07-28 client gets an input_required result and
+// retries with the answers; an older client, where a session can carry the
+// answer back to this request (pml serve), gets server-initiated
+// elicitation/create requests, which mcp-go sends on the request's stream
+// and answers by calling the handler again with the same answers. Either
+// way the answers arrive with the requestState this server sealed: the
+// execution, the version of its stored state, the principal asked and the
+// calls asked about. The retry resumes that version of that execution, in
+// whichever process or container receives it, as decisions of the client's
+// user (execution.ResumeRequest.Elicited).
+
+// maxQuestionArgs bounds the arguments quoted in a question: the user
+// needs to recognise the call, not to read a document.
+const maxQuestionArgs = 600
+
+// decisionSchema is what an elicitation asks the user for.
+var decisionSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"decision": map[string]any{"type": "string", "title": "Decision", "enum": []string{execution.DecisionApprove, execution.DecisionReject},
+			"description": "approve runs the call; reject makes it fail in the script with REJECTED"},
+		"reason": map[string]any{"type": "string", "title": "Reason (optional)", "maxLength": execution.MaxReasonBytes,
+			"description": "told to the script with a rejection, and kept in the trace"},
+	},
+	"required": []string{"decision"},
+}
+
+// clientCanElicit reports whether the MCP client of this request declared
+// the elicitation capability: a 2026-07-28 request in its own _meta; an
+// older client at initialize, which only a session remembers (pml serve:
+// a stateless endpoint forgets it, and answers with the document).
+func clientCanElicit(ctx context.Context) bool {
+	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil
+	}
+	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
+		return s.GetClientCapabilities().Elicitation != nil
+	}
+	return false
+}
+
+// canAsk reports whether this request's suspended calls can be put to the
+// client's user.
+func (a *api) canAsk(ctx context.Context) bool {
+	return a.StateKey != nil && a.Suspends && clientCanElicit(ctx)
+}
+
+func elicitID(callID int) string { return "call-" + strconv.Itoa(callID) }
+
+// ask puts resp's pending calls to the client's user: an input_required
+// result with one elicitation per call and the sealed state. If the state
+// cannot be sealed the document is answered instead, as to a client that
+// cannot be asked.
+func (a *api) ask(resp *execution.Response, budget int) *mcp.CallToolResult {
+	st := approval.State{ExecutionID: resp.ExecutionID, Version: resp.StateVersion, Principal: resp.Owner, Expires: resp.ExpiresAt.Unix()}
+	b := server.NewInputRequestBuilder("")
+	for _, p := range resp.Pending {
+		st.Calls = append(st.Calls, p.CallID)
+		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, resp), RequestedSchema: decisionSchema})
+	}
+	token, err := a.StateKey.Seal(st)
+	if err != nil {
+		a.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
+		return a.executionResult(resp, budget)
+	}
+	return b.RequestState(token).ToolResult()
+}
+
+// question is what the user is asked about one pending call.
+func question(p execution.Pending, resp *execution.Response) string {
+	args := string(p.Args)
+	if len(args) > maxQuestionArgs {
+		args = truncateUTF8(args, maxQuestionArgs) + fmt.Sprintf("… (%d more bytes)", len(p.Args)-maxQuestionArgs)
+	}
+	return fmt.Sprintf("A script wants to call %s.%s with %s. This call needs your approval: nothing has run yet. "+
+		"Approve it, or reject it (the script is told, with your reason). Execution %s, call #%d; it waits until %s.",
+		p.Server, p.Tool, args, resp.ExecutionID, p.CallID, resp.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// answered handles the retry of a call that asked: it checks the sealed
+// state, turns the user's answers into decisions, and resumes the
+// execution as the user's decisions. The answer is the execution's
+// document, or the next question when it suspends again (or nothing was
+// answered), or a refusal when nothing ran.
+func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail string, budget int) *mcp.CallToolResult {
+	principal := execution.PrincipalFrom(ctx)
+	if a.StateKey == nil {
+		return a.refusal("", fault.New(fault.InvalidRequest, "this server asks no questions: requestState is not one of its own"))
+	}
+	st, err := a.StateKey.Open(r.Params.RequestState, time.Now())
+	switch {
+	case errors.Is(err, approval.ErrStateExpired):
+		return a.refusal(st.ExecutionID, fault.New(fault.Expired, "the execution this answer is about has expired"))
+	case err != nil:
+		return a.refusal("", fault.New(fault.InvalidRequest, "requestState is not one this server issued, or was changed: %v", err))
+	case st.Principal != principal:
+		return a.refusal(st.ExecutionID, fault.New(fault.Forbidden, "this requestState was issued to another principal"))
+	}
+	decisions := map[string]execution.Decision{}
+	for _, id := range st.Calls {
+		if res := server.ElicitationResponse(r.Params.InputResponses, elicitID(id)); res != nil {
+			decisions[strconv.Itoa(id)] = decisionOf(res)
+		}
+	}
+	if len(decisions) == 0 {
+		// Nothing answered: ask again, if it still waits.
+		waiting, ferr := a.Service.Waiting(ctx, st.ExecutionID)
+		if ferr != nil {
+			return a.refusal(st.ExecutionID, ferr)
+		}
+		return a.ask(waiting, budget)
+	}
+	rr := execution.ResumeRequest{ExecutionID: st.ExecutionID, Decisions: decisions, CallDetail: callDetail, Principal: principal,
+		TraceHeader: execution.TraceHeader(ctx, ""), Elicited: true, Version: st.Version}
+	if a.Streaming {
+		rr.OnEvent = newMCPProgress(ctx, r).event
+	}
+	resp, ferr := a.Service.Resume(ctx, rr)
+	if ferr != nil {
+		return a.refusal(st.ExecutionID, ferr)
+	}
+	a.flush(ctx)
+	if resp.Suspended() && a.canAsk(ctx) {
+		return a.ask(resp, budget)
+	}
+	return a.executionResult(resp, budget)
+}
+
+// decisionOf reads one answer: only an accepted form that says approve
+// approves; a decline, a cancel, or anything unreadable rejects, and the
+// script is told why.
+func decisionOf(res *mcp.ElicitationResult) execution.Decision {
+	switch res.Action {
+	case mcp.ElicitationResponseActionDecline:
+		return execution.Decision{Reason: "declined by the user"}
+	case mcp.ElicitationResponseActionCancel:
+		return execution.Decision{Reason: "the user cancelled the question"}
+	case mcp.ElicitationResponseActionAccept:
+	default:
+		return execution.Decision{Reason: "the user's answer could not be read"}
+	}
+	var form struct {
+		Decision string `json:"decision"`
+		Reason   string `json:"reason"`
+	}
+	raw, err := json.Marshal(res.Content)
+	if err != nil || json.Unmarshal(raw, &form) != nil {
+		return execution.Decision{Reason: "the user's answer could not be read"}
+	}
+	reason := truncateUTF8(strings.TrimSpace(form.Reason), execution.MaxReasonBytes)
+	if form.Decision == execution.DecisionApprove {
+		return execution.Decision{Approve: true, Reason: reason}
+	}
+	if reason == "" {
+		reason = "rejected by the user"
+	}
+	return execution.Decision{Reason: reason}
+}
+
+// refusal is a refused resume for the model: nothing ran.
+func (a *api) refusal(id string, ferr *fault.Error) *mcp.CallToolResult {
+	res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusalText(id, ferr))
+	res.IsError = true
+	return res
+}

@@ -1,0 +1,299 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+)
+
+// writeThenDelete keeps a value from before the question; a destructive
+// call asks the client's user; a rejection is caught.
+const writeThenDelete = `const keep = 41;
+await mcp.demo.kv_set({key: "k", value: 1});
+try {
+  await mcp.demo.kv_delete({key: "k"});
+} catch (e) {
+  return {keep, code: e.code, message: e.message};
+}
+return {keep, deleted: true};`
+
+// person answers elicitations as a client's user would, and remembers
+// what it was asked.
+type person struct {
+	mu     sync.Mutex
+	asked  []mcp.ElicitationParams
+	answer func(mcp.ElicitationParams) *mcp.ElicitationResult
+}
+
+func (p *person) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	p.mu.Lock()
+	p.asked = append(p.asked, r.Params)
+	p.mu.Unlock()
+	return p.answer(r.Params), nil
+}
+
+func accept(decision string) func(mcp.ElicitationParams) *mcp.ElicitationResult {
+	return func(mcp.ElicitationParams) *mcp.ElicitationResult {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+			Content: map[string]any{"decision": decision, "reason": "checked by hand"}}}
+	}
+}
+
+func decline(mcp.ElicitationParams) *mcp.ElicitationResult {
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}
+}
+
+// elicitServer is /mcp over a service that suspends, with the deployed
+// policy (the caller decides nothing) and a state key; sessions says
+// whether it keeps MCP sessions, as pml serve does.
+func elicitServer(t *testing.T, sessions bool) (*httptest.Server, *bridge.Service) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
+		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: approval.Policy{}})
+	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: sessions})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = h.Close(context.Background())
+	})
+	return srv, svc
+}
+
+// elicitingClient is an MCP client whose user is p, speaking version
+// ("" for the newest, 2026-07-28), through rt when set.
+func elicitingClient(t *testing.T, url, version string, p *person, rt http.RoundTripper) *client.Client {
+	t.Helper()
+	var opts []transport.StreamableHTTPCOption
+	if rt != nil {
+		opts = append(opts, transport.WithHTTPBasicClient(&http.Client{Transport: rt}))
+	}
+	tr, err := transport.NewStreamableHTTP(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copts := []client.ClientOption{client.WithElicitationHandler(p)}
+	if version != "" {
+		copts = append(copts, client.WithProtocolVersion(version))
+	}
+	return mcptest.Connect(t, client.NewClient(tr, copts...), version)
+}
+
+func executeCode(t *testing.T, c *client.Client, code string) (*mcp.CallToolResult, map[string]any) {
+	t.Helper()
+	var req mcp.CallToolRequest
+	req.Params.Name = "execute_code"
+	req.Params.Arguments = map[string]any{"code": code}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var doc map[string]any
+	_ = json.Unmarshal(raw, &doc)
+	return res, doc
+}
+
+// TestElicitationReachesThePerson: the destructive call reaches the
+// client's user — a 2026-07-28 client through input_required and a retry,
+// an older one through server-initiated elicitation on a session — and
+// the script goes on from where it stopped, with state from before the
+// question; a decline is a rejection the script catches.
+func TestElicitationReachesThePerson(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		version  string
+		sessions bool
+	}{
+		{"2026-07-28, stateless", "", false},
+		{"2026-07-28, with sessions", "", true},
+		{"2025-11-25 on a session", "2025-11-25", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := elicitServer(t, tc.sessions)
+			yes := &person{answer: accept("approve")}
+			res, doc := executeCode(t, elicitingClient(t, srv.URL+"/mcp", tc.version, yes, nil), writeThenDelete)
+			if res.IsError || doc["ok"] != true {
+				t.Fatalf("approved: %+v", doc)
+			}
+			if r, _ := json.Marshal(doc["result"]); string(r) != `{"deleted":true,"keep":41}` {
+				t.Fatalf("approved result %s", r)
+			}
+			if len(yes.asked) != 1 || !strings.Contains(yes.asked[0].Message, "demo.kv_delete") || !strings.Contains(yes.asked[0].Message, `{"key":"k"}`) {
+				t.Fatalf("the person was asked %+v", yes.asked)
+			}
+
+			no := &person{answer: decline}
+			_, doc = executeCode(t, elicitingClient(t, srv.URL+"/mcp", tc.version, no, nil), writeThenDelete)
+			r, _ := json.Marshal(doc["result"])
+			if doc["ok"] != true || !strings.Contains(string(r), `"code":"REJECTED"`) || !strings.Contains(string(r), "declined by the user") || !strings.Contains(string(r), `"keep":41`) {
+				t.Fatalf("declined: %s %+v", r, doc["error"])
+			}
+		})
+	}
+}
+
+// TestNoElicitationNoQuestion: a client that cannot be asked — it did not
+// declare elicitation, or it is an older client on a stateless endpoint,
+// which cannot carry the answer back — gets the suspended document, which
+// tells the model it may not approve, and who may.
+func TestNoElicitationNoQuestion(t *testing.T) {
+	srv, _ := elicitServer(t, false)
+	for name, c := range map[string]*client.Client{
+		"no elicitation":          mcptest.Streamable(t, srv.URL+"/mcp", ""),
+		"2025-11-25 on stateless": elicitingClient(t, srv.URL+"/mcp", "2025-11-25", &person{answer: accept("approve")}, nil),
+	} {
+		var req mcp.CallToolRequest
+		req.Params.Name = "execute_code"
+		req.Params.Arguments = map[string]any{"code": writeThenDelete, "approval": "suspend"}
+		res, err := c.CallTool(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		var doc map[string]any
+		_ = json.Unmarshal(raw, &doc)
+		if res.IsError || doc["status"] != "suspended" {
+			t.Fatalf("%s: %+v", name, doc)
+		}
+		text := res.Content[0].(mcp.TextContent).Text
+		if !strings.Contains(text, "approving them is not yours to do") || !strings.Contains(text, "elicitation") {
+			t.Errorf("%s: the model is not told who decides:\n%s", name, text)
+		}
+	}
+}
+
+// stateTamperer rewrites the requestState of every retry that carries one
+// with change, and records the last retry it let through as sent.
+type stateTamperer struct {
+	change func(string) string
+	mu     sync.Mutex
+	last   *http.Request
+	body   []byte
+}
+
+func (s *stateTamperer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		body, _ := io.ReadAll(r.Body)
+		var msg map[string]any
+		if json.Unmarshal(body, &msg) == nil {
+			if params, ok := msg["params"].(map[string]any); ok {
+				if st, ok := params["requestState"].(string); ok {
+					params["requestState"] = s.change(st)
+					body, _ = json.Marshal(msg)
+					s.mu.Lock()
+					s.last, s.body = r.Clone(context.Background()), body
+					s.mu.Unlock()
+				}
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestRequestStateIsTamperProofAndUsedOnce: a changed requestState is
+// refused and nothing runs; a retry sent again after it was answered is
+// refused (CONFLICT): the answer was used once.
+func TestRequestStateIsTamperProofAndUsedOnce(t *testing.T) {
+	srv, _ := elicitServer(t, false)
+	flip := &stateTamperer{change: func(s string) string { return strings.Replace(s, ".", ".A", 1) }}
+	res, doc := executeCode(t, elicitingClient(t, srv.URL+"/mcp", "", &person{answer: accept("approve")}, flip), writeThenDelete)
+	if !res.IsError || !strings.Contains(res.Content[0].(mcp.TextContent).Text, "INVALID_REQUEST") {
+		t.Fatalf("a tampered state: %+v", doc)
+	}
+
+	keep := &stateTamperer{change: func(s string) string { return s }}
+	res, doc = executeCode(t, elicitingClient(t, srv.URL+"/mcp", "", &person{answer: accept("approve")}, keep), writeThenDelete)
+	if res.IsError || doc["ok"] != true {
+		t.Fatalf("the honest retry: %+v", doc)
+	}
+	keep.mu.Lock()
+	replay := keep.last.Clone(context.Background())
+	replay.Body = io.NopCloser(bytes.NewReader(keep.body))
+	replay.RequestURI = ""
+	keep.mu.Unlock()
+	resp, err := http.DefaultClient.Do(replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(raw), "CONFLICT") || !strings.Contains(string(raw), `"isError":true`) {
+		t.Fatalf("a replayed retry: %s", raw)
+	}
+}
+
+// TestTheAgentCannotApproveItself: under the deployed policy neither
+// allow_destructive nor resume_execution lets the calling agent run what
+// needs a person; it may reject.
+func TestTheAgentCannotApproveItself(t *testing.T) {
+	srv, _ := elicitServer(t, false)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", "")
+	call := func(name string, args map[string]any) (*mcp.CallToolResult, string) {
+		var req mcp.CallToolRequest
+		req.Params.Name, req.Params.Arguments = name, args
+		res, err := c.CallTool(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, res.Content[0].(mcp.TextContent).Text
+	}
+	res, text := call("execute_code", map[string]any{"code": writeThenDelete, "allow_destructive": true})
+	if !res.IsError || !strings.Contains(text, "allow_destructive is not honoured") {
+		t.Fatalf("allow_destructive from the agent: %s", text)
+	}
+	_, doc := executeCode(t, c, strings.Replace(writeThenDelete, "const keep", "// approval: suspend\nconst keep", 1))
+	if doc["status"] != nil {
+		t.Fatalf("without approval the agent's destructive call is refused, not suspended: %+v", doc)
+	}
+	res, text = call("execute_code", map[string]any{"code": writeThenDelete, "approval": "suspend"})
+	var sus struct {
+		ExecutionID string `json:"execution_id"`
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(raw, &sus)
+	if res.IsError || sus.ExecutionID == "" {
+		t.Fatalf("suspend: %s", text)
+	}
+	res, text = call("resume_execution", map[string]any{"execution_id": sus.ExecutionID, "decisions": map[string]any{"2": "approve"}})
+	if !res.IsError || !strings.Contains(text, "FORBIDDEN") || !strings.Contains(text, "the caller may reject") {
+		t.Fatalf("the agent approving: %s", text)
+	}
+	res, text = call("resume_execution", map[string]any{"execution_id": sus.ExecutionID, "decisions": map[string]any{"2": "reject"}})
+	if res.IsError || !strings.Contains(text, "REJECTED") {
+		t.Fatalf("the agent rejecting: %s", text)
+	}
+}
+
+// testWriter sends a logger's lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
