@@ -95,6 +95,15 @@ type execItem struct {
 	ExpiresAt int64    `json:"expires_at"`
 }
 
+// newExecItem is ex's item, with the tools it counts.
+func newExecItem(ex trace.Execution, calls []trace.Call, expires int64) execItem {
+	tools := countedTools(calls)
+	if len(tools) < 2 {
+		tools = nil // no pair to count, now or after a resume that adds one (newPairs)
+	}
+	return execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, Tools: tools, ExpiresAt: expires}
+}
+
 type callItem struct {
 	PK string `json:"pk"`
 	SK string `json:"sk"`
@@ -169,11 +178,7 @@ func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.C
 		}
 		items = append(items, m)
 	}
-	tools := countedTools(calls)
-	if len(tools) < 2 {
-		tools = nil // no pair to count, now or after a resume that adds one (newPairs)
-	}
-	add(execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, Tools: tools, ExpiresAt: exp})
+	add(newExecItem(ex, calls, exp))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range calls {
