@@ -196,7 +196,7 @@ func (a *Aggregator) Handle(ctx context.Context, ev events.DynamoDBEvent) error 
 	}
 	start := time.Now()
 	var wrote *journal
-	covered := 0
+	covered, lost := 0, 0
 	for i := 0; i < len(recs); {
 		h, err := a.head(ctx, recs[i].EventID)
 		if err != nil {
@@ -209,7 +209,13 @@ func (a *Aggregator) Handle(ctx context.Context, ev events.DynamoDBEvent) error 
 				return err
 			}
 			if !won {
-				continue // another attempt journaled this record first: use its journal
+				// Another attempt journaled this record first: use its
+				// journal. A head that exists for the write but not for
+				// the read cannot last; do not spin on it.
+				if lost++; lost > 3 {
+					return fault.New(fault.Unavailable, "aggregate: the journal of record %s is written but cannot be read", recs[i].EventID)
+				}
+				continue
 			}
 			if err := a.finish(ctx, j, true); err != nil {
 				return err
