@@ -12,7 +12,7 @@ LAMBDA_GOFLAGS := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 LAMBDA_TAGS    := lambda.norpc
 
 .PHONY: all guest build pml run test unit race fuzz lint bench clean guest-reproducible \
-	build-ExecuteFunction build-CapabilityFunction check-artifact
+	build-ExecuteFunction build-CapabilityFunction build-AggregateFunction check-artifact
 
 all: build
 
@@ -68,10 +68,11 @@ lint: $(GUEST)
 bench: $(PML)
 	$(PML) bench
 
-## build: both Lambda artifacts under dist/, as sam build would make them.
+## build: the Lambda artifacts under dist/, as sam build would make them.
 build: $(GUEST)
 	$(MAKE) build-ExecuteFunction ARTIFACTS_DIR=$(CURDIR)/dist/ExecuteFunction
 	$(MAKE) build-CapabilityFunction ARTIFACTS_DIR=$(CURDIR)/dist/CapabilityFunction
+	$(MAKE) build-AggregateFunction ARTIFACTS_DIR=$(CURDIR)/dist/AggregateFunction
 
 # Each artifact also ships its guest compiled for Graviton (guest-cache/,
 # written by the artifact's own bootstrap under qemu-user; see
@@ -86,6 +87,11 @@ build-CapabilityFunction: $(GUEST)
 	mkdir -p $(ARTIFACTS_DIR)
 	$(LAMBDA_GOFLAGS) $(GO) build -tags $(LAMBDA_TAGS) -trimpath -ldflags=-s -o $(ARTIFACTS_DIR)/bootstrap ./functions/capability
 	scripts/ship-cache.sh $(ARTIFACTS_DIR)
+
+# The aggregator runs no sandbox: no guest, no shipped cache.
+build-AggregateFunction:
+	mkdir -p $(ARTIFACTS_DIR)
+	$(LAMBDA_GOFLAGS) $(GO) build -tags $(LAMBDA_TAGS) -trimpath -ldflags=-s -o $(ARTIFACTS_DIR)/bootstrap ./functions/aggregate
 
 ## check-artifact: run the built arm64 bootstraps (under qemu-user on other
 ## hosts) behind the Lambda emulator with an empty cache directory, and check

@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guestcache"
+	"github.com/pml-sandbox/pml/internal/testutil/ddbstream"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
+	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
 // TestArtifact checks the Lambda artifacts `make build` wrote under
@@ -28,7 +35,8 @@ import (
 // request without compiling the guest: its one guest_cache line says hit,
 // from the shipped cache, and nothing was compiled into its cache
 // directory. Under a CPU model without the LSE atomics the same artifact
-// must log a miss that names them.
+// must log a miss that names them. The aggregator's artifact, which runs
+// no sandbox, ships no guest and must count a stream batch.
 func TestArtifact(t *testing.T) {
 	dist := os.Getenv("PML_ARTIFACTS")
 	if dist == "" {
@@ -105,6 +113,10 @@ func TestArtifact(t *testing.T) {
 		}
 	})
 
+	t.Run("the aggregator, no guest, counts a stream batch", func(t *testing.T) {
+		testAggregateArtifact(t, filepath.Join(dist, "AggregateFunction"), wrapper)
+	})
+
 	if len(wrapper) == 0 {
 		return // natively, the CPU is what it is
 	}
@@ -127,6 +139,71 @@ func TestArtifact(t *testing.T) {
 			t.Fatalf("want one miss naming %s, got %v", guestcache.FeatureArm64Atomics, lines)
 		}
 	})
+}
+
+// testAggregateArtifact runs the aggregate artifact in dir (under wrapper)
+// behind the emulator against DynamoDB Local: it ships no guest, and it
+// counts a batch of the traces table's real stream records once, however
+// often the batch is delivered.
+func testAggregateArtifact(t *testing.T, dir string, wrapper []string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "bootstrap" {
+		t.Fatalf("%s holds %v; want the bootstrap alone (the aggregator runs no sandbox)", dir, entries)
+	}
+	ctx := context.Background()
+	db := dynamolocal.Start(t)
+	table := dynamolocal.TableName(t)
+	if err := tracedb.CreateTable(ctx, db.Client(), table); err != nil {
+		t.Fatal(err)
+	}
+	store := tracedb.NewDynamo(db.Client(), table, 0, nil)
+	for _, id := range []string{"ex_a1", "ex_a2"} {
+		var calls []trace.Call
+		for i, tool := range []string{"kv_get", "kv_set"} {
+			calls = append(calls, trace.Call{ExecutionID: id, CallID: i + 1, Server: "kv", Tool: tool, Kind: trace.KindMCP, StartedAt: time.Now(), OK: true})
+		}
+		store.Record(ctx, trace.Execution{ID: id, CodeHash: "h", Status: trace.StatusOK, StartedAt: time.Now(), Source: "test", Calls: 2}, calls)
+	}
+	if err := store.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := ddbstream.Open(ctx, db, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := stream.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metas []events.DynamoDBEventRecord // what the mapping's filter passes
+	for _, r := range recs {
+		if r.Change.Keys["sk"].String() == "META" {
+			metas = append(metas, r)
+		}
+	}
+	payload, _ := json.Marshal(events.DynamoDBEvent{Records: metas})
+	logs := &lineLog{t: t}
+	emu, err := lambdaemu.Start(lambdaemu.Function{Name: "aggregate", Binary: filepath.Join(dir, "bootstrap"), Wrapper: wrapper,
+		Timeout: 2 * time.Minute, MaxConcurrency: 1, Stderr: logs,
+		Env: []string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
+			"AWS_ENDPOINT_URL_DYNAMODB=" + db.Endpoint, "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required",
+			app.EnvTracesTable + "=" + table, "PML_AGGREGATE_TRANSACT_ITEMS=10", app.EnvLogLevel + "=info"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	for range 2 { // a retried batch counts once
+		if out, fnErr, err := emu.Invoke(ctx, "aggregate", payload); err != nil || fnErr {
+			t.Fatalf("aggregate: %s %v %v", out, fnErr, err)
+		}
+	}
+	rel, err := store.RelatedTools(ctx, "kv:kv_get", 0)
+	if err != nil || fmt.Sprint(rel) != "[{kv:kv_set 2}]" {
+		t.Fatalf("related to kv:kv_get: %v %v", rel, err)
+	}
 }
 
 // artifactWrapper is the command line that runs bin as Lambda would: none

@@ -44,7 +44,8 @@ func decodeHTTP(t *testing.T, raw json.RawMessage) (events.APIGatewayV2HTTPRespo
 // deployed shape: an HTTP API event → the execute binary → MCP calls to two
 // servers → a capability through the Lambda Invoke API → the capability
 // binary (which calls an MCP tool itself) → back; then reads the traces
-// from DynamoDB Local and the segments the X-Ray daemon received.
+// from DynamoDB Local and the segments the X-Ray daemon received, and has
+// the aggregate binary count co-occurrence from the table's stream.
 func TestHTTPEventThroughBothFunctions(t *testing.T) {
 	s := newStack(t)
 	save := httpEvent("POST", "/capabilities", `{"name": "loud:shout", "code": "return await mcp.text.transform_text({text: args.text, op: 'upper'})", "description": "Upper-case a text"}`)
@@ -104,8 +105,13 @@ return {words: (await mcp.kv.kv_get({key: "k"})).value, shout: s}`
 	if resp, _ := decodeHTTP(t, s.invoke(t, "execute", httpEvent("GET", "/executions/"+r.ExecutionID, ""), "")); resp.StatusCode != 200 || !strings.Contains(resp.Body, `"word_count"`) {
 		t.Fatalf("GET /executions: %+v", resp)
 	}
+	// Co-occurrence comes from the aggregate function, fed the traces
+	// table's stream; delivered twice (a retried batch), it counts once.
+	for _, batch := range s.aggregate(t) {
+		s.deliver(t, batch)
+	}
 	rel, err := s.traces.RelatedTools(ctx, "kv:kv_set", 10)
-	if err != nil || len(rel) != 3 {
+	if err != nil || len(rel) != 3 || rel[0].Count != 1 || rel[2].Count != 1 {
 		t.Fatalf("related tools %+v %v", rel, err)
 	}
 

@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/testutil/ddbstream"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
@@ -34,7 +35,7 @@ import (
 )
 
 // bins holds the binaries built once for the whole suite.
-var bins struct{ execute, capability, pml string }
+var bins struct{ execute, capability, aggregate, pml string }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "pml-integration")
@@ -54,6 +55,7 @@ func TestMain(m *testing.M) {
 	}
 	bins.execute = build("execute", "./functions/execute")
 	bins.capability = build("capability", "./functions/capability")
+	bins.aggregate = build("aggregate", "./functions/aggregate")
 	bins.pml = build("pml", "./cmd/pml")
 	code := m.Run()
 	dynamolocal.StopAll()
@@ -61,14 +63,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// stack is one deployment: both functions behind the emulator, their
+// stack is one deployment: the functions behind the emulator, their
 // tables in DynamoDB Local, MCP servers, X-Ray.
 type stack struct {
-	emu      *lambdaemu.Emulator
-	xray     *xraylisten.Listener
-	traces   *tracedb.Dynamo
-	capTable string
-	db       *dynamolocal.Instance
+	emu         *lambdaemu.Emulator
+	xray        *xraylisten.Listener
+	traces      *tracedb.Dynamo
+	tracesTable string
+	capTable    string
+	db          *dynamolocal.Instance
+	stream      *ddbstream.Reader
 }
 
 func newStack(t *testing.T, extraServers ...string) *stack {
@@ -115,13 +119,57 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 	emu, err := lambdaemu.Start(
 		lambdaemu.Function{Name: "execute", Binary: bins.execute, Env: env, Timeout: 30 * time.Second, Stderr: logs},
 		lambdaemu.Function{Name: "capability", Binary: bins.capability, Env: env, Timeout: 30 * time.Second, MaxConcurrency: 8, Stderr: logs},
+		// DynamoDB Local takes 10 actions a transaction.
+		lambdaemu.Function{Name: "aggregate", Binary: bins.aggregate, Env: append(env, "PML_AGGREGATE_TRANSACT_ITEMS=10"), Timeout: 30 * time.Second, MaxConcurrency: 1, Stderr: logs},
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	emu.SetEnv("AWS_ENDPOINT_URL_LAMBDA=" + emu.Endpoint())
 	t.Cleanup(emu.Close)
-	return &stack{emu: emu, xray: xr, traces: tracedb.NewDynamo(client, tracesTable, 0, nil), capTable: capTable, db: db}
+	stream, err := ddbstream.Open(ctx, db, tracesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stack{emu: emu, xray: xr, traces: tracedb.NewDynamo(client, tracesTable, 0, nil), tracesTable: tracesTable, capTable: capTable, db: db, stream: stream}
+}
+
+// aggregate does what the traces table's event source mapping does
+// (template.yaml's AggregateStreamMapping): it reads the stream's new
+// records, keeps those its filter passes (execution items written or
+// rewritten) and invokes the aggregate function with them, in batches of
+// up to 1,000. It returns the batches it delivered, so a test can deliver
+// them again.
+func (s *stack) aggregate(t *testing.T) [][]byte {
+	t.Helper()
+	recs, err := s.stream.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var passed []events.DynamoDBEventRecord
+	for _, r := range recs {
+		if sk, ok := r.Change.Keys["sk"]; ok && sk.DataType() == events.DataTypeString && sk.String() == "META" && (r.EventName == "INSERT" || r.EventName == "MODIFY") {
+			passed = append(passed, r)
+		}
+	}
+	var batches [][]byte
+	for start := 0; start < len(passed); start += 1000 {
+		payload, err := json.Marshal(events.DynamoDBEvent{Records: passed[start:min(start+1000, len(passed))]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.deliver(t, payload)
+		batches = append(batches, payload)
+	}
+	return batches
+}
+
+// deliver invokes the aggregate function with one batch, which must succeed.
+func (s *stack) deliver(t *testing.T, payload []byte) {
+	t.Helper()
+	if out, fnErr, err := s.emu.Invoke(context.Background(), "aggregate", payload); err != nil || fnErr {
+		t.Fatalf("aggregate: %s %v %v", out, fnErr, err)
+	}
 }
 
 // testLog sends function output to the test log.

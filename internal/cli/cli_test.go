@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/cli"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 )
 
 type output struct {
@@ -68,6 +69,7 @@ func TestMain(m *testing.M) {
 	os.Setenv(app.EnvCapFile, filepath.Join(dir, "capabilities.json"))
 	os.Setenv(app.EnvSuspDir, filepath.Join(dir, "suspensions"))
 	code := m.Run()
+	dynamolocal.StopAll()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
 const realTemplate = "../../template.yaml"
@@ -165,7 +167,7 @@ func TestTemplateContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"ExecuteFunction", "CapabilityFunction"} {
+	for _, id := range []string{"ExecuteFunction", "CapabilityFunction", "AggregateFunction"} {
 		if typeOf(tpl.resources[id]) != "AWS::Serverless::Function" {
 			t.Errorf("no function %s", id)
 		}
@@ -219,9 +221,171 @@ func TestTemplateContract(t *testing.T) {
 			t.Errorf("%s: want on-demand billing, point-in-time recovery and SSE", id)
 		}
 		// docs/TRACES.md: pk/sk strings, nothing else declared.
-		if got := len(p["AttributeDefinitions"].([]any)); got != 2 || p["GlobalSecondaryIndexes"] != nil || p["StreamSpecification"] != nil {
-			t.Errorf("%s: want exactly pk and sk, no index, no stream", id)
+		if got := len(p["AttributeDefinitions"].([]any)); got != 2 || p["GlobalSecondaryIndexes"] != nil {
+			t.Errorf("%s: want exactly pk and sk, no index", id)
 		}
+	}
+	// The traces table's stream feeds the aggregator, which needs the old
+	// image of a rewritten execution (tracedb.CoOccurrence); the
+	// capabilities table has none.
+	stream, _ := traces["StreamSpecification"].(map[string]any)
+	if len(stream) != 1 || stream["StreamViewType"] != "NEW_AND_OLD_IMAGES" {
+		t.Errorf("traces table stream %v; want NEW_AND_OLD_IMAGES", stream)
+	}
+	if propertiesOf(tpl.resources["CapabilitiesTable"])["StreamSpecification"] != nil {
+		t.Errorf("CapabilitiesTable has a stream")
+	}
+}
+
+// grants returns what each function's policies allow on the resource
+// whose long form is res (as JSON, e.g. {"Fn::GetAtt":"TracesTable.Arn"}),
+// sorted; functions allowed nothing there are left out.
+func grants(t *testing.T, tpl *template, res string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for id, r := range tpl.resources {
+		if typeOf(r) != "AWS::Serverless::Function" {
+			continue
+		}
+		policies, _ := propertiesOf(r)["Policies"].([]any)
+		for _, p := range policies {
+			doc, _ := p.(map[string]any)
+			statements, _ := doc["Statement"].([]any)
+			for _, st := range statements {
+				st, _ := st.(map[string]any)
+				if b, _ := json.Marshal(st["Resource"]); string(b) != res {
+					continue
+				}
+				switch a := st["Action"].(type) {
+				case string:
+					out[id] = append(out[id], a)
+				case []any:
+					for _, x := range a {
+						s, _ := x.(string)
+						out[id] = append(out[id], s)
+					}
+				}
+			}
+		}
+		slices.Sort(out[id])
+	}
+	return out
+}
+
+// methods are the DynamoDB actions of an API interface's methods, sorted;
+// transact maps an operation IAM does not know to the actions it is
+// authorized as.
+func methods(api reflect.Type, transact map[string][]string) []string {
+	var out []string
+	for i := range api.NumMethod() {
+		name := api.Method(i).Name
+		if as, ok := transact[name]; ok {
+			for _, a := range as {
+				out = append(out, "dynamodb:"+a)
+			}
+			continue
+		}
+		out = append(out, "dynamodb:"+name)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// TestTracesPolicies: on the traces table each function may do exactly
+// what its code does — the execute function what tracedb's store does
+// (write and read traces, no UpdateItem: it writes no counters), the
+// capability function only write its runs' traces, the aggregator what
+// aggregate.DynamoAPI does (its TransactWriteItems carry the ADDs'
+// UpdateItem and the chunk marker's PutItem, which is how IAM authorizes
+// them); only the aggregator reads the stream, with exactly the event
+// source mapping's actions, and only it may send to its failure queue.
+func TestTracesPolicies(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := grants(t, tpl, `{"Fn::GetAtt":"TracesTable.Arn"}`)
+	want := map[string][]string{
+		"ExecuteFunction":    methods(reflect.TypeFor[tracedb.DynamoAPI](), nil),
+		"CapabilityFunction": {"dynamodb:BatchWriteItem"},
+		"AggregateFunction":  methods(reflect.TypeFor[aggregate.DynamoAPI](), map[string][]string{"TransactWriteItems": {"PutItem", "UpdateItem"}}),
+	}
+	if fmt.Sprint(table) != fmt.Sprint(want) {
+		t.Errorf("on the traces table the functions may\n%v\nwant\n%v", table, want)
+	}
+	stream := grants(t, tpl, `{"Fn::GetAtt":"TracesTable.StreamArn"}`)
+	wantStream := map[string][]string{"AggregateFunction": {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}}
+	if fmt.Sprint(stream) != fmt.Sprint(wantStream) {
+		t.Errorf("on the traces stream the functions may %v, want %v", stream, wantStream)
+	}
+	queue := grants(t, tpl, `{"Fn::GetAtt":"AggregateFailureQueue.Arn"}`)
+	if want := map[string][]string{"AggregateFunction": {"sqs:SendMessage"}}; fmt.Sprint(queue) != fmt.Sprint(want) {
+		t.Errorf("on the failure queue the functions may %v, want %v", queue, want)
+	}
+	// Nothing else: every statement of the aggregator is one of those.
+	policies, _ := propertiesOf(tpl.resources["AggregateFunction"])["Policies"].([]any)
+	if len(policies) != 1 {
+		t.Fatalf("AggregateFunction has %d policies, want the one statement list", len(policies))
+	}
+	if sts, _ := policies[0].(map[string]any)["Statement"].([]any); len(sts) != 3 {
+		t.Errorf("AggregateFunction has %d statements, want 3 (table, stream, queue)", len(sts))
+	}
+}
+
+// TestAggregateStreamMapping pins the event source mapping the
+// aggregator's exactly-once counting relies on (internal/aggregate): one
+// batch per shard at a time, in order (ParallelizationFactor 1); failed
+// batches retried, bisected, then described to the failure queue; every
+// execution item written or rewritten delivered, and nothing the
+// co-occurrence extractor ignores; no tumbling window or partial batch
+// responses, which would deliver records the journals do not expect.
+func TestAggregateStreamMapping(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mappings []string
+	for id, r := range tpl.resources {
+		if p := propertiesOf(r); typeOf(r) == "AWS::Lambda::EventSourceMapping" && strings.Contains(fmt.Sprint(p["EventSourceArn"]), "TracesTable") {
+			mappings = append(mappings, id)
+		}
+	}
+	if len(mappings) != 1 || mappings[0] != "AggregateStreamMapping" {
+		t.Fatalf("mappings of the traces stream: %v, want AggregateStreamMapping alone", mappings)
+	}
+	p := propertiesOf(tpl.resources["AggregateStreamMapping"])
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	checks := []struct {
+		prop string
+		want string // JSON
+	}{
+		{"EventSourceArn", `{"Fn::GetAtt":"TracesTable.StreamArn"}`},
+		{"FunctionName", `{"Ref":"AggregateFunction"}`},
+		{"StartingPosition", `"TRIM_HORIZON"`},
+		{"BatchSize", `1000`},
+		{"MaximumBatchingWindowInSeconds", `5`},
+		{"ParallelizationFactor", `1`},
+		{"BisectBatchOnFunctionError", `true`},
+		{"MaximumRetryAttempts", `10`},
+		{"DestinationConfig", `{"OnFailure":{"Destination":{"Fn::GetAtt":"AggregateFailureQueue.Arn"}}}`},
+		{"FunctionResponseTypes", `null`},
+		{"TumblingWindowInSeconds", `null`},
+	}
+	for _, c := range checks {
+		if got := js(p[c.prop]); got != c.want {
+			t.Errorf("%s = %s, want %s", c.prop, got, c.want)
+		}
+	}
+	filters, _ := p["FilterCriteria"].(map[string]any)["Filters"].([]any)
+	if len(filters) != 1 {
+		t.Fatalf("filters %v, want one", filters)
+	}
+	var pattern any
+	if err := json.Unmarshal([]byte(filters[0].(map[string]any)["Pattern"].(string)), &pattern); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := js(pattern), `{"dynamodb":{"Keys":{"sk":{"S":["META"]}}},"eventName":["INSERT","MODIFY"]}`; got != want {
+		t.Errorf("filter %s, want %s", got, want)
 	}
 }
 

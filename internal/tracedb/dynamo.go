@@ -17,31 +17,34 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/dynamotable"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
-// DynamoAPI is the part of the DynamoDB client the store uses; tests wrap
-// the real client to inject throttling.
+// DynamoAPI is the part of the DynamoDB client the store uses (the execute
+// and capability functions' policies grant exactly these); tests wrap the
+// real client to inject throttling.
 type DynamoAPI interface {
 	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
-	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
 // Dynamo stores traces in one table (see docs/TRACES.md):
 //
-//	pk EXEC#<id>            sk META          the execution
-//	pk EXEC#<id>            sk CALL#000001   one item per call
-//	pk TOOL#<server:tool>   sk WITH#<other>  co-occurrence counter
+//	pk EXEC#<id>               sk META          the execution, with the tools it counts
+//	pk EXEC#<id>               sk CALL#000001   one item per call
+//	pk TOOL#<server:tool>[#Sn] sk WITH#<other>  co-occurrence counter (shard n)
 //
-// One partition per execution makes a whole trace one Query. Record only
-// buffers; Flush writes with BatchWriteItem (25 items a request), retrying
-// unprocessed items, throttling and transient failures with jittered
-// exponential backoff (see retryWrite). What still cannot be written is
-// logged as one structured line per item and counted: never dropped
-// silently.
+// One partition per execution makes a whole trace one Query. An execution
+// writes only its own partition: the co-occurrence counters are the
+// aggregator's (the table's stream → CoOccurrence → package aggregate).
+// Record only buffers; Flush writes with BatchWriteItem (25 items a
+// request), retrying unprocessed items, throttling and transient failures
+// with jittered exponential backoff (see retryWrite). What still cannot be
+// written is logged as one structured line per item and counted: never
+// dropped silently.
 type Dynamo struct {
 	db    DynamoAPI
 	table string
@@ -50,7 +53,6 @@ type Dynamo struct {
 
 	mu       sync.Mutex
 	items    []map[string]types.AttributeValue
-	pairs    [][2]string
 	stream   []map[string]types.AttributeValue // calls recorded one by one, not yet written
 	streamed map[string]bool                   // "execution#call" already taken by RecordCall
 	bg       sync.WaitGroup                    // background writes of streamed calls
@@ -87,7 +89,19 @@ type execItem struct {
 	PK string `json:"pk"`
 	SK string `json:"sk"`
 	trace.Execution
-	ExpiresAt int64 `json:"expires_at"`
+	// Tools are the distinct tools the execution counts for co-occurrence
+	// (countedTools): the aggregator reads them from the stream.
+	Tools     []string `json:"tools,omitempty"`
+	ExpiresAt int64    `json:"expires_at"`
+}
+
+// newExecItem is ex's item, with the tools it counts.
+func newExecItem(ex trace.Execution, calls []trace.Call, expires int64) execItem {
+	tools := countedTools(calls)
+	if len(tools) < 2 {
+		tools = nil // no pair to count, now or after a resume that adds one (newPairs)
+	}
+	return execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, Tools: tools, ExpiresAt: expires}
 }
 
 type callItem struct {
@@ -164,7 +178,7 @@ func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.C
 		}
 		items = append(items, m)
 	}
-	add(execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, ExpiresAt: exp})
+	add(newExecItem(ex, calls, exp))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range calls {
@@ -174,15 +188,7 @@ func (d *Dynamo) Record(ctx context.Context, ex trace.Execution, calls []trace.C
 		}
 		add(callItem{PK: execPK(c.ExecutionID), SK: fmt.Sprintf("CALL#%06d", c.CallID), Call: c, ExpiresAt: exp})
 	}
-	tools := distinctTools(calls)
 	d.items = append(d.items, items...)
-	for _, a := range tools {
-		for _, b := range tools {
-			if a != b {
-				d.pairs = append(d.pairs, [2]string{a, b})
-			}
-		}
-	}
 }
 
 // Flush implements trace.Sink: it waits for background writes and writes
@@ -195,11 +201,11 @@ func (d *Dynamo) Flush(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	d.mu.Lock()
-	items, pairs := append(d.items, d.stream...), d.pairs
-	d.items, d.pairs, d.stream = nil, nil, nil
+	items := append(d.items, d.stream...)
+	d.items, d.stream = nil, nil
 	d.mu.Unlock()
-	// Batches and counters go out concurrently: a flush costs about one
-	// round trip, not one per 25 items.
+	// Batches go out concurrently: a flush costs about one round trip, not
+	// one per 25 items.
 	var g errgroup.Group
 	g.SetLimit(8)
 	var failures atomic.Int64
@@ -207,14 +213,6 @@ func (d *Dynamo) Flush(ctx context.Context) error {
 		batch := items[start:min(start+25, len(items))]
 		g.Go(func() error {
 			failures.Add(int64(d.writeBatch(ctx, batch)))
-			return nil
-		})
-	}
-	for _, p := range pairs {
-		g.Go(func() error {
-			if !d.bump(ctx, p) {
-				failures.Add(1)
-			}
 			return nil
 		})
 	}
@@ -271,29 +269,6 @@ func (d *Dynamo) giveUp(ctx context.Context, reqs []types.WriteRequest, err erro
 	}
 	d.failed.Add(int64(len(reqs)))
 	return len(reqs)
-}
-
-// bump adds one to the co-occurrence counter a → b.
-func (d *Dynamo) bump(ctx context.Context, p [2]string) bool {
-	err := d.retryWrite(ctx, func() error {
-		_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(d.table),
-			Key: map[string]types.AttributeValue{
-				"pk": &types.AttributeValueMemberS{Value: "TOOL#" + p[0]},
-				"sk": &types.AttributeValueMemberS{Value: "WITH#" + p[1]},
-			},
-			UpdateExpression:          aws.String("ADD #c :one SET #t = :tool, #o = :other"),
-			ExpressionAttributeNames:  map[string]string{"#c": "count", "#t": "tool", "#o": "other"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}, ":tool": &types.AttributeValueMemberS{Value: p[0]}, ":other": &types.AttributeValueMemberS{Value: p[1]}},
-		}, noSDKRetries)
-		return err
-	}, func() { d.retried.Add(1) })
-	if err != nil {
-		d.failed.Add(1)
-		d.log.ErrorContext(ctx, "trace_write_failed", "table", d.table, "err", err.Error(), "co_occurrence", p[0]+" with "+p[1])
-		return false
-	}
-	return true
 }
 
 // errUnprocessed is the retryable outcome of a batch DynamoDB accepted only
@@ -408,39 +383,40 @@ func (d *Dynamo) GetExecution(ctx context.Context, id string) (trace.Execution, 
 	return *ex, calls, nil
 }
 
-// RelatedTools implements Reader.
+// RelatedTools implements Reader: the counters of tool's partition,
+// summed over its shards (aggregate.Read).
 func (d *Dynamo) RelatedTools(ctx context.Context, tool string, limit int) ([]Related, error) {
+	items, err := aggregate.Read(ctx, d.db, d.table, toolPK(tool))
+	if err != nil {
+		return nil, fault.Wrap(fault.Unavailable, err, "reading tool co-occurrence")
+	}
 	counts := map[string]int64{}
-	var start map[string]types.AttributeValue
-	for {
-		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(d.table),
-			KeyConditionExpression:    aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "TOOL#" + tool}},
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, fault.Wrap(fault.Unavailable, err, "reading tool co-occurrence")
+	for _, it := range items {
+		var v struct {
+			Tool  string `dynamodbav:"tool"`
+			Other string `dynamodbav:"other"`
+			Count int64  `dynamodbav:"count"`
 		}
-		for _, it := range out.Items {
-			var v struct {
-				Other string `dynamodbav:"other"`
-				Count int64  `dynamodbav:"count"`
-			}
-			if attributevalue.UnmarshalMap(it, &v) == nil {
-				counts[v.Other] = v.Count
-			}
+		if attributevalue.UnmarshalMap(it, &v) == nil && v.Tool == tool && v.Other != "" {
+			counts[v.Other] += v.Count
 		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		start = out.LastEvaluatedKey
 	}
 	return topRelated(counts, limit), nil
 }
 
-// CreateTable creates the traces table (on demand, TTL on expires_at) as
-// template.yaml declares it; for tests and local setups.
+// CreateTable creates the traces table (on demand, TTL on expires_at, a
+// stream of new and old images for the aggregator) as template.yaml
+// declares it; for tests and local setups.
 func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	return dynamotable.Create(ctx, db, table, "expires_at")
+	if err := dynamotable.Create(ctx, db, table, "expires_at"); err != nil {
+		return err
+	}
+	_, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+		TableName:           aws.String(table),
+		StreamSpecification: &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
+	})
+	if err != nil {
+		return fmt.Errorf("turning on the stream of %s: %w", table, err)
+	}
+	return nil
 }

@@ -1,6 +1,12 @@
 package tracedb
 
-import "time"
+import (
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/pml-sandbox/pml/internal/trace"
+)
 
 // SetMaxLineBytes sets the bound on one line of the file store for a test
 // and returns a func that restores it. Tests using it must not run in
@@ -24,4 +30,10 @@ func SetRetryBackoff(initial, max time.Duration) (restore func()) {
 	oldInitial, oldMax := retryInitial, retryMax
 	retryInitial, retryMax = initial, max
 	return func() { retryInitial, retryMax = oldInitial, oldMax }
+}
+
+// ExecutionItem is the execution item Record writes for ex and its calls
+// (without the call items), for tests that write many executions fast.
+func ExecutionItem(ex trace.Execution, calls []trace.Call, expires time.Time) (map[string]types.AttributeValue, error) {
+	return marshalItem(newExecItem(ex, calls, expires.Unix()))
 }

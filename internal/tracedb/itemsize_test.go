@@ -1,6 +1,7 @@
 package tracedb
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,11 +29,25 @@ func itemSize(item map[string]types.AttributeValue) int {
 			n += (len(digits)+1)/2 + 1
 		case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
 			n++
+		case *types.AttributeValueMemberL:
+			n += 3 // the list's own overhead
+			for _, x := range v.Value {
+				n += 1 + itemSize(map[string]types.AttributeValue{"": x}) // one byte per element
+			}
 		default:
 			n += 1 << 20 // an attribute type the items do not use: fail the bound
 		}
 	}
 	return n
+}
+
+// longTools is MaxCountedTools distinct tool names of the longest length.
+func longTools(server, tool string) []string {
+	out := make([]string, MaxCountedTools)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s:%s%02d", server, tool[2:], i)
+	}
+	return out
 }
 
 // writeUnits is what writing an item costs on an on-demand table: one
@@ -54,6 +69,7 @@ func TestItemWriteUnits(t *testing.T) {
 		return map[string]types.AttributeValue{
 			"pk": &types.AttributeValueMemberS{Value: "TOOL#" + a}, "sk": &types.AttributeValueMemberS{Value: "WITH#" + b},
 			"tool": &types.AttributeValueMemberS{Value: a}, "other": &types.AttributeValueMemberS{Value: b},
+			"base":  &types.AttributeValueMemberS{Value: "TOOL#" + a},
 			"count": &types.AttributeValueMemberN{Value: "123456789"},
 		}
 	}
@@ -65,6 +81,16 @@ func TestItemWriteUnits(t *testing.T) {
 		{"execution", execItem{PK: execPK(id), SK: "META", ExpiresAt: exp, Execution: trace.Execution{
 			ID: id, CodeHash: hash, CodeBytes: 1234, Status: "ok", StartedAt: start, DurationMS: 12.345,
 			TraceID: "1-6741c8a0-0123456789abcdef01234567", Source: "http", Calls: 5}}, 1},
+		// The tools it counts for co-occurrence ride on the execution item:
+		// five realistic names keep it at one unit, the most it can hold
+		// (MaxCountedTools of the longest names) stays bounded.
+		{"execution, five tools", execItem{PK: execPK(id), SK: "META", ExpiresAt: exp, Execution: trace.Execution{
+			ID: id, CodeHash: hash, CodeBytes: 1234, Status: "ok", StartedAt: start, DurationMS: 12.345,
+			TraceID: "1-6741c8a0-0123456789abcdef01234567", Source: "http", Calls: 5},
+			Tools: []string{realistic + "1", realistic + "2", realistic + "3", realistic + "4", realistic + "5"}}, 1},
+		{"execution, most tools, longest names", execItem{PK: execPK(id), SK: "META", ExpiresAt: exp, Execution: trace.Execution{
+			ID: id, CodeHash: hash, CodeBytes: 1234, Status: "ok", StartedAt: start, DurationMS: 12.345, Calls: 5},
+			Tools: longTools(long("s"), long("t"))}, 9},
 		{"failed capability run, longest names", execItem{PK: execPK(child), SK: "META", ExpiresAt: exp, Execution: trace.Execution{
 			ID: child, CodeHash: hash, CodeBytes: 99999, Status: "error", ErrorCode: fault.LimitExceeded, StartedAt: start, DurationMS: 30000.123,
 			ParentExecutionID: id, ParentCallID: 12345, Capability: long("c") + ":" + long("d"), Depth: 5,

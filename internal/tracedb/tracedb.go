@@ -103,8 +103,20 @@ func encodeLine(r *record) ([]byte, error) {
 	}
 }
 
-// pairs returns the distinct tools of calls, for co-occurrence counting.
-func distinctTools(calls []trace.Call) []string {
+// MaxCountedTools bounds the distinct tools of one execution that count
+// for co-occurrence: the first ones it called (by call id). Counting is
+// quadratic in them — 32 tools make 992 counters — and the execution item
+// carries them (docs/TRACES.md), so neither may grow with what a script
+// does.
+const MaxCountedTools = 32
+
+// countedTools returns the distinct tools of calls that count for
+// co-occurrence: the first MaxCountedTools in call order, sorted. A
+// durable execution recorded again after a resume keeps its earlier
+// calls' ids, so its counted tools only ever grow.
+func countedTools(calls []trace.Call) []string {
+	calls = slices.Clone(calls)
+	slices.SortStableFunc(calls, func(a, b trace.Call) int { return a.CallID - b.CallID })
 	var tools []string
 	for _, c := range calls {
 		if c.Server == "" {
@@ -113,10 +125,29 @@ func distinctTools(calls []trace.Call) []string {
 		n := c.Server + ":" + c.Tool
 		if !slices.Contains(tools, n) {
 			tools = append(tools, n)
+			if len(tools) == MaxCountedTools {
+				break
+			}
 		}
 	}
 	slices.Sort(tools)
 	return tools
+}
+
+// newPairs is what an execution whose counted tools went from old to now
+// adds to the co-occurrence counters: one for each ordered pair of
+// distinct tools in now that old did not already have. Each execution
+// counts each pair once, however often it is recorded.
+func newPairs(old, now []string) [][2]string {
+	var out [][2]string
+	for _, a := range now {
+		for _, b := range now {
+			if a != b && !(slices.Contains(old, a) && slices.Contains(old, b)) {
+				out = append(out, [2]string{a, b})
+			}
+		}
+	}
+	return out
 }
 
 func notFound(id string) error {
@@ -183,8 +214,10 @@ func (m *Memory) Record(_ context.Context, ex trace.Execution, calls []trace.Cal
 	r := newRecord(ex, calls)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var counted []string // what an earlier record of this execution counted
 	if old, seen := m.records[ex.ID]; seen {
 		m.calls -= len(old.Calls)
+		counted = countedTools(old.Calls)
 	} else {
 		m.order = append(m.order, ex.ID)
 	}
@@ -197,16 +230,11 @@ func (m *Memory) Record(_ context.Context, ex trace.Execution, calls []trace.Cal
 		delete(m.records, m.order[0])
 		m.order = m.order[1:]
 	}
-	tools := distinctTools(calls)
-	for _, a := range tools {
-		for _, b := range tools {
-			if a != b {
-				if m.related[a] == nil {
-					m.related[a] = map[string]int64{}
-				}
-				m.related[a][b]++
-			}
+	for _, p := range newPairs(counted, countedTools(calls)) {
+		if m.related[p[0]] == nil {
+			m.related[p[0]] = map[string]int64{}
 		}
+		m.related[p[0]][p[1]]++
 	}
 	if m.path != "" {
 		m.pending = append(m.pending, r)
@@ -370,13 +398,16 @@ func (m *Memory) RelatedTools(_ context.Context, tool string, limit int) ([]Rela
 	return topRelated(counts, limit), nil
 }
 
+// scanRelated counts from the file: each execution once, as its last line
+// (a durable execution is recorded again after each resume) has it.
 func (m *Memory) scanRelated(tool string, counts map[string]int64) error {
-	return m.eachLine(func(n int, line []byte) {
-		r, ok := m.decodeLine(n, line)
-		if !ok {
-			return
+	last := map[string][]string{}
+	err := m.eachLine(func(n int, line []byte) {
+		if r, ok := m.decodeLine(n, line); ok {
+			last[r.Execution.ID] = countedTools(r.Calls)
 		}
-		tools := distinctTools(r.Calls)
+	})
+	for _, tools := range last {
 		if slices.Contains(tools, tool) {
 			for _, t := range tools {
 				if t != tool {
@@ -384,7 +415,8 @@ func (m *Memory) scanRelated(tool string, counts map[string]int64) error {
 				}
 			}
 		}
-	})
+	}
+	return err
 }
 
 func topRelated(counts map[string]int64, limit int) []Related {

@@ -14,12 +14,15 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	"go.uber.org/goleak"
 
+	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/testutil/ddbstream"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
@@ -66,13 +69,55 @@ func dynamoStore(t testing.TB, wrap func(tracedb.DynamoAPI) tracedb.DynamoAPI, l
 	return tracedb.NewDynamo(api, table, 0, log), db
 }
 
+// aggregated is the DynamoDB store as deployed: its co-occurrence counters
+// are the aggregator's, fed the table's real stream records. RelatedTools
+// first hands the aggregator every record the stream has not given it yet,
+// in batches of 100.
+type aggregated struct {
+	*tracedb.Dynamo
+	stream *ddbstream.Reader
+	agg    *aggregate.Aggregator
+}
+
+func aggregatedStore(t testing.TB, opts aggregate.Options) *aggregated {
+	t.Helper()
+	inst := dynamolocal.Start(t)
+	db := inst.Client()
+	table := dynamolocal.TableName(t)
+	ctx := context.Background()
+	if err := tracedb.CreateTable(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ddbstream.Open(ctx, inst, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DB, opts.Table, opts.Extract, opts.MaxTransactItems = db, table, tracedb.CoOccurrence, 10 // DynamoDB Local's limit
+	opts.Log = slog.New(slog.DiscardHandler)
+	agg, err := aggregate.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &aggregated{Dynamo: tracedb.NewDynamo(db, table, 0, nil), stream: r, agg: agg}
+}
+
+func (a *aggregated) RelatedTools(ctx context.Context, tool string, limit int) ([]tracedb.Related, error) {
+	recs, err := a.stream.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for start := 0; start < len(recs); start += 100 {
+		if err := a.agg.Handle(ctx, events.DynamoDBEvent{Records: recs[start:min(start+100, len(recs))]}); err != nil {
+			return nil, err
+		}
+	}
+	return a.Dynamo.RelatedTools(ctx, tool, limit)
+}
+
 func stores(t *testing.T, f func(t *testing.T, s tracedb.Store)) {
 	t.Run("memory", func(t *testing.T) { f(t, tracedb.NewMemory(0)) })
 	t.Run("file", func(t *testing.T) { f(t, tracedb.NewFile(filepath.Join(t.TempDir(), "traces.jsonl"), 0)) })
-	t.Run("dynamodb", func(t *testing.T) {
-		s, _ := dynamoStore(t, nil, nil)
-		f(t, s)
-	})
+	t.Run("dynamodb", func(t *testing.T) { f(t, aggregatedStore(t, aggregate.Options{})) })
 }
 
 func TestWriteAndReadBack1000CallsAcross50Executions(t *testing.T) {
@@ -224,9 +269,9 @@ func TestDynamoDBDownTracesGoToTheLog(t *testing.T) {
 		t.Fatalf("Flush took %v", d)
 	}
 	out := logs.String()
-	// One line for the execution's partition (its 6 items), one per
-	// co-occurrence counter.
-	if n := strings.Count(out, `"msg":"trace_write_failed"`); n != 3 || strings.Count(out, `"partition":"EXEC#ex_lost"`) != 1 || strings.Count(out, `"call_id"`) != 5 {
+	// One line for the execution's partition (its 6 items); the
+	// execution writes no counters.
+	if n := strings.Count(out, `"msg":"trace_write_failed"`); n != 1 || strings.Count(out, `"partition":"EXEC#ex_lost"`) != 1 || strings.Count(out, `"call_id"`) != 5 {
 		t.Fatalf("%d trace_write_failed lines:\n%s", n, out)
 	}
 	if s.Stats().Failed < 6 {
@@ -234,9 +279,11 @@ func TestDynamoDBDownTracesGoToTheLog(t *testing.T) {
 	}
 }
 
+// TestCoOccurrenceExactUnderConcurrentWriters: writers in several
+// processes, counters aggregated from the stream and spread over shards
+// (one counter a shard, for the test), read back as one number each.
 func TestCoOccurrenceExactUnderConcurrentWriters(t *testing.T) {
-	s, db := dynamoStore(t, nil, nil)
-	_ = db
+	s := aggregatedStore(t, aggregate.Options{CountersPerShard: 1, MaxShards: 3})
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Add(1)
@@ -257,6 +304,9 @@ func TestCoOccurrenceExactUnderConcurrentWriters(t *testing.T) {
 	rel, err := s.RelatedTools(context.Background(), "b:y", 5)
 	if err != nil || len(rel) != 2 || rel[0].Count != 40 || rel[1].Count != 40 {
 		t.Fatalf("related %+v %v", rel, err)
+	}
+	if st := s.agg.Stats(); st.Counters <= 6 {
+		t.Fatalf("aggregator stats %+v: the counters were not spread over shards", st)
 	}
 }
 
@@ -343,6 +393,17 @@ func TestDurableExecutionIsOneRecordAcrossItsSuspensions(t *testing.T) {
 		}
 		if fmt.Sprint(got.Events) != fmt.Sprint(ex.Events) {
 			t.Fatalf("events:\n got %+v\nwant %+v", got.Events, ex.Events)
+		}
+		// Recorded twice, and a third time with a tool more: it counts
+		// each pair of its tools once.
+		_, more := execution("ex_durable", 3, "kv:kv_get", "kv:kv_delete", "kv:kv_set")
+		s.Record(ctx, ex, more)
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rel, err := s.RelatedTools(ctx, "kv:kv_get", 0)
+		if err != nil || fmt.Sprint(rel) != "[{kv:kv_delete 1} {kv:kv_set 1}]" {
+			t.Fatalf("related to kv:kv_get: %v %v", rel, err)
 		}
 	})
 }

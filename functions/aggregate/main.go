@@ -1,0 +1,49 @@
+// Command aggregate is the PML Sandbox aggregator function: the traces
+// table's stream (execution items only, by the event source mapping's
+// filter) enters here, and the tool co-occurrence counters are written one
+// ADD per counter per batch, exactly once. It only wires; see
+// internal/aggregate and tracedb.CoOccurrence. It runs no sandbox: its
+// artifact carries no guest.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/tracedb"
+	"github.com/pml-sandbox/pml/internal/xraysink"
+)
+
+func main() {
+	level := slog.LevelInfo
+	if v := os.Getenv("PML_LOG_LEVEL"); v != "" {
+		_ = level.UnmarshalText([]byte(v))
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+	table := os.Getenv("PML_TRACES_TABLE")
+	cfg, err := config.LoadDefaultConfig(context.Background())
+	if err != nil || table == "" {
+		log.Error("init failed", "err", err, "PML_TRACES_TABLE", table)
+		os.Exit(1)
+	}
+	xraysink.InstrumentAWS(&cfg)
+	opts := aggregate.Options{DB: dynamodb.NewFromConfig(cfg), Table: table, Extract: tracedb.CoOccurrence, Log: log}
+	// DynamoDB Local (the integration tests) takes 10 actions a
+	// transaction, DynamoDB 100.
+	if v, err := strconv.Atoi(os.Getenv("PML_AGGREGATE_TRANSACT_ITEMS")); err == nil {
+		opts.MaxTransactItems = v
+	}
+	agg, err := aggregate.New(opts)
+	if err != nil {
+		log.Error("init failed", "err", err)
+		os.Exit(1)
+	}
+	lambda.Start(agg.Handle)
+}
