@@ -1,0 +1,470 @@
+package mcpauth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/oauth2"
+)
+
+// maxStepUps bounds the re-authorizations for one set of scopes: a server
+// that keeps answering insufficient_scope must not loop the client.
+const maxStepUps = 2
+
+// expirySkew is how long before its expiry an access token is no longer
+// used; shorter for short-lived tokens (a quarter of their life).
+const expirySkew = 30 * time.Second
+
+// Options configure a Source.
+type Options struct {
+	// Server is the server's name; URL its endpoint.
+	Server string
+	URL    string
+	Config Config
+	// Store keeps the credentials; nil keeps them in memory only (client
+	// credentials can always be fetched again; an authorization-code login
+	// then lasts as long as the process).
+	Store Store
+	// HTTPClient makes the requests to authorization servers and metadata
+	// endpoints (default: 30 s timeout).
+	HTTPClient *http.Client
+	// Agent, when set, lets the Source run the authorization-code flow
+	// itself when it has no usable credentials or must step up; without
+	// it, those fail with LoginRequired or StepUpRequired.
+	Agent UserAgent
+	// LoginHint is the command that logs in, for error messages
+	// ("pml mcp login NAME").
+	LoginHint string
+	Logger    *slog.Logger
+	// AddSecret is told every secret before it is sent or stored, so that
+	// the caller's redactor masks it wherever it may be quoted back.
+	AddSecret func(...string)
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Source hands out one server's access tokens: cached until shortly before
+// they expire, refreshed (and the rotated refresh token stored) when they
+// do or when the server rejects one, re-read from the Store first in case
+// another process already did.
+type Source struct {
+	o  Options
+	hc *http.Client
+	// sem serialises token work (refresh, login, discovery) so that
+	// concurrent requests that all find the token expired refresh it once;
+	// waiting on it honours the caller's context.
+	sem chan struct{}
+
+	mu        sync.Mutex // guards the fields below; never held over I/O
+	creds     *Credentials
+	version   string
+	loaded    bool
+	disc      *Discovery
+	requested []string // the scopes of the last authorization
+	stepUps   map[string]int
+}
+
+// NewSource returns a Source for one server.
+func NewSource(o Options) *Source {
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AddSecret == nil {
+		o.AddSecret = func(...string) {}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.AddSecret(o.Config.ClientSecret, o.Config.PrivateKey)
+	return &Source{o: o, hc: o.HTTPClient, sem: make(chan struct{}, 1), stepUps: map[string]int{}}
+}
+
+// Type is the configured auth type.
+func (s *Source) Type() string { return s.o.Config.Type }
+
+func (s *Source) lock(ctx context.Context) error {
+	select {
+	case s.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Source) unlock() { <-s.sem }
+
+// fresh reports whether c holds an access token usable now.
+func (s *Source) fresh(c *Credentials) bool {
+	if c == nil || c.AccessToken == "" {
+		return false
+	}
+	if c.Expiry.IsZero() {
+		return true
+	}
+	skew := expirySkew
+	if !c.ObtainedAt.IsZero() {
+		skew = min(skew, c.Expiry.Sub(c.ObtainedAt)/4)
+	}
+	return s.o.Now().Before(c.Expiry.Add(-skew))
+}
+
+// cached is the access token in memory, if usable.
+func (s *Source) cached() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fresh(s.creds) {
+		return s.creds.AccessToken
+	}
+	return ""
+}
+
+// Token returns an access token for the next request, or "" when the
+// server has not asked for one yet (TypeAuto without stored credentials).
+func (s *Source) Token(ctx context.Context) (string, error) {
+	if tok := s.cached(); tok != "" {
+		return tok, nil
+	}
+	if err := s.lock(ctx); err != nil {
+		return "", err
+	}
+	defer s.unlock()
+	if tok := s.cached(); tok != "" {
+		return tok, nil
+	}
+	if err := s.load(ctx, false); err != nil {
+		return "", err
+	}
+	if tok := s.cached(); tok != "" {
+		return tok, nil
+	}
+	s.mu.Lock()
+	c := s.creds
+	s.mu.Unlock()
+	switch {
+	case c != nil && c.RefreshToken != "":
+		if err := s.refresh(ctx, c); err == nil {
+			return s.cached(), nil
+		} else if !isGrantRejected(err) {
+			return "", err
+		}
+		// The refresh token is dead: only a new authorization helps.
+		return "", s.authorize(ctx, Challenge{}, nil, "the refresh token was rejected")
+	case s.o.Config.Type == TypeClientCredentials:
+		return s.cached(), s.clientCredentials(ctx, Challenge{}, nil)
+	case s.o.Config.Type == TypeOAuth:
+		return s.cached(), s.authorize(ctx, Challenge{}, nil, "no stored credentials")
+	}
+	return "", nil
+}
+
+// Handle answers a 401 or 403 Bearer challenge to a request that carried
+// sent ("" for none). It returns nil when the request is worth retrying
+// with a new Token.
+func (s *Source) Handle(ctx context.Context, status int, ch Challenge, sent string) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	s.mu.Lock()
+	cur := s.creds
+	s.mu.Unlock()
+	if status == http.StatusForbidden {
+		return s.stepUp(ctx, ch)
+	}
+	if sent != "" && (cur == nil || cur.AccessToken != sent) && s.fresh(cur) {
+		// Another request already replaced the token it was refused.
+		return nil
+	}
+	if sent != "" {
+		s.o.Logger.Info("mcp access token rejected; renewing", "mcp_server", s.o.Server)
+		s.mu.Lock()
+		if s.creds != nil && s.creds.AccessToken == sent {
+			s.creds.AccessToken = ""
+		}
+		s.mu.Unlock()
+		// Another container may have refreshed already.
+		if err := s.load(ctx, true); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		c := s.creds
+		s.mu.Unlock()
+		if s.fresh(c) && c.AccessToken != sent {
+			return nil
+		}
+		if c != nil && c.AccessToken == sent {
+			s.mu.Lock()
+			s.creds.AccessToken = ""
+			s.mu.Unlock()
+		}
+		if c != nil && c.RefreshToken != "" {
+			err := s.refresh(ctx, c)
+			if err == nil || !isGrantRejected(err) {
+				return err
+			}
+		}
+	}
+	if s.o.Config.Type == TypeClientCredentials {
+		return s.clientCredentials(ctx, ch, nil)
+	}
+	return s.authorize(ctx, ch, nil, "the server asked for authorization")
+}
+
+// stepUp answers insufficient_scope: a new authorization for the scopes
+// asked so far and the challenge's (MCP 2025-11-25 scope challenge
+// handling), at most maxStepUps times for one set of scopes.
+func (s *Source) stepUp(ctx context.Context, ch Challenge) error {
+	s.mu.Lock()
+	want := union(s.requested, ch.Scope)
+	if s.creds != nil {
+		want = union(s.creds.Scopes, want)
+	}
+	key := strings.Join(slices.Sorted(slices.Values(want)), " ")
+	s.stepUps[key]++
+	n := s.stepUps[key]
+	s.mu.Unlock()
+	if n > maxStepUps {
+		return &Error{Server: s.o.Server, Kind: StepUpRequired, Scopes: ch.Scope,
+			Err: fmt.Errorf("the server refused %d authorizations for these scopes", maxStepUps)}
+	}
+	if s.o.Config.Type == TypeClientCredentials {
+		return s.clientCredentials(ctx, ch, want)
+	}
+	if s.o.Agent == nil {
+		return &Error{Server: s.o.Server, Kind: StepUpRequired, Scopes: ch.Scope,
+			Hint: s.o.LoginHint + ` --scope "` + strings.Join(want, " ") + `"`}
+	}
+	return s.authorize(ctx, ch, want, "")
+}
+
+// load reads the store once (or again when force), keeping credentials
+// that belong to this server only.
+func (s *Source) load(ctx context.Context, force bool) error {
+	s.mu.Lock()
+	done := s.loaded && !force
+	s.mu.Unlock()
+	if done || s.o.Store == nil {
+		return nil
+	}
+	c, v, err := s.o.Store.Load(ctx)
+	if errors.Is(err, ErrNoCredentials) {
+		s.mu.Lock()
+		s.loaded = true
+		s.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return &Error{Server: s.o.Server, Kind: StoreFailed, Err: err}
+	}
+	s.o.AddSecret(c.secrets()...)
+	if c.URL != "" && c.URL != s.o.URL {
+		// Made for another server under this name: never send them here.
+		s.o.Logger.Warn("stored MCP credentials are for another URL; ignored", "mcp_server", s.o.Server, "where", s.o.Store.Where())
+		c = nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loaded = true
+	if c == nil {
+		return nil
+	}
+	// Keep a newer access token of our own over an older stored one.
+	if s.creds == nil || s.version != v {
+		s.creds, s.version = c, v
+		if len(s.requested) == 0 {
+			s.requested = c.Scopes
+		}
+	}
+	return nil
+}
+
+// save stores c over the version read, and on a conflict takes what won.
+func (s *Source) save(ctx context.Context, c *Credentials) error {
+	s.mu.Lock()
+	prev := s.version
+	s.mu.Unlock()
+	if s.o.Store == nil {
+		s.mu.Lock()
+		s.creds = c
+		s.mu.Unlock()
+		return nil
+	}
+	v, err := s.o.Store.Save(ctx, c, prev)
+	if errors.Is(err, ErrConflict) {
+		// Another process refreshed from the same version first; its
+		// tokens are as good as ours, and its refresh token is the one
+		// that stays valid. Keep our access token if theirs is stale.
+		s.o.Logger.Info("mcp credentials changed meanwhile; using the stored ones", "mcp_server", s.o.Server)
+		if err := s.load(ctx, true); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if !s.fresh(s.creds) && s.creds != nil {
+			s.creds.AccessToken, s.creds.Expiry, s.creds.ObtainedAt, s.creds.TokenType = c.AccessToken, c.Expiry, c.ObtainedAt, c.TokenType
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		// The new tokens are still good for this process.
+		s.mu.Lock()
+		s.creds = c
+		s.mu.Unlock()
+		return &Error{Server: s.o.Server, Kind: StoreFailed, Err: err}
+	}
+	s.mu.Lock()
+	s.creds, s.version = c, v
+	s.mu.Unlock()
+	return nil
+}
+
+// withToken is c with tok's tokens.
+func (s *Source) withToken(c Credentials, tok *oauth2.Token) *Credentials {
+	s.o.AddSecret(tok.AccessToken, tok.RefreshToken)
+	c.AccessToken, c.TokenType, c.Expiry, c.ObtainedAt = tok.AccessToken, tok.TokenType, tok.Expiry, s.o.Now()
+	if tok.RefreshToken != "" {
+		c.RefreshToken = tok.RefreshToken
+	}
+	if sc, ok := tok.Extra("scope").(string); ok && sc != "" {
+		c.Scopes = strings.Fields(sc)
+	}
+	return &c
+}
+
+// refresh trades c's refresh token for new tokens and stores them.
+func (s *Source) refresh(ctx context.Context, c *Credentials) error {
+	if c.TokenEndpoint == "" {
+		return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: errors.New("the stored credentials name no token endpoint")}
+	}
+	if err := secureURL(c.TokenEndpoint); err != nil {
+		return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: err}
+	}
+	cfg := s.oauthConfig(c, "", nil)
+	// x/oauth2's refresh sends grant_type and refresh_token only; RFC 8707
+	// wants the resource on every token request.
+	hc := s.hc
+	if c.Resource != "" {
+		hc = withFormParams(s.hc, c.TokenEndpoint, map[string]string{"resource": c.Resource})
+	}
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, hc)
+	tok, err := cfg.TokenSource(ctx, &oauth2.Token{RefreshToken: c.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
+	if err != nil {
+		s.o.Logger.Warn("mcp token refresh failed", "mcp_server", s.o.Server, "err", err)
+		return tokenError(s.o.Server, s.o.LoginHint, err)
+	}
+	s.o.Logger.Info("mcp access token refreshed", "mcp_server", s.o.Server, "rotated", tok.RefreshToken != "" && tok.RefreshToken != c.RefreshToken)
+	return s.save(ctx, s.withToken(*c, tok))
+}
+
+// oauthConfig is x/oauth2's view of the client.
+func (s *Source) oauthConfig(c *Credentials, authURL string, scopes []string) *oauth2.Config {
+	return &oauth2.Config{
+		ClientID:     c.ClientID,
+		ClientSecret: c.ClientSecret,
+		Endpoint:     oauth2.Endpoint{AuthURL: authURL, TokenURL: c.TokenEndpoint, AuthStyle: authStyle(c.AuthMethod)},
+		Scopes:       scopes,
+	}
+}
+
+func authStyle(method string) oauth2.AuthStyle {
+	if method == AuthSecretBasic {
+		return oauth2.AuthStyleInHeader
+	}
+	return oauth2.AuthStyleInParams
+}
+
+// isGrantRejected reports a refresh token the server no longer honours.
+func isGrantRejected(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == LoginRequired
+}
+
+// tokenError classifies a failed token request: invalid_grant means the
+// grant is dead (log in again), invalid_client that the client is
+// refused; anything else (the network, a 5xx) may pass.
+func tokenError(server, hint string, err error) error {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		switch re.ErrorCode {
+		case "invalid_grant":
+			return &Error{Server: server, Kind: LoginRequired, Hint: hint, Err: errors.New("the authorization server rejected the stored grant (invalid_grant)")}
+		case "invalid_client", "unauthorized_client":
+			return &Error{Server: server, Kind: Refused, Err: fmt.Errorf("%s: %s", re.ErrorCode, re.ErrorDescription)}
+		}
+		if re.Response != nil && re.Response.StatusCode >= 400 && re.Response.StatusCode < 500 {
+			return &Error{Server: server, Kind: Refused, Err: fmt.Errorf("token request: HTTP %d %s", re.Response.StatusCode, re.ErrorCode)}
+		}
+	}
+	return fmt.Errorf("token request: %w", err)
+}
+
+// Status describes the stored credentials without any secret.
+type Status struct {
+	Server string `json:"server"`
+	Type   string `json:"type"`
+	// State is "logged in", "not logged in", "expired" (an access token
+	// past its expiry and no refresh token), "client credentials" or
+	// "none".
+	State         string     `json:"state"`
+	Where         string     `json:"where,omitempty"`
+	Issuer        string     `json:"issuer,omitempty"`
+	ClientID      string     `json:"client_id,omitempty"`
+	Scopes        []string   `json:"scopes,omitempty"`
+	RefreshToken  bool       `json:"refresh_token"`
+	AccessExpires *time.Time `json:"access_token_expires,omitempty"`
+	Error         string     `json:"error,omitempty"`
+}
+
+// Status reads the store and reports what it holds.
+func (s *Source) Status(ctx context.Context) Status {
+	st := Status{Server: s.o.Server, Type: s.o.Config.Type}
+	if st.Type == TypeAuto {
+		st.Type = "auto"
+	}
+	if s.o.Store != nil {
+		st.Where = s.o.Store.Where()
+	}
+	if s.o.Config.Type == TypeNone {
+		st.State = "none"
+		return st
+	}
+	if err := s.load(ctx, true); err != nil {
+		st.State, st.Error = "unreadable", err.Error()
+		return st
+	}
+	s.mu.Lock()
+	c := s.creds
+	s.mu.Unlock()
+	switch {
+	case c == nil && s.o.Config.Type == TypeClientCredentials:
+		st.State = "client credentials"
+		return st
+	case c == nil:
+		st.State = "not logged in"
+		return st
+	}
+	st.Issuer, st.ClientID, st.Scopes, st.RefreshToken = c.Issuer, c.ClientID, c.Scopes, c.RefreshToken != ""
+	if !c.Expiry.IsZero() {
+		exp := c.Expiry
+		st.AccessExpires = &exp
+	}
+	switch {
+	case s.o.Config.Type == TypeClientCredentials:
+		st.State = "client credentials"
+	case c.RefreshToken != "" || s.fresh(c):
+		st.State = "logged in"
+	default:
+		st.State = "expired"
+	}
+	return st
+}
