@@ -54,6 +54,7 @@ const (
 	EnvSuspTable       = "PML_SUSPENSIONS_TABLE"   // DynamoDB store of suspended executions; CLI: --suspensions-table's default
 	EnvSuspDir         = "PML_SUSPENSIONS_DIR"     // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
 	EnvSuspTTL         = "PML_SUSPENSION_TTL"      // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
+	EnvMCPCredsDir     = "PML_MCP_CREDENTIALS_DIR" // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -66,7 +67,7 @@ const (
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
-	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvMCPCredsDir, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -105,6 +106,9 @@ type Config struct {
 	CapabilityFunction string
 	// Suspensions says where suspended executions are kept.
 	Suspensions SuspensionConfig
+	// MCPAuth is how the MCP servers' OAuth credentials are kept and
+	// obtained.
+	MCPAuth MCPAuthConfig
 
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
@@ -311,7 +315,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	var sources []bridge.ToolSource
 	if len(servers) > 0 {
-		pool, err := mcpclient.New(ctx, servers, mcpclient.WithLogger(log))
+		pool, err := mcpclient.New(ctx, servers, append(cfg.MCPAuth.options(&a.aws), mcpclient.WithLogger(log))...)
 		if err != nil {
 			return fail(fmt.Errorf("mcp servers: %w", err))
 		}
