@@ -45,6 +45,14 @@ run() { "$pml" run --config "$work/servers.json" --demo off --login headless -e 
 case $scenario in
   tools_call) run 'return await mcp.s.add_numbers({a: 2, b: 3})' ;;
   sse-retry) run 'return await mcp.s.test_reconnection({})' ;;
+  json-schema-2020-12-preservation)
+    # Echo a tool's input schema as pml lists it: what a script (or an
+    # agent reading `pml tools`) sees must be the server's schema, intact.
+    schema=$("$pml" tools --config "$work/servers.json" --demo off |
+      node -e 'let d = ""; process.stdin.on("data", c => d += c).on("end", () => {
+        const t = JSON.parse(d).tools.find(t => t.name === "json_schema_2020_12_tool");
+        process.stdout.write(JSON.stringify(t.input_schema ?? t.inputSchema)); })')
+    run "return await mcp.s.json_schema_echo({schema: $schema})" ;;
   auth/client-credentials-*) "$pml" tools --config "$work/servers.json" --demo off ;;
   auth/*) run 'return await mcp.s["test-tool"]({})' ;;
   *) "$pml" tools --config "$work/servers.json" --demo off ;;
