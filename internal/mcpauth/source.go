@@ -207,7 +207,7 @@ func (s *Source) Handle(ctx context.Context, status int, ch Challenge, sent stri
 			s.creds.AccessToken = ""
 			s.mu.Unlock()
 		}
-		if c != nil && c.RefreshToken != "" {
+		if c != nil && c.RefreshToken != "" && !s.movedServer(ctx, ch, c) {
 			err := s.refresh(ctx, c)
 			if err == nil || !isGrantRejected(err) {
 				return err
@@ -218,6 +218,28 @@ func (s *Source) Handle(ctx context.Context, status int, ch Challenge, sent stri
 		return s.clientCredentials(ctx, ch, nil)
 	}
 	return s.authorize(ctx, ch, nil, "the server asked for authorization")
+}
+
+// movedServer reports whether the resource now names another
+// authorization server than the one c came from (the challenge's metadata
+// is read again): then c's refresh token is worthless there, and a new
+// authorization, with a registration at the new server, is needed.
+func (s *Source) movedServer(ctx context.Context, ch Challenge, c *Credentials) bool {
+	if ch.ResourceMetadata == "" || c.Issuer == "" {
+		return false
+	}
+	d, err := discover(ctx, s.hc, s.o.URL, ch)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	s.disc = d
+	s.mu.Unlock()
+	if d.Issuer == c.Issuer {
+		return false
+	}
+	s.o.Logger.Warn("mcp server names another authorization server; authorizing again", "mcp_server", s.o.Server, "issuer", d.Issuer, "was", c.Issuer)
+	return true
 }
 
 // stepUp answers insufficient_scope: a new authorization for the scopes
