@@ -44,7 +44,7 @@ func (s *Source) discovery(ctx context.Context, ch Challenge) (*Discovery, error
 	}
 	d, err := discover(ctx, s.hc, s.o.URL, ch)
 	if err != nil {
-		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: fmt.Errorf("discovering the authorization server: %w", err)}
+		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: fmt.Errorf("discovering the authorization server: %w", err)}
 	}
 	s.mu.Lock()
 	s.disc = d
@@ -75,7 +75,7 @@ func (s *Source) authorize(ctx context.Context, ch Challenge, want []string, why
 		return &Error{Server: s.o.Server, Kind: Refused, Err: errors.New("the server asks for OAuth, and its auth is none")}
 	}
 	if s.o.Agent == nil {
-		return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: errors.New(why)}
+		return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: errors.New(why)}
 	}
 	_, err := s.Login(ctx, ch, want)
 	return err
@@ -89,7 +89,7 @@ func (s *Source) authorize(ctx context.Context, ch Challenge, want []string, why
 // besides the selected ones. It returns the stored credentials.
 func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Credentials, error) {
 	if s.o.Agent == nil {
-		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: errors.New("no way to open the authorization page")}
+		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: errors.New("no way to open the authorization page")}
 	}
 	d, err := s.discovery(ctx, ch)
 	if err != nil {
@@ -131,11 +131,11 @@ func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Cred
 	authURL := cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("resource", d.Resource))
 	s.o.Logger.Info("mcp authorization started", "mcp_server", s.o.Server, "issuer", d.Issuer, "scopes", strings.Join(scopes, " "))
 	if err := s.o.Agent.Open(ctx, authURL); err != nil {
-		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: err}
+		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: err}
 	}
 	q, err := cb.wait(ctx)
 	if err != nil {
-		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: err}
+		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: err}
 	}
 	if e := q.Get("error"); e != "" {
 		return nil, &Error{Server: s.o.Server, Kind: Refused, Err: fmt.Errorf("authorization denied: %s %s", e, q.Get("error_description"))}
@@ -155,7 +155,7 @@ func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Cred
 	xctx := context.WithValue(ctx, oauth2.HTTPClient, s.hc)
 	tok, err := cfg.Exchange(xctx, code, oauth2.VerifierOption(verifier), oauth2.SetAuthURLParam("resource", d.Resource))
 	if err != nil {
-		return nil, tokenError(s.o.Server, s.o.LoginHint, err)
+		return nil, tokenError(s.o.Server, s.hint(""), err)
 	}
 	c.Scopes = scopes
 	nc := s.withToken(*c, tok)
@@ -326,7 +326,7 @@ func (s *Source) clientCredentials(ctx context.Context, ch Challenge, want []str
 	}
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, s.hc))
 	if err != nil {
-		return tokenError(s.o.Server, s.o.LoginHint, err)
+		return tokenError(s.o.Server, s.hint(""), err)
 	}
 	s.mu.Lock()
 	s.requested = scopes

@@ -151,6 +151,17 @@ type Credentials struct {
 	TokenType    string    `json:"token_type,omitempty"`
 	Expiry       time.Time `json:"expiry,omitzero"`
 	ObtainedAt   time.Time `json:"obtained_at,omitzero"`
+	// Lease marks a refresh in progress: the process that wrote it trades
+	// the refresh token, the others wait for its result instead of
+	// trading the same token again (which a server that rotates refresh
+	// tokens may take for theft and answer by revoking them all).
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// Lease is a claim on the next refresh, until a time.
+type Lease struct {
+	By    string    `json:"by"`
+	Until time.Time `json:"until"`
 }
 
 func (c *Credentials) secrets() []string {

@@ -18,6 +18,13 @@ import (
 // that keeps answering insufficient_scope must not loop the client.
 const maxStepUps = 2
 
+// leaseTime bounds a refresh another process waits for: past it, the
+// lease is taken over (its holder died, say).
+const leaseTime = 30 * time.Second
+
+// leasePoll is how often a waiting process reads the store again.
+const leasePoll = 200 * time.Millisecond
+
 // expirySkew is how long before its expiry an access token is no longer
 // used; shorter for short-lived tokens (a quarter of their life).
 const expirySkew = 30 * time.Second
@@ -39,9 +46,9 @@ type Options struct {
 	// itself when it has no usable credentials or must step up; without
 	// it, those fail with LoginRequired or StepUpRequired.
 	Agent UserAgent
-	// LoginHint is the command that logs in, for error messages
-	// ("pml mcp login NAME").
-	LoginHint string
+	// LoginHint says how to log in, for error messages, given arguments
+	// to add to the login command (` --scope "a b"`).
+	LoginHint func(args string) string
 	Logger    *slog.Logger
 	// AddSecret is told every secret before it is sent or stored, so that
 	// the caller's redactor masks it wherever it may be quoted back.
@@ -57,6 +64,8 @@ type Options struct {
 type Source struct {
 	o  Options
 	hc *http.Client
+	// id names this Source in refresh leases.
+	id string
 	// sem serialises token work (refresh, login, discovery) so that
 	// concurrent requests that all find the token expired refresh it once;
 	// waiting on it honours the caller's context.
@@ -86,7 +95,15 @@ func NewSource(o Options) *Source {
 		o.Now = time.Now
 	}
 	o.AddSecret(o.Config.ClientSecret, o.Config.PrivateKey)
-	return &Source{o: o, hc: o.HTTPClient, sem: make(chan struct{}, 1), stepUps: map[string]int{}}
+	return &Source{o: o, hc: o.HTTPClient, id: randomString(), sem: make(chan struct{}, 1), stepUps: map[string]int{}}
+}
+
+// hint is the login hint with args.
+func (s *Source) hint(args string) string {
+	if s.o.LoginHint == nil {
+		return ""
+	}
+	return s.o.LoginHint(args)
 }
 
 // Type is the configured auth type.
@@ -152,7 +169,7 @@ func (s *Source) Token(ctx context.Context) (string, error) {
 	s.mu.Unlock()
 	switch {
 	case c != nil && c.RefreshToken != "":
-		if err := s.refresh(ctx, c); err == nil {
+		if err := s.refresh(ctx); err == nil {
 			return s.cached(), nil
 		} else if !isGrantRejected(err) {
 			return "", err
@@ -160,9 +177,15 @@ func (s *Source) Token(ctx context.Context) (string, error) {
 		// The refresh token is dead: only a new authorization helps.
 		return "", s.authorize(ctx, Challenge{}, nil, "the refresh token was rejected")
 	case s.o.Config.Type == TypeClientCredentials:
-		return s.cached(), s.clientCredentials(ctx, Challenge{}, nil)
+		if err := s.clientCredentials(ctx, Challenge{}, nil); err != nil {
+			return "", err
+		}
+		return s.cached(), nil
 	case s.o.Config.Type == TypeOAuth:
-		return s.cached(), s.authorize(ctx, Challenge{}, nil, "no stored credentials")
+		if err := s.authorize(ctx, Challenge{}, nil, "no stored credentials"); err != nil {
+			return "", err
+		}
+		return s.cached(), nil
 	}
 	return "", nil
 }
@@ -208,7 +231,7 @@ func (s *Source) Handle(ctx context.Context, status int, ch Challenge, sent stri
 			s.mu.Unlock()
 		}
 		if c != nil && c.RefreshToken != "" && !s.movedServer(ctx, ch, c) {
-			err := s.refresh(ctx, c)
+			err := s.refresh(ctx)
 			if err == nil || !isGrantRejected(err) {
 				return err
 			}
@@ -264,7 +287,7 @@ func (s *Source) stepUp(ctx context.Context, ch Challenge) error {
 	}
 	if s.o.Agent == nil {
 		return &Error{Server: s.o.Server, Kind: StepUpRequired, Scopes: ch.Scope,
-			Hint: s.o.LoginHint + ` --scope "` + strings.Join(want, " ") + `"`}
+			Hint: s.hint(` --scope "` + strings.Join(want, " ") + `"`)}
 	}
 	return s.authorize(ctx, ch, want, "")
 }
@@ -353,7 +376,12 @@ func (s *Source) save(ctx context.Context, c *Credentials) error {
 // withToken is c with tok's tokens.
 func (s *Source) withToken(c Credentials, tok *oauth2.Token) *Credentials {
 	s.o.AddSecret(tok.AccessToken, tok.RefreshToken)
-	c.AccessToken, c.TokenType, c.Expiry, c.ObtainedAt = tok.AccessToken, tok.TokenType, tok.Expiry, s.o.Now()
+	now := s.o.Now()
+	c.AccessToken, c.TokenType, c.Expiry, c.ObtainedAt = tok.AccessToken, tok.TokenType, time.Time{}, now
+	if !tok.Expiry.IsZero() {
+		// x/oauth2 dates the expiry by the wall clock; keep it on ours.
+		c.Expiry = now.Add(time.Until(tok.Expiry))
+	}
 	if tok.RefreshToken != "" {
 		c.RefreshToken = tok.RefreshToken
 	}
@@ -363,13 +391,80 @@ func (s *Source) withToken(c Credentials, tok *oauth2.Token) *Credentials {
 	return &c
 }
 
-// refresh trades c's refresh token for new tokens and stores them.
-func (s *Source) refresh(ctx context.Context, c *Credentials) error {
+// refresh renews the access token with the stored refresh token, once
+// among all the processes sharing the store: it takes a lease on the
+// refresh by a version-checked write; a process that loses that race, or
+// finds a live lease, waits for the holder's tokens instead of trading the
+// same refresh token again. The new tokens replace the lease, version
+// checked too, so a rotated refresh token is never overwritten.
+func (s *Source) refresh(ctx context.Context) error {
+	if s.o.Store == nil {
+		s.mu.Lock()
+		c := s.creds
+		s.mu.Unlock()
+		tok, err := s.trade(ctx, c)
+		if err != nil {
+			return err
+		}
+		return s.save(ctx, s.withToken(*c, tok))
+	}
+	for {
+		if err := s.load(ctx, true); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		c, version := s.creds, s.version
+		s.mu.Unlock()
+		switch {
+		case c == nil || c.RefreshToken == "":
+			return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: errors.New("no stored refresh token")}
+		case s.fresh(c):
+			// Another process refreshed meanwhile.
+			return nil
+		case c.Lease != nil && c.Lease.By != s.id && s.o.Now().Before(c.Lease.Until):
+			if err := sleep(ctx, leasePoll); err != nil {
+				return err
+			}
+			continue
+		}
+		// The lease carries no access token: it is being replaced, and a
+		// waiting process must not take it for a fresh one.
+		leased := *c
+		leased.AccessToken, leased.Expiry, leased.ObtainedAt = "", time.Time{}, time.Time{}
+		leased.Lease = &Lease{By: s.id, Until: s.o.Now().Add(leaseTime)}
+		v, err := s.o.Store.Save(ctx, &leased, version)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return &Error{Server: s.o.Server, Kind: StoreFailed, Err: err}
+		}
+		s.mu.Lock()
+		s.creds, s.version = &leased, v
+		s.mu.Unlock()
+		tok, err := s.trade(ctx, c)
+		if err != nil {
+			// Let the others try rather than wait out the lease.
+			released := *c
+			released.Lease = nil
+			if _, serr := s.o.Store.Save(ctx, &released, v); serr == nil {
+				_ = s.load(ctx, true)
+			}
+			return err
+		}
+		nc := s.withToken(*c, tok)
+		nc.Lease = nil
+		return s.save(ctx, nc)
+	}
+}
+
+// trade sends c's refresh token to the token endpoint.
+func (s *Source) trade(ctx context.Context, c *Credentials) (*oauth2.Token, error) {
 	if c.TokenEndpoint == "" {
-		return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: errors.New("the stored credentials name no token endpoint")}
+		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: errors.New("the stored credentials name no token endpoint")}
 	}
 	if err := secureURL(c.TokenEndpoint); err != nil {
-		return &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.o.LoginHint, Err: err}
+		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: err}
 	}
 	cfg := s.oauthConfig(c, "", nil)
 	// x/oauth2's refresh sends grant_type and refresh_token only; RFC 8707
@@ -378,14 +473,24 @@ func (s *Source) refresh(ctx context.Context, c *Credentials) error {
 	if c.Resource != "" {
 		hc = withFormParams(s.hc, c.TokenEndpoint, map[string]string{"resource": c.Resource})
 	}
-	ctx = context.WithValue(ctx, oauth2.HTTPClient, hc)
-	tok, err := cfg.TokenSource(ctx, &oauth2.Token{RefreshToken: c.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
+	tok, err := cfg.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, hc), &oauth2.Token{RefreshToken: c.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
 	if err != nil {
 		s.o.Logger.Warn("mcp token refresh failed", "mcp_server", s.o.Server, "err", err)
-		return tokenError(s.o.Server, s.o.LoginHint, err)
+		return nil, tokenError(s.o.Server, s.hint(""), err)
 	}
 	s.o.Logger.Info("mcp access token refreshed", "mcp_server", s.o.Server, "rotated", tok.RefreshToken != "" && tok.RefreshToken != c.RefreshToken)
-	return s.save(ctx, s.withToken(*c, tok))
+	return tok, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // oauthConfig is x/oauth2's view of the client.

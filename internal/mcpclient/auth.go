@@ -50,14 +50,16 @@ type secretsOnce struct {
 // loginHint says how to log in to the server: into its secret, into the
 // credentials directory, or, where there is neither (a Lambda function
 // keeps nothing on disk), into a secret it should be given.
-func loginHint(cfg ServerConfig, credentialsDir string) string {
-	switch {
-	case cfg.Auth.Secret != "":
-		return fmt.Sprintf("run `pml mcp login %s --secret %s`", cfg.Name, cfg.Auth.Secret)
-	case credentialsDir != "":
-		return fmt.Sprintf("run `pml mcp login %s`", cfg.Name)
+func loginHint(cfg ServerConfig, credentialsDir string) func(string) string {
+	return func(args string) string {
+		switch {
+		case cfg.Auth.Secret != "":
+			return fmt.Sprintf("run `pml mcp login %s --secret %s%s`", cfg.Name, cfg.Auth.Secret, args)
+		case credentialsDir != "":
+			return fmt.Sprintf("run `pml mcp login %s%s`", cfg.Name, args)
+		}
+		return fmt.Sprintf("give the server an auth.secret (a Secrets Manager ARN) and run `pml mcp login %s --secret ARN%s`", cfg.Name, args)
 	}
-	return fmt.Sprintf("give the server an auth.secret (a Secrets Manager ARN) and run `pml mcp login %s --secret ARN`", cfg.Name)
 }
 
 // NewSource builds the mcpauth.Source of one server: its secrets
