@@ -129,7 +129,7 @@ func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Cred
 	cfg := s.oauthConfig(c, m.AuthorizationEndpoint, scopes)
 	cfg.RedirectURL = cb.redirectURI
 	authURL := cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("resource", d.Resource))
-	s.o.Logger.Info("mcp authorization started", "mcp_server", s.o.Server, "issuer", d.Issuer, "scopes", strings.Join(scopes, " "))
+	s.o.Logger.Info("mcp authorization started", "issuer", d.Issuer, "scopes", strings.Join(scopes, " "))
 	if err := s.o.Agent.Open(ctx, authURL); err != nil {
 		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: err}
 	}
@@ -162,7 +162,7 @@ func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Cred
 	if err := s.save(ctx, nc); err != nil {
 		return nil, err
 	}
-	s.o.Logger.Info("mcp authorization complete", "mcp_server", s.o.Server, "refresh_token", tok.RefreshToken != "")
+	s.o.Logger.Info("mcp authorization complete", "refresh_token", tok.RefreshToken != "")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.creds, nil
@@ -270,7 +270,7 @@ func (s *Source) register(ctx context.Context, d *Discovery, redirectURI string,
 	if c.ClientSecret == "" {
 		c.AuthMethod = AuthNone
 	}
-	s.o.Logger.Info("mcp client registered", "mcp_server", s.o.Server, "issuer", d.Issuer, "client_id", reg.ClientID)
+	s.o.Logger.Info("mcp client registered", "issuer", d.Issuer, "client_id", reg.ClientID)
 	return nil
 }
 
@@ -342,7 +342,7 @@ func (s *Source) clientCredentials(ctx context.Context, ch Challenge, want []str
 		s.creds.ClientSecret, s.creds.PrivateKey = stored.ClientSecret, stored.PrivateKey
 	}
 	s.mu.Unlock()
-	s.o.Logger.Info("mcp client-credentials token obtained", "mcp_server", s.o.Server, "auth_method", method)
+	s.o.Logger.Info("mcp client-credentials token obtained", "auth_method", method)
 	return nil
 }
 

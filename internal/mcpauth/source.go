@@ -209,7 +209,7 @@ func (s *Source) Handle(ctx context.Context, status int, ch Challenge, sent stri
 		return nil
 	}
 	if sent != "" {
-		s.o.Logger.Info("mcp access token rejected; renewing", "mcp_server", s.o.Server)
+		s.o.Logger.Info("mcp access token rejected; renewing")
 		s.mu.Lock()
 		if s.creds != nil && s.creds.AccessToken == sent {
 			s.creds.AccessToken = ""
@@ -261,7 +261,7 @@ func (s *Source) movedServer(ctx context.Context, ch Challenge, c *Credentials) 
 	if d.Issuer == c.Issuer {
 		return false
 	}
-	s.o.Logger.Warn("mcp server names another authorization server; authorizing again", "mcp_server", s.o.Server, "issuer", d.Issuer, "was", c.Issuer)
+	s.o.Logger.Warn("mcp server names another authorization server; authorizing again", "issuer", d.Issuer, "was", c.Issuer)
 	return true
 }
 
@@ -314,7 +314,7 @@ func (s *Source) load(ctx context.Context, force bool) error {
 	s.o.AddSecret(c.secrets()...)
 	if c.URL != "" && c.URL != s.o.URL {
 		// Made for another server under this name: never send them here.
-		s.o.Logger.Warn("stored MCP credentials are for another URL; ignored", "mcp_server", s.o.Server, "where", s.o.Store.Where())
+		s.o.Logger.Warn("stored MCP credentials are for another URL; ignored", "where", s.o.Store.Where())
 		c = nil
 	}
 	s.mu.Lock()
@@ -349,7 +349,7 @@ func (s *Source) save(ctx context.Context, c *Credentials) error {
 		// Another process refreshed from the same version first; its
 		// tokens are as good as ours, and its refresh token is the one
 		// that stays valid. Keep our access token if theirs is stale.
-		s.o.Logger.Info("mcp credentials changed meanwhile; using the stored ones", "mcp_server", s.o.Server)
+		s.o.Logger.Info("mcp credentials changed meanwhile; using the stored ones")
 		if err := s.load(ctx, true); err != nil {
 			return err
 		}
@@ -475,10 +475,10 @@ func (s *Source) trade(ctx context.Context, c *Credentials) (*oauth2.Token, erro
 	}
 	tok, err := cfg.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, hc), &oauth2.Token{RefreshToken: c.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
 	if err != nil {
-		s.o.Logger.Warn("mcp token refresh failed", "mcp_server", s.o.Server, "err", err)
+		s.o.Logger.Warn("mcp token refresh failed", "err", err)
 		return nil, tokenError(s.o.Server, s.hint(""), err)
 	}
-	s.o.Logger.Info("mcp access token refreshed", "mcp_server", s.o.Server, "rotated", tok.RefreshToken != "" && tok.RefreshToken != c.RefreshToken)
+	s.o.Logger.Info("mcp access token refreshed", "rotated", tok.RefreshToken != "" && tok.RefreshToken != c.RefreshToken)
 	return tok, nil
 }
 
