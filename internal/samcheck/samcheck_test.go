@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/suspend"
 )
 
@@ -295,4 +296,71 @@ func TestSuspensionsPolicy(t *testing.T) {
 			t.Errorf("%s may %v on SuspensionsTable; only the execute function suspends and resumes", id, got)
 		}
 	}
+}
+
+// TestSecretsPolicy: both functions may do to the MCP credential secrets
+// exactly what mcpauth.SecretStore does (the methods of
+// mcpauth.SecretsAPI), on exactly the secrets the McpCredentialSecrets
+// parameter names and only when it names some; nothing else in the
+// template touches Secrets Manager.
+func TestSecretsPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := reflect.TypeFor[mcpauth.SecretsAPI]()
+	var want []string
+	for i := range api.NumMethod() {
+		want = append(want, "secretsmanager:"+api.Method(i).Name)
+	}
+	slices.Sort(want)
+	for id, r := range tpl.resources {
+		if typeOf(r) != "AWS::Serverless::Function" {
+			continue
+		}
+		var got []string
+		policies, _ := propertiesOf(r)["Policies"].([]any)
+		for _, p := range policies {
+			doc, _ := p.(map[string]any)
+			conditional := false
+			if branches, ok := doc["Fn::If"].([]any); ok && len(branches) == 3 {
+				cond, _ := branches[0].(string)
+				doc, _ = branches[1].(map[string]any)
+				conditional = cond == "HasMcpCredentialSecrets"
+			}
+			statements, _ := doc["Statement"].([]any)
+			for _, st := range statements {
+				st, _ := st.(map[string]any)
+				actions := actionsOf(st["Action"])
+				touches := slices.ContainsFunc(actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })
+				res, _ := json.Marshal(st["Resource"])
+				if !touches {
+					continue
+				}
+				if string(res) != `{"Ref":"McpCredentialSecrets"}` || !conditional {
+					t.Errorf("%s: Secrets Manager actions %v on %s (conditional on HasMcpCredentialSecrets: %v); want them on exactly the McpCredentialSecrets parameter, only when it is set", id, actions, res, conditional)
+				}
+				got = append(got, actions...)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s may %v on the MCP credential secrets; mcpauth.SecretStore needs exactly %v", id, got, want)
+		}
+	}
+}
+
+func actionsOf(v any) []string {
+	switch a := v.(type) {
+	case string:
+		return []string{a}
+	case []any:
+		var out []string
+		for _, x := range a {
+			s, _ := x.(string)
+			out = append(out, s)
+		}
+		return out
+	}
+	return nil
 }
