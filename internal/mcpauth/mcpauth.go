@@ -171,20 +171,18 @@ func (c *Credentials) secrets() []string {
 	return []string{c.ClientSecret, c.PrivateKey, c.RefreshToken, c.AccessToken}
 }
 
-// String shows what the credentials are without any secret.
-func (c *Credentials) String() string {
-	if c == nil {
-		return "no credentials"
-	}
+// String shows what the credentials are without any secret. Value
+// receivers, so that a Credentials printed by value is masked too.
+func (c Credentials) String() string {
 	return fmt.Sprintf("credentials for %s (client %s, issuer %s, refresh token %v, access token %v, expiry %s)",
 		c.Server, c.ClientID, c.Issuer, c.RefreshToken != "", c.AccessToken != "", c.Expiry.Format(time.RFC3339))
 }
 
 // GoString keeps %#v from printing secrets too.
-func (c *Credentials) GoString() string { return c.String() }
+func (c Credentials) GoString() string { return c.String() }
 
 // LogValue makes slog print the credentials without secrets.
-func (c *Credentials) LogValue() slog.Value { return slog.StringValue(c.String()) }
+func (c Credentials) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // Kind says what an Error needs.
 type Kind int

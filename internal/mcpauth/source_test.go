@@ -3,6 +3,7 @@ package mcpauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -356,4 +357,20 @@ func TestStepUp(t *testing.T) {
 		t.Errorf("scopes after step-up %v", st.Scopes)
 	}
 	checkNoSecrets(t, f, err.Error())
+}
+
+// TestCredentialsNeverPrinted: however credentials are printed or logged,
+// by value or by pointer, no secret field shows.
+func TestCredentialsNeverPrinted(t *testing.T) {
+	c := mcpauth.Credentials{Server: "s", ClientID: "id", ClientSecret: "cs-SECRET-1", PrivateKey: "pk-SECRET-2",
+		RefreshToken: "rt-SECRET-3", AccessToken: "at-SECRET-4", Expiry: time.Now()}
+	var logs strings.Builder
+	l := slog.New(slog.NewJSONHandler(&logs, nil))
+	l.Info("v", "creds", c)
+	l.Info("p", "creds", &c)
+	for _, s := range []string{fmt.Sprintf("%v %+v %#v %s", c, c, c, c), fmt.Sprintf("%v %+v %#v %s", &c, &c, &c, &c), logs.String()} {
+		if strings.Contains(s, "SECRET") {
+			t.Errorf("printed credentials hold a secret: %s", s)
+		}
+	}
 }
