@@ -135,6 +135,15 @@ func (s *Source) fresh(c *Credentials) bool {
 	return s.o.Now().Before(c.Expiry.Add(-skew))
 }
 
+// dormant reports a TypeAuto source that has nothing to send: its store
+// was read and held nothing. Requests then go out without taking the
+// token lock, as they did before OAuth, until a server asks for more.
+func (s *Source) dormant() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.o.Config.Type == TypeAuto && s.loaded && s.creds == nil
+}
+
 // cached is the access token in memory, if usable.
 func (s *Source) cached() string {
 	s.mu.Lock()
@@ -150,6 +159,9 @@ func (s *Source) cached() string {
 func (s *Source) Token(ctx context.Context) (string, error) {
 	if tok := s.cached(); tok != "" {
 		return tok, nil
+	}
+	if s.dormant() {
+		return "", nil
 	}
 	if err := s.lock(ctx); err != nil {
 		return "", err
@@ -204,8 +216,9 @@ func (s *Source) Handle(ctx context.Context, status int, ch Challenge, sent stri
 	if status == http.StatusForbidden {
 		return s.stepUp(ctx, ch)
 	}
-	if sent != "" && (cur == nil || cur.AccessToken != sent) && s.fresh(cur) {
-		// Another request already replaced the token it was refused.
+	if s.fresh(cur) && cur.AccessToken != sent {
+		// Another request already replaced the token this one was
+		// refused with (or logged in while it went without one).
 		return nil
 	}
 	if sent != "" {
@@ -298,7 +311,13 @@ func (s *Source) load(ctx context.Context, force bool) error {
 	s.mu.Lock()
 	done := s.loaded && !force
 	s.mu.Unlock()
-	if done || s.o.Store == nil {
+	if done {
+		return nil
+	}
+	if s.o.Store == nil {
+		s.mu.Lock()
+		s.loaded = true
+		s.mu.Unlock()
 		return nil
 	}
 	c, v, err := s.o.Store.Load(ctx)

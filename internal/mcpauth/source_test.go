@@ -374,3 +374,24 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// TestOneLoginForConcurrentRequests: requests that all meet the server's
+// challenge at once are answered by one authorization.
+func TestOneLoginForConcurrentRequests(t *testing.T) {
+	f := newFixture(t, oauthserver.Options{})
+	src := f.source(t, nil, mcpauth.Headless{}, time.Now, mcpauth.Config{})
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = get(t, f, src) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	if c := f.as.Counts(); c.Authorizations != 1 {
+		t.Errorf("counts %+v; want one authorization", c)
+	}
+}
