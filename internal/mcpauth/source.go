@@ -16,7 +16,7 @@ import (
 
 // maxStepUps bounds the re-authorizations for one set of scopes: a server
 // that keeps answering insufficient_scope must not loop the client.
-const maxStepUps = 2
+const maxStepUps = 1
 
 // leaseTime bounds a refresh another process waits for: past it, the
 // lease is taken over (its holder died, say).
