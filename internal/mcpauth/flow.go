@@ -53,19 +53,15 @@ func (s *Source) discovery(ctx context.Context, ch Challenge) (*Discovery, error
 }
 
 // selectScopes is MCP 2025-11-25's scope selection: the challenge's scope,
-// else the resource's scopes_supported, else none; plus the configured
-// ones and, for a step-up, the ones asked before (want).
-func (s *Source) selectScopes(ch Challenge, d *Discovery, want []string) []string {
-	var out []string
-	switch {
-	case len(want) > 0:
-		out = want
-	case len(ch.Scope) > 0:
-		out = ch.Scope
-	default:
-		out = d.ResourceScopes
+// else the resource's scopes_supported, else none; plus extra (the scopes
+// asked for before, on a step-up, or on the command line) and the
+// configured ones.
+func (s *Source) selectScopes(ch Challenge, d *Discovery, extra []string) []string {
+	base := ch.Scope
+	if len(base) == 0 {
+		base = d.ResourceScopes
 	}
-	return union(out, s.o.Config.Scopes)
+	return union(union(base, extra), s.o.Config.Scopes)
 }
 
 // authorize runs the authorization-code flow through the UserAgent, or
@@ -116,11 +112,8 @@ func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Cred
 	if err != nil {
 		return nil, err
 	}
+	scopes := s.selectScopes(ch, d, extra)
 	s.mu.Lock()
-	scopes := s.selectScopes(ch, d, union(extra, nil))
-	if len(extra) > 0 && len(ch.Scope) > 0 {
-		scopes = union(scopes, ch.Scope)
-	}
 	s.requested = scopes
 	s.mu.Unlock()
 
@@ -158,8 +151,7 @@ func (s *Source) Login(ctx context.Context, ch Challenge, extra []string) (*Cred
 		return nil, tokenError(s.o.Server, s.hint(""), err)
 	}
 	c.Scopes = scopes
-	nc := s.withToken(*c, tok)
-	if err := s.save(ctx, nc); err != nil {
+	if err := s.saveLogin(ctx, s.withToken(*c, tok)); err != nil {
 		return nil, err
 	}
 	s.o.Logger.Info("mcp authorization complete", "refresh_token", tok.RefreshToken != "")

@@ -392,6 +392,41 @@ func (s *Source) save(ctx context.Context, c *Credentials) error {
 	return nil
 }
 
+// saveLogin stores the credentials of a new authorization over whatever
+// is stored: unlike a refresh's, they win a conflict.
+func (s *Source) saveLogin(ctx context.Context, c *Credentials) error {
+	if s.o.Store == nil {
+		return s.save(ctx, c)
+	}
+	for range 5 {
+		s.mu.Lock()
+		prev := s.version
+		s.mu.Unlock()
+		v, err := s.o.Store.Save(ctx, c, prev)
+		if errors.Is(err, ErrConflict) {
+			// Read the version now stored, and write over it.
+			if _, v, err = s.o.Store.Load(ctx); err != nil && !errors.Is(err, ErrNoCredentials) {
+				return &Error{Server: s.o.Server, Kind: StoreFailed, Err: err}
+			}
+			s.mu.Lock()
+			s.version = v
+			s.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.creds = c
+			s.mu.Unlock()
+			return &Error{Server: s.o.Server, Kind: StoreFailed, Err: err}
+		}
+		s.mu.Lock()
+		s.creds, s.version, s.loaded = c, v, true
+		s.mu.Unlock()
+		return nil
+	}
+	return &Error{Server: s.o.Server, Kind: StoreFailed, Err: errors.New("the stored credentials kept changing")}
+}
+
 // withToken is c with tok's tokens.
 func (s *Source) withToken(c Credentials, tok *oauth2.Token) *Credentials {
 	s.o.AddSecret(tok.AccessToken, tok.RefreshToken)
