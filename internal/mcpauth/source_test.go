@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,5 +394,40 @@ func TestOneLoginForConcurrentRequests(t *testing.T) {
 	}
 	if c := f.as.Counts(); c.Authorizations != 1 {
 		t.Errorf("counts %+v; want one authorization", c)
+	}
+}
+
+// TestAuthorizationServerMoved: when the resource starts naming another
+// authorization server, a rejected token is not refreshed at the old one;
+// the client registers and authorizes at the new one.
+func TestAuthorizationServerMoved(t *testing.T) {
+	as1 := oauthserver.Start(t, oauthserver.Options{})
+	as2 := oauthserver.Start(t, oauthserver.Options{})
+	var moved atomic.Bool
+	var rs *httptest.Server
+	rs = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		as := as1
+		if moved.Load() {
+			as = as2
+		}
+		as.Protect(rs.URL+"/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "ok")
+		})).ServeHTTP(w, r)
+	}))
+	t.Cleanup(rs.Close)
+	f := &fixture{as: as1, resource: rs.URL + "/mcp", secrets: &secretSet{}, logs: &syncbuf.Buffer{}}
+	src := f.source(t, mcpauth.FileStore{Path: filepath.Join(t.TempDir(), "s.json")}, mcpauth.Headless{}, time.Now, mcpauth.Config{})
+	if _, err := get(t, f, src); err != nil {
+		t.Fatal(err)
+	}
+	moved.Store(true)
+	if _, err := get(t, f, src); err != nil {
+		t.Fatal(err)
+	}
+	if c1, c2 := as1.Counts(), as2.Counts(); c1.Refreshes != 0 || c2.Registrations != 1 || c2.Authorizations != 1 {
+		t.Errorf("old server %+v, new server %+v; want no refresh at the old one, a registration and a login at the new one", c1, c2)
+	}
+	if st := src.Status(context.Background()); st.Issuer != as2.URL {
+		t.Errorf("issuer %q; want the new server's", st.Issuer)
 	}
 }
