@@ -49,6 +49,10 @@ mkdir -p "$cache"
 out=${CONFORMANCE_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 cd "$out"
+# Traces, capabilities and credentials of these runs stay with the results,
+# out of the user's data directory.
+export XDG_DATA_HOME="$out/data"
+unset PML_TRACES_FILE PML_CAPABILITIES_FILE PML_SUSPENSIONS_DIR PML_MCP_CREDENTIALS_DIR PML_MCP_SERVERS
 
 # Every client scenario starts a pml process, all at once: compile the
 # guest into the cache first so that none of them has to.
