@@ -1,6 +1,6 @@
 # PML Sandbox. `make run` and `make test` are all a newcomer needs; each
 # installs what it lacks (the guest toolchain from Debian's packages, DynamoDB
-# Local from npm) on first use.
+# Local from npm, Node 22 and the MCP conformance suite from npm) on first use.
 
 GO        ?= go
 GUEST     := internal/guest/pml.wasm
