@@ -1,6 +1,6 @@
 # PML Sandbox. `make run` and `make test` are all a newcomer needs; each
 # installs what it lacks (the guest toolchain from Debian's packages, DynamoDB
-# Local from npm) on first use.
+# Local from npm, Node 22 and the MCP conformance suite from npm) on first use.
 
 GO        ?= go
 GUEST     := internal/guest/pml.wasm
@@ -11,7 +11,7 @@ PML       := bin/pml
 LAMBDA_GOFLAGS := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 LAMBDA_TAGS    := lambda.norpc
 
-.PHONY: all guest build pml run test unit race fuzz lint bench clean guest-reproducible \
+.PHONY: all guest build pml run test unit race fuzz lint bench clean guest-reproducible conformance \
 	build-ExecuteFunction build-CapabilityFunction build-AggregateFunction check-artifact
 
 all: build
@@ -35,9 +35,9 @@ run: $(PML)
 	$(PML) serve
 
 ## test: everything CI runs: lint, all tests (integration included), the
-## packages again under the race detector (long loops skipped), and every
-## fuzz target for FUZZTIME each.
-test: lint unit race fuzz
+## packages again under the race detector (long loops skipped), every
+## fuzz target for FUZZTIME each, and the MCP conformance suite.
+test: lint unit race fuzz conformance
 
 unit: $(GUEST)
 	$(GO) test -count=1 -timeout 15m ./...
@@ -64,6 +64,14 @@ lint: $(GUEST)
 	else \
 	  echo "lint: SKIPPED cfn-lint template.yaml: cfn-lint is not installed (pip install cfn-lint)"; \
 	fi
+
+## conformance: the official MCP conformance suite (pinned in
+## conformance/package-lock.json, on Node 22 from npm), both ways: its client
+## scenarios with pml as the client, and its server scenarios against a
+## `pml serve` it starts; each judged against its baseline in conformance/.
+## Installs Node 22 and the suite into the cache on first use.
+conformance: $(PML)
+	scripts/conformance.sh
 
 bench: $(PML)
 	$(PML) bench

@@ -62,6 +62,7 @@ const (
 	EnvApprovalKeyFile   = "PML_APPROVAL_KEY_FILE"   // the key sealing elicitation state (default in the user's data directory); CLI too
 	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET" // the Secrets Manager secret holding that key (the deployment)
 	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
+	EnvMCPCredsDir       = "PML_MCP_CREDENTIALS_DIR" // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -75,7 +76,7 @@ const (
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
-	EnvApprovalKeySecret, EnvApprovalBus, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvLambdaTaskRoot, EnvXRayDaemon}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -121,6 +122,10 @@ type Config struct {
 	// opening one (the benchmarks measure several services on one
 	// engine); the App does not close it.
 	Engine *guest.Engine
+
+	// MCPAuth is how the MCP servers' OAuth credentials are kept and
+	// obtained.
+	MCPAuth MCPAuthConfig
 
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
@@ -344,7 +349,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	var sources []execution.ToolSource
 	if len(servers) > 0 {
-		pool, err := mcpclient.New(ctx, servers, mcpclient.WithLogger(log))
+		pool, err := mcpclient.New(ctx, servers, append(cfg.MCPAuth.options(&a.aws), mcpclient.WithLogger(log))...)
 		if err != nil {
 			return fail(fmt.Errorf("mcp servers: %w", err))
 		}

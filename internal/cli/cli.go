@@ -53,6 +53,7 @@ func commands() []command {
 		{"resume", "decide on a suspended execution's pending calls and run it on: pml resume ID --approve 2 --reject 3", resumeCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
+		{"mcp", "log in to MCP servers that need OAuth and show their auth state: pml mcp login NAME | pml mcp status", mcpCmd},
 		{"demo-server", "serve the demo tools (echo, add, fail, sleep, key-value store, text tools, clock) as an MCP server on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
 	}
@@ -202,6 +203,7 @@ type serviceFlags struct {
 	// caller decides where it is the person at the keyboard.
 	approvers, callerDecides string
 	callerAuto               bool
+	login                    string
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -211,6 +213,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
 	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
 	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
+	fs.StringVar(&f.login, "login", "never", "when an MCP server asks for an OAuth login or more scopes: never (fail, saying to run pml mcp login), or headless (fetch the authorization URL without a browser)")
 	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching any run of characters (default $"+app.EnvApprovers+")")
 	fs.StringVar(&f.callerDecides, "caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "auto"), "may the caller set allow_destructive and approve its own suspended calls: on, off, or auto (on for pml run; for pml serve, on when it listens on loopback only) (default $"+app.EnvCallerDecides+", else auto)")
 }
@@ -253,6 +256,10 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, err
 	}
+	auth, err := mcpAuthConfig(f.login)
+	if err != nil {
+		return app.Config{}, err
+	}
 	return app.Config{
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
@@ -261,6 +268,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		CapabilitiesFile: app.CapabilitiesFile(),
 		Suspensions:      susp,
 		Approval:         appr,
+		MCPAuth:          auth,
 	}, nil
 }
 

@@ -68,6 +68,7 @@ func TestMain(m *testing.M) {
 	os.Setenv(app.EnvTracesFile, filepath.Join(dir, "traces.jsonl"))
 	os.Setenv(app.EnvCapFile, filepath.Join(dir, "capabilities.json"))
 	os.Setenv(app.EnvSuspDir, filepath.Join(dir, "suspensions"))
+	os.Setenv(app.EnvMCPCredsDir, filepath.Join(dir, "mcp-credentials"))
 	code := m.Run()
 	dynamolocal.StopAll()
 	os.RemoveAll(dir)

@@ -145,7 +145,7 @@ type serveGuardFlags struct {
 
 func (f *serveGuardFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.hosts, "allowed-host", "a Host to answer besides loopback names, as NAME or NAME:PORT, e.g. behind a reverse proxy (repeatable)")
-	fs.Var(&f.origins, "allowed-origin", "a web origin (https://app.example) whose pages may call the API; requests with any other Origin are refused (repeatable)")
+	fs.Var(&f.origins, "allowed-origin", "a web origin (https://app.example) whose pages may call the API besides loopback ones; requests with any other Origin are refused (repeatable)")
 	fs.StringVar(&f.token, "token", "", "require Authorization: Bearer TOKEN on every route but /healthz (default $PML_SERVE_TOKEN; required beyond loopback)")
 }
 

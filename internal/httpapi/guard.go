@@ -24,8 +24,10 @@ type Guard struct {
 	// any port, "name:port" only that port. Case does not matter.
 	AllowedHosts []string
 	// AllowedOrigins are the browser origins ("https://app.example") that
-	// may call; a request carrying any other Origin header is refused.
-	// Allowed origins get CORS headers, so their pages can read answers.
+	// may call besides loopback ones (a page served from this machine,
+	// such as an MCP inspector on localhost); a request carrying any other
+	// Origin header is refused. Allowed origins get CORS headers, so their
+	// pages can read answers.
 	AllowedOrigins []string
 	// Token, when not empty, must be sent as "Authorization: Bearer TOKEN"
 	// on every route but GET /healthz.
@@ -71,6 +73,22 @@ func splitHost(hostport string) (name, port string) {
 
 func normOrigin(o string) string { return strings.ToLower(strings.TrimSuffix(o, "/")) }
 
+// loopbackOrigin reports whether a browser Origin is a page served from
+// this machine: http(s) on localhost or a loopback address. A rebinding or
+// cross-site page cannot send one; it sends its own name.
+func loopbackOrigin(o string) bool {
+	scheme, rest, ok := strings.Cut(normOrigin(o), "://")
+	if !ok || (scheme != "http" && scheme != "https") || strings.ContainsAny(rest, "/?#@") {
+		return false
+	}
+	name, _ := splitHost(rest)
+	if name == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(name)
+	return err == nil && ip.IsLoopback()
+}
+
 // hostAllowed reports whether the Host names this server. Loopback names
 // are accepted on any port: an SSH tunnel or a port forward changes the
 // port a client dials, and a rebinding attacker cannot send a loopback
@@ -113,7 +131,7 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 		}
 		if origins := r.Header.Values("Origin"); len(origins) > 0 {
 			origin := origins[0]
-			if len(origins) > 1 || !g.origins[normOrigin(origin)] {
+			if len(origins) > 1 || !(g.origins[normOrigin(origin)] || loopbackOrigin(origin)) {
 				g.log.InfoContext(r.Context(), "request refused", "reason", "origin", "origin", strings.Join(origins, ", "))
 				writeError(w, http.StatusForbidden, fault.New(fault.Forbidden,
 					"requests from the web origin %q are not allowed (pml serve --allowed-origin)", origin))

@@ -240,7 +240,14 @@ func TestGuardWithoutToken(t *testing.T) {
 	for _, tc := range []hostileCase{
 		{"loopback, no token", "POST", "/execute", hdr("Content-Type", "application/json"), `{"code": "return 1"}`, 200, ""},
 		{"rebinding Host", "POST", "/execute", hdr("Content-Type", "application/json", "Host", "evil.example"), `{"code": "return 1"}`, 403, "FORBIDDEN"},
-		{"any Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Origin", "http://localhost:3000"), `{"code": "return 1"}`, 403, "FORBIDDEN"},
+		{"any Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Origin", "https://evil.example"), `{"code": "return 1"}`, 403, "FORBIDDEN"},
+		// A page served from this machine (an MCP inspector on localhost)
+		// may call; names that only start like loopback ones may not.
+		{"loopback Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Origin", "http://localhost:3000"), `{"code": "return 1"}`, 200, ""},
+		{"loopback address Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Origin", "http://127.0.0.1:6274"), `{"code": "return 1"}`, 200, ""},
+		{"loopback lookalike Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Origin", "http://localhost.evil.example"), `{"code": "return 1"}`, 403, "FORBIDDEN"},
+		{"loopback userinfo Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Origin", "http://localhost@evil.example"), `{"code": "return 1"}`, 403, "FORBIDDEN"},
+		{"loopback Host, foreign Origin", "POST", "/execute", hdr("Content-Type", "application/json", "Host", "localhost", "Origin", "http://evil.example"), `{"code": "return 1"}`, 403, "FORBIDDEN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.do(t, srv.URL) })
 	}

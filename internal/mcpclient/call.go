@@ -171,6 +171,9 @@ func (s *remote) classify(ctx, tctx context.Context, c *conn, tw *tripwire, err 
 		}
 		return s.unavailable(full, cc)
 	}
+	if ae := authError(err); ae != nil {
+		return authUnavailable(full, ae)
+	}
 	var rpc *rpcError
 	if errors.As(err, &rpc) {
 		return &fault.Error{Code: fault.ToolError, Message: truncate(rpc.Message, maxErrorText), Tool: full,
@@ -191,9 +194,15 @@ func (s *remote) unavailable(full string, cause error) *fault.Error {
 	}
 	if cause == nil {
 		s.mu.Lock()
-		last := s.lastErr
+		last, lastAuth := s.lastErr, s.lastAuth
 		s.mu.Unlock()
+		if lastAuth != nil {
+			return authUnavailable(full, lastAuth)
+		}
 		cause = errors.New(last)
+	}
+	if ae := authError(cause); ae != nil {
+		return authUnavailable(full, ae)
 	}
 	e := fault.Wrap(fault.Unavailable, cause, fmt.Sprintf("MCP server %q is unavailable", s.cfg.Name)).WithTool(full)
 	e.Retryable = true

@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
 )
 
@@ -69,6 +70,29 @@ type ServerConfig struct {
 	// request's allow_destructive, or a person's approval of the parked
 	// call (catalog.Tool.RequireApproval).
 	RequireApproval []string
+	// Auth is the server's OAuth configuration (mcpauth.Config):
+	// ClientSecret and PrivateKey may reference secrets as headers do,
+	// resolved when the pool starts. The zero value (TypeAuto) engages the
+	// authorization-code grant only when the server challenges with
+	// Bearer and no Authorization header is configured.
+	Auth mcpauth.Config
+}
+
+// oauth reports whether the pool answers this server's Bearer challenges
+// itself: not with auth type none, nor in auto mode when a configured
+// Authorization header is the auth.
+func (c ServerConfig) oauth() bool {
+	switch c.Auth.Type {
+	case mcpauth.TypeNone:
+		return false
+	case mcpauth.TypeAuto:
+		for k := range c.Headers {
+			if strings.EqualFold(k, "Authorization") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // String prints the config with header values and URL passwords redacted.
@@ -93,6 +117,12 @@ func (c ServerConfig) String() string {
 	if len(c.RequireApproval) > 0 {
 		fmt.Fprintf(&b, " require_approval=%s", strings.Join(c.RequireApproval, ","))
 	}
+	if c.Auth.Type != mcpauth.TypeAuto {
+		fmt.Fprintf(&b, " auth=%s", c.Auth.Type)
+	}
+	if c.Auth.Secret != "" {
+		fmt.Fprintf(&b, " secret=%s", c.Auth.Secret)
+	}
 	b.WriteString(")")
 	return b.String()
 }
@@ -113,7 +143,16 @@ func (c ServerConfig) LogValue() slog.Value {
 		slog.Any("deny", c.Deny),
 		slog.Bool("allow_destructive", c.AllowDestructive),
 		slog.Any("require_approval", c.RequireApproval),
+		slog.String("auth", c.authType()),
 	)
+}
+
+// authType names the auth type for people: auto for the zero value.
+func (c ServerConfig) authType() string {
+	if c.Auth.Type == mcpauth.TypeAuto {
+		return "auto"
+	}
+	return c.Auth.Type
 }
 
 // GoString keeps %#v from printing header values either.
@@ -183,6 +222,11 @@ func (c ServerConfig) secrets() []string {
 	for _, v := range c.Headers {
 		if !secretRef.MatchString(v) {
 			out = append(out, headerSecrets(v)...)
+		}
+	}
+	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
+		if v != "" && !secretRef.MatchString(v) {
+			out = append(out, v)
 		}
 	}
 	u, err := url.Parse(c.URL)
@@ -274,6 +318,21 @@ func (c ServerConfig) Validate() error {
 			return fmt.Errorf("server %q: header %s: %w", c.Name, k, err)
 		}
 	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("server %q: auth: %w", c.Name, err)
+	}
+	for name, v := range map[string]string{"client_secret": c.Auth.ClientSecret, "private_key": c.Auth.PrivateKey} {
+		if err := checkSecretRefs(v); err != nil {
+			return fmt.Errorf("server %q: auth: %s: %w", c.Name, name, err)
+		}
+	}
+	if c.Auth.Type == mcpauth.TypeOAuth || c.Auth.Type == mcpauth.TypeClientCredentials {
+		for k := range c.Headers {
+			if strings.EqualFold(k, "Authorization") {
+				return fmt.Errorf("server %q: auth %s and an Authorization header: choose one", c.Name, c.Auth.Type)
+			}
+		}
+	}
 	for _, p := range append(slices.Clone(c.Allow), c.Deny...) {
 		if p == "" {
 			return fmt.Errorf("server %q: empty pattern in allow/deny", c.Name)
@@ -330,6 +389,20 @@ type fileServer struct {
 	Deny             []string          `json:"deny" yaml:"deny"`
 	AllowDestructive bool              `json:"allow_destructive" yaml:"allow_destructive"`
 	RequireApproval  []string          `json:"require_approval" yaml:"require_approval"`
+	Auth             *fileAuth         `json:"auth" yaml:"auth"`
+}
+
+// fileAuth is the on-disk shape of ServerConfig.Auth.
+type fileAuth struct {
+	Type                    string   `json:"type" yaml:"type"`
+	Scopes                  []string `json:"scopes" yaml:"scopes"`
+	ClientID                string   `json:"client_id" yaml:"client_id"`
+	ClientSecret            string   `json:"client_secret" yaml:"client_secret"`
+	ClientMetadataURL       string   `json:"client_metadata_url" yaml:"client_metadata_url"`
+	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method" yaml:"token_endpoint_auth_method"`
+	PrivateKey              string   `json:"private_key" yaml:"private_key"`
+	SigningAlg              string   `json:"signing_alg" yaml:"signing_alg"`
+	Secret                  string   `json:"secret" yaml:"secret"`
 }
 
 type fileConfig struct {
@@ -374,6 +447,14 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 			Allow: fs.Allow, Deny: fs.Deny, AllowDestructive: fs.AllowDestructive,
 			RequireApproval: fs.RequireApproval,
 		}
+		if a := fs.Auth; a != nil {
+			c.Auth = mcpauth.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
+				ClientMetadataURL: a.ClientMetadataURL, TokenEndpointAuthMethod: a.TokenEndpointAuthMethod,
+				PrivateKey: a.PrivateKey, SigningAlg: a.SigningAlg, Secret: a.Secret}
+			if c.Auth.Type == "auto" {
+				c.Auth.Type = mcpauth.TypeAuto
+			}
+		}
 		if fs.CallTimeout != "" {
 			d, err := time.ParseDuration(fs.CallTimeout)
 			if err != nil {
@@ -404,33 +485,40 @@ func checkSecretRefs(v string) error {
 	return nil
 }
 
+// resolveRefs substitutes the secret references in v. Errors name what
+// and the reference, never a value.
+func resolveRefs(what, v string) (string, error) {
+	var firstErr error
+	resolved := secretRef.ReplaceAllStringFunc(v, func(ref string) string {
+		m := secretRef.FindStringSubmatch(ref)
+		switch m[1] {
+		case "env":
+			val, ok := os.LookupEnv(m[2])
+			if !ok && firstErr == nil {
+				firstErr = fmt.Errorf("%s: environment variable %s is not set", what, m[2])
+			}
+			return val
+		default:
+			data, err := os.ReadFile(m[2])
+			if err != nil && firstErr == nil {
+				// The path is config, not a secret; the OS error
+				// says why without quoting the contents.
+				firstErr = fmt.Errorf("%s: secret file: %w", what, err)
+			}
+			return strings.TrimRight(string(data), "\r\n")
+		}
+	})
+	return resolved, firstErr
+}
+
 // resolveHeaders substitutes secret references. Errors name the reference,
 // never a value.
 func resolveHeaders(h map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(h))
 	for k, v := range h {
-		var firstErr error
-		resolved := secretRef.ReplaceAllStringFunc(v, func(ref string) string {
-			m := secretRef.FindStringSubmatch(ref)
-			switch m[1] {
-			case "env":
-				val, ok := os.LookupEnv(m[2])
-				if !ok && firstErr == nil {
-					firstErr = fmt.Errorf("header %s: environment variable %s is not set", k, m[2])
-				}
-				return val
-			default:
-				data, err := os.ReadFile(m[2])
-				if err != nil && firstErr == nil {
-					// The path is config, not a secret; the OS error
-					// says why without quoting the contents.
-					firstErr = fmt.Errorf("header %s: secret file: %w", k, err)
-				}
-				return strings.TrimRight(string(data), "\r\n")
-			}
-		})
-		if firstErr != nil {
-			return nil, firstErr
+		resolved, err := resolveRefs("header "+k, v)
+		if err != nil {
+			return nil, err
 		}
 		if strings.ContainsAny(resolved, "\r\n") {
 			return nil, fmt.Errorf("header %s: resolved value contains a line break", k)

@@ -102,6 +102,7 @@ type options struct {
 	backoffMax      time.Duration
 	maxAttempts     int
 	maxMessageBytes int64
+	auth            authOptions
 }
 
 // defaultMaxResultBytes caps a normalised result whose call sets no cap
@@ -196,6 +197,8 @@ type Pool struct {
 	red     *redact.Redactor
 	servers map[string]*remote
 	order   []*remote
+	// secretsClient is the Secrets Manager client the servers share.
+	secretsClient *secretsOnce
 
 	// ctx is the pool's lifetime: connections and background work hang off
 	// it, never off a caller's context.
@@ -236,9 +239,12 @@ func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error
 		servers: make(map[string]*remote, len(cfgs)),
 		ctx:     pctx,
 		cancel:  cancel,
+
+		secretsClient: &secretsOnce{},
 	}
 	for _, c := range cfgs {
 		s := newServer(p, c)
+		s.setupAuth()
 		p.servers[c.Name] = s
 		p.order = append(p.order, s)
 	}

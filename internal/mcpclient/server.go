@@ -21,6 +21,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -46,6 +47,10 @@ type remote struct {
 	drops         *catalog.DropLog // tools left out of the catalog, each told once
 	httpTransport *http.Transport
 	httpClient    *http.Client
+	// auth answers the server's OAuth challenges (nil when it does not
+	// use OAuth); authSetupErr says why it could not be built.
+	auth         *mcpauth.Source
+	authSetupErr error
 
 	// conn and cat are read on every call without locking; they are
 	// replaced under mu.
@@ -62,6 +67,7 @@ type remote struct {
 	mu           sync.Mutex // guards the fields below; never held over I/O
 	state        State
 	lastErr      string
+	lastAuth     *mcpauth.Error // why the last connect could not authorize
 	since        time.Time
 	kind         string // the transport that last worked (for auto)
 	connecting   bool
@@ -180,12 +186,6 @@ func (s *remote) setStateLocked(st State, lastErr string) {
 	s.state, s.lastErr = st, lastErr
 }
 
-func (s *remote) setState(st State, lastErr string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.setStateLocked(st, lastErr)
-}
-
 func (s *remote) health() ServerHealth {
 	s.mu.Lock()
 	h := ServerHealth{Name: s.cfg.Name, URL: redactURL(s.cfg.URL), State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
@@ -238,9 +238,17 @@ func (s *remote) connectLoop() {
 		attempt++
 		err := s.connectOnce()
 		if err != nil && s.p.ctx.Err() == nil {
-			s.setState(StateUnavailable, err.Error())
+			s.mu.Lock()
+			s.lastAuth = authError(err)
+			s.setStateLocked(StateUnavailable, err.Error())
+			s.mu.Unlock()
 		}
 		s.firstOnce.Do(func() { close(s.firstDone) })
+		if authError(err) != nil {
+			// Retrying will not log anyone in; the next call or Tools
+			// tries again (after a login, say).
+			return struct{}{}, backoff.Permanent(err)
+		}
 		return struct{}{}, err
 	},
 		backoff.WithBackOff(b),
@@ -276,6 +284,9 @@ func (s *remote) transportOrder() []string {
 
 // connectOnce makes one connect attempt over each candidate transport.
 func (s *remote) connectOnce() error {
+	if s.authSetupErr != nil {
+		return fmt.Errorf("auth: %w", s.authSetupErr)
+	}
 	headers, err := resolveHeaders(s.cfg.Headers)
 	if err != nil {
 		return err
@@ -294,6 +305,11 @@ func (s *remote) connectOnce() error {
 		}
 		if s.p.ctx.Err() != nil {
 			return err
+		}
+		if ae := authError(err); ae != nil {
+			// The other transport would meet the same authorization
+			// server; say what to do, without the transport's wrapping.
+			return ae
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", kind, err))
 	}
@@ -392,6 +408,7 @@ func (s *remote) install(c *conn, tools []wireTool, took time.Duration) error {
 		s.p.reconnects.Add(1)
 	}
 	s.connected = true
+	s.lastAuth = nil
 	s.kind = c.kind
 	s.setStateLocked(StateHealthy, "")
 	s.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 )
@@ -434,15 +435,7 @@ func actionsOn(tpl *template, resource string) map[string][]string {
 				if res, _ := json.Marshal(st["Resource"]); !strings.Contains(string(res), resource) {
 					continue
 				}
-				switch a := st["Action"].(type) {
-				case string:
-					got = append(got, a)
-				case []any:
-					for _, x := range a {
-						s, _ := x.(string)
-						got = append(got, s)
-					}
-				}
+				got = append(got, actionsOf(st["Action"])...)
 			}
 		}
 		slices.Sort(got)
@@ -499,4 +492,78 @@ func TestApprovalPolicy(t *testing.T) {
 	if vars["PML_CALLER_DECIDES"] != "off" || vars["PML_APPROVAL_KEY_SECRET"] == nil || vars["PML_APPROVAL_BUS"] == nil || vars["PML_APPROVERS"] == nil {
 		t.Errorf("the execute function's approval settings: %v", vars)
 	}
+}
+
+// TestSecretsPolicy: both functions may do to the MCP credential secrets
+// exactly what mcpauth.SecretStore does (the methods of
+// mcpauth.SecretsAPI), on exactly the secrets the McpCredentialSecrets
+// parameter names and only when it names some; nothing else in the
+// template touches Secrets Manager but the approval state key
+// (TestApprovalPolicy).
+func TestSecretsPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := reflect.TypeFor[mcpauth.SecretsAPI]()
+	var want []string
+	for i := range api.NumMethod() {
+		want = append(want, "secretsmanager:"+api.Method(i).Name)
+	}
+	slices.Sort(want)
+	for id, r := range tpl.resources {
+		if typeOf(r) != "AWS::Serverless::Function" {
+			continue
+		}
+		var got []string
+		policies, _ := propertiesOf(r)["Policies"].([]any)
+		for _, p := range policies {
+			doc, _ := p.(map[string]any)
+			conditional := false
+			if branches, ok := doc["Fn::If"].([]any); ok && len(branches) == 3 {
+				cond, _ := branches[0].(string)
+				doc, _ = branches[1].(map[string]any)
+				conditional = cond == "HasMcpCredentialSecrets"
+			}
+			statements, _ := doc["Statement"].([]any)
+			for _, st := range statements {
+				st, _ := st.(map[string]any)
+				actions := actionsOf(st["Action"])
+				touches := slices.ContainsFunc(actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })
+				res, _ := json.Marshal(st["Resource"])
+				if !touches || string(res) == `{"Ref":"ApprovalStateKey"}` {
+					// The approval state key is TestApprovalPolicy's.
+					continue
+				}
+				if string(res) != `{"Ref":"McpCredentialSecrets"}` || !conditional {
+					t.Errorf("%s: Secrets Manager actions %v on %s (conditional on HasMcpCredentialSecrets: %v); want them on exactly the McpCredentialSecrets parameter, only when it is set", id, actions, res, conditional)
+				}
+				got = append(got, actions...)
+			}
+		}
+		slices.Sort(got)
+		// Only the functions that call MCP servers hold their credentials.
+		need := want
+		if id != "ExecuteFunction" && id != "CapabilityFunction" {
+			need = nil
+		}
+		if !slices.Equal(got, need) {
+			t.Errorf("%s may %v on the MCP credential secrets; it needs exactly %v", id, got, need)
+		}
+	}
+}
+
+func actionsOf(v any) []string {
+	switch a := v.(type) {
+	case string:
+		return []string{a}
+	case []any:
+		var out []string
+		for _, x := range a {
+			s, _ := x.(string)
+			out = append(out, s)
+		}
+		return out
+	}
+	return nil
 }

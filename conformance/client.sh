@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The MCP conformance suite's client under test: pml. The suite runs
+#   conformance/client.sh SERVER_URL
+# with MCP_CONFORMANCE_SCENARIO naming the scenario and, for some,
+# MCP_CONFORMANCE_CONTEXT holding its data (client credentials, a key).
+# This script writes the server configuration a user would write for that
+# server and runs pml on it: `pml run` calls the scenario's tool (with
+# --login headless, since the suite's authorization server redirects at
+# once, for servers that ask for a login or more scopes mid-run), and
+# `pml tools` lists the tools where the scenario only checks the handshake.
+# Environment: PML (the pml binary, default bin/pml beside this script).
+set -euo pipefail
+url=${1:?usage: client.sh SERVER_URL}
+here=$(cd "$(dirname "$0")" && pwd)
+pml=${PML:-$here/../bin/pml}
+scenario=${MCP_CONFORMANCE_SCENARIO:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Each scenario's credentials in a directory of its own.
+export PML_MCP_CREDENTIALS_DIR=$work/credentials PML_LOG_LEVEL=${PML_LOG_LEVEL:-warn}
+unset PML_MCP_SERVERS
+
+ctx() { node -e 'const c = JSON.parse(process.env.MCP_CONFORMANCE_CONTEXT || "{}"); process.stdout.write(String(c[process.argv[1]] ?? ""))' "$1"; }
+q() { node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$1"; }
+
+auth='{}'
+case $scenario in
+  auth/client-credentials-basic)
+    auth="{\"type\": \"client_credentials\", \"client_id\": $(q "$(ctx client_id)"), \"client_secret\": $(q "$(ctx client_secret)")}" ;;
+  auth/client-credentials-jwt)
+    # The key goes in a file, referenced as a user would keep it.
+    ctx private_key_pem >"$work/key.pem"
+    auth="{\"type\": \"client_credentials\", \"client_id\": $(q "$(ctx client_id)"), \"private_key\": \"\${file:$work/key.pem}\", \"signing_alg\": $(q "$(ctx signing_algorithm)")}" ;;
+  auth/pre-registration)
+    auth="{\"type\": \"oauth\", \"client_id\": $(q "$(ctx client_id)"), \"client_secret\": $(q "$(ctx client_secret)")}" ;;
+  auth/*)
+    # The suite's fixed client ID metadata document URL.
+    auth='{"client_metadata_url": "https://conformance-test.local/client-metadata.json"}' ;;
+esac
+cat >"$work/servers.json" <<JSON
+{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "auth": $auth}]}
+JSON
+
+run() { "$pml" run --config "$work/servers.json" --demo off --login headless -e "$1"; }
+case $scenario in
+  tools_call) run 'return await mcp.s.add_numbers({a: 2, b: 3})' ;;
+  sse-retry) run 'return await mcp.s.test_reconnection({})' ;;
+  json-schema-2020-12-preservation)
+    # Echo a tool's input schema as pml lists it: what a script (or an
+    # agent reading `pml tools`) sees must be the server's schema, intact.
+    schema=$("$pml" tools --config "$work/servers.json" --demo off |
+      node -e 'let d = ""; process.stdin.on("data", c => d += c).on("end", () => {
+        const t = JSON.parse(d).tools.find(t => t.name === "json_schema_2020_12_tool");
+        process.stdout.write(JSON.stringify(t.input_schema ?? t.inputSchema)); })')
+    run "return await mcp.s.json_schema_echo({schema: $schema})" ;;
+  auth/client-credentials-*) "$pml" tools --config "$work/servers.json" --demo off ;;
+  auth/*) run 'return await mcp.s["test-tool"]({})' ;;
+  *) "$pml" tools --config "$work/servers.json" --demo off ;;
+esac

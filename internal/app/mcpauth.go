@@ -1,0 +1,53 @@
+package app
+
+import (
+	"context"
+
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/userdata"
+)
+
+// MCPAuthConfig says where MCP servers' OAuth credentials are kept and
+// whether the pool may log in by itself.
+type MCPAuthConfig struct {
+	// CredentialsDir keeps the credentials of servers without an
+	// auth.secret ("" for memory only, as in the Lambda functions, whose
+	// servers keep theirs in Secrets Manager).
+	CredentialsDir string
+	// Agent, when set, runs the authorization-code flow when a server
+	// asks for a login or more scopes (pml run --login headless).
+	Agent mcpauth.UserAgent
+}
+
+// MCPCredentialsDir is the CLI's credentials directory:
+// $PML_MCP_CREDENTIALS_DIR, else mcp-credentials/ in the user's data
+// directory.
+func MCPCredentialsDir() string { return userdata.Path(EnvMCPCredsDir, "mcp-credentials") }
+
+func (m MCPAuthConfig) options(aws *awsConfig) []mcpclient.Option {
+	return []mcpclient.Option{
+		mcpclient.WithCredentialsDir(m.CredentialsDir),
+		mcpclient.WithSecretsManager(aws.secrets),
+		mcpclient.WithLoginAgent(m.Agent),
+	}
+}
+
+// secrets is the Secrets Manager client of the process's AWS config.
+func (c *awsConfig) secrets(ctx context.Context) (mcpauth.SecretsAPI, error) {
+	cfg, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return secretsmanager.NewFromConfig(cfg), nil
+}
+
+// SecretsClient is a Secrets Manager client from the default AWS
+// configuration, for commands that write credentials (pml mcp login
+// --secret).
+func SecretsClient(ctx context.Context) (mcpauth.SecretsAPI, error) {
+	var c awsConfig
+	return c.secrets(ctx)
+}

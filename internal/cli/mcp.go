@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/redact"
+)
+
+// mcpAuthConfig is the MCP OAuth wiring of a command that runs code: its
+// credentials in the user's data directory, and a login agent when
+// --login asks for one.
+func mcpAuthConfig(login string) (app.MCPAuthConfig, error) {
+	cfg := app.MCPAuthConfig{CredentialsDir: app.MCPCredentialsDir()}
+	switch login {
+	case "never", "":
+	case "headless":
+		cfg.Agent = mcpauth.Headless{}
+	default:
+		return cfg, usagef("--login must be never or headless, not %q", login)
+	}
+	return cfg, nil
+}
+
+func mcpCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	if len(args) == 0 {
+		return ExitUsage, usagef("want a subcommand: pml mcp login NAME | pml mcp status")
+	}
+	switch args[0] {
+	case "login":
+		return mcpLoginCmd(ctx, args[1:], out, errOut)
+	case "status":
+		return mcpStatusCmd(ctx, args[1:], out, errOut)
+	}
+	return ExitUsage, usagef("unknown subcommand %q: want login or status", args[0])
+}
+
+// serverFlags are the server-list flags of the mcp subcommands.
+type serverFlags struct {
+	mcp    listFlag
+	config string
+}
+
+func (f *serverFlags) configs() ([]mcpclient.ServerConfig, error) {
+	sf := serviceFlags{mcp: f.mcp, config: f.config}
+	return sf.mcpConfigs()
+}
+
+func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("mcp login", errOut)
+	var sf serverFlags
+	fs.Var(&sf.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
+	fs.StringVar(&sf.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	secret := fs.String("secret", "", "store the credentials in this AWS Secrets Manager secret (ARN) instead of the user's data directory, for the deployment")
+	headless := fs.Bool("headless", false, "fetch the authorization URL without a browser (for authorization servers that redirect at once)")
+	noBrowser := fs.Bool("no-browser", false, "print the authorization URL without opening a browser")
+	scope := fs.String("scope", "", "scopes to request besides those the server asks for (space-separated)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the authorization")
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	if fs.NArg() != 1 {
+		return ExitUsage, usagef("want one server name: pml mcp login NAME")
+	}
+	cfg, err := findServer(&sf, fs.Arg(0))
+	if err != nil {
+		return ExitUsage, err
+	}
+	if *secret != "" {
+		cfg.Auth.Secret = *secret
+	}
+	if cfg.Auth.Type == mcpauth.TypeNone || cfg.Auth.Type == mcpauth.TypeClientCredentials {
+		return ExitUsage, usagef("server %q uses auth %s: there is nothing to log in to", cfg.Name, cfg.Auth.Type)
+	}
+	if err := cfg.Validate(); err != nil {
+		return ExitUsage, usageError{err}
+	}
+	var agent mcpauth.UserAgent = mcpauth.Headless{}
+	if !*headless {
+		agent = browserAgent{w: errOut, open: !*noBrowser}
+	}
+	red := redact.New()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	src, err := mcpclient.NewSource(ctx, cfg, app.MCPCredentialsDir(), app.SecretsClient, agent,
+		&http.Client{Timeout: 30 * time.Second}, red.Add)
+	if err != nil {
+		return ExitFailed, errors.New(red.String(err.Error()))
+	}
+	ch, err := probe(ctx, cfg)
+	if err != nil {
+		return ExitFailed, errors.New(red.String(err.Error()))
+	}
+	if _, err := src.Login(ctx, ch, strings.Fields(*scope)); err != nil {
+		return ExitFailed, errors.New(red.String(err.Error()))
+	}
+	fmt.Fprintf(errOut, "pml: logged in to %s\n", cfg.Name)
+	return ExitOK, writeJSON(out, src.Status(ctx))
+}
+
+// findServer is the configured server called name.
+func findServer(sf *serverFlags, name string) (mcpclient.ServerConfig, error) {
+	cfgs, err := sf.configs()
+	if err != nil {
+		return mcpclient.ServerConfig{}, err
+	}
+	var names []string
+	for _, c := range cfgs {
+		if c.Name == name {
+			return c, nil
+		}
+		names = append(names, c.Name)
+	}
+	return mcpclient.ServerConfig{}, usagef("no MCP server named %q (configured: %s); give --config or --mcp %s=URL", name, strings.Join(names, ", "), name)
+}
+
+// probe asks the server, without credentials, what it wants: the Bearer
+// challenge of its 401 (or an empty one when it answers anyway; some
+// servers ask only for later requests).
+func probe(ctx context.Context, cfg mcpclient.ServerConfig) (mcpauth.Challenge, error) {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcpclient.ProtocolVersion +
+		`","capabilities":{},"clientInfo":{"name":"pml-sandbox","version":"0.1.0"}}}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return mcpauth.Challenge{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		// Redacted by the caller: the URL may hold credentials.
+		return mcpauth.Challenge{}, fmt.Errorf("reaching MCP server %q: %w", cfg.Name, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return mcpauth.ParseChallenge(resp.Header), nil
+}
+
+func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("mcp status", errOut)
+	var sf serverFlags
+	fs.Var(&sf.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
+	fs.StringVar(&sf.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	cfgs, err := sf.configs()
+	if err != nil {
+		return ExitUsage, err
+	}
+	red := redact.New()
+	out2 := make([]mcpauth.Status, 0, len(cfgs))
+	for _, c := range cfgs {
+		st := mcpauth.Status{Server: c.Name, Type: c.Auth.Type, State: "none"}
+		if st.Type == mcpauth.TypeAuto {
+			st.Type = "auto"
+		}
+		switch {
+		case c.Auth.Type == mcpauth.TypeNone:
+		case !oauthConfigured(c):
+			st.State = "static headers"
+		default:
+			src, err := mcpclient.NewSource(ctx, c, app.MCPCredentialsDir(), app.SecretsClient, nil, &http.Client{Timeout: 30 * time.Second}, red.Add)
+			if err != nil {
+				st.State, st.Error = "misconfigured", red.String(err.Error())
+				break
+			}
+			st = src.Status(ctx)
+			st.Error = red.String(st.Error)
+		}
+		out2 = append(out2, st)
+	}
+	return ExitOK, writeJSON(out, map[string]any{"servers": out2})
+}
+
+// oauthConfigured: the server does not rely on a configured Authorization
+// header.
+func oauthConfigured(c mcpclient.ServerConfig) bool {
+	if c.Auth.Type != mcpauth.TypeAuto {
+		return true
+	}
+	for k := range c.Headers {
+		if strings.EqualFold(k, "Authorization") {
+			return false
+		}
+	}
+	return true
+}
+
+// browserAgent shows the authorization URL to the person at the terminal
+// and opens their browser when there is one.
+type browserAgent struct {
+	w    io.Writer
+	open bool
+}
+
+func (b browserAgent) Open(ctx context.Context, authURL string) error {
+	fmt.Fprintf(b.w, "pml: to log in, open this URL in a browser:\n\n  %s\n\npml: waiting for the authorization (Ctrl-C to stop)…\n", authURL)
+	if b.open {
+		if err := openBrowser(authURL); err != nil {
+			fmt.Fprintf(b.w, "pml: no browser opened (%v); open the URL yourself\n", err)
+		}
+	}
+	return nil
+}
+
+// openBrowser starts $BROWSER, or the desktop's opener where there is a
+// desktop, without waiting for it.
+func openBrowser(u string) error {
+	var cmd *exec.Cmd
+	switch {
+	case os.Getenv("BROWSER") != "":
+		cmd = exec.Command(os.Getenv("BROWSER"), u)
+	case runtime.GOOS == "darwin":
+		cmd = exec.Command("open", u)
+	case runtime.GOOS == "windows":
+		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", u)
+	case os.Getenv("DISPLAY") != "" || os.Getenv("WAYLAND_DISPLAY") != "":
+		cmd = exec.Command("xdg-open", u)
+	default:
+		return errors.New("no desktop session")
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }()
+	return nil
+}

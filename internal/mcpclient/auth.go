@@ -1,0 +1,143 @@
+package mcpclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
+)
+
+// authOptions are the pool's OAuth settings (see the With options below).
+type authOptions struct {
+	credentialsDir string
+	secrets        func(context.Context) (mcpauth.SecretsAPI, error)
+	agent          mcpauth.UserAgent
+}
+
+// WithCredentialsDir sets where credentials of servers without an
+// auth.secret are kept (one file per server, see mcpauth.FilePath); ""
+// keeps them in memory only.
+func WithCredentialsDir(dir string) Option {
+	return func(o *options) { o.auth.credentialsDir = dir }
+}
+
+// WithSecretsManager sets how the pool reaches AWS Secrets Manager for
+// servers whose credentials are in a secret (auth.secret). It is called
+// once, when the first such server starts.
+func WithSecretsManager(f func(context.Context) (mcpauth.SecretsAPI, error)) Option {
+	return func(o *options) { o.auth.secrets = f }
+}
+
+// WithLoginAgent lets the pool run the authorization-code flow itself
+// when a server needs a login or more scopes, through agent (such as
+// mcpauth.Headless); without it, such a server is UNAVAILABLE with a
+// message that says how to log in.
+func WithLoginAgent(agent mcpauth.UserAgent) Option {
+	return func(o *options) { o.auth.agent = agent }
+}
+
+// secretsOnce shares one Secrets Manager client among a pool's servers.
+type secretsOnce struct {
+	once sync.Once
+	api  mcpauth.SecretsAPI
+	err  error
+}
+
+// loginHint says how to log in to the server: into its secret, into the
+// credentials directory, or, where there is neither (a Lambda function
+// keeps nothing on disk), into a secret it should be given.
+func loginHint(cfg ServerConfig, credentialsDir string) func(string) string {
+	return func(args string) string {
+		switch {
+		case cfg.Auth.Secret != "":
+			return fmt.Sprintf("run `pml mcp login %s --secret %s%s`", cfg.Name, cfg.Auth.Secret, args)
+		case credentialsDir != "":
+			return fmt.Sprintf("run `pml mcp login %s%s`", cfg.Name, args)
+		}
+		return fmt.Sprintf("give the server an auth.secret (a Secrets Manager ARN) and run `pml mcp login %s --secret ARN%s`", cfg.Name, args)
+	}
+}
+
+// NewSource builds the mcpauth.Source of one server: its secrets
+// resolved, its store chosen (the secret, else a file in credentialsDir,
+// else memory). addSecret learns every secret the source handles.
+func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, secrets func(context.Context) (mcpauth.SecretsAPI, error),
+	agent mcpauth.UserAgent, hc *http.Client, addSecret func(...string), o ...func(*mcpauth.Options)) (*mcpauth.Source, error) {
+	ac := cfg.Auth
+	var err error
+	if ac.ClientSecret, err = resolveRefs("auth client_secret", ac.ClientSecret); err != nil {
+		return nil, err
+	}
+	if ac.PrivateKey, err = resolveRefs("auth private_key", ac.PrivateKey); err != nil {
+		return nil, err
+	}
+	var store mcpauth.Store
+	switch {
+	case ac.Secret != "":
+		if secrets == nil {
+			return nil, errors.New("credentials in Secrets Manager, and no AWS client configured")
+		}
+		api, err := secrets(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("secrets manager: %w", err)
+		}
+		store = mcpauth.SecretStore{API: api, ARN: ac.Secret}
+	case credentialsDir != "":
+		store = mcpauth.FileStore{Path: mcpauth.FilePath(credentialsDir, cfg.Name)}
+	}
+	opts := mcpauth.Options{Server: cfg.Name, URL: cfg.URL, Config: ac, Store: store, HTTPClient: hc, Agent: agent,
+		LoginHint: loginHint(cfg, credentialsDir), AddSecret: addSecret}
+	for _, f := range o {
+		f(&opts)
+	}
+	return mcpauth.NewSource(opts), nil
+}
+
+// setupAuth puts the OAuth transport under the server's HTTP client when
+// its config asks for OAuth. A failure (an unset ${env:} in the client
+// secret, no AWS client) is kept and fails each connect.
+func (s *remote) setupAuth() {
+	if !s.cfg.oauth() {
+		return
+	}
+	o := s.p.opts.auth
+	secrets := o.secrets
+	if secrets != nil {
+		sh := s.p.secretsClient
+		secrets = func(ctx context.Context) (mcpauth.SecretsAPI, error) {
+			sh.once.Do(func() { sh.api, sh.err = o.secrets(ctx) })
+			return sh.api, sh.err
+		}
+	}
+	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, secrets, o.agent,
+		&http.Client{Transport: s.httpTransport, Timeout: s.p.opts.connectTimeout * 3},
+		s.p.red.Add, func(mo *mcpauth.Options) { mo.Logger = s.log })
+	if err != nil {
+		s.authSetupErr = err
+		return
+	}
+	s.auth = src
+	s.httpClient.Transport = &mcpauth.Transport{Base: s.httpClient.Transport, Source: src}
+}
+
+// authError is the mcpauth error in err, if any.
+func authError(err error) *mcpauth.Error {
+	var ae *mcpauth.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return nil
+}
+
+// authUnavailable is the error of a call to a server that cannot be
+// authorized: UNAVAILABLE, not retryable (retrying will not log anyone
+// in), with mcpauth's message, which names the server and what to do.
+func authUnavailable(full string, ae *mcpauth.Error) *fault.Error {
+	e := fault.Wrap(fault.Unavailable, ae, "")
+	e.Message = ae.Error()
+	return e.WithTool(full)
+}
