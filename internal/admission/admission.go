@@ -50,7 +50,7 @@ const (
 	DefaultWaitReserve = 2 << 20
 	// executionsPerCPU sets the default number of executions at once:
 	// most executions wait on their tools, not on a CPU.
-	executionsPerCPU = 8
+	executionsPerCPU = 32
 )
 
 // Config is a budget. New fills zero fields with the defaults, except

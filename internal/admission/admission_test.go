@@ -2,6 +2,8 @@ package admission
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -285,5 +287,31 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if _, err := New(cfg); err != nil {
 		t.Errorf("the machine's default budget: %v", err)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	c := budget(t, 2500*time.Millisecond)
+	tests := []struct {
+		status int
+		preset string
+		want   string
+	}{
+		{http.StatusServiceUnavailable, "", "3"},
+		{http.StatusServiceUnavailable, "60", "60"},
+		{http.StatusOK, "", ""},
+	}
+	for _, tt := range tests {
+		h := c.RetryAfter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if tt.preset != "" {
+				w.Header().Set("Retry-After", tt.preset)
+			}
+			w.WriteHeader(tt.status)
+		}))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/execute", nil))
+		if got := rec.Header().Get("Retry-After"); got != tt.want {
+			t.Errorf("status %d (preset %q): Retry-After %q, want %q", tt.status, tt.preset, got, tt.want)
+		}
 	}
 }

@@ -62,11 +62,19 @@ const (
 	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 )
 
+// pml serve's server-wide budget (CLI only; internal/admission).
+const (
+	EnvServeMemory     = "PML_SERVE_MAX_MEMORY"     // the memory budget, e.g. 2GiB (default from the machine); --max-memory's default
+	EnvServeExecutions = "PML_SERVE_MAX_EXECUTIONS" // executions at once (default 8 per CPU); --max-executions's default
+	EnvServeQueueWait  = "PML_SERVE_QUEUE_WAIT"     // how long a request waits for room, a Go duration (default 3s); --queue-wait's default
+)
+
 // EnvVars lists every variable above, for tests that must start from a
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
-	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvLambdaTaskRoot, EnvXRayDaemon,
+	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait}
 
 // Where traces go (TraceConfig.Store).
 const (

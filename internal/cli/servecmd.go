@@ -17,24 +17,36 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/dustin/go-humanize"
+
+	"github.com/pml-sandbox/pml/internal/admission"
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
 	fs := newFlagSet("serve", errOut)
 	var sf serviceFlags
 	var gf serveGuardFlags
+	var bf serveBudgetFlags
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; beyond loopback it needs --token")
 	noDemo := fs.Bool("no-demo-server", false, "do not start the built-in demo MCP server")
 	textBytes := fs.Int("mcp-text-bytes", 0, "budget in bytes of execute_code's text answer over MCP (default $"+app.EnvMCPTextBytes+", else 24000)")
 	sf.register(fs)
 	gf.register(fs)
+	bf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
 	}
 	if err := gf.check(); err != nil {
+		return ExitUsage, err
+	}
+	if err := bf.check(); err != nil {
 		return ExitUsage, err
 	}
 	if *textBytes == 0 {
@@ -74,16 +86,26 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	}
 	defer a.Close(context.Background())
 
-	handler := httpapi.New(httpapi.Options{
-		Service:      a.Service,
+	// The budget's baseline is what the process holds now, ready and idle.
+	budget, err := bf.controller()
+	if err != nil {
+		return ExitUsage, err
+	}
+	cfg := budget.Config()
+	log.Info("server budget", "max_memory", humanize.IBytes(uint64(cfg.Memory)), "baseline", humanize.IBytes(uint64(cfg.Baseline)),
+		"max_executions", cfg.Executions, "queue_wait", cfg.Wait.String())
+	clients := httpapi.DefaultClientLimits()
+	handler := budget.RetryAfter(httpapi.New(httpapi.Options{
+		Service:      admitted{Executor: a.Service, budget: budget},
 		Traces:       a.Traces,
 		Capabilities: a.Capabilities,
-		Health:       a.Health,
+		Health:       func() any { return map[string]any{"mcp_servers": a.ServerHealth(), "admission": budget.Stats()} },
 		Logger:       log,
 		Guard:        guard,
 		Streaming:    true,
 		MCPTextBytes: *textBytes,
-	})
+		Clients:      &clients,
+	}))
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	printBanner(errOut, bannerURL(ln.Addr()), guard.Token != "")
 	done := make(chan error, 1)
@@ -188,4 +210,118 @@ func (f *serveGuardFlags) guard(listen string, addr net.Addr) (*httpapi.Guard, e
 		g.AllowedHosts = append(slices.Clone(g.AllowedHosts), tcp.IP.String())
 	}
 	return g, nil
+}
+
+// serveBudgetFlags set the server-wide budget (internal/admission).
+type serveBudgetFlags struct {
+	memory     string
+	executions int
+	wait       time.Duration
+}
+
+func (f *serveBudgetFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.memory, "max-memory", "", "the most memory the server holds, e.g. 2GiB: executions past it wait, then get 503 (default $"+app.EnvServeMemory+", else half the machine's memory or three quarters of its cgroup's limit)")
+	fs.IntVar(&f.executions, "max-executions", 0, "executions at once; more wait, then get 503 (default $"+app.EnvServeExecutions+", else 8 per CPU)")
+	fs.DurationVar(&f.wait, "queue-wait", 0, "how long a request waits for room before its 503 (default $"+app.EnvServeQueueWait+", else 3s)")
+}
+
+// check takes what the flags leave unset from the environment and
+// validates it.
+func (f *serveBudgetFlags) check() error {
+	if f.memory == "" {
+		f.memory = os.Getenv(app.EnvServeMemory)
+	}
+	if f.memory != "" {
+		if n, err := humanize.ParseBytes(f.memory); err != nil || n == 0 || n > 1<<62 {
+			return usagef("the memory budget (--max-memory or %s) %q is not a size such as 2GiB or 512MB", app.EnvServeMemory, f.memory)
+		}
+	}
+	if f.executions == 0 {
+		if v := os.Getenv(app.EnvServeExecutions); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return usagef("%s must be a positive number of executions, not %q", app.EnvServeExecutions, v)
+			}
+			f.executions = n
+		}
+	}
+	if f.executions < 0 {
+		return usagef("--max-executions must be positive")
+	}
+	if f.wait == 0 {
+		if v := os.Getenv(app.EnvServeQueueWait); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return usagef("%s must be a positive duration such as 3s, not %q", app.EnvServeQueueWait, v)
+			}
+			f.wait = d
+		}
+	}
+	if f.wait < 0 {
+		return usagef("--queue-wait must be positive")
+	}
+	return nil
+}
+
+// controller builds the budget: the machine's defaults (the baseline is
+// the process's size now), overridden by the flags.
+func (f *serveBudgetFlags) controller() (*admission.Controller, error) {
+	cfg := admission.DefaultConfig()
+	if f.memory != "" {
+		n, _ := humanize.ParseBytes(f.memory) // checked
+		cfg.Memory = int64(n)
+	}
+	if f.executions > 0 {
+		cfg.Executions = f.executions
+	}
+	if f.wait > 0 {
+		cfg.Wait = f.wait
+	}
+	c, err := admission.New(cfg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+// admitted runs the service's executions within the server's budget: each
+// waits for its ticket first (a refusal is the execution's UNAVAILABLE
+// error, 503 with Retry-After on HTTP), runs with the ticket in its
+// context so its sandboxes charge their growth to the budget, and a run
+// that failed because the budget refused that growth says so
+// (admission.Explain). Capability runs happen inside their caller's
+// execution and under its ticket.
+type admitted struct {
+	httpapi.Executor
+	budget *admission.Controller
+}
+
+func (s admitted) Execute(ctx context.Context, req bridge.Request) *bridge.Response {
+	t, ferr := s.budget.Acquire(ctx)
+	if ferr != nil {
+		return &bridge.Response{Error: ferr, ExecutionID: req.ExecutionID, Logs: []guest.LogEntry{}, Calls: []trace.Call{}}
+	}
+	defer t.Release()
+	ctx = t.Context(ctx)
+	resp := s.Executor.Execute(ctx, req)
+	if e := admission.Explain(ctx, resp.Error); e != nil {
+		resp.Error = e
+	}
+	return resp
+}
+
+func (s admitted) Resume(ctx context.Context, rr bridge.ResumeRequest) (*bridge.Response, *fault.Error) {
+	t, ferr := s.budget.Acquire(ctx)
+	if ferr != nil {
+		return nil, ferr
+	}
+	defer t.Release()
+	ctx = t.Context(ctx)
+	resp, ferr := s.Executor.Resume(ctx, rr)
+	if resp != nil {
+		if e := admission.Explain(ctx, resp.Error); e != nil {
+			resp.Error = e
+		}
+	}
+	return resp, ferr
 }

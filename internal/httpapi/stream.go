@@ -89,6 +89,9 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
 	h.Set("X-Execution-Id", executionID)
+	// The connection is not kept for another request: a client that
+	// stopped reading would hold it, and a goroutine, idle for minutes.
+	h.Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
 	broken := false
 	fail := func(err error) {
