@@ -86,7 +86,7 @@ type Controller struct {
 	stats   Stats
 }
 
-// Stats are a controller's state and counters, as /healthz shows them.
+// Stats are a controller's state and counters.
 type Stats struct {
 	Running       int   `json:"running"`
 	Waiting       int   `json:"waiting"`

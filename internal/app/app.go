@@ -65,7 +65,7 @@ const (
 // pml serve's server-wide budget (CLI only; internal/admission).
 const (
 	EnvServeMemory     = "PML_SERVE_MAX_MEMORY"     // the memory budget, e.g. 2GiB (default from the machine); --max-memory's default
-	EnvServeExecutions = "PML_SERVE_MAX_EXECUTIONS" // executions at once (default 8 per CPU); --max-executions's default
+	EnvServeExecutions = "PML_SERVE_MAX_EXECUTIONS" // executions at once (default 32 per CPU); --max-executions's default
 	EnvServeQueueWait  = "PML_SERVE_QUEUE_WAIT"     // how long a request waits for room, a Go duration (default 3s); --queue-wait's default
 )
 

@@ -99,7 +99,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Service:      admitted{Executor: a.Service, budget: budget},
 		Traces:       a.Traces,
 		Capabilities: a.Capabilities,
-		Health:       func() any { return map[string]any{"mcp_servers": a.ServerHealth(), "admission": budget.Stats()} },
+		Health:       a.Health,
 		Logger:       log,
 		Guard:        guard,
 		Streaming:    true,
@@ -221,7 +221,7 @@ type serveBudgetFlags struct {
 
 func (f *serveBudgetFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.memory, "max-memory", "", "the most memory the server holds, e.g. 2GiB: executions past it wait, then get 503 (default $"+app.EnvServeMemory+", else half the machine's memory or three quarters of its cgroup's limit)")
-	fs.IntVar(&f.executions, "max-executions", 0, "executions at once; more wait, then get 503 (default $"+app.EnvServeExecutions+", else 8 per CPU)")
+	fs.IntVar(&f.executions, "max-executions", 0, "executions at once; more wait, then get 503 (default $"+app.EnvServeExecutions+", else 32 per CPU)")
 	fs.DurationVar(&f.wait, "queue-wait", 0, "how long a request waits for room before its 503 (default $"+app.EnvServeQueueWait+", else 3s)")
 }
 
