@@ -71,12 +71,20 @@ const (
 	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 )
 
+// pml serve's server-wide budget (CLI only; internal/admission).
+const (
+	EnvServeMemory     = "PML_SERVE_MAX_MEMORY"     // the memory budget, e.g. 2GiB (default from the machine); --max-memory's default
+	EnvServeExecutions = "PML_SERVE_MAX_EXECUTIONS" // executions at once (default 32 per CPU); --max-executions's default
+	EnvServeQueueWait  = "PML_SERVE_QUEUE_WAIT"     // how long a request waits for room, a Go duration (default 3s); --queue-wait's default
+)
+
 // EnvVars lists every variable above, for tests that must start from a
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
-	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvLambdaTaskRoot, EnvXRayDaemon}
+	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvLambdaTaskRoot, EnvXRayDaemon,
+	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -411,10 +419,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 
 // HTTPHandler returns the HTTP API (routes, the MCP endpoint) over this
 // app: opts says what the front end adds (its logger, guard, streaming,
-// text budget); the service, traces, capabilities and health are the
-// app's.
+// text budget, and the app's service wrapped, as pml serve admits it
+// within its budget); the traces, capabilities and health are the app's.
 func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
-	opts.Service, opts.Traces, opts.Capabilities, opts.Health = a.Service, a.Traces, a.Capabilities, a.Health
+	if opts.Service == nil {
+		opts.Service = a.Service
+	}
+	opts.Traces, opts.Capabilities, opts.Health = a.Traces, a.Capabilities, a.Health
 	opts.StateKey, opts.Policy, opts.Suspends = a.approvalKey, a.policy, a.Suspensions != nil
 	return httpapi.New(opts)
 }

@@ -17,6 +17,9 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/dustin/go-humanize"
+
+	"github.com/pml-sandbox/pml/internal/admission"
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -26,15 +29,20 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	fs := newFlagSet("serve", errOut)
 	var sf serviceFlags
 	var gf serveGuardFlags
+	var bf serveBudgetFlags
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; beyond loopback it needs --token")
 	noDemo := fs.Bool("no-demo-server", false, "do not start the built-in demo MCP server")
 	textBytes := fs.Int("mcp-text-bytes", 0, "budget in bytes of execute_code's text answer over MCP (default $"+app.EnvMCPTextBytes+", else 24000)")
 	sf.register(fs)
 	gf.register(fs)
+	bf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
 	}
 	if err := gf.check(); err != nil {
+		return ExitUsage, err
+	}
+	if err := bf.check(); err != nil {
 		return ExitUsage, err
 	}
 	if *textBytes == 0 {
@@ -79,13 +87,25 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	}
 	defer a.Close(context.Background())
 
-	handler := a.HTTPHandler(httpapi.Options{
+	// The budget's baseline is what the process holds now, ready and idle.
+	budget, err := bf.controller()
+	if err != nil {
+		return ExitUsage, err
+	}
+	cfg := budget.Config()
+	log.Info("server budget", "max_memory", humanize.IBytes(uint64(cfg.Memory)), "baseline", humanize.IBytes(uint64(cfg.Baseline)),
+		"max_executions", cfg.Executions, "queue_wait", cfg.Wait.String())
+	clients := httpapi.DefaultClientLimits()
+	api := a.HTTPHandler(httpapi.Options{
+		Service:      budget.Admit(a.Service),
 		Logger:       log,
 		Guard:        guard,
 		Streaming:    true,
 		MCPSessions:  true,
 		MCPTextBytes: *textBytes,
+		Clients:      &clients,
 	})
+	handler := budget.RetryAfter(api)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	printBanner(errOut, bannerURL(ln.Addr()), guard.Token != "")
 	done := make(chan error, 1)
@@ -103,7 +123,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return ExitFailed, err
 	}
-	_ = handler.Close(sctx)
+	_ = api.Close(sctx)
 	fmt.Fprintln(errOut, "pml serve: stopped")
 	return ExitOK, nil
 }
@@ -191,4 +211,76 @@ func (f *serveGuardFlags) guard(listen string, addr net.Addr) (*httpapi.Guard, e
 		g.AllowedHosts = append(slices.Clone(g.AllowedHosts), tcp.IP.String())
 	}
 	return g, nil
+}
+
+// serveBudgetFlags set the server-wide budget (internal/admission).
+type serveBudgetFlags struct {
+	memory     string
+	executions int
+	wait       time.Duration
+}
+
+func (f *serveBudgetFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.memory, "max-memory", "", "the most memory the server holds, e.g. 2GiB: executions past it wait, then get 503 (default $"+app.EnvServeMemory+", else half the machine's memory or three quarters of its cgroup's limit)")
+	fs.IntVar(&f.executions, "max-executions", 0, "executions at once; more wait, then get 503 (default $"+app.EnvServeExecutions+", else 32 per CPU)")
+	fs.DurationVar(&f.wait, "queue-wait", 0, "how long a request waits for room before its 503 (default $"+app.EnvServeQueueWait+", else 3s)")
+}
+
+// check takes what the flags leave unset from the environment and
+// validates it.
+func (f *serveBudgetFlags) check() error {
+	if f.memory == "" {
+		f.memory = os.Getenv(app.EnvServeMemory)
+	}
+	if f.memory != "" {
+		if n, err := humanize.ParseBytes(f.memory); err != nil || n == 0 || n > 1<<62 {
+			return usagef("the memory budget (--max-memory or %s) %q is not a size such as 2GiB or 512MB", app.EnvServeMemory, f.memory)
+		}
+	}
+	if f.executions == 0 {
+		if v := os.Getenv(app.EnvServeExecutions); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return usagef("%s must be a positive number of executions, not %q", app.EnvServeExecutions, v)
+			}
+			f.executions = n
+		}
+	}
+	if f.executions < 0 {
+		return usagef("--max-executions must be positive")
+	}
+	if f.wait == 0 {
+		if v := os.Getenv(app.EnvServeQueueWait); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return usagef("%s must be a positive duration such as 3s, not %q", app.EnvServeQueueWait, v)
+			}
+			f.wait = d
+		}
+	}
+	if f.wait < 0 {
+		return usagef("--queue-wait must be positive")
+	}
+	return nil
+}
+
+// controller builds the budget: the machine's defaults (the baseline is
+// the process's size now), overridden by the flags.
+func (f *serveBudgetFlags) controller() (*admission.Controller, error) {
+	cfg := admission.DefaultConfig()
+	if f.memory != "" {
+		n, _ := humanize.ParseBytes(f.memory) // checked
+		cfg.Memory = int64(n)
+	}
+	if f.executions > 0 {
+		cfg.Executions = f.executions
+	}
+	if f.wait > 0 {
+		cfg.Wait = f.wait
+	}
+	c, err := admission.New(cfg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
 }

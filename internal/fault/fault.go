@@ -78,6 +78,14 @@ const (
 	LimitSandboxes   = "sandboxes" // capability runs one request tree may start
 )
 
+// Server budgets, carried in Error.Limit when Code is Unavailable: `pml
+// serve` refused or stopped an execution because the whole server's
+// budget, not the execution's own limit, was spent (retryable).
+const (
+	LimitServerMemory     = "server_memory"
+	LimitServerExecutions = "server_executions"
+)
+
 // Error is the one structured error type. It marshals to the wire shape
 // `{code, message, tool, limit, retryable, stack, details}`.
 type Error struct {

@@ -83,6 +83,33 @@ type Request struct {
 	OnLog       func(LogEntry)
 }
 
+// MemoryBudget is charged for the linear memory of the runs started under
+// a context that carries it (WithMemoryBudget), as that memory grows: a
+// server shares one budget among its executions (internal/admission). Grow
+// asks for n more bytes; false refuses them, and the guest's memory.grow
+// fails as it does at the run's own limit (the script runs out of memory).
+// Free gives back what was granted, when the memory is unmapped. Both are
+// called on the engine's goroutines and must not block.
+type MemoryBudget interface {
+	Grow(n int64) bool
+	Free(n int64)
+}
+
+type memoryBudgetKey struct{}
+
+// WithMemoryBudget returns ctx carrying b: Engine.Run and Engine.Resume
+// under it (capability runs included, as they run under their caller's
+// context) charge their linear memory's growth past its post-init size to
+// b, where MemoryCharged.
+func WithMemoryBudget(ctx context.Context, b MemoryBudget) context.Context {
+	return context.WithValue(ctx, memoryBudgetKey{}, b)
+}
+
+func memoryBudgetFrom(ctx context.Context) MemoryBudget {
+	b, _ := ctx.Value(memoryBudgetKey{}).(MemoryBudget)
+	return b
+}
+
 // Limits bound one execution. Every limit hit is reported as LIMIT_EXCEEDED
 // (or TIMEOUT for the deadline) with the limit's name.
 type Limits struct {

@@ -400,6 +400,7 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	if ierr != nil {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}
+	in.mem.bind(ctx) // growth is charged to the caller's MemoryBudget
 	x := newExecution(ctx, e, req, limits, res, start)
 	// Whatever happens, the instance leaves this run: reset for another
 	// only if the guest was never trapped.

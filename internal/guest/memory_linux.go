@@ -27,10 +27,21 @@ import (
 // copied only when the run writes them, and madvise(MADV_DONTNEED) turns a
 // used instance back into the image (see reset).
 
+// MemoryCharged reports whether runs charge their linear memory's growth
+// to the MemoryBudget in their context. Here they do: the engine maps the
+// memory itself and sees every memory.grow (Reallocate).
+const MemoryCharged = true
+
 // mappedMemory implements experimental.LinearMemory over one mapping.
 type mappedMemory struct {
 	mapping []byte
 	image   int // bytes at the start that map the image (0: none)
+	// size is the length Reallocate last returned. Growth past it is
+	// charged to budget, the run's (bind); charged is what budget granted
+	// and gets back when the mapping goes.
+	size    uint64
+	budget  MemoryBudget
+	charged int64
 	// Buffers dirtyPages reuses: it runs on every reset, and a fresh
 	// pagemap buffer each time was most of a run's garbage.
 	entries []byte
@@ -87,16 +98,48 @@ func mmapFixed(dst []byte, fd, n int) ([]byte, error) {
 	return dst[:n], nil
 }
 
-// Reallocate implements experimental.LinearMemory.
+// Reallocate implements experimental.LinearMemory. Growth is charged to
+// the run's budget first; a refusal fails the memory.grow, which the guest
+// meets as it meets its own limit.
 func (m *mappedMemory) Reallocate(size uint64) []byte {
 	if size > uint64(len(m.mapping)) {
 		return nil
 	}
+	if size > m.size && m.budget != nil {
+		n := int64(size - m.size)
+		if !m.budget.Grow(n) {
+			return nil
+		}
+		m.charged += n
+	}
+	m.size = max(m.size, size)
 	return m.mapping[:size:size]
 }
 
-// Free implements experimental.LinearMemory.
+// bind makes the run about to use this memory charge its growth to the
+// budget in ctx (none when ctx has none). A reused instance's memory has
+// not grown (snapshot.reset), so nothing is carried from the run before;
+// whatever was charged is given back all the same.
+func (m *mappedMemory) bind(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.uncharge()
+	m.budget = memoryBudgetFrom(ctx)
+}
+
+func (m *mappedMemory) uncharge() {
+	if m.budget != nil && m.charged > 0 {
+		m.budget.Free(m.charged)
+	}
+	m.charged = 0
+}
+
+// Free implements experimental.LinearMemory: the budget gets back what it
+// granted once the pages are unmapped, not when the run ends, so that what
+// it counts is never less than what is mapped.
 func (m *mappedMemory) Free() {
+	defer m.uncharge()
 	if m.mapping != nil {
 		_ = unix.Munmap(m.mapping)
 		m.mapping = nil

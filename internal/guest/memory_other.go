@@ -14,9 +14,19 @@ import (
 // snapshot.restore); nothing is mapped copy-on-write and used instances
 // are never reset.
 
-type mappedMemory struct{}
+// MemoryCharged reports whether runs charge their linear memory's growth
+// to the MemoryBudget in their context. Here they do not: wazero's own
+// memory grows out of the engine's sight, so a server budget must reserve
+// each run's worst case instead (see internal/admission).
+const MemoryCharged = false
+
+// mappedMemory is never made here (allocator returns none); image is the
+// field snapshot.restore reads.
+type mappedMemory struct{ image int }
 
 func (*mappedMemory) reset(int, *image) bool { return false }
+
+func (*mappedMemory) bind(context.Context) {}
 
 func populate([]byte) {}
 

@@ -207,6 +207,7 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 	if err != nil {
 		return finish(fault.Wrap(fault.SandboxError, err, "preparing a sandbox"))
 	}
+	in.mem.bind(ctx) // growth, restoring the memory included, is charged to the caller's MemoryBudget
 	scratch := e.diffScratch.Get().(*diffScratch)
 	err = applyDiff(in.mod.Memory(), s.Memory, scratch)
 	e.diffScratch.Put(scratch)

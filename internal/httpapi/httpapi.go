@@ -100,6 +100,10 @@ type Options struct {
 	// user (elicitation); without one, suspended executions are answered
 	// with their document, not asked about.
 	StateKey approval.Key
+	// Clients, when set, bounds how slowly a client may send a body or
+	// read a response (see ClientLimits); `pml serve` sets it, the Lambda
+	// has no socket to set deadlines on.
+	Clients *ClientLimits
 }
 
 type api struct {
@@ -142,6 +146,11 @@ func New(opts Options) *Handler {
 	h := jsonMisses(mux)
 	if opts.Guard != nil {
 		h = newGuard(*opts.Guard, opts.Logger).wrap(h)
+	}
+	if opts.Clients != nil {
+		// Outside the guard: a refused request's body is discarded under
+		// the same deadlines.
+		h = guardClients(*opts.Clients, opts.Logger, h)
 	}
 	return &Handler{Handler: a.middleware(h), mcp: a.mcp}
 }
@@ -251,6 +260,9 @@ type statusWriter struct {
 }
 
 func (s *statusWriter) WriteHeader(code int) { s.status = code; s.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Flush lets streaming responses (the MCP endpoint) through.
 func (s *statusWriter) Flush() {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -31,10 +30,10 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 		}
 		return out
 	}
-	logs := func(n int, line string) []guest.LogEntry {
-		var out []guest.LogEntry
+	logs := func(n int, line string) []trace.LogEntry {
+		var out []trace.LogEntry
 		for range n {
-			out = append(out, guest.LogEntry{Level: "log", Message: line})
+			out = append(out, trace.LogEntry{Level: "log", Message: line})
 		}
 		return out
 	}

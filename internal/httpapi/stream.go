@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -62,11 +63,17 @@ func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req executio
 // stream runs an execution (run, handing it the callback for its events)
 // and sends its progress as server-sent events as it happens: log,
 // call_start and call_end, then result, which carries the document and
-// the status a plain request would have had. Each event is flushed on its
-// own. The service's callbacks must not block, so they only queue events;
-// this goroutine writes them.
+// the status a plain request would have had. Each batch of events is
+// flushed on its own. The service's callbacks must not block, so they
+// only queue events, and the queue is bounded (streamQueueBytes): past it
+// events are dropped, and a dropped event saying how many goes out in
+// their place (the result has every log line and call anyway). This
+// goroutine writes them; once a write fails (the client left, or stopped
+// reading past the client limits' write deadline) it writes nothing more,
+// and the request's context, which net/http cancels then, ends the
+// execution as a disconnect does.
 func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string, run func(onEvent func(execution.Event)) (*execution.Response, int)) {
-	q := &eventQueue{ready: make(chan struct{}, 1)}
+	q := newEventQueue(streamQueueBytes)
 	type outcome struct {
 		resp   *execution.Response
 		status int
@@ -82,17 +89,34 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
 	h.Set("X-Execution-Id", executionID)
+	// The connection is not kept for another request: a client that
+	// stopped reading would hold it, and a goroutine, idle for minutes.
+	h.Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
+	broken := false
+	fail := func(err error) {
+		if err != nil && !broken {
+			broken = true
+			q.close() // nothing more is kept for a client that cannot take it
+			a.Logger.InfoContext(r.Context(), "event stream cut", "execution_id", executionID, "err", err)
+		}
+	}
 	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
+		if err := flushError(w); !broken && !errors.Is(err, http.ErrNotSupported) {
+			fail(err)
 		}
 	}
 	flush()
 	send := func() {
-		for _, ev := range q.take() {
-			writeEvent(w, string(ev.Type), ev.Data())
+		events, dropped := q.take()
+		for _, ev := range events {
+			if broken {
+				return
+			}
+			fail(writeEvent(w, string(ev.Type), ev.Data()))
+		}
+		if dropped > 0 && !broken {
+			fail(writeEvent(w, EventDropped, Dropped{Dropped: dropped}))
 		}
 		flush()
 	}
@@ -104,17 +128,28 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 			// Every event is queued before the run returns.
 			send()
 			a.flush(r.Context())
-			writeEvent(w, EventResult, StreamResult{Status: out.status, Response: out.resp})
-			flush()
+			if !broken {
+				fail(writeEvent(w, EventResult, StreamResult{Status: out.status, Response: out.resp}))
+				flush()
+			}
 			return
 		}
 	}
 }
 
+// EventDropped is the event sent in place of the events a client that
+// reads slowly missed.
+const EventDropped = "dropped"
+
+// Dropped is the data of a dropped event.
+type Dropped struct {
+	// Dropped is how many events were left out here.
+	Dropped int `json:"dropped"`
+}
+
 // writeEvent writes one server-sent event. JSON holds no raw newline, so
-// the data is one line. Write errors mean the client left; the execution
-// ends with its context.
-func writeEvent(w io.Writer, name string, data any) {
+// the data is one line.
+func writeEvent(w io.Writer, name string, data any) error {
 	var b bytes.Buffer
 	b.WriteString("event: " + name + "\ndata: ")
 	enc := json.NewEncoder(&b)
@@ -125,21 +160,59 @@ func writeEvent(w io.Writer, name string, data any) {
 		_ = enc.Encode(map[string]string{"error": err.Error()})
 	}
 	b.WriteString("\n") // Encode ended the data line; a blank line ends the event
-	_, _ = w.Write(b.Bytes())
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// streamQueueBytes bounds what a stream's queue holds (by eventCost). A
+// client that stops reading costs at most twice this in events (the batch
+// being written and the queue filling behind it), plus one event larger
+// than the bound (a long console line, up to the log limit), and no more.
+const streamQueueBytes = 256 << 10
+
+// eventOverhead is what an event costs in the queue besides its strings:
+// the struct and its share of the slice.
+const eventOverhead = 256
+
+// eventCost is what e holds in memory, roughly.
+func eventCost(e execution.Event) int {
+	c := &e.Call
+	return eventOverhead + len(e.Log.Level) + len(e.Log.Message) +
+		len(c.ExecutionID) + len(c.Server) + len(c.Tool) + len(c.ArgsHash) + len(c.ResultHash) + len(c.ChildExecutionID) + len(c.Status) + len(c.ErrorCode)
 }
 
 // eventQueue hands events from the service's goroutines to the writer
-// without blocking them. It is unbounded, but what an execution can emit
-// is bounded by its limits (log lines, tool calls).
+// without blocking them, up to limit bytes of them. An event that does not
+// fit is dropped, and so is every one after it until the writer takes the
+// queue, so that the count of dropped events stands exactly between the
+// events taken with it and the ones after. An event bigger than the limit
+// is kept only in an empty queue.
 type eventQueue struct {
-	mu     sync.Mutex
-	events []execution.Event
-	ready  chan struct{} // capacity 1: "there is something to take"
+	mu      sync.Mutex
+	events  []execution.Event
+	bytes   int
+	limit   int
+	dropped int
+	closed  bool
+	ready   chan struct{} // capacity 1: "there is something to take"
+}
+
+func newEventQueue(limit int) *eventQueue {
+	return &eventQueue{ready: make(chan struct{}, 1), limit: limit}
 }
 
 func (q *eventQueue) push(e execution.Event) {
 	q.mu.Lock()
-	q.events = append(q.events, e)
+	switch cost := eventCost(e); {
+	case q.closed:
+		q.mu.Unlock()
+		return
+	case q.dropped > 0 || (len(q.events) > 0 && q.bytes+cost > q.limit):
+		q.dropped++
+	default:
+		q.events = append(q.events, e)
+		q.bytes += cost
+	}
 	q.mu.Unlock()
 	select {
 	case q.ready <- struct{}{}:
@@ -147,10 +220,20 @@ func (q *eventQueue) push(e execution.Event) {
 	}
 }
 
-func (q *eventQueue) take() []execution.Event {
+// take returns the queued events and how many were dropped after them,
+// and empties the queue.
+func (q *eventQueue) take() ([]execution.Event, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := q.events
-	q.events = nil
-	return out
+	out, dropped := q.events, q.dropped
+	q.events, q.bytes, q.dropped = nil, 0, 0
+	return out, dropped
+}
+
+// close drops what is queued and everything pushed after.
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.events, q.bytes, q.dropped = nil, 0, 0
 }
