@@ -42,7 +42,8 @@ type Source struct {
 	// latest is the newest version of each capability this process
 	// resolved: what Call runs (the execution that calls it resolved it
 	// first, so it is at least as new as what that execution saw).
-	latest sync.Map // name → Capability
+	latestMu sync.Mutex
+	latest   map[string]Capability
 
 	mu         sync.Mutex
 	validators map[string]*argcheck.Validator // by capability id
@@ -81,7 +82,7 @@ func NewSourceWith(reg Registry, inv Invoker, o SourceOptions) *Source {
 		o.Counter = NewCounter(reg, 0, o.Logger)
 	}
 	return &Source{reg: reg, inv: inv, maxDepth: o.MaxDepth, log: o.Logger, index: o.Index, counter: o.Counter,
-		validators: map[string]*argcheck.Validator{}, refs: map[string]analysis.Refs{}}
+		latest: map[string]Capability{}, validators: map[string]*argcheck.Validator{}, refs: map[string]analysis.Refs{}}
 }
 
 // Tools implements execution.ToolSource for discovery: the latest version
@@ -121,12 +122,19 @@ func (s *Source) Resolve(ctx context.Context, names []string) ([]catalog.Tool, e
 // remember keeps c as the latest version of its name unless a newer one
 // is already kept.
 func (s *Source) remember(c Capability) {
-	for {
-		old, loaded := s.latest.LoadOrStore(c.Name, c)
-		if !loaded || old.(Capability).Version >= c.Version || s.latest.CompareAndSwap(c.Name, old, c) {
-			return
-		}
+	s.latestMu.Lock()
+	defer s.latestMu.Unlock()
+	if old, ok := s.latest[c.Name]; !ok || old.Version < c.Version {
+		s.latest[c.Name] = c
 	}
+}
+
+// latestOf is the newest version of name this process resolved.
+func (s *Source) latestOf(name string) (Capability, bool) {
+	s.latestMu.Lock()
+	defer s.latestMu.Unlock()
+	c, ok := s.latest[name]
+	return c, ok
 }
 
 // HasServer implements execution.ResolvingSource: the index knows the
@@ -166,8 +174,8 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		return nil, fault.Limitf(fault.LimitDepth, "capabilities nest at most %d deep: %s", s.maxDepth, strings.Join(append(chain, name), " → ")).WithTool(name)
 	}
 	var c Capability
-	if v, ok := s.latest.Load(name); ok {
-		c = v.(Capability)
+	if got, ok := s.latestOf(name); ok {
+		c = got
 	} else {
 		got, err := s.reg.Get(ctx, name, 0)
 		if err != nil {
@@ -297,7 +305,7 @@ func (s *Source) mayCallCapabilities(ctx context.Context, c Capability) bool {
 		return true
 	}
 	for _, r := range refs.Tools {
-		if _, ok := s.latest.Load(r.FullName()); ok {
+		if _, ok := s.latestOf(r.FullName()); ok {
 			return true
 		}
 		if has, loaded := s.index.knows(r.FullName()); has || !loaded {
