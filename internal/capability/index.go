@@ -104,6 +104,16 @@ func (x *Index) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	return s.tools, nil
 }
 
+// Saved puts a capability this process just saved into the index, so
+// that this process lists it at once whatever the interval.
+func (x *Index) Saved(c Capability) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s := x.snap.Load(); s != nil {
+		x.snap.Store(merge(s, Changes{Caps: []Capability{c}}))
+	}
+}
+
 // knows reports, without refreshing, whether the index holds name; loaded
 // is false before the first load.
 func (x *Index) knows(name string) (has, loaded bool) {
@@ -215,6 +225,9 @@ func sameCaps(a, b []Capability) bool {
 }
 
 func build(caps []Capability) *indexSnap {
+	if caps == nil {
+		caps = []Capability{} // lists as [], not null
+	}
 	slices.SortFunc(caps, func(a, b Capability) int { return strings.Compare(a.Name, b.Name) })
 	s := &indexSnap{caps: caps, byName: make(map[string]int, len(caps)), namespaces: map[string]bool{},
 		tools: make([]catalog.Tool, len(caps))}
