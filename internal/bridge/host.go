@@ -167,45 +167,74 @@ func (h *toolHost) resolvedEntry(full string) (resolvedEntry, bool) {
 // filters out is not found; one an inherited narrowing forbids, or whose
 // source cannot be read, is handed to the guest with the refusal its calls
 // get (FORBIDDEN, a retryable UNAVAILABLE). Each name is asked once per
-// run, and at most maxLookups names.
+// run, and at most maxLookups names. The guest calls it from the script's
+// goroutine only, one name at a time; calls in flight read what it
+// records.
 func (h *toolHost) Resolve(ctx context.Context, server, tool string) (guest.Tool, bool) {
 	if catalog.ValidName(server) != nil || (tool != "" && catalog.ValidName(tool) != nil) {
 		return guest.Tool{}, false
 	}
 	key := server + ":" + tool
 	h.rmu.Lock()
-	defer h.rmu.Unlock()
 	if r, ok := h.resolved[key]; ok {
+		h.rmu.Unlock()
 		return guestTool(r.tool), true
 	}
-	if tool == "" && h.hasServer(server) {
+	known := tool == "" && h.hasServer(server)
+	asked, wasAsked := h.asked[key]
+	over := h.lookups >= maxLookups
+	if !known && !wasAsked && !over {
+		h.lookups++
+	}
+	h.rmu.Unlock()
+	switch {
+	case known:
 		return guest.Tool{}, true
-	}
-	if asked, ok := h.asked[key]; ok {
+	case wasAsked:
 		return guest.Tool{}, asked
-	}
-	if h.asked == nil {
-		h.asked, h.resolved = map[string]bool{}, map[string]resolvedEntry{}
-	}
-	if h.lookups >= maxLookups {
-		if tool == "" {
-			return guest.Tool{}, true // its tools get the refusal
-		}
-		h.resolved[key] = resolvedEntry{entry: entry{tool: catalog.Tool{Server: server, Name: tool}},
-			refuse: fault.Limitf(fault.LimitLookups, "a script may reach at most %d names its code does not name literally; %s is one more", maxLookups, key).WithTool(key)}
+	case over && tool == "":
+		return guest.Tool{}, true // its tools get the refusal
+	case over:
+		h.record(key, resolvedEntry{entry: entry{tool: catalog.Tool{Server: server, Name: tool}},
+			refuse: fault.Limitf(fault.LimitLookups, "a script may reach at most %d names its code does not name literally; %s is one more", maxLookups, key).WithTool(key)})
 		return guest.Tool{Server: server, Name: tool}, true
 	}
-	h.lookups++
-	found := h.resolveName(ctx, server, tool)
+	// The look-up runs unlocked: calls in flight keep reading what was
+	// resolved before.
+	r, found := h.resolveName(ctx, server, tool)
+	if found && r != nil && !h.req.Filter().Allows(r.tool.Server, r.tool.Name) {
+		found, r = false, nil
+	}
+	if r != nil {
+		if r.refuse == nil && !h.req.Inherited().Allows(r.tool.Server, r.tool.Name) {
+			r.refuse = forbiddenErr(r.tool.FullName(), "", h.req.Inherited())
+		}
+		h.record(key, *r)
+	}
+	h.rmu.Lock()
+	if h.asked == nil {
+		h.asked = map[string]bool{}
+	}
 	h.asked[key] = found
-	if r, ok := h.resolved[key]; ok {
+	h.rmu.Unlock()
+	if r != nil {
 		return guestTool(r.tool), true
 	}
 	return guest.Tool{}, found
 }
 
-// hasServer reports whether a tool of the run is under server. Callers
-// hold rmu.
+// record keeps what a name resolved to.
+func (h *toolHost) record(key string, r resolvedEntry) {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	if h.resolved == nil {
+		h.resolved = map[string]resolvedEntry{}
+	}
+	h.resolved[key] = r
+}
+
+// hasServer reports whether a tool the run resolved is under server.
+// Callers hold rmu.
 func (h *toolHost) hasServer(server string) bool {
 	for _, r := range h.resolved {
 		if r.tool.Server == server {
@@ -215,22 +244,23 @@ func (h *toolHost) hasServer(server string) bool {
 	return false
 }
 
-// resolveName asks the sources for server:tool (or, with the empty tool,
-// whether server has tools), recording what it finds. Callers hold rmu.
-func (h *toolHost) resolveName(ctx context.Context, server, tool string) bool {
+// resolveName asks the sources for server:tool: the tool with its source
+// (and the refusal its calls get when the source failed), or, with the
+// empty tool, whether server has tools to resolve (a nil entry).
+func (h *toolHost) resolveName(ctx context.Context, server, tool string) (*resolvedEntry, bool) {
 	s := h.service
 	owners := s.serverOwners()
 	if o, owned := owners[server]; owned {
 		if tool == "" {
-			return false // a configured server whose tools the run lacks: none to resolve
+			return nil, false // a configured server whose tools the run lacks: none to resolve
 		}
 		tools, _ := o.source.Tools(ctx)
 		for _, t := range tools {
 			if t.Server == server && t.Name == tool {
-				return h.admit(t, s.sources[o.index], nil)
+				return &resolvedEntry{entry: entry{tool: t, source: s.sources[o.index]}}, true
 			}
 		}
-		return false
+		return nil, false
 	}
 	full := server + ":" + tool
 	for _, src := range s.sources {
@@ -242,10 +272,10 @@ func (h *toolHost) resolveName(ctx context.Context, server, tool string) bool {
 			has, err := rs.HasServer(ctx, server)
 			if err != nil {
 				s.log.WarnContext(ctx, "tool source unavailable", "err", err)
-				return true // its tools get the refusal
+				return nil, true // its tools get the refusal
 			}
 			if has {
-				return true
+				return nil, true
 			}
 			continue
 		}
@@ -254,28 +284,15 @@ func (h *toolHost) resolveName(ctx context.Context, server, tool string) bool {
 			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
 			fe := fault.Wrap(fault.Unavailable, err, full+" could not be resolved")
 			fe.Retryable, fe.Tool = true, full
-			return h.admit(catalog.Tool{Server: server, Name: tool}, src, fe)
+			return &resolvedEntry{entry: entry{tool: catalog.Tool{Server: server, Name: tool}, source: src}, refuse: fe}, true
 		}
 		for _, t := range tools {
 			if t.FullName() == full {
-				return h.admit(t, src, nil)
+				return &resolvedEntry{entry: entry{tool: t, source: src}}, true
 			}
 		}
 	}
-	return false
-}
-
-// admit records a resolved tool, unless the request's filter leaves it
-// out (then it is not found). Callers hold rmu.
-func (h *toolHost) admit(t catalog.Tool, src execution.ToolSource, refuse *fault.Error) bool {
-	if !h.req.Filter().Allows(t.Server, t.Name) {
-		return false
-	}
-	if refuse == nil && !h.req.Inherited().Allows(t.Server, t.Name) {
-		refuse = forbiddenErr(t.FullName(), "", h.req.Inherited())
-	}
-	h.resolved[t.FullName()] = resolvedEntry{entry: entry{tool: t, source: src}, refuse: refuse}
-	return true
+	return nil, false
 }
 
 func guestTool(t catalog.Tool) guest.Tool {
@@ -287,18 +304,27 @@ func guestTool(t catalog.Tool) guest.Tool {
 // resolved, built once per run on the first such call.
 func (h *toolHost) discoverable(ctx context.Context) []catalog.Tool {
 	h.rmu.Lock()
+	done := h.discovery
+	var resolved []catalog.Tool
+	for _, r := range h.resolved {
+		if r.refuse == nil {
+			resolved = append(resolved, r.tool)
+		}
+	}
+	h.rmu.Unlock()
+	if done != nil {
+		return done
+	}
+	// Built unlocked (the index may be refreshed meanwhile); two
+	// built-ins at once may both build it, the first kept.
+	out := h.service.discoverable(ctx, h.req, h.visible, resolved)
+	if out == nil {
+		out = []catalog.Tool{}
+	}
+	h.rmu.Lock()
 	defer h.rmu.Unlock()
 	if h.discovery == nil {
-		var resolved []catalog.Tool
-		for _, r := range h.resolved {
-			if r.refuse == nil {
-				resolved = append(resolved, r.tool)
-			}
-		}
-		h.discovery = h.service.discoverable(ctx, h.req, h.visible, resolved)
-		if h.discovery == nil {
-			h.discovery = []catalog.Tool{}
-		}
+		h.discovery = out
 	}
 	return h.discovery
 }

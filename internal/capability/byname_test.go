@@ -32,7 +32,7 @@ type proc struct {
 	src *capability.Source
 }
 
-func newProc(t *testing.T, reg capability.Registry, interval time.Duration) *proc {
+func newProc(t testing.TB, reg capability.Registry, interval time.Duration) *proc {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	reg = capability.Cached(reg, 0)
@@ -76,7 +76,7 @@ func (c *opCounter) take() map[string]int {
 
 // countedTable is a capabilities table in DynamoDB Local with a client
 // whose requests are counted.
-func countedTable(t *testing.T) (*dynamodb.Client, string, *opCounter) {
+func countedTable(t testing.TB) (*dynamodb.Client, string, *opCounter) {
 	t.Helper()
 	inst := dynamolocal.Start(t)
 	table := dynamolocal.TableName(t)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/atomicfile"
+	"github.com/pml-sandbox/pml/internal/fault"
 	"golang.org/x/sys/unix"
 )
 
@@ -381,6 +382,36 @@ func (r *FileRegistry) AddCalls(_ context.Context, counts map[string]int64) erro
 		return err
 	}
 	if err := atomicfile.Write(r.callsPath(), out); err != nil {
+		return fmt.Errorf("capabilities: %w", err)
+	}
+	return nil
+}
+
+// SeedFile writes a registry file at path holding caps, each as its
+// version 1, replacing what was there: a registry of any size made at
+// once, for benchmarks and bulk imports (Save would rewrite the file once
+// per capability). Every capability is validated as Save validates it.
+func SeedFile(path string, caps []Capability) error {
+	now := time.Now().UTC()
+	doc := fileDoc{Capabilities: make(map[string][]Capability, len(caps))}
+	for _, c := range caps {
+		if err := Validate(c); err != nil {
+			return err
+		}
+		if _, dup := doc.Capabilities[c.Name]; dup {
+			return fault.New(fault.InvalidRequest, "capability %s given twice", c.Name)
+		}
+		c.Version, c.ID, c.CreatedAt, c.UpdatedAt, c.Calls = 1, ID(c.Name, 1), now, now, 0
+		doc.Capabilities[c.Name] = []Capability{c}
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("capabilities: %w", err)
+	}
+	if err := atomicfile.Write(path, out); err != nil {
 		return fmt.Errorf("capabilities: %w", err)
 	}
 	return nil
