@@ -183,9 +183,12 @@ func (h *toolHost) Resolve(ctx context.Context, server, tool string) (guest.Tool
 	known := tool == "" && h.hasServer(server)
 	asked, wasAsked := h.asked[key]
 	over := h.lookups >= maxLookups
-	if !known && !wasAsked && !over {
+	if !known && !wasAsked && (!over || tool != "") {
 		h.lookups++
 	}
+	// Past twice the bound a name is simply not found: each refusal is a
+	// tool in the run's table, which must stay bounded too.
+	spent := h.lookups > 2*maxLookups
 	h.rmu.Unlock()
 	switch {
 	case known:
@@ -194,6 +197,8 @@ func (h *toolHost) Resolve(ctx context.Context, server, tool string) (guest.Tool
 		return guest.Tool{}, asked
 	case over && tool == "":
 		return guest.Tool{}, true // its tools get the refusal
+	case spent:
+		return guest.Tool{}, false
 	case over:
 		h.record(key, resolvedEntry{entry: entry{tool: catalog.Tool{Server: server, Name: tool}},
 			refuse: fault.Limitf(fault.LimitLookups, "a script may reach at most %d names its code does not name literally; %s is one more", maxLookups, key).WithTool(key)})

@@ -320,6 +320,16 @@ return missing`)
 	if got := counter.take(); got["BatchGetItem"]+got["GetItem"] > 101 {
 		t.Fatalf("%v requests for at most 100 names", got)
 	}
+	// A script reaching name after name past the bound grows nothing
+	// without end: past twice the bound names are simply not found.
+	r = p.run(`const codes = {};
+for (let i = 0; i < 5000; i++) { try { mcp.m["t" + i] } catch (e) { codes[e.code] = (codes[e.code] || 0) + 1 } }
+let limited = 0;
+for (let i = 0; i < 5000; i++) { try { await mcp.m["u" + i]({}) } catch (e) { if (e.code === "LIMIT_EXCEEDED") limited++ } }
+return [codes, limited]`)
+	if !r.OK || string(r.Result) != `[{"TOOL_NOT_FOUND":4900},0]` {
+		t.Fatalf("%s %+v", r.Result, r.Error)
+	}
 }
 
 // TestNarrowingOfResolvedNames: a request's filter judges capabilities
