@@ -149,9 +149,6 @@ func (s *Source) HasServer(ctx context.Context, ns string) (bool, error) {
 	return s.reg.HasNamespace(ctx, ns)
 }
 
-// Index returns the source's discovery index.
-func (s *Source) Index() *Index { return s.index }
-
 // Flush implements execution.Flusher: the call counts, if their period is
 // over.
 func (s *Source) Flush(ctx context.Context) error { return s.counter.Flush(ctx) }
