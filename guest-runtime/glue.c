@@ -29,6 +29,11 @@
  *                                           tell later whether it was edited
  *   poll() -> budget                       check-in: traps when the run must
  *                                           stop, else the loop budget
+ *   resolve(server, tool) -> index         a name the run's tool list lacks
+ *                                           (dynamic access, mcp[name]): its
+ *                                           new index, or -1; with an empty
+ *                                           tool, 1 when the server has tools
+ *                                           to resolve, else -1
  *
  * The run ends by a trap, never by a JS exception: once the deadline has
  * passed, the host traps at the guest's next contact (any import). The
@@ -54,6 +59,8 @@ IMPORT("fault")
 int32_t host_fault(const char *doc, int32_t doc_len);
 IMPORT("poll")
 int32_t host_poll(void);
+IMPORT("resolve")
+int32_t host_resolve(const char *server, int32_t server_len, const char *tool, int32_t tool_len);
 
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
@@ -123,6 +130,23 @@ static JSValue native_fault(JSContext *c, JSValueConst this_val, int argc, JSVal
     return ret;
 }
 
+/* native.resolve(server, tool) -> index, or -1 */
+static JSValue native_resolve(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    size_t sl, tl;
+    const char *s = JS_ToCStringLen(c, &sl, argv[0]);
+    if (!s)
+        return JS_EXCEPTION;
+    const char *t = JS_ToCStringLen(c, &tl, argv[1]);
+    if (!t) {
+        JS_FreeCString(c, s);
+        return JS_EXCEPTION;
+    }
+    JSValue ret = JS_NewInt32(c, host_resolve(s, (int32_t)sl, t, (int32_t)tl));
+    JS_FreeCString(c, s);
+    JS_FreeCString(c, t);
+    return ret;
+}
+
 __attribute__((export_name("pml_alloc"))) void *pml_alloc(int32_t n) { return malloc(n > 0 ? n : 1); }
 
 __attribute__((export_name("pml_free"))) void pml_free(void *p) { free(p); }
@@ -148,6 +172,7 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     JS_SetPropertyStr(ctx, native, "start", JS_NewCFunction(ctx, native_start, "start", 2));
     JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
     JS_SetPropertyStr(ctx, native, "fault", JS_NewCFunction(ctx, native_fault, "fault", 1));
+    JS_SetPropertyStr(ctx, native, "resolve", JS_NewCFunction(ctx, native_resolve, "resolve", 2));
     JSValue api = JS_Call(ctx, prelude, JS_UNDEFINED, 1, (JSValueConst *)&native);
     JS_FreeValue(ctx, prelude);
     JS_FreeValue(ctx, native);

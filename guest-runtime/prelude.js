@@ -1,10 +1,10 @@
 // PML Sandbox guest prelude.
 //
 // Evaluated once per process before the memory snapshot. It is a function
-// the C glue calls with the native bindings (`start`, `log`, `fault`);
-// those stay in this closure and never reach user code. It returns the
-// entry points the glue calls for every execution: setup, settle, finish,
-// fail.
+// the C glue calls with the native bindings (`start`, `log`, `fault`,
+// `resolve`); those stay in this closure and never reach user code. It
+// returns the entry points the glue calls for every execution: setup,
+// settle, finish, fail.
 //
 // User code runs in the same realm and may replace any built-in method
 // (Array.prototype.push, Map.prototype.set, Function.prototype.call...) or
@@ -167,18 +167,25 @@
   // A guarded object keeps its tools as own properties, found directly; a
   // Proxy one step up the prototype chain sees only the misses, so a wrong
   // name throws TOOL_NOT_FOUND at once while every hit stays a plain
-  // property read.
-  function missing(describe, candidates) {
+  // property read. When the host resolves names (resolveKey set), a miss
+  // asks it first: a name the run's list lacks, reached dynamically
+  // (mcp[name]), may still be a capability, resolved as the script reaches
+  // it.
+  function missing(describe, candidates, resolveKey) {
     return new ProxyCtor(ObjectCreate(null), {
       get(t, key) {
         if (typeof key === "symbol" || quiet.has(key)) return undefined;
+        if (resolveKey !== undefined) {
+          const v = resolveKey(key);
+          if (v !== undefined) return v;
+        }
         throw notFound(describe(key), candidates());
       },
     });
   }
 
-  function guard(target, describe, candidates) {
-    const obj = ObjectCreate(missing(describe, candidates));
+  function guard(target, describe, candidates, resolveKey) {
+    const obj = ObjectCreate(missing(describe, candidates, resolveKey));
     for (const k of ObjectKeys(target)) obj[k] = target[k];
     return ObjectFreeze(obj);
   }
@@ -229,11 +236,16 @@
   // server, name, …], a call's index being the tool's position. Every fresh
   // sandbox pays this per tool on every run, so it is one pass with no
   // intermediate copies: each server's object is filled as a plain object,
-  // then put over its miss-catching proxy and frozen.
-  function buildMCP(tools) {
+  // then put over its miss-catching proxy and frozen. With resolving set,
+  // misses ask the host (native.resolve), which appends what it finds to
+  // the run's tool list and answers its index; each name found is kept, so
+  // it is asked once per run.
+  function buildMCP(tools, resolving) {
     const servers = ObjectCreate(null);
     const names = ObjectCreate(null);
     const all = [];
+    // A computed key names the function as it is made.
+    const toolFn = (index, server, name) => ({ [name]: (a) => invoke(index, server, name, a) }[name]);
     for (let i = 0; i + 1 < tools.length; i += 2) {
       const server = StringCtor(tools[i]), name = StringCtor(tools[i + 1]), index = i >> 1;
       let fns = servers[server];
@@ -243,15 +255,38 @@
       }
       names[server].push(name);
       all.push(server + "." + name);
-      // A computed key names the function as it is made.
-      fns[name] = { [name]: (a) => invoke(index, server, name, a) }[name];
+      fns[name] = toolFn(index, server, name);
+    }
+    function lazyTool(server) {
+      if (!resolving) return undefined;
+      const found = ObjectCreate(null);
+      return (key) => {
+        const name = StringCtor(key);
+        let fn = found[name];
+        if (fn === undefined) {
+          const index = native.resolve(server, name);
+          if (index < 0) return undefined;
+          fn = found[name] = toolFn(index, server, name);
+        }
+        return fn;
+      };
+    }
+    const lazyServers = ObjectCreate(null);
+    function lazyServer(key) {
+      const server = StringCtor(key);
+      let obj = lazyServers[server];
+      if (obj === undefined) {
+        if (native.resolve(server, "") < 0) return undefined;
+        obj = lazyServers[server] = ObjectFreeze(ObjectCreate(missing((k) => server + "." + k, () => [], lazyTool(server))));
+      }
+      return obj;
     }
     for (const server of ObjectKeys(servers)) {
       const list = names[server];
-      ObjectSetPrototypeOf(servers[server], missing((k) => server + "." + k, () => list.map((n) => server + "." + n)));
+      ObjectSetPrototypeOf(servers[server], missing((k) => server + "." + k, () => list.map((n) => server + "." + n), lazyTool(server)));
       ObjectFreeze(servers[server]);
     }
-    return guard(servers, (k) => k, () => all.length ? all : []);
+    return guard(servers, (k) => k, () => all.length ? all : [], resolving ? lazyServer : undefined);
   }
 
   // console.* formatting: strings as they are, everything else inspected
@@ -362,7 +397,7 @@
 
   function setup(cfg) {
     if (cfg.in_flight > 0) cap = cfg.in_flight;
-    defineProperty(globalObject, "mcp", { value: buildMCP(cfg.tools || []), ...hidden });
+    defineProperty(globalObject, "mcp", { value: buildMCP(cfg.tools || [], cfg.resolve === true), ...hidden });
     if (cfg.globals) {
       for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });
     }

@@ -383,6 +383,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.Registry, err = a.aws.openRegistry(ctx, cfg, log); err != nil {
 		return fail(err)
 	}
+	if c, ok := a.Registry.(io.Closer); ok {
+		a.closers = append(a.closers, func(context.Context) error { return c.Close() })
+	}
+	// A version never changes once saved: a capability run reads its
+	// definition once per process.
+	a.Registry = capability.Cached(a.Registry, 0)
 	if a.Pool != nil {
 		// Every save path (HTTP, the MCP endpoint) goes through this
 		// registry; a capability may not take a server's name.
@@ -404,7 +410,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	// The MCP servers (and demo tools) come before capabilities: a name
 	// both offer is the server's, as ADR-052 resolves it.
-	sources = append(sources, capability.NewSource(a.Registry, invoker, 0, log))
+	// Discovery (tools.*, /tools, search_tools, list_capabilities) reads
+	// one index per process; executions resolve names.
+	index := capability.NewIndex(a.Registry, capability.IndexOptions{Logger: log})
+	capSource := capability.NewSourceWith(a.Registry, invoker, capability.SourceOptions{Logger: log, Index: index})
+	a.closers = append(a.closers, capSource.Close)
+	sources = append(sources, capSource)
 	key, notify, err := a.openApproval(ctx, cfg.Approval, log)
 	if err != nil {
 		return fail(err)
@@ -413,7 +424,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify})
 	a.runner.Executor = a.Service
-	a.Capabilities = capabilityAPI{a.Registry}
+	a.Capabilities = capabilityAPI{reg: a.Registry, index: index}
 	return a, nil
 }
 

@@ -1,8 +1,8 @@
 // Package bench measures the figures `pml bench` reports: a fresh sandbox,
 // the per-call overhead, parallel calls, fib(25), the cost of the deadline,
 // MCP calls over loopback against a bare mcp-go client, `pml serve`'s
-// throughput and the memory each concurrent execution costs, and process
-// start.
+// throughput and the memory each concurrent execution costs, what an
+// execution costs as the capability registry grows, and process start.
 // It also runs the peer sandboxes' benchmark script and reads its figures,
 // so each of ours can be printed beside the peers' (shared/peers/run). The
 // command prints; this package only measures.
@@ -92,7 +92,7 @@ type Options struct {
 	Executable string
 	// ServeDuration is how long each `pml serve` throughput figure is
 	// measured, after a warm-up (default 2 s; negative leaves the serve
-	// figures out).
+	// figures out, and the capability figures, which also start it).
 	ServeDuration time.Duration
 	// Progress is told what is being measured (may be nil).
 	Progress func(string)
@@ -240,6 +240,11 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 			return nil, fmt.Errorf("pml serve figures: %w", err)
 		}
 		figs = append(figs, serveFigs...)
+		capFigs, err := measureCapabilities(ctx, o.CacheDir, progress)
+		if err != nil {
+			return nil, fmt.Errorf("capability figures: %w", err)
+		}
+		figs = append(figs, capFigs...)
 	}
 
 	progress("process start → first result")

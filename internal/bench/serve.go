@@ -108,6 +108,12 @@ type served struct {
 // startServed starts the server; cacheDir is the engine's compilation
 // cache ("" for none).
 func startServed(ctx context.Context, cacheDir string) (_ *served, err error) {
+	return startServedWith(ctx, cacheDir, nil)
+}
+
+// startServedWith starts the server with its capability registry file
+// made by seed first (nil: empty).
+func startServedWith(ctx context.Context, cacheDir string, seed func(path string) error) (_ *served, err error) {
 	s := &served{}
 	defer func() {
 		if err != nil {
@@ -122,6 +128,12 @@ func startServed(ctx context.Context, cacheDir string) (_ *served, err error) {
 	if s.tmp, err = os.MkdirTemp("", "pml-bench-serve-"); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	capFile := filepath.Join(s.tmp, "capabilities.json")
+	if seed != nil {
+		if err := seed(capFile); err != nil {
+			return nil, fmt.Errorf("bench: seeding the capability registry: %w", err)
+		}
+	}
 	demo, err := mcpclient.ParseServerFlag("demo=" + s.demo.StreamableURL())
 	if err != nil {
 		return nil, err
@@ -134,7 +146,7 @@ func startServed(ctx context.Context, cacheDir string) (_ *served, err error) {
 		CacheDir:         cacheDir,
 		Servers:          []mcpclient.ServerConfig{demo},
 		Traces:           app.TraceConfig{Store: app.StoreMemory},
-		CapabilitiesFile: filepath.Join(s.tmp, "capabilities.json"),
+		CapabilitiesFile: capFile,
 	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("bench: starting the service: %w", err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/pml-sandbox/pml/internal/capability"
 )
 
 // TestServedThroughput drives the in-process pml serve briefly with each
@@ -51,4 +53,28 @@ func TestServedThroughput(t *testing.T) {
 		}
 		t.Logf("per held execution: %.0f KiB resident, %.0f KiB Go heap", rss, heap)
 	})
+}
+
+// TestServedWithCapabilities: a server started over a seeded registry
+// answers both capability scripts back to back, and a missing capability
+// fails the figure.
+func TestServedWithCapabilities(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a guest engine")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	s, err := startServedWith(ctx, "", func(path string) error { return capability.SeedFile(path, SeedCapabilities(50)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	for _, code := range []string{capScriptReturn, capScriptOneCall, "return await mcp.ns4.action42({a: 1})"} {
+		if d, err := inTurn(ctx, []*served{s}, code); err != nil || d[0] <= 0 {
+			t.Fatalf("%s: %v %v", code, d, err)
+		}
+	}
+	if _, err := inTurn(ctx, []*served{s}, "return await mcp.ns9.action999({a: 1})"); err == nil {
+		t.Fatal("a capability never saved was answered")
+	}
 }

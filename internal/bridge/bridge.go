@@ -115,37 +115,100 @@ func (s *Service) Catalog(ctx context.Context) []catalog.Tool {
 }
 
 func (s *Service) catalog(ctx context.Context) []entry {
-	var out []entry
-	seen := map[string]bool{}
-	owners := s.serverOwners()
+	b := s.newBuilder()
 	for i, src := range s.sources {
 		tools, err := src.Tools(ctx)
 		if err != nil {
 			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
 		}
-		for _, t := range tools {
-			// Checked on every build, not only when a capability is
-			// saved: one saved before the server was configured, or
-			// through a store the save check does not guard, must not
-			// take the server's calls either.
-			if o, ok := owners[t.Server]; ok && o.index != i {
-				s.drops.Drop(ctx, t.Server, t.Name, "its server name belongs to a configured MCP server", "kind", string(t.Kind))
-				continue
-			}
-			if seen[t.FullName()] {
-				s.drops.Drop(ctx, t.Server, t.Name, "an earlier source offers the same name", "kind", string(t.Kind))
-				continue
-			}
-			if err := errors.Join(catalog.ValidName(t.Server), catalog.ValidName(t.Name)); err != nil {
-				s.drops.Drop(ctx, t.Server, t.Name, err.Error(), "kind", string(t.Kind))
-				continue
-			}
-			seen[t.FullName()] = true
-			out = append(out, entry{tool: t, source: src})
-		}
+		b.add(ctx, i, src, tools)
 	}
-	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.tool.FullName(), b.tool.FullName()) })
-	return out
+	return b.sorted()
+}
+
+// builder merges sources' tools by the catalog's rules: the first source
+// to offer a name wins it, a configured MCP server's name is its own, and
+// names must be valid.
+type builder struct {
+	s      *Service
+	owners map[string]owner
+	seen   map[string]bool
+	out    []entry
+}
+
+func (s *Service) newBuilder() *builder {
+	return &builder{s: s, owners: s.serverOwners(), seen: map[string]bool{}}
+}
+
+func (b *builder) add(ctx context.Context, i int, src execution.ToolSource, tools []catalog.Tool) {
+	for _, t := range tools {
+		// Checked on every build, not only when a capability is saved:
+		// one saved before the server was configured, or through a store
+		// the save check does not guard, must not take the server's calls
+		// either.
+		if o, ok := b.owners[t.Server]; ok && o.index != i {
+			b.s.drops.Drop(ctx, t.Server, t.Name, "its server name belongs to a configured MCP server", "kind", string(t.Kind))
+			continue
+		}
+		if b.seen[t.FullName()] {
+			b.s.drops.Drop(ctx, t.Server, t.Name, "an earlier source offers the same name", "kind", string(t.Kind))
+			continue
+		}
+		if err := errors.Join(catalog.ValidName(t.Server), catalog.ValidName(t.Name)); err != nil {
+			b.s.drops.Drop(ctx, t.Server, t.Name, err.Error(), "kind", string(t.Kind))
+			continue
+		}
+		b.seen[t.FullName()] = true
+		b.out = append(b.out, entry{tool: t, source: src})
+	}
+}
+
+func (b *builder) sorted() []entry {
+	slices.SortFunc(b.out, func(a, b entry) int { return strings.Compare(a.tool.FullName(), b.tool.FullName()) })
+	return b.out
+}
+
+// resolve is the catalog an execution needs: every tool of the sources
+// that list (MCP servers, demo tools: lists they keep in memory), and of
+// the sources that resolve (capabilities), only names — those the code
+// references — that no earlier source has and no configured server owns.
+// failed holds the names a resolving source could not answer for.
+func (s *Service) resolve(ctx context.Context, names []string) (entries []entry, failed map[string]error) {
+	b := s.newBuilder()
+	for i, src := range s.sources {
+		rs, ok := src.(execution.ResolvingSource)
+		if !ok {
+			tools, err := src.Tools(ctx)
+			if err != nil {
+				s.log.WarnContext(ctx, "tool source unavailable", "err", err)
+			}
+			b.add(ctx, i, src, tools)
+			continue
+		}
+		var ask []string
+		for _, n := range names {
+			server, tool, _ := strings.Cut(n, ":")
+			if o, owned := b.owners[server]; b.seen[n] || (owned && o.index != i) || catalog.ValidName(server) != nil || catalog.ValidName(tool) != nil {
+				continue
+			}
+			ask = append(ask, n)
+		}
+		if len(ask) == 0 {
+			continue
+		}
+		tools, err := rs.Resolve(ctx, ask)
+		if err != nil {
+			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			for _, n := range ask {
+				failed[n] = err
+			}
+		}
+		b.add(ctx, i, src, tools)
+	}
+	return b.sorted(), failed
 }
 
 // owner is the ServerSource that owns a server name, and its position in
@@ -214,26 +277,37 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	return resp
 }
 
-// toolSet is what an execution may call: the catalog narrowed by the
-// request and everything above it.
+// toolSet is what an execution may call: the tools of the sources that
+// list and the capabilities its code names (see resolve), narrowed by the
+// request and everything above it. Names the code reaches dynamically are
+// resolved as it reaches them (toolHost.Resolve).
 type toolSet struct {
 	all       []catalog.Tool
 	visible   []catalog.Tool
 	forbidden map[string]bool
 	entries   map[string]entry
+	// failed are the names whose source could not be read.
+	failed map[string]error
 }
 
-// toolSet narrows the catalog to what req may call: its own filter, and
-// what the runs above it narrowed to.
-func (s *Service) toolSet(ctx context.Context, req *execution.Request) (*toolSet, *fault.Error) {
-	all := s.catalog(ctx)
+// toolSet narrows the tools names need to what req may call: its own
+// filter, and what the runs above it narrowed to.
+func (s *Service) toolSet(ctx context.Context, req *execution.Request, names []string) (*toolSet, *fault.Error) {
+	all, failed := s.resolve(ctx, names)
 	tools := make([]catalog.Tool, len(all))
 	for i, e := range all {
 		tools[i] = e.tool
 	}
-	visible, err := req.Filter().Narrow(tools)
+	filter := req.Filter()
+	visible, err := filter.Narrow(tools)
 	if err != nil {
-		return nil, fault.As(err)
+		// A pattern that selects none of these may select a capability
+		// the code does not name: judged against the whole catalog (the
+		// sources' indexes), as a filter always was.
+		if _, err := filter.Narrow(s.Catalog(ctx)); err != nil {
+			return nil, fault.As(err)
+		}
+		visible = slices.DeleteFunc(slices.Clone(tools), func(t catalog.Tool) bool { return !filter.Allows(t.Server, t.Name) })
 	}
 	visible, forbidden := applyInherited(visible, tools, req.Inherited())
 	byName := make(map[string]entry, len(visible))
@@ -244,7 +318,16 @@ func (s *Service) toolSet(ctx context.Context, req *execution.Request) (*toolSet
 	for _, t := range visible {
 		entries[t.FullName()] = byName[t.FullName()]
 	}
-	return &toolSet{all: tools, visible: visible, forbidden: forbidden, entries: entries}, nil
+	return &toolSet{all: tools, visible: visible, forbidden: forbidden, entries: entries, failed: failed}, nil
+}
+
+// refNames are the full names refs names.
+func refNames(refs analysis.Refs) []string {
+	out := make([]string, len(refs.Tools))
+	for i, r := range refs.Tools {
+		out[i] = r.FullName()
+	}
+	return out
 }
 
 func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (*execution.Response, *guest.Result) {
@@ -275,22 +358,29 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 				s.policy.Deciders() + " to decide"})
 	}
 
-	ts, ferr := s.toolSet(ctx, req)
+	// The tool set is built from the names the code references (MCP
+	// tools are listed whole, capabilities resolved by name), so the
+	// static analysis comes first; a bad tools filter is still reported
+	// before a script that does not parse.
+	prep, perr := script.Prepare(req.Code, req.Lang)
+	var refs analysis.Refs
+	if perr == nil {
+		refs = prep.Refs
+	}
+	ts, ferr := s.toolSet(ctx, req, refNames(refs))
 	if ferr != nil {
 		return fail(ferr)
+	}
+	if perr != nil {
+		return fail(fault.As(perr))
 	}
 
 	// Every mcp.x.y the code names must resolve before a sandbox starts
 	// (when the parser reads the code: else each is checked as it is called).
-	prep, perr := script.Prepare(req.Code, req.Lang)
-	if perr != nil {
-		return fail(fault.As(perr))
-	}
-	refs := prep.Refs
 	if ferr := forbiddenRef(refs, ts.forbidden, req.Inherited()); ferr != nil {
 		return fail(ferr)
 	}
-	if ferr := s.unresolved(refs, ts.entries, req.Filter()); ferr != nil {
+	if ferr := s.unresolved(ctx, req, refs, ts); ferr != nil {
 		return fail(ferr)
 	}
 
@@ -386,6 +476,8 @@ func (s *Service) response(res *guest.Result, req *execution.Request, host *tool
 func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, host *toolHost) trace.Call {
 	if e, ok := entries[c.Server+":"+c.Tool]; ok {
 		c.Kind = e.tool.Kind
+	} else if e, ok := host.lookup(c.Server + ":" + c.Tool); ok {
+		c.Kind = e.tool.Kind // resolved as the script reached it
 	}
 	if req.Parent != nil {
 		c.ParentCallID = req.Parent.CallID
@@ -396,21 +488,24 @@ func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, 
 
 // unresolved reports the first mcp.x.y the code names that the tool set
 // lacks: a retryable UNAVAILABLE when it names a configured server that is
-// down, else TOOL_NOT_FOUND with the nearest names.
-func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, filter catalog.Filter) *fault.Error {
+// down or its source could not be read, else TOOL_NOT_FOUND with the
+// nearest names of everything the execution could call (the whole
+// catalog, narrowed as the execution is: only this error path reads it).
+func (s *Service) unresolved(ctx context.Context, req *execution.Request, refs analysis.Refs, ts *toolSet) *fault.Error {
 	owners := s.serverOwners()
 	for _, r := range refs.Tools {
-		if _, ok := entries[r.FullName()]; ok {
+		if _, ok := ts.entries[r.FullName()]; ok {
 			continue
 		}
-		if ferr := downServer(owners, r, filter); ferr != nil {
+		if ferr := downServer(owners, r, req.Filter()); ferr != nil {
 			return ferr
 		}
-		names := make([]string, 0, len(entries))
-		for n := range entries {
-			names = append(names, n)
+		if err, ok := ts.failed[r.FullName()]; ok {
+			fe := fault.Wrap(fault.Unavailable, err, "mcp."+r.Server+"."+r.Tool+" (line "+strconv.Itoa(r.Line)+") could not be resolved")
+			fe.Retryable, fe.Tool = true, r.FullName()
+			return fe
 		}
-		slices.Sort(names)
+		names := s.visibleNames(ctx, req, ts)
 		near := catalog.Suggest(r.FullName(), names, 3)
 		msg := "mcp." + r.Server + "." + r.Tool + " (line " + strconv.Itoa(r.Line) + ") is neither a tool nor a capability of this execution"
 		if len(near) > 0 {
@@ -423,6 +518,40 @@ func (s *Service) unresolved(refs analysis.Refs, entries map[string]entry, filte
 		return &fault.Error{Code: fault.ToolNotFound, Message: msg, Tool: r.FullName(), Details: map[string]any{"suggestions": near, "line": r.Line, "column": r.Column}}
 	}
 	return nil
+}
+
+// discoverable is every tool of the catalog req may call (its filter and
+// every inherited narrowing), with those of known, sorted by full name.
+func (s *Service) discoverable(ctx context.Context, req *execution.Request, known ...[]catalog.Tool) []catalog.Tool {
+	filter, inherited := req.Filter(), req.Inherited()
+	var out []catalog.Tool
+	seen := map[string]bool{}
+	keep := func(t catalog.Tool) {
+		if !seen[t.FullName()] && filter.Allows(t.Server, t.Name) && inherited.Allows(t.Server, t.Name) {
+			seen[t.FullName()] = true
+			out = append(out, t)
+		}
+	}
+	for _, ts := range known {
+		for _, t := range ts {
+			keep(t)
+		}
+	}
+	for _, e := range s.catalog(ctx) {
+		keep(e.tool)
+	}
+	slices.SortFunc(out, func(a, b catalog.Tool) int { return strings.Compare(a.FullName(), b.FullName()) })
+	return out
+}
+
+// visibleNames are the full names of discoverable(ts.visible), sorted.
+func (s *Service) visibleNames(ctx context.Context, req *execution.Request, ts *toolSet) []string {
+	tools := s.discoverable(ctx, req, ts.visible)
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.FullName()
+	}
+	return names
 }
 
 // execRecord is the trace record of an execution's first run.
@@ -477,12 +606,20 @@ func (s *Service) record(ctx context.Context, ex trace.Execution, resp *executio
 	s.sink.Record(ctx, ex, own)
 }
 
-// Flush writes buffered trace records (call before a Lambda returns).
+// Flush writes buffered trace records and what the sources batch
+// (execution.Flusher: capability call counts); call it before a Lambda
+// returns.
 func (s *Service) Flush(ctx context.Context) error {
-	if s.sink == nil {
-		return nil
+	var errs []error
+	for _, src := range s.sources {
+		if f, ok := src.(execution.Flusher); ok {
+			errs = append(errs, f.Flush(ctx))
+		}
 	}
-	return s.sink.Flush(ctx)
+	if s.sink != nil {
+		errs = append(errs, s.sink.Flush(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // traceIDFromHeader extracts Root=... from an X-Ray trace header.

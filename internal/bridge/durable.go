@@ -269,7 +269,12 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	ferr := req.SetTools(st.Tools)
 	var ts *toolSet
 	if ferr == nil {
-		ts, ferr = s.toolSet(ctx, &req)
+		// The names of the suspended run's tool table, resolved now.
+		names := make([]string, len(claimed.Suspension.Tools))
+		for i, t := range claimed.Suspension.Tools {
+			names[i] = t.FullName()
+		}
+		ts, ferr = s.toolSet(ctx, &req, names)
 	}
 	if ferr != nil {
 		resp = execution.Failed(id, ferr)

@@ -14,10 +14,17 @@ import (
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
-// toolHost serves the calls of one execution: it is the guest's ToolHost.
+// maxLookups bounds the names one execution may have resolved as its
+// script reaches them (each may cost the registry a read).
+const maxLookups = 100
+
+// toolHost serves the calls of one execution: it is the guest's ToolHost,
+// and its Resolver for names the tool set lacks.
 type toolHost struct {
 	service *Service
 	req     *execution.Request
+	// entries and visible are the tool set the run started with;
+	// read-only once it runs.
 	entries map[string]entry
 	visible []catalog.Tool
 	// forbidden names the catalog's tools an inherited narrowing excludes.
@@ -32,12 +39,31 @@ type toolHost struct {
 	mu       sync.Mutex
 	children map[int]string // call id → child execution id (capability runs)
 	descend  []trace.Call   // the calls those child executions made
+
+	rmu sync.Mutex
+	// resolved are the tools resolved as the script reached them, and
+	// names to refuse when called (a source that failed, a narrowing that
+	// forbids them), by full name.
+	resolved map[string]resolvedEntry
+	// asked are the names (and "server:" for a server) asked of the
+	// sources, found or not; lookups counts them.
+	asked   map[string]bool
+	lookups int
+	// discovery is what tools.* show, built on the first such call.
+	discovery []catalog.Tool
+}
+
+// resolvedEntry is a tool resolved at run time, or the refusal its calls
+// get.
+type resolvedEntry struct {
+	entry
+	refuse *fault.Error
 }
 
 // CallTool implements guest.ToolHost.
 func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage, error) {
 	if c.Server == "" {
-		return h.builtin(c)
+		return h.builtin(ctx, c)
 	}
 	full := c.Server + ":" + c.Tool
 	e, ok := h.entries[full]
@@ -45,9 +71,17 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		return nil, forbiddenErr(full, "", h.req.Inherited())
 	}
 	if !ok {
-		// Reached only through dynamic access the static check could not
-		// see; it is served only if it resolves now, never waited for.
-		return nil, fault.New(fault.ToolNotFound, "%s is not a tool of this execution", full).WithTool(full)
+		// Resolved as the script reached it (Resolve), or a name the
+		// guest was never given.
+		r, found := h.resolvedEntry(full)
+		if !found {
+			return nil, fault.New(fault.ToolNotFound, "%s is not a tool of this execution", full).WithTool(full)
+		}
+		if r.refuse != nil {
+			refusal := *r.refuse
+			return nil, &refusal
+		}
+		e = r.entry
 	}
 	// A call that needs approval and reaches here unparked either was
 	// approved, or cannot wait for a decision.
@@ -107,9 +141,202 @@ func (h *toolHost) childOf(callID int) string {
 	return h.children[callID]
 }
 
+// lookup finds a tool of the run: of its tool set, or resolved since.
+func (h *toolHost) lookup(full string) (entry, bool) {
+	if e, ok := h.entries[full]; ok {
+		return e, true
+	}
+	r, ok := h.resolvedEntry(full)
+	if !ok || r.refuse != nil {
+		return entry{}, false
+	}
+	return r.entry, true
+}
+
+func (h *toolHost) resolvedEntry(full string) (resolvedEntry, bool) {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	r, ok := h.resolved[full]
+	return r, ok
+}
+
+// Resolve implements guest.Resolver: a name the script reached that its
+// tool set lacks is looked up now, by name, in the source that would own
+// it (a configured server's current listing, else the resolving sources:
+// capabilities saved since the run started are found). A tool the request
+// filters out is not found; one an inherited narrowing forbids, or whose
+// source cannot be read, is handed to the guest with the refusal its calls
+// get (FORBIDDEN, a retryable UNAVAILABLE). Each name is asked once per
+// run, and at most maxLookups names. The guest calls it from the script's
+// goroutine only, one name at a time; calls in flight read what it
+// records.
+func (h *toolHost) Resolve(ctx context.Context, server, tool string) (guest.Tool, bool) {
+	if catalog.ValidName(server) != nil || (tool != "" && catalog.ValidName(tool) != nil) {
+		return guest.Tool{}, false
+	}
+	key := server + ":" + tool
+	h.rmu.Lock()
+	if r, ok := h.resolved[key]; ok {
+		h.rmu.Unlock()
+		return guestTool(r.tool), true
+	}
+	known := tool == "" && h.hasServer(server)
+	asked, wasAsked := h.asked[key]
+	over := h.lookups >= maxLookups
+	if !known && !wasAsked && (!over || tool != "") {
+		h.lookups++
+	}
+	// Past twice the bound a name is simply not found: each refusal is a
+	// tool in the run's table, which must stay bounded too.
+	spent := h.lookups > 2*maxLookups
+	h.rmu.Unlock()
+	switch {
+	case known:
+		return guest.Tool{}, true
+	case wasAsked:
+		return guest.Tool{}, asked
+	case over && tool == "":
+		return guest.Tool{}, true // its tools get the refusal
+	case spent:
+		return guest.Tool{}, false
+	case over:
+		h.record(key, resolvedEntry{entry: entry{tool: catalog.Tool{Server: server, Name: tool}},
+			refuse: fault.Limitf(fault.LimitLookups, "a script may reach at most %d names its code does not name literally; %s is one more", maxLookups, key).WithTool(key)})
+		return guest.Tool{Server: server, Name: tool}, true
+	}
+	// The look-up runs unlocked: calls in flight keep reading what was
+	// resolved before.
+	r, found := h.resolveName(ctx, server, tool)
+	if found && r != nil && !h.req.Filter().Allows(r.tool.Server, r.tool.Name) {
+		found, r = false, nil
+	}
+	if r != nil {
+		if r.refuse == nil && !h.req.Inherited().Allows(r.tool.Server, r.tool.Name) {
+			r.refuse = forbiddenErr(r.tool.FullName(), "", h.req.Inherited())
+		}
+		h.record(key, *r)
+	}
+	h.rmu.Lock()
+	if h.asked == nil {
+		h.asked = map[string]bool{}
+	}
+	h.asked[key] = found
+	h.rmu.Unlock()
+	if r != nil {
+		return guestTool(r.tool), true
+	}
+	return guest.Tool{}, found
+}
+
+// record keeps what a name resolved to.
+func (h *toolHost) record(key string, r resolvedEntry) {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	if h.resolved == nil {
+		h.resolved = map[string]resolvedEntry{}
+	}
+	h.resolved[key] = r
+}
+
+// hasServer reports whether a tool the run resolved is under server.
+// Callers hold rmu.
+func (h *toolHost) hasServer(server string) bool {
+	for _, r := range h.resolved {
+		if r.tool.Server == server {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveName asks the sources for server:tool: the tool with its source
+// (and the refusal its calls get when the source failed), or, with the
+// empty tool, whether server has tools to resolve (a nil entry).
+func (h *toolHost) resolveName(ctx context.Context, server, tool string) (*resolvedEntry, bool) {
+	s := h.service
+	owners := s.serverOwners()
+	if o, owned := owners[server]; owned {
+		if tool == "" {
+			return nil, false // a configured server whose tools the run lacks: none to resolve
+		}
+		tools, _ := o.source.Tools(ctx)
+		for _, t := range tools {
+			if t.Server == server && t.Name == tool {
+				return &resolvedEntry{entry: entry{tool: t, source: s.sources[o.index]}}, true
+			}
+		}
+		return nil, false
+	}
+	full := server + ":" + tool
+	for _, src := range s.sources {
+		rs, ok := src.(execution.ResolvingSource)
+		if !ok {
+			continue
+		}
+		if tool == "" {
+			has, err := rs.HasServer(ctx, server)
+			if err != nil {
+				s.log.WarnContext(ctx, "tool source unavailable", "err", err)
+				return nil, true // its tools get the refusal
+			}
+			if has {
+				return nil, true
+			}
+			continue
+		}
+		tools, err := rs.Resolve(ctx, []string{full})
+		if err != nil {
+			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
+			fe := fault.Wrap(fault.Unavailable, err, full+" could not be resolved")
+			fe.Retryable, fe.Tool = true, full
+			return &resolvedEntry{entry: entry{tool: catalog.Tool{Server: server, Name: tool}, source: src}, refuse: fe}, true
+		}
+		for _, t := range tools {
+			if t.FullName() == full {
+				return &resolvedEntry{entry: entry{tool: t, source: src}}, true
+			}
+		}
+	}
+	return nil, false
+}
+
+func guestTool(t catalog.Tool) guest.Tool {
+	return guest.Tool{Server: t.Server, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}
+}
+
+// discoverable is what tools.* show: every tool of the catalog the run may
+// call (the sources' indexes, narrowed as the run is), with those it
+// resolved, built once per run on the first such call.
+func (h *toolHost) discoverable(ctx context.Context) []catalog.Tool {
+	h.rmu.Lock()
+	done := h.discovery
+	var resolved []catalog.Tool
+	for _, r := range h.resolved {
+		if r.refuse == nil {
+			resolved = append(resolved, r.tool)
+		}
+	}
+	h.rmu.Unlock()
+	if done != nil {
+		return done
+	}
+	// Built unlocked (the index may be refreshed meanwhile); two
+	// built-ins at once may both build it, the first kept.
+	out := h.service.discoverable(ctx, h.req, h.visible, resolved)
+	if out == nil {
+		out = []catalog.Tool{}
+	}
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	if h.discovery == nil {
+		h.discovery = out
+	}
+	return h.discovery
+}
+
 // builtin serves the `tools` global: discovery from inside the sandbox,
-// over exactly the tools this execution may call.
-func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
+// over the tools this execution may call.
+func (h *toolHost) builtin(ctx context.Context, c guest.Call) (json.RawMessage, error) {
 	switch c.Tool {
 	case "tools.search":
 		var a struct {
@@ -122,7 +349,7 @@ func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
 		if a.Limit <= 0 {
 			a.Limit = 10
 		}
-		hits := catalog.Search(h.visible, a.Query, a.Limit)
+		hits := catalog.Search(h.discoverable(ctx), a.Query, a.Limit)
 		out := make([]toolSummary, len(hits))
 		for i, hit := range hits {
 			out[i] = summarize(hit.Tool)
@@ -130,13 +357,14 @@ func (h *toolHost) builtin(c guest.Call) (json.RawMessage, error) {
 		}
 		return json.Marshal(out)
 	case "tools.list":
-		out := make([]toolSummary, len(h.visible))
-		for i, t := range h.visible {
+		visible := h.discoverable(ctx)
+		out := make([]toolSummary, len(visible))
+		for i, t := range visible {
 			out[i] = summarize(t)
 		}
 		return json.Marshal(out)
 	case "tools.describe":
-		return json.Marshal(tsdecl.Declarations(h.visible))
+		return json.Marshal(tsdecl.Declarations(h.discoverable(ctx)))
 	}
 	return nil, fault.New(fault.ToolNotFound, "no built-in %q", c.Tool)
 }

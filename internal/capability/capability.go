@@ -30,7 +30,10 @@ type Capability struct {
 	Code        string          `json:"code"`
 	CreatedAt   time.Time       `json:"created_at"` // of version 1
 	UpdatedAt   time.Time       `json:"updated_at"` // of this version
-	Calls       int64           `json:"calls"`
+	// Calls counts the calls of every version, as of the last batch a
+	// Counter wrote; a pinned version read from DynamoDB carries the count
+	// it was saved with.
+	Calls int64 `json:"calls"`
 }
 
 // Namespace is the part before the colon (the `mcp.<namespace>` object).
@@ -41,11 +44,43 @@ func (c Capability) Action() string { _, a, _ := strings.Cut(c.Name, ":"); retur
 
 // Registry stores capabilities. Saving a name again makes a new version;
 // Get with version 0 returns the latest.
+//
+// An execution never lists the registry: it resolves the names its code
+// references (Lookup), and discovery reads an Index kept per process,
+// refreshed through Changes. Reading a latest version never reads older
+// ones.
 type Registry interface {
 	Save(ctx context.Context, c Capability) (Capability, error)
+	// Get returns one version of name; version 0 is the latest.
 	Get(ctx context.Context, name string, version int) (Capability, error)
+	// Lookup returns the latest version of each of names that exists, by
+	// name; a name that does not exist is absent from the map. It reads
+	// the names asked for and nothing else, as of the call (a capability
+	// saved anywhere before it is found).
+	Lookup(ctx context.Context, names []string) (map[string]Capability, error)
+	// List returns the latest version of every capability, sorted by
+	// name: what an Index loads, never what an execution reads.
 	List(ctx context.Context) ([]Capability, error)
-	IncrementCalls(ctx context.Context, name string) error
+	// Changes returns what changed since mark, the Next of an earlier
+	// answer ("" asks for everything), for an Index to refresh itself.
+	Changes(ctx context.Context, mark string) (Changes, error)
+	// HasNamespace reports whether some capability is named ns:*, as of
+	// the call (dynamic access: mcp[ns]).
+	HasNamespace(ctx context.Context, ns string) (bool, error)
+	// AddCalls adds n to the call count of each name (a Counter's batch).
+	// Names that no longer exist are skipped.
+	AddCalls(ctx context.Context, counts map[string]int64) error
+}
+
+// Changes is what Registry.Changes returns.
+type Changes struct {
+	// Full reports that Caps is the whole registry, to replace what the
+	// reader holds; otherwise Caps are latest versions saved since the
+	// mark (possibly some the reader already has), to merge.
+	Full bool
+	Caps []Capability
+	// Next is the mark to ask from next time.
+	Next string
 }
 
 // partRE is the shape of a capability name's parts, narrower than what

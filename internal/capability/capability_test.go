@@ -224,7 +224,7 @@ func TestRegistryVersions(t *testing.T) {
 		if _, err := reg.Get(ctx, "v:nope", 0); fault.CodeOf(err) != fault.NotFound {
 			t.Fatalf("missing capability: %v", err)
 		}
-		if err := reg.IncrementCalls(ctx, "v:x"); err != nil {
+		if err := reg.AddCalls(ctx, map[string]int64{"v:x": 1, "v:gone": 5}); err != nil {
 			t.Fatal(err)
 		}
 		list, err := reg.List(ctx)

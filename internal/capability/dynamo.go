@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,14 +16,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/pml-sandbox/pml/internal/dynamotable"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // DynamoAPI is the part of the DynamoDB client the registry uses.
 type DynamoAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
-	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
@@ -31,6 +33,17 @@ type DynamoAPI interface {
 // version plus the call count. A save writes the new version and moves
 // LATEST in one transaction conditioned on the version it read, so two
 // concurrent saves can never take the same version number.
+//
+// What reads go where, by key, never by filter:
+//   - an execution resolving names: one BatchGetItem of their LATEST items
+//     (strongly consistent: a capability saved anywhere is found at once);
+//   - a pinned version (a capability run): GetItem of its V# item;
+//   - discovery (Index): the sparse global secondary index LatestIndex,
+//     which only LATEST items enter (they alone carry lpk), sorted by the
+//     time of their save (changed), so a refresh asks only for what was
+//     saved since the last one;
+//   - mcp[ns] for a namespace nothing referenced: GetItem of the item
+//     NS#<ns> every save of a capability in ns writes.
 type DynamoRegistry struct {
 	db    DynamoAPI
 	table string
@@ -40,6 +53,21 @@ type DynamoRegistry struct {
 func NewDynamoRegistry(db DynamoAPI, table string) *DynamoRegistry {
 	return &DynamoRegistry{db: db, table: table}
 }
+
+// LatestIndex is the capabilities table's global secondary index of LATEST
+// items: partition key lpk (always latestPK), sort key changed.
+const LatestIndex = "latest"
+
+const (
+	latestPK = "LATEST"
+	// changedLayout is fixed-width, so that changed sorts as it reads.
+	changedLayout = "2006-01-02T15:04:05.000000000Z"
+	// changeMargin is how far before the newest change it has seen an
+	// index refresh asks from again: a save that reached the index late
+	// (global secondary indexes are eventually consistent, and each
+	// writer stamps with its own clock) is still found.
+	changeMargin = time.Minute
+)
 
 type item struct {
 	PK          string `dynamodbav:"pk"`
@@ -53,12 +81,19 @@ type item struct {
 	CreatedAt   string `dynamodbav:"created_at"`
 	UpdatedAt   string `dynamodbav:"updated_at"`
 	Calls       int64  `dynamodbav:"calls"`
+	// LPK and Changed are set on LATEST items only: the keys of
+	// LatestIndex.
+	LPK     string `dynamodbav:"lpk,omitempty"`
+	Changed string `dynamodbav:"changed,omitempty"`
 }
 
 func pk(name string) string        { return "CAP#" + name }
 func versionSK(version int) string { return fmt.Sprintf("V#%06d", version) }
 func key(name, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk(name)}, "sk": &types.AttributeValueMemberS{Value: sk}}
+}
+func nsKey(ns string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "NS#" + ns}, "sk": &types.AttributeValueMemberS{Value: "NS"}}
 }
 
 func toItem(c Capability, sk string) item {
@@ -77,6 +112,14 @@ func fromItem(it item) Capability {
 	return c
 }
 
+func decodeItem(raw map[string]types.AttributeValue) (item, error) {
+	var it item
+	if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
+		return item{}, fault.Wrap(fault.Internal, err, "decoding a capability")
+	}
+	return it, nil
+}
+
 func (r *DynamoRegistry) get(ctx context.Context, name, sk string) (*item, error) {
 	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: key(name, sk), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -92,13 +135,14 @@ func (r *DynamoRegistry) get(ctx context.Context, name, sk string) (*item, error
 	return &it, nil
 }
 
-// Save implements Registry.
+// Save implements Registry. The LATEST item is updated rather than
+// replaced, so that call counts added meanwhile (AddCalls) are kept.
 func (r *DynamoRegistry) Save(ctx context.Context, c Capability) (Capability, error) {
 	if err := Validate(c); err != nil {
 		return Capability{}, err
 	}
 	for attempt := 0; attempt < 8; attempt++ {
-		latest, err := r.get(ctx, c.Name, "LATEST")
+		latest, err := r.get(ctx, c.Name, latestPK)
 		if err != nil {
 			return Capability{}, err
 		}
@@ -118,17 +162,16 @@ func (r *DynamoRegistry) Save(ctx context.Context, c Capability) (Capability, er
 		if err != nil {
 			return Capability{}, fault.Wrap(fault.Internal, err, "encoding capability")
 		}
-		lItem, err := attributevalue.MarshalMap(toItem(next, "LATEST"))
+		update, err := latestUpdate(next, now, cond, values)
 		if err != nil {
-			return Capability{}, fault.Wrap(fault.Internal, err, "encoding capability")
+			return Capability{}, err
 		}
-		latestPut := &types.Put{TableName: aws.String(r.table), Item: lItem, ConditionExpression: aws.String(cond)}
-		if len(values) > 0 {
-			latestPut.ExpressionAttributeValues = values
-		}
+		update.TableName, update.Key = aws.String(r.table), key(next.Name, latestPK)
+		nsItem := nsKey(next.Namespace())
 		_, err = r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 			{Put: &types.Put{TableName: aws.String(r.table), Item: vItem, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-			{Put: latestPut},
+			{Update: update},
+			{Put: &types.Put{TableName: aws.String(r.table), Item: nsItem}},
 		}})
 		if err == nil {
 			return next, nil
@@ -142,78 +185,218 @@ func (r *DynamoRegistry) Save(ctx context.Context, c Capability) (Capability, er
 	return Capability{}, fault.New(fault.Unavailable, "saving capability %s: too many concurrent saves", c.Name)
 }
 
-// Get implements Registry.
-func (r *DynamoRegistry) Get(ctx context.Context, name string, version int) (Capability, error) {
-	latest, err := r.get(ctx, name, "LATEST")
+// latestUpdate is the update that makes the LATEST item next: every field
+// set (or removed when empty) but the call count, which only AddCalls
+// changes, and the index keys stamped with the time of the save.
+func latestUpdate(next Capability, now time.Time, cond string, values map[string]types.AttributeValue) (*types.Update, error) {
+	fields, err := attributevalue.MarshalMap(toItem(next, latestPK))
 	if err != nil {
-		return Capability{}, err
+		return nil, fault.Wrap(fault.Internal, err, "encoding capability")
 	}
-	if latest == nil {
-		return Capability{}, notFound(name, version)
+	delete(fields, "pk")
+	delete(fields, "sk")
+	delete(fields, "calls")
+	fields["lpk"] = &types.AttributeValueMemberS{Value: latestPK}
+	fields["changed"] = &types.AttributeValueMemberS{Value: now.Format(changedLayout)}
+	names := map[string]string{}
+	var set []string
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		names["#"+k] = k
+		values[":"+k] = fields[k]
+		set = append(set, "#"+k+" = :"+k)
 	}
-	if version == 0 || version == latest.Version {
-		return fromItem(*latest), nil
+	values[":zero"] = &types.AttributeValueMemberN{Value: "0"}
+	set = append(set, "#calls = if_not_exists(#calls, :zero)")
+	names["#calls"] = "calls"
+	expr := "SET " + strings.Join(set, ", ")
+	var remove []string
+	for _, k := range []string{"description", "input_schema"} {
+		if _, ok := fields[k]; !ok {
+			names["#"+k] = k
+			remove = append(remove, "#"+k)
+		}
 	}
-	it, err := r.get(ctx, name, versionSK(version))
+	if len(remove) > 0 {
+		expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	return &types.Update{UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values}, nil
+}
+
+// Get implements Registry: one GetItem, of the LATEST item for version 0,
+// else of the version's own item (whose call count is the one it was saved
+// with).
+func (r *DynamoRegistry) Get(ctx context.Context, name string, version int) (Capability, error) {
+	sk := latestPK
+	if version > 0 {
+		sk = versionSK(version)
+	}
+	it, err := r.get(ctx, name, sk)
 	if err != nil {
 		return Capability{}, err
 	}
 	if it == nil {
 		return Capability{}, notFound(name, version)
 	}
-	c := fromItem(*it)
-	c.Calls = latest.Calls
-	return c, nil
+	return fromItem(*it), nil
 }
 
-// List implements Registry. A scan is fine for a registry of programs
-// people save by hand; it reads only the LATEST items.
+// Lookup implements Registry: one strongly consistent BatchGetItem of the
+// names' LATEST items (per 100 names, DynamoDB's most per request).
+func (r *DynamoRegistry) Lookup(ctx context.Context, names []string) (map[string]Capability, error) {
+	out := make(map[string]Capability, len(names))
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	for chunk := range slices.Chunk(names, 100) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, name := range chunk {
+			keys[i] = key(name, latestPK)
+		}
+		req := map[string]types.KeysAndAttributes{r.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				// Keys DynamoDB left unprocessed (throttling): back off
+				// a little, as its guide asks, and ask for them again.
+				if attempt > 6 {
+					return nil, &fault.Error{Code: fault.Unavailable, Retryable: true, Message: "looking up capabilities: DynamoDB keeps leaving keys unprocessed"}
+				}
+				select {
+				case <-time.After(time.Duration(10<<attempt) * time.Millisecond):
+				case <-ctx.Done():
+					return nil, fault.Wrap(fault.Unavailable, ctx.Err(), "looking up capabilities")
+				}
+			}
+			page, err := r.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fault.Wrap(fault.Unavailable, err, "looking up capabilities")
+			}
+			for _, raw := range page.Responses[r.table] {
+				it, err := decodeItem(raw)
+				if err != nil {
+					return nil, err
+				}
+				out[it.Name] = fromItem(it)
+			}
+			req = page.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+// List implements Registry: a Query of LatestIndex, which holds the LATEST
+// items only.
 func (r *DynamoRegistry) List(ctx context.Context) ([]Capability, error) {
-	out := []Capability{}
-	var start map[string]types.AttributeValue
-	for {
-		page, err := r.db.Scan(ctx, &dynamodb.ScanInput{
-			TableName:                 aws.String(r.table),
-			FilterExpression:          aws.String("sk = :latest"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":latest": &types.AttributeValueMemberS{Value: "LATEST"}},
-			ExclusiveStartKey:         start,
-		})
+	ch, err := r.Changes(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	return ch.Caps, nil
+}
+
+// Changes implements Registry: a Query of LatestIndex for the LATEST items
+// saved since changeMargin before the mark (the newest save time seen),
+// every one of them for the empty mark.
+func (r *DynamoRegistry) Changes(ctx context.Context, mark string) (Changes, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(r.table),
+		IndexName:                 aws.String(LatestIndex),
+		KeyConditionExpression:    aws.String("lpk = :l"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":l": &types.AttributeValueMemberS{Value: latestPK}},
+	}
+	full := mark == ""
+	next := time.Time{}.Format(changedLayout)
+	if !full {
+		since, err := time.Parse(changedLayout, mark)
 		if err != nil {
-			return nil, fault.Wrap(fault.Unavailable, err, "listing capabilities")
+			return Changes{}, fault.New(fault.Internal, "capability index mark %q is not a time", mark)
+		}
+		next = mark
+		in.KeyConditionExpression = aws.String("lpk = :l AND changed >= :since")
+		in.ExpressionAttributeValues[":since"] = &types.AttributeValueMemberS{Value: since.Add(-changeMargin).Format(changedLayout)}
+	}
+	out := []Capability{}
+	for {
+		page, err := r.db.Query(ctx, in)
+		if err != nil {
+			return Changes{}, fault.Wrap(fault.Unavailable, err, "listing capabilities")
 		}
 		for _, raw := range page.Items {
-			var it item
-			if err := attributevalue.UnmarshalMap(raw, &it); err != nil {
-				return nil, fault.Wrap(fault.Internal, err, "decoding a capability")
+			it, err := decodeItem(raw)
+			if err != nil {
+				return Changes{}, err
 			}
 			out = append(out, fromItem(it))
+			next = max(next, it.Changed)
 		}
 		if len(page.LastEvaluatedKey) == 0 {
 			break
 		}
-		start = page.LastEvaluatedKey
+		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
 	slices.SortFunc(out, func(a, b Capability) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return Changes{Full: full, Caps: out, Next: next}, nil
 }
 
-// IncrementCalls implements Registry.
-func (r *DynamoRegistry) IncrementCalls(ctx context.Context, name string) error {
-	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(r.table),
-		Key:                       key(name, "LATEST"),
-		UpdateExpression:          aws.String("ADD calls :one"),
-		ConditionExpression:       aws.String("attribute_exists(pk)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
-	})
+// HasNamespace implements Registry: a GetItem of the namespace's item.
+func (r *DynamoRegistry) HasNamespace(ctx context.Context, ns string) (bool, error) {
+	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: nsKey(ns), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("pk")})
 	if err != nil {
-		return fault.Wrap(fault.Unavailable, err, "counting a call of "+name)
+		return false, fault.Wrap(fault.Unavailable, err, "looking up capability namespace "+ns)
+	}
+	return out.Item != nil, nil
+}
+
+// AddCalls implements Registry: one UpdateItem per name (ADD), each a
+// batch's worth of calls.
+func (r *DynamoRegistry) AddCalls(ctx context.Context, counts map[string]int64) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(r.table),
+			Key:                       key(name, latestPK),
+			UpdateExpression:          aws.String("ADD calls :n"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: strconv.FormatInt(counts[name], 10)}},
+		})
+		var ccf *types.ConditionalCheckFailedException
+		if err != nil && !errors.As(err, &ccf) {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fault.Wrap(fault.Unavailable, errors.Join(errs...), "counting capability calls")
 	}
 	return nil
 }
 
-// CreateTable creates the capabilities table (on-demand), as template.yaml
-// declares it; for tests and local setups.
+// CreateTable creates the capabilities table (on demand) with LatestIndex,
+// as template.yaml declares it; for tests and local setups.
 func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	return dynamotable.Create(ctx, db, table, "")
+	s := func(name string) *string { return aws.String(name) }
+	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:   s(table),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: s("pk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: s("sk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: s("lpk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: s("changed"), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: s("pk"), KeyType: types.KeyTypeHash},
+			{AttributeName: s("sk"), KeyType: types.KeyTypeRange},
+		},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: s(LatestIndex),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: s("lpk"), KeyType: types.KeyTypeHash},
+				{AttributeName: s("changed"), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating table %s: %w", table, err)
+	}
+	return nil
 }

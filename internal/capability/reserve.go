@@ -27,6 +27,8 @@ type reserved struct {
 	namespaces []string
 }
 
+func (r reserved) Unwrap() Registry { return r.Registry }
+
 // Save implements Registry.
 func (r reserved) Save(ctx context.Context, c Capability) (Capability, error) {
 	if err := CheckNamespace(c.Name, r.namespaces); err != nil {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/analysis"
@@ -16,7 +15,6 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/script"
-	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // DefaultMaxDepth bounds nesting: a script may call a capability that calls
@@ -29,49 +27,134 @@ type Invoker interface {
 	Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error)
 }
 
-// Source offers the registry's capabilities to the bridge as tools.
+// Source offers the registry's capabilities to the bridge as tools. It is
+// an execution.ResolvingSource: an execution resolves the names its code
+// references (Resolve: one registry Lookup), discovery lists the Index
+// (Tools), and calls are counted in batches (Counter).
 type Source struct {
 	reg      Registry
 	inv      Invoker
 	maxDepth int
 	log      *slog.Logger
+	index    *Index
+	counter  *Counter
 
-	// names are the capabilities the last Tools call listed, to tell which
-	// names a capability's code calls are capabilities.
-	names atomic.Pointer[map[string]bool]
+	// latest is the newest version of each capability this process
+	// resolved: what Call runs (the execution that calls it resolved it
+	// first, so it is at least as new as what that execution saw).
+	latestMu sync.Mutex
+	latest   map[string]Capability
 
 	mu         sync.Mutex
 	validators map[string]*argcheck.Validator // by capability id
 	refs       map[string]analysis.Refs       // by capability id
 }
 
-// NewSource returns a Source; maxDepth ≤ 0 means DefaultMaxDepth.
-func NewSource(reg Registry, inv Invoker, maxDepth int, log *slog.Logger) *Source {
-	if maxDepth <= 0 {
-		maxDepth = DefaultMaxDepth
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Source{reg: reg, inv: inv, maxDepth: maxDepth, log: log, validators: map[string]*argcheck.Validator{}, refs: map[string]analysis.Refs{}}
+// SourceOptions are the parts of a Source a process shares or tunes; zero
+// fields get their defaults over the source's registry.
+type SourceOptions struct {
+	// MaxDepth bounds nesting (0: DefaultMaxDepth).
+	MaxDepth int
+	Logger   *slog.Logger
+	// Index serves discovery (default: NewIndex with IndexOptions{}).
+	Index *Index
+	// Counter counts calls (default: NewCounter with its defaults).
+	Counter *Counter
 }
 
-// Tools implements execution.ToolSource: the latest version of each capability.
+// NewSource returns a Source; maxDepth ≤ 0 means DefaultMaxDepth.
+func NewSource(reg Registry, inv Invoker, maxDepth int, log *slog.Logger) *Source {
+	return NewSourceWith(reg, inv, SourceOptions{MaxDepth: maxDepth, Logger: log})
+}
+
+// NewSourceWith returns a Source with o's parts.
+func NewSourceWith(reg Registry, inv Invoker, o SourceOptions) *Source {
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Index == nil {
+		o.Index = NewIndex(reg, IndexOptions{Logger: o.Logger})
+	}
+	if o.Counter == nil {
+		o.Counter = NewCounter(reg, 0, o.Logger)
+	}
+	return &Source{reg: reg, inv: inv, maxDepth: o.MaxDepth, log: o.Logger, index: o.Index, counter: o.Counter,
+		latest: map[string]Capability{}, validators: map[string]*argcheck.Validator{}, refs: map[string]analysis.Refs{}}
+}
+
+// Tools implements execution.ToolSource for discovery: the latest version
+// of each capability, from the index.
 func (s *Source) Tools(ctx context.Context) ([]catalog.Tool, error) {
-	caps, err := s.reg.List(ctx)
+	return s.index.Tools(ctx)
+}
+
+// Resolve implements execution.ResolvingSource: one Lookup of the names
+// that can be capability names.
+func (s *Source) Resolve(ctx context.Context, names []string) ([]catalog.Tool, error) {
+	want := make([]string, 0, len(names))
+	for _, n := range names {
+		if _, _, err := ParseName(n); err == nil {
+			want = append(want, n)
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	found, err := s.reg.Lookup(ctx, want)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]catalog.Tool, 0, len(caps))
-	names := make(map[string]bool, len(caps))
-	for _, c := range caps {
-		out = append(out, catalog.Tool{Server: c.Namespace(), Name: c.Action(), Description: c.Description,
-			InputSchema: c.InputSchema, Kind: trace.KindCapability})
-		names[c.Name] = true
+	out := make([]catalog.Tool, 0, len(found))
+	for _, name := range want {
+		c, ok := found[name]
+		if !ok {
+			continue
+		}
+		s.remember(c)
+		out = append(out, toolOf(c))
 	}
-	s.names.Store(&names)
 	return out, nil
 }
+
+// remember keeps c as the latest version of its name unless a newer one
+// is already kept.
+func (s *Source) remember(c Capability) {
+	s.latestMu.Lock()
+	defer s.latestMu.Unlock()
+	if old, ok := s.latest[c.Name]; !ok || old.Version < c.Version {
+		s.latest[c.Name] = c
+	}
+}
+
+// latestOf is the newest version of name this process resolved.
+func (s *Source) latestOf(name string) (Capability, bool) {
+	s.latestMu.Lock()
+	defer s.latestMu.Unlock()
+	c, ok := s.latest[name]
+	return c, ok
+}
+
+// HasServer implements execution.ResolvingSource: the index knows the
+// namespace, or else the registry does now.
+func (s *Source) HasServer(ctx context.Context, ns string) (bool, error) {
+	if s.index.hasNamespace(ns) {
+		return true, nil
+	}
+	if !partRE.MatchString(ns) {
+		return false, nil
+	}
+	return s.reg.HasNamespace(ctx, ns)
+}
+
+// Flush implements execution.Flusher: the call counts, if their period is
+// over.
+func (s *Source) Flush(ctx context.Context) error { return s.counter.Flush(ctx) }
+
+// Close writes the pending call counts.
+func (s *Source) Close(ctx context.Context) error { return s.counter.Close(ctx) }
 
 // Call implements execution.ToolSource: checks depth, cycles and
 // arguments, takes a sandbox and a share of the caller's budget for the
@@ -87,9 +170,16 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	if depth > s.maxDepth {
 		return nil, fault.Limitf(fault.LimitDepth, "capabilities nest at most %d deep: %s", s.maxDepth, strings.Join(append(chain, name), " → ")).WithTool(name)
 	}
-	c, err := s.reg.Get(ctx, name, 0)
-	if err != nil {
-		return nil, fault.As(err).WithTool(name)
+	var c Capability
+	if got, ok := s.latestOf(name); ok {
+		c = got
+	} else {
+		got, err := s.reg.Get(ctx, name, 0)
+		if err != nil {
+			return nil, fault.As(err).WithTool(name)
+		}
+		c = got
+		s.remember(c)
 	}
 	args, ferr := s.validator(c).Check(args)
 	if ferr != nil {
@@ -108,15 +198,13 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		// A caller outside a bridge execution is a request tree of its own.
 		budget = execution.NewBudget(execution.DefaultSandboxes)
 	}
-	reserved, ok := budget.Reserve(s.share(c, depth))
+	reserved, ok := budget.Reserve(s.share(ctx, c, depth))
 	if !ok {
 		return nil, fault.Limitf(fault.LimitSandboxes,
 			"no sandbox left to run %s: this run's share of the request's sandbox budget (%d) is spent or held by calls in flight",
 			name, budget.Share()).WithTool(name)
 	}
-	if err := s.reg.IncrementCalls(ctx, name); err != nil {
-		s.log.WarnContext(ctx, "capability call count not updated", "capability", name, "err", err)
-	}
+	s.counter.Add(name)
 	inv := execution.Invocation{
 		Parent:  execution.Parent{Lineage: opt.Lineage, Capability: name, Sandboxes: reserved - 1},
 		Version: c.Version, Args: args, TimeoutMS: timeoutMS,
@@ -178,8 +266,8 @@ func childError(name string, e *fault.Error) *fault.Error {
 // at the depth limit, or its code names no capability and reaches mcp only
 // statically — gets nothing beyond its own sandbox, so a wide Promise.all
 // over such leaves costs exactly one sandbox per call.
-func (s *Source) share(c Capability, depth int) func(rest int) int {
-	if depth >= s.maxDepth || !s.mayCallCapabilities(c) {
+func (s *Source) share(ctx context.Context, c Capability, depth int) func(rest int) int {
+	if depth >= s.maxDepth || !s.mayCallCapabilities(ctx, c) {
 		return func(int) int { return 0 }
 	}
 	return func(rest int) int { return (rest + 1) / 2 }
@@ -188,8 +276,9 @@ func (s *Source) share(c Capability, depth int) func(rest int) int {
 // mayCallCapabilities reports whether c's code may call a capability:
 // dynamic access to mcp, or a static name that is a capability (an MCP
 // tool of the same name would win, so this errs on the generous side).
-// Unknown capability names (no listing yet) count as capabilities.
-func (s *Source) mayCallCapabilities(c Capability) bool {
+// Whether a name is a capability is what this process resolved or its
+// index holds; before the index is first loaded every name counts as one.
+func (s *Source) mayCallCapabilities(ctx context.Context, c Capability) bool {
 	s.mu.Lock()
 	refs, ok := s.refs[c.ID]
 	s.mu.Unlock()
@@ -206,9 +295,17 @@ func (s *Source) mayCallCapabilities(c Capability) bool {
 	if refs.Dynamic {
 		return true
 	}
-	names := s.names.Load()
+	if len(refs.Tools) == 0 {
+		return false
+	}
+	if _, err := s.index.current(ctx); err != nil {
+		return true
+	}
 	for _, r := range refs.Tools {
-		if names == nil || (*names)[r.FullName()] {
+		if _, ok := s.latestOf(r.FullName()); ok {
+			return true
+		}
+		if has, loaded := s.index.knows(r.FullName()); has || !loaded {
 			return true
 		}
 	}

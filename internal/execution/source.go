@@ -69,3 +69,25 @@ type CallOptions struct {
 	// child and the caller's response shows the whole tree.
 	OnChild func(executionID string, calls []trace.Call)
 }
+
+// ResolvingSource is a ToolSource too large to list for every execution
+// (the capability registry): the service asks it only for the names an
+// execution's code references, statically before the run and dynamically
+// (mcp[name]) when the script reaches them, and lists it (Tools) only for
+// discovery, which the source serves from an index of its own.
+type ResolvingSource interface {
+	ToolSource
+	// Resolve returns the tools among names ("server:tool") that exist
+	// now, reading those names and nothing else; names it does not have
+	// are left out.
+	Resolve(ctx context.Context, names []string) ([]catalog.Tool, error)
+	// HasServer reports whether the source has tools under server now.
+	HasServer(ctx context.Context, server string) (bool, error)
+}
+
+// Flusher is a ToolSource with writes it batches (the capability source's
+// call counts): the service's Flush, which a Lambda calls before it
+// answers, flushes it too.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}

@@ -75,7 +75,8 @@ const (
 	LimitResultBytes = "result_bytes"
 	LimitArgsBytes   = "args_bytes"
 	LimitDepth       = "depth"
-	LimitSandboxes   = "sandboxes" // capability runs one request tree may start
+	LimitSandboxes   = "sandboxes"    // capability runs one request tree may start
+	LimitLookups     = "name_lookups" // names one run resolves as its script reaches them
 )
 
 // Server budgets, carried in Error.Limit when Code is Unavailable: `pml

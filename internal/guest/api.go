@@ -48,6 +48,23 @@ type ImmediateHost interface {
 	CallImmediate(call Call) (result json.RawMessage, handled bool, err error)
 }
 
+// Resolver is implemented by hosts that resolve tool names as the script
+// reaches them. A name the run's Tools lack, reached dynamically
+// (mcp[name], mcp.x[name]), is asked of it before the script gets
+// TOOL_NOT_FOUND: given a server and a tool, Resolve returns the tool to
+// append to the run's table (its Server and Name are the ones asked), or
+// false; given a server and the empty tool, whether the server may have
+// tools to resolve (the script then gets an object for it whose names are
+// resolved in turn). It runs on the script's goroutine while the script
+// waits, and may do I/O bounded by ctx; names longer than
+// MaxResolveName bytes are never asked.
+type Resolver interface {
+	Resolve(ctx context.Context, server, tool string) (Tool, bool)
+}
+
+// MaxResolveName bounds the names a run asks its Resolver about.
+const MaxResolveName = 1024
+
 // Request is one execution.
 type Request struct {
 	// ExecutionID identifies the run in traces; generated when empty.
@@ -59,6 +76,7 @@ type Request struct {
 	// Tools is the complete tool set of this run.
 	Tools []Tool
 	// Host serves the calls; nil means every call fails with TOOL_NOT_FOUND.
+	// A Host that is also a Resolver resolves names Tools lacks.
 	Host ToolHost
 	// Limits override the engine's defaults field by field (zero = default).
 	Limits Limits

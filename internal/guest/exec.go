@@ -86,6 +86,7 @@ type execution struct {
 	used      time.Duration // running time before this step (a resumed run)
 	suspends  int           // times the run was suspended before
 	lastYield time.Time     // when the run last gave up its thread (maybeYield)
+	ownTools  bool          // req.Tools has an array of its own (resolve grew it)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
@@ -389,6 +390,31 @@ const (
 )
 
 var builtinNames = map[int32]string{builtinSearch: "tools.search", builtinList: "tools.list", builtinDescribe: "tools.describe"}
+
+// resolve answers the guest's question about a name its tool list lacks
+// (see Resolver): the new tool's index, 1 for a server with tools to
+// resolve, or -1.
+func (x *execution) resolve(server, tool string) int32 {
+	r, ok := x.req.Host.(Resolver)
+	if !ok {
+		return -1
+	}
+	t, found := r.Resolve(x.ctx, server, tool)
+	x.checkIn() // the host may have taken a while: past the deadline, stop here
+	switch {
+	case !found:
+		return -1
+	case tool == "":
+		return 1
+	}
+	t.Server, t.Name = server, tool
+	if !x.ownTools {
+		// The table shares its array with the caller's slice: grow a copy.
+		x.req.Tools, x.ownTools = slices.Clip(x.req.Tools), true
+	}
+	x.req.Tools = append(x.req.Tools, t)
+	return int32(len(x.req.Tools) - 1)
+}
 
 // startCall begins one call and returns its id. It never blocks: refusals
 // complete at once and are collected through waitAny like any answer.
@@ -808,11 +834,14 @@ func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
 		// strings is the cheapest JSON for the guest to read, and building
 		// the mcp object from it is per-run work (descriptions stay on the
 		// host, which serves tools.search and tools.describe).
-		Tools    []string                   `json:"tools"`
+		Tools []string `json:"tools"`
+		// Resolve says the host resolves names the list lacks.
+		Resolve  bool                       `json:"resolve,omitempty"`
 		Args     json.RawMessage            `json:"args,omitempty"`
 		InFlight int                        `json:"in_flight"`
 		Globals  map[string]json.RawMessage `json:"globals,omitempty"`
 	}{InFlight: limits.InFlight, Globals: req.Globals}
+	_, doc.Resolve = req.Host.(Resolver)
 	doc.Tools = make([]string, 0, 2*len(req.Tools))
 	for _, t := range req.Tools {
 		doc.Tools = append(doc.Tools, t.Server, t.Name)

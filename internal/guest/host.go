@@ -35,6 +35,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
 	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("poll", hostPoll, nil, []api.ValueType{i32})
+	fn("resolve", hostResolve, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
 	if _, err := pml.Instantiate(ctx); err != nil {
 		return fmt.Errorf("guest: host module pml: %w", err)
 	}
@@ -114,6 +115,21 @@ func hostFault(ctx context.Context, m api.Module, st []uint64) {
 		x.abort("fault with a document out of range")
 	}
 	st[0] = uint64(uint32(x.registerFault(doc)))
+}
+
+func hostResolve(ctx context.Context, m api.Module, st []uint64) {
+	x := inRun(ctx)
+	sl, tl := uint32(st[1]), uint32(st[3])
+	if sl > MaxResolveName || tl > MaxResolveName {
+		st[0] = uint64(uint32(0xFFFFFFFF)) // -1: no such name
+		return
+	}
+	server, ok1 := readString(m, uint32(st[0]), sl)
+	tool, ok2 := readString(m, uint32(st[2]), tl)
+	if !ok1 || !ok2 {
+		x.abort("resolve with a name out of range")
+	}
+	st[0] = uint64(uint32(x.resolve(server, tool)))
 }
 
 // pollBudget is how many loop iterations the guest runs between check-ins

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -221,10 +222,20 @@ func TestTemplateContract(t *testing.T) {
 		if p["BillingMode"] != "PAY_PER_REQUEST" || pitr["PointInTimeRecoveryEnabled"] != true || sse["SSEEnabled"] != true {
 			t.Errorf("%s: want on-demand billing, point-in-time recovery and SSE", id)
 		}
-		// docs/TRACES.md: pk/sk strings, nothing else declared.
-		if got := len(p["AttributeDefinitions"].([]any)); got != 2 || p["GlobalSecondaryIndexes"] != nil {
-			t.Errorf("%s: want exactly pk and sk, no index", id)
-		}
+	}
+	// docs/TRACES.md: pk/sk strings, nothing else declared.
+	if got := len(traces["AttributeDefinitions"].([]any)); got != 2 || traces["GlobalSecondaryIndexes"] != nil {
+		t.Errorf("TracesTable: want exactly pk and sk, no index")
+	}
+	// The capability registry's table: pk/sk and the sparse latest index
+	// capability.CreateTable declares, keys lpk/changed, every attribute
+	// projected.
+	caps := propertiesOf(tpl.resources["CapabilitiesTable"])
+	b, _ := json.Marshal([]any{caps["AttributeDefinitions"], caps["GlobalSecondaryIndexes"]})
+	wantCaps := `[[{"AttributeName":"pk","AttributeType":"S"},{"AttributeName":"sk","AttributeType":"S"},{"AttributeName":"lpk","AttributeType":"S"},{"AttributeName":"changed","AttributeType":"S"}],` +
+		`[{"IndexName":"` + capability.LatestIndex + `","KeySchema":[{"AttributeName":"lpk","KeyType":"HASH"},{"AttributeName":"changed","KeyType":"RANGE"}],"Projection":{"ProjectionType":"ALL"}}]]`
+	if string(b) != wantCaps {
+		t.Errorf("CapabilitiesTable: attributes and indexes %s; want %s", b, wantCaps)
 	}
 	// The traces table's stream feeds the aggregator, which needs the old
 	// image of a rewritten execution (tracedb.CoOccurrence); the
@@ -235,6 +246,48 @@ func TestTemplateContract(t *testing.T) {
 	}
 	if propertiesOf(tpl.resources["CapabilitiesTable"])["StreamSpecification"] != nil {
 		t.Errorf("CapabilitiesTable has a stream")
+	}
+}
+
+// TestCapabilitiesPolicy: each function may do to the capabilities table
+// and its latest index exactly what capability.DynamoRegistry does there
+// (GetItem, BatchGetItem, Query of the index, UpdateItem, and
+// TransactWriteItems of PutItem and UpdateItem to save), minus saving for
+// the capability function: no Scan, no DeleteItem.
+func TestCapabilitiesPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"ExecuteFunction":    {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+		"CapabilityFunction": {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+	}
+	for id, r := range tpl.resources {
+		if typeOf(r) != "AWS::Serverless::Function" {
+			continue
+		}
+		var got []string
+		policies, _ := propertiesOf(r)["Policies"].([]any)
+		for _, p := range policies {
+			doc, _ := p.(map[string]any)
+			statements, _ := doc["Statement"].([]any)
+			for _, st := range statements {
+				st, _ := st.(map[string]any)
+				res, _ := json.Marshal(st["Resource"])
+				if !strings.Contains(string(res), "CapabilitiesTable") {
+					continue
+				}
+				if !strings.Contains(string(res), "/index/"+capability.LatestIndex) {
+					t.Errorf("%s: a statement on the capabilities table without its %s index: %s", id, capability.LatestIndex, res)
+				}
+				got = append(got, actionsOf(st["Action"])...)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want[id]) {
+			t.Errorf("%s may %v on CapabilitiesTable; want exactly %v", id, got, want[id])
+		}
 	}
 }
 
