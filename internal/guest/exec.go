@@ -82,6 +82,7 @@ type execution struct {
 	used      time.Duration // running time before this step (a resumed run)
 	suspends  int           // times the run was suspended before
 	lastYield time.Time     // when the run last gave up its thread (maybeYield)
+	checkIns  int           // pml.poll calls so far (tests count them)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
