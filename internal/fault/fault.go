@@ -76,6 +76,7 @@ const (
 	LimitArgsBytes   = "args_bytes"
 	LimitDepth       = "depth"
 	LimitSandboxes   = "sandboxes" // capability runs one request tree may start
+	LimitTimers      = "timers"    // setTimeout calls per execution
 )
 
 // Error is the one structured error type. It marshals to the wire shape

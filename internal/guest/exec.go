@@ -126,8 +126,9 @@ func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
 		Tools    []string                   `json:"tools"`
 		Args     json.RawMessage            `json:"args,omitempty"`
 		InFlight int                        `json:"in_flight"`
+		Timers   int                        `json:"max_timers"`
 		Globals  map[string]json.RawMessage `json:"globals,omitempty"`
-	}{InFlight: limits.InFlight, Globals: req.Globals}
+	}{InFlight: limits.InFlight, Timers: maxTimers, Globals: req.Globals}
 	doc.Tools = make([]string, 0, 2*len(req.Tools))
 	for _, t := range req.Tools {
 		doc.Tools = append(doc.Tools, t.Server, t.Name)

@@ -53,7 +53,9 @@ func DefaultMaxLimits() Limits {
 const LogEntryOverhead = 64
 
 // maxTimers bounds setTimeout calls per execution, so a loop of timers
-// cannot pile up host goroutines.
+// cannot pile up host goroutines. The prelude throws LIMIT_EXCEEDED
+// (timers) from the setTimeout that would cross it; the host refuses past
+// it too, for a guest whose prelude did not.
 const maxTimers = 10000
 
 // withDefaults fills zero fields from d.

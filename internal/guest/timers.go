@@ -19,7 +19,10 @@ func (x *execution) startTimer(id int32, args []byte) int32 {
 	x.timers++
 	x.timersN++
 	if x.timersN > maxTimers {
-		x.ready = append(x.ready, completion{id: id, timer: true, data: errorJSON(fault.Limitf("timers", "more than %d timers in one execution", maxTimers))})
+		// The prelude counts timers and throws before this; a guest that
+		// gets here has lost its prelude's count, and its timer is dropped.
+		e := fault.Limitf(fault.LimitTimers, "more than %d timers in one execution", maxTimers)
+		x.ready = append(x.ready, completion{id: id, timer: true, data: errorJSON(e), fault: e})
 		return id
 	}
 	_ = json.Unmarshal(args, &a)
