@@ -29,6 +29,9 @@
  *                                           tell later whether it was edited
  *   poll() -> budget                       check-in: traps when the run must
  *                                           stop, else the loop budget
+ *   out_of_memory(size)                    the JS heap cannot grow by size
+ *                                           bytes: traps, ending the run as
+ *                                           LIMIT_EXCEEDED (memory)
  *
  * The run ends by a trap, never by a JS exception: once the deadline has
  * passed, the host traps at the guest's next contact (any import). The
@@ -54,6 +57,8 @@ IMPORT("fault")
 int32_t host_fault(const char *doc, int32_t doc_len);
 IMPORT("poll")
 int32_t host_poll(void);
+IMPORT("out_of_memory")
+void host_out_of_memory(int32_t size);
 
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
@@ -83,6 +88,41 @@ static int interrupt_handler(JSRuntime *r, void *opaque) {
     host_poll();
     return 0;
 }
+
+/* Every allocation of the JS runtime goes through these: QuickJS's own,
+ * except that a failure (past the run's memory limit, or linear memory
+ * exhausted) never returns. QuickJS does not survive its allocation
+ * failures well: a failing built-in can leave an array's length past its
+ * storage (later reads go out of bounds), throw null when even the error
+ * object cannot be made, or store its failure where the script reads it as
+ * a value whose typeof is "unknown". So the run ends at the first one, by
+ * a trap, like a run past its deadline; the host reports LIMIT_EXCEEDED
+ * (memory). */
+static void pml_out_of_memory(size_t size) {
+    host_out_of_memory(size > INT32_MAX ? INT32_MAX : (int32_t)size);
+    abort(); /* not reached: the host traps */
+}
+
+static void *pml_js_malloc(JSMallocState *s, size_t size) {
+    void *p = js_def_malloc(s, size);
+    if (unlikely(!p))
+        pml_out_of_memory(size);
+    return p;
+}
+
+static void *pml_js_realloc(JSMallocState *s, void *ptr, size_t size) {
+    void *p = js_def_realloc(s, ptr, size);
+    if (unlikely(!p) && size != 0)
+        pml_out_of_memory(size);
+    return p;
+}
+
+static const JSMallocFunctions pml_malloc_funcs = {
+    pml_js_malloc,
+    js_def_free,
+    pml_js_realloc,
+    js_def_malloc_usable_size,
+};
 
 /* native.start(toolIndex, argsJSON) -> id */
 static JSValue native_start(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
@@ -131,7 +171,7 @@ __attribute__((export_name("pml_free"))) void pml_free(void *p) { free(p); }
  * success. Everything it creates lives in linear memory and is captured by the
  * host's snapshot. */
 __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
-    rt = JS_NewRuntime();
+    rt = JS_NewRuntime2(&pml_malloc_funcs, NULL);
     if (!rt)
         return 1;
     /* QuickJS's default (1 MiB) equals the linked stack, which would put the

@@ -67,8 +67,8 @@ type execution struct {
 	// failure the script reports as a host error can be checked against
 	// the original (see verifyFailure). Guest goroutine only.
 	delivered map[int32]*fault.Error
-	// abortErr, when set, is why the host trapped a misbehaving guest.
-	abortErr *fault.Error
+	// stopErr, when set, is why the host trapped the guest (see stop).
+	stopErr *fault.Error
 
 	logs          []LogEntry
 	logBytes      int

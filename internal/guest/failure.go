@@ -102,8 +102,8 @@ func (x *execution) trapError(err error) *fault.Error {
 	msg := err.Error()
 	x.trapped = true
 	switch {
-	case x.abortErr != nil:
-		return x.abortErr
+	case x.stopErr != nil:
+		return x.stopErr
 	case x.interrupted():
 		return x.timeoutError()
 	case errors.As(err, &exit):
@@ -141,7 +141,22 @@ func (x *execution) registerFault(doc []byte) int32 {
 // out of range, say): the run fails with SANDBOX_ERROR and the instance is
 // discarded like any other.
 func (x *execution) abort(format string, a ...any) {
-	x.abortErr = fault.New(fault.SandboxError, "the sandbox misbehaved: "+format, a...)
+	x.stop(fault.New(fault.SandboxError, "the sandbox misbehaved: "+format, a...))
+}
+
+// outOfMemory ends a run whose JS heap could not grow by size bytes. It is
+// not a JS exception: QuickJS leaves objects half-changed when an
+// allocation fails inside a built-in (an array's length past its storage,
+// an exception it cannot create: the script got null, values typeof
+// "unknown", or memory accesses out of bounds later), so the run must not
+// go on once one has failed. The limit is the script's, like the deadline.
+func (x *execution) outOfMemory(size uint32) {
+	x.stop(fault.Limitf(fault.LimitMemory, "the script ran out of memory: allocating %d bytes would pass its limit of %d bytes", size, x.limits.MemoryBytes))
+}
+
+// stop traps the guest at once, and the run fails with err.
+func (x *execution) stop(err *fault.Error) {
+	x.stopErr = err
 	x.stopping = true
 	panic(errStop)
 }

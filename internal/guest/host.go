@@ -35,6 +35,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
 	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("poll", hostPoll, nil, []api.ValueType{i32})
+	fn("out_of_memory", hostOutOfMemory, []api.ValueType{i32}, nil)
 	if _, err := pml.Instantiate(ctx); err != nil {
 		return fmt.Errorf("guest: host module pml: %w", err)
 	}
@@ -114,6 +115,12 @@ func hostFault(ctx context.Context, m api.Module, st []uint64) {
 		x.abort("fault with a document out of range")
 	}
 	st[0] = uint64(uint32(x.registerFault(doc)))
+}
+
+// hostOutOfMemory ends the run: the guest's JS heap could not grow (see
+// execution.outOfMemory). It never returns to the guest.
+func hostOutOfMemory(ctx context.Context, _ api.Module, st []uint64) {
+	inRun(ctx).outOfMemory(uint32(st[0]))
 }
 
 // pollBudget is how many loop iterations the guest runs between check-ins
