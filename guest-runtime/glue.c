@@ -40,6 +40,9 @@
  * and call poll when it runs out, so C code looping over a huge array-like
  * is stopped too, and the host's garbage collector is never kept waiting.
  */
+struct JSRuntime;
+static void pml_after_gc(struct JSRuntime *r);
+
 #include "quickjs.c"
 
 /* quickjs.c forbids plain malloc for its own code; the glue needs it. */
@@ -115,6 +118,18 @@ static void *pml_js_realloc(JSMallocState *s, void *ptr, size_t size) {
     if (unlikely(!p) && size != 0)
         pml_out_of_memory(size);
     return p;
+}
+
+/* Called by QuickJS's js_trigger_gc (patched in by build.sh) after each
+ * automatic collection, which has set the next at 1.5x the live heap. Past
+ * the run's memory limit that next collection would never come, and cyclic
+ * garbage would fill the heap while the live data fits: the run would end
+ * out of memory it has. So the next collection comes once half the room
+ * left under the limit is used. */
+static void pml_after_gc(JSRuntime *r) {
+    size_t size = r->malloc_state.malloc_size, limit = r->malloc_state.malloc_limit;
+    if (limit > size && r->malloc_gc_threshold > size + (limit - size) / 2)
+        r->malloc_gc_threshold = size + (limit - size) / 2;
 }
 
 static const JSMallocFunctions pml_malloc_funcs = {
