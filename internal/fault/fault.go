@@ -77,6 +77,7 @@ const (
 	LimitDepth       = "depth"
 	LimitSandboxes   = "sandboxes" // capability runs one request tree may start
 	LimitTimers      = "timers"    // setTimeout calls per execution
+	LimitJSONDepth   = "json_depth" // nesting of a result, a call's arguments or a reported error
 )
 
 // Error is the one structured error type. It marshals to the wire shape

@@ -86,6 +86,8 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 		return refuse(fault.Limitf(fault.LimitInFlight, "more than %d tool calls in flight", x.limits.InFlight).WithTool(full))
 	case len(args) > x.limits.ToolArgsBytes:
 		return refuse(fault.Limitf(fault.LimitArgsBytes, "arguments are %d bytes; the limit is %d", len(args), x.limits.ToolArgsBytes).WithTool(full))
+	case len(args) > 2*MaxJSONDepth && jsonDepth(args) > MaxJSONDepth:
+		return refuse(fault.Limitf(fault.LimitJSONDepth, "arguments nest %d levels deep; the limit is %d", jsonDepth(args), MaxJSONDepth).WithTool(full))
 	case x.req.Host == nil:
 		return refuse(fault.New(fault.ToolNotFound, "no tool host serves %q", full).WithTool(full))
 	}

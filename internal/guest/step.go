@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,9 @@ func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*output
 	if !ok {
 		return nil, fault.New(fault.SandboxError, "the sandbox returned an out-of-range result")
 	}
+	if ferr := checkOutputDepth(raw); ferr != nil {
+		return nil, ferr
+	}
 	var doc outputDoc
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "the sandbox returned malformed output")
@@ -103,6 +107,25 @@ func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*output
 		doc.Value = append(json.RawMessage(nil), doc.Value...) // detach from guest memory
 	}
 	return &doc, nil
+}
+
+// checkOutputDepth refuses an output document whose value nests deeper
+// than MaxJSONDepth: the script's result, or (in a failure report) the
+// details of a host error the script replaced. The prelude writes the
+// document as {"ok":true,"value":V} or {"ok":false,"error":{…}}: one level
+// around a result, two around an error's details.
+func checkOutputDepth(raw []byte) *fault.Error {
+	if len(raw) <= 2*MaxJSONDepth {
+		return nil
+	}
+	d := jsonDepth(raw)
+	switch {
+	case bytes.HasPrefix(raw, []byte(`{"ok":true,`)) && d-1 > MaxJSONDepth:
+		return fault.Limitf(fault.LimitJSONDepth, "the result nests %d levels deep; the limit is %d", d-1, MaxJSONDepth)
+	case d-2 > MaxJSONDepth:
+		return fault.Limitf(fault.LimitJSONDepth, "the script's error nests %d levels deep (the limit is %d), so it cannot be reported", d-2, MaxJSONDepth)
+	}
+	return nil
 }
 
 // errSuspend ends a run's stepping when everything it waits for is parked;
