@@ -97,8 +97,8 @@ static int interrupt_handler(JSRuntime *r, void *opaque) {
  * exhausted) never returns. QuickJS does not survive its allocation
  * failures well: a failing built-in can leave an array's length past its
  * storage (later reads go out of bounds), throw null when even the error
- * object cannot be made, or store its failure where the script reads it as
- * a value whose typeof is "unknown". So the run ends at the first one, by
+ * object cannot be made, or (reported) hand the script a value whose typeof
+ * is "unknown". So the run ends at the first one, by
  * a trap, like a run past its deadline; the host reports LIMIT_EXCEEDED
  * (memory). */
 static void pml_out_of_memory(size_t size) {
@@ -367,8 +367,9 @@ __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_
     argv[2] = JS_ParseJSON(ctx, inbox, len, "tool-result.json");
     argv[3] = JS_FALSE;
     if (JS_IsException(argv[2])) {
-        /* Malformed host JSON or OOM while parsing: reject the call with
-         * the exception instead of aborting the whole script. */
+        /* Malformed host JSON, or a result nested past the stack limit:
+         * reject the call with the exception instead of aborting the whole
+         * script. (Running out of memory while parsing ends the run.) */
         argv[1] = JS_NewBool(ctx, 0);
         argv[2] = JS_GetException(ctx);
         argv[3] = JS_TRUE;

@@ -147,8 +147,8 @@ func (x *execution) abort(format string, a ...any) {
 // outOfMemory ends a run whose JS heap could not grow by size bytes. It is
 // not a JS exception: QuickJS leaves objects half-changed when an
 // allocation fails inside a built-in (an array's length past its storage,
-// an exception it cannot create: the script got null, values typeof
-// "unknown", or memory accesses out of bounds later), so the run must not
+// an exception it cannot create: the script got null, or later memory
+// accesses went out of bounds), so the run must not
 // go on once one has failed. The limit is the script's, like the deadline.
 func (x *execution) outOfMemory(size uint32) {
 	x.stop(fault.Limitf(fault.LimitMemory, "the script ran out of memory: allocating %d bytes would pass its limit of %d bytes", size, x.limits.MemoryBytes))
