@@ -75,8 +75,8 @@ const (
 	LimitResultBytes = "result_bytes"
 	LimitArgsBytes   = "args_bytes"
 	LimitDepth       = "depth"
-	LimitSandboxes   = "sandboxes" // capability runs one request tree may start
-	LimitTimers      = "timers"    // setTimeout calls per execution
+	LimitSandboxes   = "sandboxes"  // capability runs one request tree may start
+	LimitTimers      = "timers"     // setTimeout calls per execution
 	LimitJSONDepth   = "json_depth" // nesting of a result, a call's arguments or a reported error
 )
 
