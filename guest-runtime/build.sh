@@ -76,6 +76,15 @@ awk 'prev ~ /^#if !defined\(EMSCRIPTEN\)$/ && $0 ~ /^#define CONFIG_ATOMICS$/ { 
   "$src/quickjs.c" >"$src/quickjs.c.new" && mv "$src/quickjs.c.new" "$src/quickjs.c"
 grep -q '^#ifndef __wasi__$' "$src/quickjs.c" || die "could not patch CONFIG_ATOMICS out of quickjs.c"
 
+# After each automatic collection QuickJS sets the next at 1.5x the live
+# heap, which can lie past the run's memory limit: with 45 of 64 MiB live,
+# cyclic garbage then filled the rest uncollected and the run ran out of
+# memory it had. glue.c's pml_after_gc brings the next collection within
+# the limit.
+awk '{ print } prev ~ /rt->malloc_gc_threshold = rt->malloc_state.malloc_size \+$/ && $0 ~ /^ *\(rt->malloc_state.malloc_size >> 1\);$/ { print "        pml_after_gc(rt);"; n++ } { prev = $0 } END { exit n == 1 ? 0 : 1 }' \
+  "$src/quickjs.c" >"$src/quickjs.c.new" && mv "$src/quickjs.c.new" "$src/quickjs.c" ||
+  die "could not patch js_trigger_gc in quickjs.c"
+
 # dtoa.c includes <setjmp.h> without using it; wasi-libc has none.
 mkdir -p "$work/shim"
 : >"$work/shim/setjmp.h"

@@ -34,6 +34,9 @@
  *                                           new index, or -1; with an empty
  *                                           tool, 1 when the server has tools
  *                                           to resolve, else -1
+ *   out_of_memory(size)                    the JS heap cannot grow by size
+ *                                           bytes: traps, ending the run as
+ *                                           LIMIT_EXCEEDED (memory)
  *
  * The run ends by a trap, never by a JS exception: once the deadline has
  * passed, the host traps at the guest's next contact (any import). The
@@ -42,6 +45,9 @@
  * and call poll when it runs out, so C code looping over a huge array-like
  * is stopped too, and the host's garbage collector is never kept waiting.
  */
+struct JSRuntime;
+static void pml_after_gc(struct JSRuntime *r);
+
 #include "quickjs.c"
 
 /* quickjs.c forbids plain malloc for its own code; the glue needs it. */
@@ -61,6 +67,8 @@ IMPORT("poll")
 int32_t host_poll(void);
 IMPORT("resolve")
 int32_t host_resolve(const char *server, int32_t server_len, const char *tool, int32_t tool_len);
+IMPORT("out_of_memory")
+void host_out_of_memory(int32_t size);
 
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
@@ -90,6 +98,53 @@ static int interrupt_handler(JSRuntime *r, void *opaque) {
     host_poll();
     return 0;
 }
+
+/* Every allocation of the JS runtime goes through these: QuickJS's own,
+ * except that a failure (past the run's memory limit, or linear memory
+ * exhausted) never returns. QuickJS does not survive its allocation
+ * failures well: a failing built-in can leave an array's length past its
+ * storage (later reads go out of bounds), throw null when even the error
+ * object cannot be made, or (reported) hand the script a value whose typeof
+ * is "unknown". So the run ends at the first one, by
+ * a trap, like a run past its deadline; the host reports LIMIT_EXCEEDED
+ * (memory). */
+static void pml_out_of_memory(size_t size) {
+    host_out_of_memory(size > INT32_MAX ? INT32_MAX : (int32_t)size);
+    abort(); /* not reached: the host traps */
+}
+
+static void *pml_js_malloc(JSMallocState *s, size_t size) {
+    void *p = js_def_malloc(s, size);
+    if (unlikely(!p))
+        pml_out_of_memory(size);
+    return p;
+}
+
+static void *pml_js_realloc(JSMallocState *s, void *ptr, size_t size) {
+    void *p = js_def_realloc(s, ptr, size);
+    if (unlikely(!p) && size != 0)
+        pml_out_of_memory(size);
+    return p;
+}
+
+/* Called by QuickJS's js_trigger_gc (patched in by build.sh) after each
+ * automatic collection, which has set the next at 1.5x the live heap. Past
+ * the run's memory limit that next collection would never come, and cyclic
+ * garbage would fill the heap while the live data fits: the run would end
+ * out of memory it has. So the next collection comes once half the room
+ * left under the limit is used. */
+static void pml_after_gc(JSRuntime *r) {
+    size_t size = r->malloc_state.malloc_size, limit = r->malloc_state.malloc_limit;
+    if (limit > size && r->malloc_gc_threshold > size + (limit - size) / 2)
+        r->malloc_gc_threshold = size + (limit - size) / 2;
+}
+
+static const JSMallocFunctions pml_malloc_funcs = {
+    pml_js_malloc,
+    js_def_free,
+    pml_js_realloc,
+    js_def_malloc_usable_size,
+};
 
 /* native.start(toolIndex, argsJSON) -> id */
 static JSValue native_start(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
@@ -155,7 +210,7 @@ __attribute__((export_name("pml_free"))) void pml_free(void *p) { free(p); }
  * success. Everything it creates lives in linear memory and is captured by the
  * host's snapshot. */
 __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
-    rt = JS_NewRuntime();
+    rt = JS_NewRuntime2(&pml_malloc_funcs, NULL);
     if (!rt)
         return 1;
     /* QuickJS's default (1 MiB) equals the linked stack, which would put the
@@ -337,8 +392,9 @@ __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_
     argv[2] = JS_ParseJSON(ctx, inbox, len, "tool-result.json");
     argv[3] = JS_FALSE;
     if (JS_IsException(argv[2])) {
-        /* Malformed host JSON or OOM while parsing: reject the call with
-         * the exception instead of aborting the whole script. */
+        /* Malformed host JSON, or a result nested past the stack limit:
+         * reject the call with the exception instead of aborting the whole
+         * script. (Running out of memory while parsing ends the run.) */
         argv[1] = JS_NewBool(ctx, 0);
         argv[2] = JS_GetException(ctx);
         argv[3] = JS_TRUE;

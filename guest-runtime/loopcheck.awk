@@ -26,9 +26,22 @@
 # every JS loop and recursion takes. Loops nested in the dispatch (built-ins
 # inlined into the interpreter) are checked like all others.
 #
+# Bulk memory instructions are checked too. With bulk memory on, clang
+# compiles every memset, memcpy and memmove to one memory.fill or
+# memory.copy, a single instruction however many bytes it moves: a loop of
+# TypedArray.prototype.fill over 60 MB (or copyWithin, set, slice, a large
+# ArrayBuffer, Array.prototype.shift on a long array) spent seconds between
+# check-ins. So each of them becomes a call to $pml_fill or $pml_copy,
+# which charge the same budget one unit per 256 bytes (at memory speed
+# about what the slowest loop iterations cost) and move more than 64 KiB
+# in 64 KiB chunks with the charge between chunks: however large the
+# operation, the guest checks in every few megabytes. Up to 64 KiB the
+# instruction runs whole after one compare and one subtraction.
+#
 # The script fails when there is no pml.poll import, no loop, or no dispatch
-# loop to recognise, so a change in the guest or in wabt cannot silently
-# turn the checks off or move the exemption.
+# loop to recognise, or a bulk memory instruction in a form it does not
+# know, so a change in the guest or in wabt cannot silently turn the checks
+# off or move the exemption.
 
 # The first pass finds the dispatch: the loops around the widest br_table
 # in JS_CallInternal.
@@ -74,6 +87,18 @@ FNR == 1 {
 FNR > 1 { print held }
 { held = $0 }
 
+# memory.fill and memory.copy (with their three operands on the stack)
+# become calls to the chunking helpers defined at the end. They are only
+# ever printed bare, for the one memory; any other form stops the build.
+/^ *memory\.(fill|copy)( |$)/ {
+  if ($0 !~ /^ *memory\.(fill|copy)$/) { print "loopcheck: unexpected bulk memory instruction: " $0 > "/dev/stderr"; bad = 1; exit 1 }
+  op = $1
+  sub(/^memory\./, "", op)
+  sub(/memory\.(fill|copy)$/, "call $pml_" op, held)
+  bulk[op]++
+  next
+}
+
 /^ *loop( |$)/ {
   loopno++
   if (loopno in exempt) next
@@ -92,7 +117,7 @@ FNR > 1 { print held }
 }
 
 END {
-  if (widest < 128 || exempted == 0) exit 1
+  if (bad || widest < 128 || exempted == 0) exit 1
   if (poll == "") { print "loopcheck: no pml.poll import" > "/dev/stderr"; exit 1 }
   if (checked == 0) { print "loopcheck: no loops found" > "/dev/stderr"; exit 1 }
   if (!stackpointer) { print "loopcheck: no $__stack_pointer global" > "/dev/stderr"; exit 1 }
@@ -105,6 +130,147 @@ END {
   print "  (export \"pml_stack_pointer\" (global $__stack_pointer))"
   print "  (func $pml_poll"
   print "    call " poll
-  print "    global.set $pml_budget))"
-  printf "loopcheck: %d loops checked; %d around the interpreter's dispatch (br_table of %d) left to its own polling\n", checked, exempted, widest > "/dev/stderr"
+  print "    global.set $pml_budget)"
+  # $pml_charge takes k units off the budget, or checks in when that would
+  # empty it: the budget never reaches zero here, so the loops' countdown
+  # (which checks in exactly at zero) keeps working.
+  print "  (func $pml_charge (param $k i32)"
+  print "    global.get $pml_budget"
+  print "    local.get $k"
+  print "    i32.le_s"
+  print "    if"
+  print "      call $pml_poll"
+  print "    else"
+  print "      global.get $pml_budget"
+  print "      local.get $k"
+  print "      i32.sub"
+  print "      global.set $pml_budget"
+  print "    end)"
+  # $pml_fill is memory.fill in 64 KiB chunks, charged as it goes. A fill
+  # out of bounds traps before it writes, like the instruction.
+  print "  (func $pml_fill (param $d i32) (param $v i32) (param $n i32)"
+  print "    local.get $n"
+  print "    i32.const 65536"
+  print "    i32.gt_u"
+  print "    if"
+  print "      local.get $d"
+  print "      local.get $n"
+  print "      call $pml_bounds"
+  print "      loop"
+  print "        i32.const 256"
+  print "        call $pml_charge"
+  print "        local.get $d"
+  print "        local.get $v"
+  print "        i32.const 65536"
+  print "        memory.fill"
+  print "        local.get $d"
+  print "        i32.const 65536"
+  print "        i32.add"
+  print "        local.set $d"
+  print "        local.get $n"
+  print "        i32.const 65536"
+  print "        i32.sub"
+  print "        local.tee $n"
+  print "        i32.const 65536"
+  print "        i32.gt_u"
+  print "        br_if 0"
+  print "      end"
+  print "    end"
+  print "    local.get $n"
+  print "    i32.const 8"
+  print "    i32.shr_u"
+  print "    call $pml_charge"
+  print "    local.get $d"
+  print "    local.get $v"
+  print "    local.get $n"
+  print "    memory.fill)"
+  # $pml_copy is memory.copy (memmove) in 64 KiB chunks: front to back when
+  # the destination is below the source, back to front otherwise, so an
+  # overlapping copy never reads bytes it has already overwritten.
+  print "  (func $pml_copy (param $d i32) (param $s i32) (param $n i32)"
+  print "    local.get $n"
+  print "    i32.const 65536"
+  print "    i32.gt_u"
+  print "    if"
+  print "      local.get $d"
+  print "      local.get $n"
+  print "      call $pml_bounds"
+  print "      local.get $s"
+  print "      local.get $n"
+  print "      call $pml_bounds"
+  print "      local.get $d"
+  print "      local.get $s"
+  print "      i32.le_u"
+  print "      if"
+  print "        loop"
+  print "          i32.const 256"
+  print "          call $pml_charge"
+  print "          local.get $d"
+  print "          local.get $s"
+  print "          i32.const 65536"
+  print "          memory.copy"
+  print "          local.get $d"
+  print "          i32.const 65536"
+  print "          i32.add"
+  print "          local.set $d"
+  print "          local.get $s"
+  print "          i32.const 65536"
+  print "          i32.add"
+  print "          local.set $s"
+  print "          local.get $n"
+  print "          i32.const 65536"
+  print "          i32.sub"
+  print "          local.tee $n"
+  print "          i32.const 65536"
+  print "          i32.gt_u"
+  print "          br_if 0"
+  print "        end"
+  print "      else"
+  print "        loop"
+  print "          i32.const 256"
+  print "          call $pml_charge"
+  print "          local.get $n"
+  print "          i32.const 65536"
+  print "          i32.sub"
+  print "          local.set $n"
+  print "          local.get $d"
+  print "          local.get $n"
+  print "          i32.add"
+  print "          local.get $s"
+  print "          local.get $n"
+  print "          i32.add"
+  print "          i32.const 65536"
+  print "          memory.copy"
+  print "          local.get $n"
+  print "          i32.const 65536"
+  print "          i32.gt_u"
+  print "          br_if 0"
+  print "        end"
+  print "      end"
+  print "    end"
+  print "    local.get $n"
+  print "    i32.const 8"
+  print "    i32.shr_u"
+  print "    call $pml_charge"
+  print "    local.get $d"
+  print "    local.get $s"
+  print "    local.get $n"
+  print "    memory.copy)"
+  # $pml_bounds traps, as the instruction would have before writing a
+  # byte, when [p, p+n) is not all inside memory.
+  print "  (func $pml_bounds (param $p i32) (param $n i32)"
+  print "    local.get $p"
+  print "    i64.extend_i32_u"
+  print "    local.get $n"
+  print "    i64.extend_i32_u"
+  print "    i64.add"
+  print "    memory.size"
+  print "    i64.extend_i32_u"
+  print "    i64.const 16"
+  print "    i64.shl"
+  print "    i64.gt_u"
+  print "    if"
+  print "      unreachable"
+  print "    end))"
+  printf "loopcheck: %d loops checked; %d around the interpreter's dispatch (br_table of %d) left to its own polling; %d memory.fill and %d memory.copy chunked\n", checked, exempted, widest, bulk["fill"], bulk["copy"] > "/dev/stderr"
 }

@@ -347,12 +347,17 @@
   // Timers are host-side sleeps (server ""), so they share the one event loop
   // with tool calls and never run after the script has finished.
   // Timer handles are consecutive integers; a cleared or fired timer's slot
-  // holds false.
+  // holds false. A run may start maxTimers of them (the host's cap, from
+  // the configuration); the setTimeout that would cross it throws.
   let timerSeq = 0;
+  let maxTimers = 10000;
   const timers = slots(16);
   const TypeErrorCtor = TypeError;
   function setTimeoutImpl(fn, ms, ...rest) {
     if (typeof fn !== "function") throw new TypeErrorCtor("setTimeout: callback is not a function");
+    if (timerSeq >= maxTimers) {
+      throw preludeError({ code: "LIMIT_EXCEEDED", limit: "timers", message: "more than " + maxTimers + " timers in one execution" });
+    }
     const handle = ++timerSeq;
     const delay = mathMax(0, NumberCtor(ms) || 0);
     put(timers, handle, true);
@@ -397,6 +402,7 @@
 
   function setup(cfg) {
     if (cfg.in_flight > 0) cap = cfg.in_flight;
+    if (cfg.max_timers > 0) maxTimers = cfg.max_timers;
     defineProperty(globalObject, "mcp", { value: buildMCP(cfg.tools || [], cfg.resolve === true), ...hidden });
     if (cfg.globals) {
       for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -14,8 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"net/http/httptest"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -132,7 +131,7 @@ func TestServeStaysLiveUnderHostileScripts(t *testing.T) {
 	hostile := []string{
 		"return Array.prototype.includes.call({length: 2**53-1}, 1)",
 		`return Array.prototype.join.call({length: 2**40}, "")`,
-		"let a = []; for (;;) { try { a.push(new Array(1e6).fill(1)) } catch (e) { a = [] } }",
+		"const a = new Uint8Array(6e7); for (;;) a.fill(1)",
 	}
 	const deadline = 6 * time.Second
 	var wg sync.WaitGroup

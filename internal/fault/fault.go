@@ -77,6 +77,8 @@ const (
 	LimitDepth       = "depth"
 	LimitSandboxes   = "sandboxes"    // capability runs one request tree may start
 	LimitLookups     = "name_lookups" // names one run resolves as its script reaches them
+	LimitTimers      = "timers"       // setTimeout calls per execution
+	LimitJSONDepth   = "json_depth"   // nesting of a result, a call's arguments or a reported error
 )
 
 // Server budgets, carried in Error.Limit when Code is Unavailable: `pml

@@ -98,7 +98,7 @@ type Request struct {
 	// is kept. Both are called on the script's goroutine and must not
 	// block. Together with OnCall they let a front end show progress.
 	OnCallStart func(trace.Call)
-	OnLog       func(LogEntry)
+	OnLog       func(trace.LogEntry)
 }
 
 // MemoryBudget is charged for the linear memory of the runs started under
@@ -144,24 +144,19 @@ type Limits struct {
 	ToolResultSize int           // size of one call's result as given to the script
 }
 
-// LogEntry is one console line: a record the engine returns, defined
-// with the other records in internal/trace so front ends need not import
-// the engine.
-type LogEntry = trace.LogEntry
-
 // Result is what one execution produced. Err is nil when the script returned
 // normally; otherwise it carries the code, message and (for script errors)
 // the JS stack.
 type Result struct {
-	ExecutionID   string          `json:"execution_id"`
-	OK            bool            `json:"ok"`
-	Value         json.RawMessage `json:"result,omitempty"`
-	Logs          []LogEntry      `json:"logs"`
-	LogsTruncated bool            `json:"logs_truncated,omitempty"`
-	Err           *fault.Error    `json:"error,omitempty"`
-	Calls         []trace.Call    `json:"calls"`
-	StartedAt     time.Time       `json:"-"`
-	Duration      time.Duration   `json:"-"`
+	ExecutionID   string           `json:"execution_id"`
+	OK            bool             `json:"ok"`
+	Value         json.RawMessage  `json:"result,omitempty"`
+	Logs          []trace.LogEntry `json:"logs"`
+	LogsTruncated bool             `json:"logs_truncated,omitempty"`
+	Err           *fault.Error     `json:"error,omitempty"`
+	Calls         []trace.Call     `json:"calls"`
+	StartedAt     time.Time        `json:"-"`
+	Duration      time.Duration    `json:"-"`
 	// Suspended is set, with OK false and Err nil, when the run stopped
 	// waiting for decisions on its parked calls: Engine.Resume continues
 	// it.

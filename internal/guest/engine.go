@@ -32,6 +32,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // Options configure an Engine. The zero value is usable.
@@ -371,9 +372,9 @@ func (e *Engine) enter() bool {
 // failures are in Result.Err.
 func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	start := time.Now()
-	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []LogEntry{}, Calls: nil}
+	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []trace.LogEntry{}, Calls: nil}
 	if res.ExecutionID == "" {
-		res.ExecutionID = NewExecutionID()
+		res.ExecutionID = trace.NewExecutionID()
 	}
 	finish := func(err *fault.Error) *Result {
 		res.Err = err

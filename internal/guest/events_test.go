@@ -21,7 +21,7 @@ func TestProgressHooks(t *testing.T) {
 	r := run(t, "console.log('one'); await mcp.demo.echo({x: 1}); console.warn('two'); await mcp.demo.add({a: 1, b: 2}); for (let i = 0; i < 5; i++) console.log('x'); return 1",
 		func(r *guest.Request) {
 			r.Limits.LogEntries = 4
-			r.OnLog = func(e guest.LogEntry) { add(e.Level + " " + e.Message) }
+			r.OnLog = func(e trace.LogEntry) { add(e.Level + " " + e.Message) }
 			r.OnCallStart = func(c trace.Call) { add(fmt.Sprintf("start %d %s", c.CallID, c.Tool)) }
 			r.OnCall = func(c trace.Call) { add(fmt.Sprintf("end %d %s %v", c.CallID, c.Tool, c.OK)) }
 		})

@@ -40,3 +40,28 @@ func TestGuestValuesAreUntrusted(t *testing.T) {
 		}
 	}
 }
+
+// jsonDepth counts only the brackets of arrays and objects: those inside
+// strings, escaped quotes included, do not count.
+func TestJSONDepth(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{``, 0},
+		{`1`, 0},
+		{`"[[["`, 0},
+		{`[]`, 1},
+		{`[[], {}]`, 2},
+		{`{"a":[{"b":[]}]}`, 4},
+		{`["\"[[", 1]`, 1},
+		{`["\\", [1]]`, 2},
+		{`["\\\"[", {"k\"{": [[]]}]`, 4},
+		{`{"a":"]]]]"} `, 1},
+	}
+	for _, tt := range tests {
+		if got := jsonDepth([]byte(tt.in)); got != tt.want {
+			t.Errorf("jsonDepth(%s) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}

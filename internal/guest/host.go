@@ -36,6 +36,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("poll", hostPoll, nil, []api.ValueType{i32})
 	fn("resolve", hostResolve, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
+	fn("out_of_memory", hostOutOfMemory, []api.ValueType{i32}, nil)
 	if _, err := pml.Instantiate(ctx); err != nil {
 		return fmt.Errorf("guest: host module pml: %w", err)
 	}
@@ -132,6 +133,12 @@ func hostResolve(ctx context.Context, m api.Module, st []uint64) {
 	st[0] = uint64(uint32(x.resolve(server, tool)))
 }
 
+// hostOutOfMemory ends the run: the guest's JS heap could not grow (see
+// execution.outOfMemory). It never returns to the guest.
+func hostOutOfMemory(ctx context.Context, _ api.Module, st []uint64) {
+	inRun(ctx).outOfMemory(uint32(st[0]))
+}
+
 // pollBudget is how many loop iterations the guest runs between check-ins
 // (guest-runtime/loopcheck.awk). The cheapest iteration is a few
 // nanoseconds and a check-in ~50 ns, so this costs at most ~1% on the
@@ -151,6 +158,7 @@ func hostPoll(ctx context.Context, _ api.Module, st []uint64) {
 	if x.engine.runFlags&1 != 0 {
 		st[0] = math.MaxInt32 // benchmarks measuring the cost of deadlines
 	}
+	x.checkIns++
 	now := time.Now()
 	x.checkInAt(now)
 	// The script is still computing: calls it started meanwhile begin now

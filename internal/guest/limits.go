@@ -53,8 +53,43 @@ func DefaultMaxLimits() Limits {
 const LogEntryOverhead = 64
 
 // maxTimers bounds setTimeout calls per execution, so a loop of timers
-// cannot pile up host goroutines.
+// cannot pile up host goroutines. The prelude throws LIMIT_EXCEEDED
+// (timers) from the setTimeout that would cross it; the host refuses past
+// it too, for a guest whose prelude did not.
 const maxTimers = 10000
+
+// MaxJSONDepth bounds how deeply the arrays and objects of what a script
+// hands the host (its result, a tool call's arguments, an error it
+// rethrows) may nest. Past it the value is the script's fault, LIMIT_EXCEEDED
+// (json_depth), never the host's: Go's decoder stops at 10,000 levels (a
+// deeper result was SANDBOX_ERROR), every front wraps the value a few levels
+// deeper again, and decoders in other languages give up sooner (Python's
+// near 1,000). Real data nests a few dozen levels at most.
+const MaxJSONDepth = 1000
+
+// jsonDepth returns how deeply b's arrays and objects nest (0 for a
+// scalar), counting brackets outside strings. It does not validate b. A
+// value nested d deep is at least 2d bytes long, so callers skip values
+// shorter than that.
+func jsonDepth(b []byte) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			depth++
+			deepest = max(deepest, depth)
+		case ']', '}':
+			depth--
+		}
+	}
+	return deepest
+}
 
 // withDefaults fills zero fields from d.
 func (l Limits) withDefaults(d Limits) Limits {

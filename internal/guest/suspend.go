@@ -58,7 +58,7 @@ type Suspension struct {
 	NextID        int32                  `json:"next_id"`
 	Calls         []trace.Call           `json:"calls"`
 	Over          *trace.Call            `json:"over,omitempty"`
-	Logs          []LogEntry             `json:"logs"`
+	Logs          []trace.LogEntry       `json:"logs"`
 	LogBytes      int                    `json:"log_bytes"`
 	LogsTruncated bool                   `json:"logs_truncated,omitempty"`
 	Delivered     map[int32]*fault.Error `json:"delivered,omitempty"`
@@ -185,7 +185,7 @@ func (x *execution) decide(decisions map[int]Decision) {
 // refused with RESUME_INCOMPATIBLE.
 func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisions map[int]Decision) *Result {
 	start := time.Now()
-	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []LogEntry{}}
+	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []trace.LogEntry{}}
 	finish := func(err *fault.Error) *Result {
 		res.Err = err
 		res.OK = err == nil

@@ -98,7 +98,7 @@ func suspension(n int, seed uint64) *guest.Suspension {
 			{ExecutionID: "ex_1", CallID: 1, Server: "demo", Tool: "echo", Kind: trace.KindMCP, StartedAt: started, DurationMS: 0.5, OK: true, ArgsBytes: 7},
 			{ExecutionID: "ex_1", CallID: 2, Server: "demo", Tool: "add", Kind: trace.KindMCP, StartedAt: started, Status: trace.StatusParked, ArgsBytes: 14},
 		},
-		Logs:     []guest.LogEntry{{Level: "log", Message: "waiting for approval", AtMS: 1.5}},
+		Logs:     []trace.LogEntry{{Level: "log", Message: "waiting for approval", AtMS: 1.5}},
 		LogBytes: 84,
 		Delivered: map[int32]*fault.Error{
 			3: fault.New(fault.ToolError, "boom"),

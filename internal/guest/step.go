@@ -1,0 +1,189 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Host-driven stepping: the guest never blocks inside an import. pml_run
+// and pml_resume return as soon as the script waits for the host; the host
+// waits for the next answer and hands it in, until the guest returns its
+// output document.
+
+// outputDoc is what pml_run returns.
+type outputDoc struct {
+	OK    bool            `json:"ok"`
+	Value json.RawMessage `json:"value"`
+	Error *fault.Error    `json:"-"`
+	// RawError is the failure as the guest reported it, checked by
+	// verifyFailure before it becomes Error.
+	RawError json.RawMessage `json:"error"`
+}
+
+// run calls pml_run on a fresh instance and decodes its answer.
+func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
+	ctx := context.WithValue(x.ctx, execKey{}, x)
+	mod, alloc := in.mod, in.alloc
+	// QuickJS's parsers need a NUL after the text, so every buffer gets one.
+	put := func(b []byte) (uint32, error) {
+		r, err := alloc.Call(ctx, uint64(len(b)+1))
+		if err != nil {
+			return 0, err
+		}
+		p := uint32(r[0])
+		if p == 0 || !mod.Memory().Write(p, b) || !mod.Memory().WriteByte(p+uint32(len(b)), 0) {
+			return 0, errors.New("guest allocation failed")
+		}
+		return p, nil
+	}
+	cfgPtr, err := put(cfg)
+	if err != nil {
+		return nil, fault.Wrap(fault.SandboxError, err, "loading the configuration")
+	}
+	codePtr, err := put([]byte(x.req.Code))
+	if err != nil {
+		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
+	}
+	ret, err := in.run.Call(ctx,
+		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
+		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
+	if err != nil {
+		return nil, x.trapError(err)
+	}
+	return x.drive(ctx, in, int64(ret[0]))
+}
+
+// drive carries a started run on from the guest's last answer (ret, what
+// pml_run or pml_resume returned): host-driven stepping. While the script
+// waits for a call, drive waits for an answer and hands it in with
+// pml_resume, until the guest returns its output document — or every call
+// the script waits for is parked, and the run suspends (errSuspend).
+func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*outputDoc, *fault.Error) {
+	mod := in.mod
+	for ret == waiting {
+		c, ferr := x.next()
+		if ferr != nil {
+			return nil, ferr
+		}
+		r, err := in.inbox.Call(ctx, uint64(len(c.data)))
+		if err != nil {
+			return nil, x.trapError(err)
+		}
+		if p := uint32(r[0]); p != 0 && !mod.Memory().Write(p, c.data) {
+			return nil, fault.New(fault.SandboxError, "the sandbox's inbox is out of range")
+		}
+		rs, err := in.resume.Call(ctx, uint64(uint32(c.id)), boolArg(c.ok), uint64(len(c.data)))
+		if err != nil {
+			return nil, x.trapError(err)
+		}
+		ret = int64(rs[0])
+	}
+	ptr, n := uint32(uint64(ret)>>32), uint32(ret)
+	if ptr == 0 {
+		return nil, fault.Limitf(fault.LimitMemory, "the sandbox ran out of memory producing its result")
+	}
+	raw, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		return nil, fault.New(fault.SandboxError, "the sandbox returned an out-of-range result")
+	}
+	if ferr := checkOutputDepth(raw); ferr != nil {
+		return nil, ferr
+	}
+	var doc outputDoc
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fault.Wrap(fault.SandboxError, err, "the sandbox returned malformed output")
+	}
+	if len(doc.RawError) > 0 && string(doc.RawError) != "null" {
+		doc.Error = x.verifyFailure(doc.RawError)
+	}
+	if !doc.OK && doc.Error == nil {
+		doc.Error = fault.New(fault.SandboxError, "the sandbox failed without an error")
+	}
+	if doc.OK {
+		doc.Value = append(json.RawMessage(nil), doc.Value...) // detach from guest memory
+	}
+	return &doc, nil
+}
+
+// checkOutputDepth refuses an output document whose value nests deeper
+// than MaxJSONDepth: the script's result, or (in a failure report) the
+// details of a host error the script replaced. The prelude writes the
+// document as {"ok":true,"value":V} or {"ok":false,"error":{…}}: one level
+// around a result, two around an error's details.
+func checkOutputDepth(raw []byte) *fault.Error {
+	if len(raw) <= 2*MaxJSONDepth {
+		return nil
+	}
+	d := jsonDepth(raw)
+	switch {
+	case bytes.HasPrefix(raw, []byte(`{"ok":true,`)) && d-1 > MaxJSONDepth:
+		return fault.Limitf(fault.LimitJSONDepth, "the result nests %d levels deep; the limit is %d", d-1, MaxJSONDepth)
+	case d-2 > MaxJSONDepth:
+		return fault.Limitf(fault.LimitJSONDepth, "the script's error nests %d levels deep (the limit is %d), so it cannot be reported", d-2, MaxJSONDepth)
+	}
+	return nil
+}
+
+// errSuspend ends a run's stepping when everything it waits for is parked;
+// the engine turns the run into a Suspension.
+var errSuspend = &fault.Error{Code: "SUSPENDED", Message: "every call the script waits for awaits a decision"}
+
+// waiting is what pml_run and pml_resume return while the script waits for
+// a call (glue.c's PML_WAITING).
+const waiting = -1
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// next returns the next answer for the guest, waiting for one when none is
+// ready. The run cannot go on when nothing is in flight (DEADLOCK) or its
+// deadline has passed (TIMEOUT).
+func (x *execution) next() (completion, *fault.Error) {
+	x.startPending(true)
+	var c completion
+	switch {
+	case len(x.ready) > 0:
+		c = x.ready[0]
+		x.ready = x.ready[1:]
+	case x.inflight == 0 && x.timers == 0:
+		return c, fault.New(fault.Deadlock, "the script is waiting for a promise that nothing can settle (no tool call is in flight)")
+	case x.inflight == len(x.parked) && x.timers == 0:
+		// Every call the script waits for waits for a decision: nothing
+		// can happen until one is made.
+		return c, errSuspend
+	default:
+		select {
+		case c = <-x.done:
+		case <-x.ctx.Done():
+			return c, x.timeoutError()
+		}
+	}
+	if c.timer {
+		x.timers--
+	} else {
+		x.inflight--
+	}
+	if c.fault != nil {
+		x.deliver(c.id, c.fault)
+	}
+	if x.expired.Load() || x.ctx.Err() != nil {
+		return c, x.timeoutError() // an answer that came with the deadline is not delivered
+	}
+	return c, nil
+}
+
+// timeoutError is the run's TIMEOUT, naming which deadline passed.
+func (x *execution) timeoutError() *fault.Error {
+	if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) && x.ctx.Err() != nil {
+		return fault.New(fault.Timeout, "the caller's deadline was reached")
+	}
+	return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
+}
