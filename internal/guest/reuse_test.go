@@ -82,14 +82,16 @@ return Math.random()`
 }
 
 // TestTrappedOrGrownInstancesAreNotReused: a run that hit its deadline (a
-// trap) or grew its memory past the snapshot leaves an instance that is
-// closed, never reset.
+// trap), grew its memory past the snapshot, or recursed to the stack limit
+// (wazero's call stack for the instance grew, and a reset would keep it)
+// leaves an instance that is closed, never reset.
 func TestTrappedOrGrownInstancesAreNotReused(t *testing.T) {
 	ctx := context.Background()
 	e := reusingEngine(t)
 	for i, code := range []string{
 		"while (true) {}",
 		"const a = []; for (let i = 0; i < 64; i++) a.push(new ArrayBuffer(1 << 20)); return a.length",
+		"function f() { return f() + 1 } return f()",
 	} {
 		before := e.Stats()
 		e.Run(ctx, guest.Request{Code: code, Limits: guest.Limits{Timeout: 200 * time.Millisecond}})
