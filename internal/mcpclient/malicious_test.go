@@ -273,8 +273,10 @@ func TestMaliciousServerStreamable(t *testing.T) {
 
 func TestMaliciousServerSSE(t *testing.T) {
 	e := newEvilServer(t)
+	// The timeout leaves a loaded machine room to read the oversized
+	// event before it (at 400 ms, "huge" sometimes ended as TIMEOUT).
 	p := newTestPool(t, []ServerConfig{{Name: "evil", URL: "http://" + e.addr + "/sse",
-		Transport: TransportSSE, CallTimeout: 400 * time.Millisecond}},
+		Transport: TransportSSE, CallTimeout: 1500 * time.Millisecond}},
 		WithMaxMessageBytes(1<<20))
 	waitTools(t, p, "evil", evilTools...)
 
