@@ -301,6 +301,14 @@ func (s *Service) Run(ctx context.Context, id string) error {
 		stopWatch()
 		cause = context.Cause(rctx)
 		done()
+		if !resp.Suspended() && !isCancel(cause) {
+			// A cancel that came after the last poll still stands: the
+			// caller was told the execution is cancelled.
+			if yes, _ := store.CancelRequested(context.WithoutCancel(ctx), id); yes {
+				cause = cancelled(id)
+				resp.OK, resp.Result = false, nil
+			}
+		}
 	}
 	state, expires := outcome(resp, cause)
 	doc, err := json.Marshal(resp)
@@ -372,6 +380,12 @@ func (s *Service) cancelLive(id string) bool {
 	}
 	l.cancel(cancelled(id))
 	return true
+}
+
+// isCancel reports whether cause is a cancel's.
+func isCancel(cause error) bool {
+	var fe *fault.Error
+	return errors.As(cause, &fe) && fe.Code == fault.Cancelled
 }
 
 // outcome is the run state resp ends in, and how long its record is kept
