@@ -64,6 +64,8 @@ const (
 	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
 	EnvMCPCredsDir       = "PML_MCP_CREDENTIALS_DIR" // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
 	EnvStreamREST        = "PML_STREAM_REST_API"     // on: REST API events are answered as streamed responses (the template's REST API streams)
+	EnvJWTIssuer         = "PML_JWT_ISSUER"          // the authorize function: the accepted JWT issuer
+	EnvJWTAudience       = "PML_JWT_AUDIENCE"        // the authorize function: the accepted audiences, comma-separated
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -87,7 +89,7 @@ const (
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
-	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
+	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvJWTIssuer, EnvJWTAudience, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
 	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait}
 
 // Where traces go (TraceConfig.Store).

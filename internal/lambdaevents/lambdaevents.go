@@ -356,10 +356,16 @@ func principalV2(auth *events.APIGatewayV2HTTPRequestContextAuthorizerDescriptio
 }
 
 // principalV1 is the principal of a REST API (payload 1.0) request: IAM,
-// or a Cognito user pool authorizer's claims.
+// the authorize function's verified issuer and subject (the template's
+// JWT authorizer), or a Cognito user pool authorizer's claims.
 func principalV1(rc events.APIGatewayProxyRequestContext) string {
 	if rc.Identity.UserArn != "" {
 		return rc.Identity.UserArn
+	}
+	iss, _ := rc.Authorizer["iss"].(string)
+	sub, _ := rc.Authorizer["sub"].(string)
+	if iss != "" && sub != "" {
+		return jwtPrincipal(iss, sub)
 	}
 	if claims, ok := rc.Authorizer["claims"].(map[string]any); ok {
 		iss, _ := claims["iss"].(string)
