@@ -35,7 +35,7 @@ import (
 )
 
 // bins holds the binaries built once for the whole suite.
-var bins struct{ execute, capability, aggregate, pml string }
+var bins struct{ execute, capability, aggregate, authorize, pml string }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "pml-integration")
@@ -56,6 +56,7 @@ func TestMain(m *testing.M) {
 	bins.execute = build("execute", "./functions/execute")
 	bins.capability = build("capability", "./functions/capability")
 	bins.aggregate = build("aggregate", "./functions/aggregate")
+	bins.authorize = build("authorize", "./functions/authorize")
 	bins.pml = build("pml", "./cmd/pml")
 	code := m.Run()
 	dynamolocal.StopAll()
@@ -87,6 +88,8 @@ type stackOptions struct {
 	execute func(*lambdaemu.Function)
 	// env is added to every function's environment.
 	env []string
+	// more are functions beside the stack's own (the authorizer).
+	more []lambdaemu.Function
 }
 
 func newStackWith(t *testing.T, opts stackOptions, extraServers ...string) *stack {
@@ -135,12 +138,19 @@ func newStackWith(t *testing.T, opts stackOptions, extraServers ...string) *stac
 	}
 	// The emulator's address is only known once it listens, and the
 	// functions need it to invoke each other: start them lazily after.
-	emu, err := lambdaemu.Start(
+	fns := []lambdaemu.Function{
 		execute,
-		lambdaemu.Function{Name: "capability", Binary: bins.capability, Env: env, Timeout: 30 * time.Second, MaxConcurrency: 8, Stderr: logs},
+		{Name: "capability", Binary: bins.capability, Env: env, Timeout: 30 * time.Second, MaxConcurrency: 8, Stderr: logs},
 		// DynamoDB Local takes 10 actions a transaction.
-		lambdaemu.Function{Name: "aggregate", Binary: bins.aggregate, Env: append(env, "PML_AGGREGATE_TRANSACT_ITEMS=10"), Timeout: 30 * time.Second, MaxConcurrency: 1, Stderr: logs},
-	)
+		{Name: "aggregate", Binary: bins.aggregate, Env: append(env, "PML_AGGREGATE_TRANSACT_ITEMS=10"), Timeout: 30 * time.Second, MaxConcurrency: 1, Stderr: logs},
+	}
+	for _, f := range opts.more {
+		if f.Stderr == nil {
+			f.Stderr = logs
+		}
+		fns = append(fns, f)
+	}
+	emu, err := lambdaemu.Start(fns...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // (PML_STREAM_REST_API, as the template sets it), it keeps suspensions
 // and runs in DynamoDB Local, and the emulator delivers every
 // asynchronous invocation twice, as Lambda may.
-func longStack(t *testing.T, adjust func(*lambdaemu.Function)) *stack {
+func longStack(t *testing.T, adjust func(*lambdaemu.Function), more ...lambdaemu.Function) *stack {
 	t.Helper()
 	tableName := fmt.Sprintf("longruns_%d", time.Now().UnixNano())
 	s := newStackWith(t, stackOptions{
@@ -37,6 +37,7 @@ func longStack(t *testing.T, adjust func(*lambdaemu.Function)) *stack {
 				adjust(f)
 			}
 		},
+		more: more,
 	})
 	if err := suspend.CreateTable(context.Background(), s.db.Client(), tableName); err != nil {
 		t.Fatal(err)
