@@ -129,6 +129,9 @@ func (s *stack) restGateway(t *testing.T, authorize func(r *http.Request) (map[s
 				}
 			}
 		}
+		if err := stream.Err(); err != nil {
+			t.Logf("rest: %s %s: the stream broke: %v", r.Method, r.URL.Path, err)
+		}
 		if !started {
 			http.Error(w, "the function streamed no prelude", http.StatusBadGateway)
 		}
