@@ -431,10 +431,16 @@ func (s *Service) Status(ctx context.Context, id, principal string) (*execution.
 	return s.document(ctx, run), nil
 }
 
+// liveRun is a copy of id's entry if it runs in this process, nil
+// otherwise.
 func (s *Service) liveRun(id string) *liveRun {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.live[id]
+	if l := s.live[id]; l != nil {
+		c := *l
+		return &c
+	}
+	return nil
 }
 
 func notFound(id string) *fault.Error {
