@@ -12,7 +12,7 @@ LAMBDA_GOFLAGS := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 LAMBDA_TAGS    := lambda.norpc
 
 .PHONY: all guest build pml run test unit race fuzz lint bench clean guest-reproducible conformance \
-	build-ExecuteFunction build-CapabilityFunction build-AggregateFunction check-artifact
+	build-ExecuteFunction build-CapabilityFunction build-AggregateFunction build-AuthorizeFunction check-artifact
 
 all: build
 
@@ -81,6 +81,7 @@ build: $(GUEST)
 	$(MAKE) build-ExecuteFunction ARTIFACTS_DIR=$(CURDIR)/dist/ExecuteFunction
 	$(MAKE) build-CapabilityFunction ARTIFACTS_DIR=$(CURDIR)/dist/CapabilityFunction
 	$(MAKE) build-AggregateFunction ARTIFACTS_DIR=$(CURDIR)/dist/AggregateFunction
+	$(MAKE) build-AuthorizeFunction ARTIFACTS_DIR=$(CURDIR)/dist/AuthorizeFunction
 
 # Each artifact also ships its guest compiled for Graviton (guest-cache/,
 # written by the artifact's own bootstrap under qemu-user; see
@@ -100,6 +101,11 @@ build-CapabilityFunction: $(GUEST)
 build-AggregateFunction:
 	mkdir -p $(ARTIFACTS_DIR)
 	$(LAMBDA_GOFLAGS) $(GO) build -tags $(LAMBDA_TAGS) -trimpath -ldflags=-s -o $(ARTIFACTS_DIR)/bootstrap ./functions/aggregate
+
+# The streaming REST API's JWT authorizer (AuthMode=JWT): no sandbox either.
+build-AuthorizeFunction:
+	mkdir -p $(ARTIFACTS_DIR)
+	$(LAMBDA_GOFLAGS) $(GO) build -tags $(LAMBDA_TAGS) -trimpath -ldflags=-s -o $(ARTIFACTS_DIR)/bootstrap ./functions/authorize
 
 ## check-artifact: run the built arm64 bootstraps (under qemu-user on other
 ## hosts) behind the Lambda emulator with an empty cache directory, and check

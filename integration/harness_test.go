@@ -35,7 +35,7 @@ import (
 )
 
 // bins holds the binaries built once for the whole suite.
-var bins struct{ execute, capability, aggregate, pml string }
+var bins struct{ execute, capability, aggregate, authorize, pml string }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "pml-integration")
@@ -56,6 +56,7 @@ func TestMain(m *testing.M) {
 	bins.execute = build("execute", "./functions/execute")
 	bins.capability = build("capability", "./functions/capability")
 	bins.aggregate = build("aggregate", "./functions/aggregate")
+	bins.authorize = build("authorize", "./functions/authorize")
 	bins.pml = build("pml", "./cmd/pml")
 	code := m.Run()
 	dynamolocal.StopAll()
@@ -76,6 +77,22 @@ type stack struct {
 }
 
 func newStack(t *testing.T, extraServers ...string) *stack {
+	t.Helper()
+	return newStackWith(t, stackOptions{}, extraServers...)
+}
+
+// stackOptions change a stack from the defaults newStack uses.
+type stackOptions struct {
+	// execute adjusts the execute function (timeout, concurrency,
+	// asynchronous deliveries…) before it starts.
+	execute func(*lambdaemu.Function)
+	// env is added to every function's environment.
+	env []string
+	// more are functions beside the stack's own (the authorizer).
+	more []lambdaemu.Function
+}
+
+func newStackWith(t *testing.T, opts stackOptions, extraServers ...string) *stack {
 	t.Helper()
 	ctx := context.Background()
 	db := dynamolocal.Start(t)
@@ -114,14 +131,26 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 		app.EnvLogLevel + "=warn",
 		app.EnvApprovers + "=" + approversEnv,
 	}
+	env = append(env, opts.env...)
+	execute := lambdaemu.Function{Name: "execute", Binary: bins.execute, Env: env, Timeout: 30 * time.Second, Stderr: logs}
+	if opts.execute != nil {
+		opts.execute(&execute)
+	}
 	// The emulator's address is only known once it listens, and the
 	// functions need it to invoke each other: start them lazily after.
-	emu, err := lambdaemu.Start(
-		lambdaemu.Function{Name: "execute", Binary: bins.execute, Env: env, Timeout: 30 * time.Second, Stderr: logs},
-		lambdaemu.Function{Name: "capability", Binary: bins.capability, Env: env, Timeout: 30 * time.Second, MaxConcurrency: 8, Stderr: logs},
+	fns := []lambdaemu.Function{
+		execute,
+		{Name: "capability", Binary: bins.capability, Env: env, Timeout: 30 * time.Second, MaxConcurrency: 8, Stderr: logs},
 		// DynamoDB Local takes 10 actions a transaction.
-		lambdaemu.Function{Name: "aggregate", Binary: bins.aggregate, Env: append(env, "PML_AGGREGATE_TRANSACT_ITEMS=10"), Timeout: 30 * time.Second, MaxConcurrency: 1, Stderr: logs},
-	)
+		{Name: "aggregate", Binary: bins.aggregate, Env: append(env, "PML_AGGREGATE_TRANSACT_ITEMS=10"), Timeout: 30 * time.Second, MaxConcurrency: 1, Stderr: logs},
+	}
+	for _, f := range opts.more {
+		if f.Stderr == nil {
+			f.Stderr = logs
+		}
+		fns = append(fns, f)
+	}
+	emu, err := lambdaemu.Start(fns...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,9 +274,15 @@ func authorizer(p string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescri
 	return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{UserARN: p}}
 }
 
-// apiGateway is a local stand-in for API Gateway: plain HTTP in, HTTP API
-// events to the execute function through the Lambda emulator, responses
-// back. It lets an ordinary MCP client talk to the deployed function.
+// httpAPITimeout is the HTTP API's integration timeout, which no setting
+// raises.
+const httpAPITimeout = 30 * time.Second
+
+// apiGateway is a local stand-in for API Gateway's HTTP API: plain HTTP
+// in, HTTP API events to the execute function through the Lambda
+// emulator, responses back, buffered, and 503 when the function has not
+// answered within httpAPITimeout. It lets an ordinary MCP client talk to
+// the deployed function.
 func (s *stack) apiGateway(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -268,7 +303,15 @@ func (s *stack) apiGateway(t *testing.T) string {
 			ev.Headers[strings.ToLower(k)] = r.Header.Get(k)
 		}
 		payload, _ := json.Marshal(ev)
-		out, fnErr, err := s.emu.Invoke(r.Context(), "execute", payload)
+		// The HTTP API stops waiting after 30 s, whatever the function's
+		// timeout says.
+		ctx, cancel := context.WithTimeout(r.Context(), httpAPITimeout)
+		defer cancel()
+		out, fnErr, err := s.emu.Invoke(ctx, "execute", payload)
+		if ctx.Err() == context.DeadlineExceeded {
+			http.Error(w, `{"message":"Service Unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
 		if err != nil || fnErr {
 			http.Error(w, fmt.Sprintf("function failed: %v %s", err, out), http.StatusBadGateway)
 			return

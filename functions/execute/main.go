@@ -1,7 +1,9 @@
 // Command execute is the PML Sandbox execute function: API Gateway (HTTP and
 // REST APIs, including the /mcp endpoint and POST /executions/{id}/resume),
 // SQS, EventBridge and direct invocations (an execute request, or
-// {"resume": {...}} to continue a suspended execution) all enter here. It only wires; see internal/app,
+// {"resume": {...}} to continue a suspended execution), and its own
+// asynchronous invocations ({"run": {...}}: an asynchronous execution) all
+// enter here. It only wires; see internal/app,
 // internal/httpapi and internal/lambdaevents.
 package main
 
@@ -16,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
+	"github.com/pml-sandbox/pml/internal/runs"
 )
 
 func main() {
@@ -37,6 +40,19 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
-	h := a.HTTPHandler(httpapi.Options{Logger: log, MCPTextBytes: textBytes})
-	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: a.Service, Logger: log, Notified: a.AnnouncesSuspensions()}))
+	// Asynchronous executions run in an asynchronous invocation of this
+	// function.
+	var launch runs.Launcher
+	if a.Runs != nil {
+		client, err := a.LambdaClient(context.Background())
+		if err != nil {
+			log.Error("init failed", "err", err)
+			os.Exit(1)
+		}
+		launch = lambdaevents.InvokeSelf(client, os.Getenv(app.EnvLambdaFunction))
+	}
+	exec := a.Executor(nil, launch)
+	h := a.HTTPHandler(httpapi.Options{Service: exec, Logger: log, MCPTextBytes: textBytes})
+	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: exec, Runner: exec, Logger: log,
+		Notified: a.AnnouncesSuspensions(), StreamREST: app.StreamREST()}))
 }

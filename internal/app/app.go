@@ -63,12 +63,18 @@ const (
 	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET" // the Secrets Manager secret holding that key (the deployment)
 	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
 	EnvMCPCredsDir       = "PML_MCP_CREDENTIALS_DIR" // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
+	EnvStreamREST        = "PML_STREAM_REST_API"     // on: REST API events are answered as streamed responses (the template's REST API streams)
+	EnvJWTIssuer         = "PML_JWT_ISSUER"          // the authorize function: the accepted JWT issuer
+	EnvJWTAudience       = "PML_JWT_AUDIENCE"        // the authorize function: the accepted audiences, comma-separated
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
 	EnvXRayDaemon     = "AWS_XRAY_DAEMON_ADDRESS"
 	// Set by AWS: the function's memory in MB, which also sets its CPU.
 	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
+	// Set by AWS: the function's name (the execute function invokes
+	// itself to run asynchronous executions).
+	EnvLambdaFunction = "AWS_LAMBDA_FUNCTION_NAME"
 )
 
 // pml serve's server-wide budget (CLI only; internal/admission).
@@ -83,7 +89,7 @@ const (
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
-	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvLambdaTaskRoot, EnvXRayDaemon,
+	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvJWTIssuer, EnvJWTAudience, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
 	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait}
 
 // Where traces go (TraceConfig.Store).
@@ -121,8 +127,13 @@ type Config struct {
 	// CapabilityFunction, when set, runs capability calls in that Lambda
 	// function; else each runs in process, in a fresh service.
 	CapabilityFunction string
-	// Suspensions says where suspended executions are kept.
+	// Suspensions says where suspended executions are kept, and the runs
+	// of asynchronous executions beside them.
 	Suspensions SuspensionConfig
+	// MaxTimeout caps an execution's deadline (bridge.Options.MaxTimeout;
+	// 0: 60 s). The functions set 15 minutes: the invocation's own
+	// deadline is the real bound there.
+	MaxTimeout time.Duration
 	// Approval says who decides, and how deciders are reached.
 	Approval ApprovalConfig
 
@@ -185,6 +196,7 @@ func ConfigFromEnv() (Config, error) {
 		CapabilitiesFile:   CapabilitiesFile(),
 		CapabilityFunction: os.Getenv(EnvCapFunction),
 		CompileWorkers:     compileWorkers(os.Getenv(EnvLambdaMemory), runtime.NumCPU()),
+		MaxTimeout:         15 * time.Minute,
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = "/tmp/pml-cache"
@@ -304,13 +316,15 @@ type App struct {
 	Capabilities httpapi.Capabilities
 	Sink         trace.Sink
 	// Suspensions is the store of suspended executions, nil when there is
-	// none.
+	// none; Runs the store of asynchronous executions beside it.
 	Suspensions suspend.Store
+	Runs        suspend.Runs
 	runner      *capability.Runner
 	approvalKey approval.Key
 	policy      approval.Policy
 	bus         string
 	aws         awsConfig
+	log         *slog.Logger
 	closers     []func(context.Context) error
 }
 
@@ -331,7 +345,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 // cfg itself (a bad server list) are *fault.Error with code
 // INVALID_REQUEST.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
-	a := &App{}
+	a := &App{log: log}
 	fail := func(err error) (*App, error) {
 		a.Close(ctx)
 		return nil, err
@@ -408,6 +422,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.Suspensions, err = a.aws.openSuspensions(ctx, cfg.Suspensions, log); err != nil {
 		return fail(err)
 	}
+	if a.Runs, err = a.aws.openRuns(ctx, cfg.Suspensions); err != nil {
+		return fail(err)
+	}
 	// The MCP servers (and demo tools) come before capabilities: a name
 	// both offer is the server's, as ADR-052 resolves it.
 	// Discovery (tools.*, /tools, search_tools, list_capabilities) reads
@@ -422,7 +439,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.approvalKey, a.policy, a.bus = key, cfg.Approval.Policy, cfg.Approval.Bus
 	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
-		Policy: cfg.Approval.Policy, Notify: notify})
+		Policy: cfg.Approval.Policy, Notify: notify, MaxTimeout: cfg.MaxTimeout})
 	a.runner.Executor = a.Service
 	a.Capabilities = capabilityAPI{reg: a.Registry, index: index}
 	return a, nil

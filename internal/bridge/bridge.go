@@ -341,6 +341,11 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 			return fail(ferr)
 		}
 	}
+	if req.Async {
+		// internal/runs takes asynchronous requests; the service alone
+		// runs each while its caller waits.
+		return fail(fault.New(fault.InvalidRequest, "async is not available here: this service keeps no runs of asynchronous executions"))
+	}
 	// A capability run never parks (its calls are refused instead), so
 	// only a root execution needs somewhere to suspend to.
 	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && s.store == nil {
@@ -593,7 +598,7 @@ func (s *Service) record(ctx context.Context, ex trace.Execution, resp *executio
 	}
 	ex.Calls = len(own)
 	switch {
-	case resp.Status == execution.StatusSuspended:
+	case resp.Suspended():
 		ex.Status = trace.StatusSuspended
 	case resp.OK:
 		ex.Status = trace.StatusOK

@@ -221,6 +221,74 @@ func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, 
 	return resp, nil
 }
 
+// Status implements execution.Executor. The service keeps no runs of its
+// own — internal/runs keeps asynchronous executions' documents, and traces
+// what ran — so every id is NOT_FOUND here.
+func (s *Service) Status(_ context.Context, id, _ string) (*execution.Response, *fault.Error) {
+	return nil, fault.New(fault.NotFound, "no asynchronous execution %q", id)
+}
+
+// Cancel implements execution.Executor for a suspended execution: its
+// owner, or an approver, ends it without deciding its pending calls, which
+// never run. It is claimed first, as a resume would be, so a cancel and a
+// resume at once are one after the other: the second finds it not waiting
+// (CONFLICT). The trace records it as failed CANCELLED, with a cancel
+// event. Running executions are internal/runs' to cancel.
+func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*execution.Response, *fault.Error) {
+	id := cr.ExecutionID
+	if s.store == nil {
+		return nil, fault.New(fault.NotFound, "no suspended execution %q: this service keeps none", id)
+	}
+	rec, err := s.store.Load(ctx, id)
+	if err != nil {
+		return nil, storeFault(id, err)
+	}
+	if rec.Principal != cr.Principal && !s.policy.IsApprover(cr.Principal) {
+		return nil, storeFault(id, suspend.ErrForbidden)
+	}
+	if rec.State != suspend.Suspended {
+		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+	}
+	var st durableState
+	if err := json.Unmarshal(rec.Bridge, &st); err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "reading the suspended execution's request")
+	}
+	claimed, err := s.store.Claim(ctx, id, rec.Version, rec.Principal)
+	if err != nil {
+		return nil, storeFault(id, err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := s.store.Finish(sctx, id, claimed.Version, suspend.Failed, fault.Cancelled); err != nil {
+		// Claimed and never resumed: it fails as abandoned when the
+		// claim's lease ends, and its calls never run either way.
+		s.log.ErrorContext(ctx, "cancelled execution not recorded as finished", "execution_id", id, "err", err)
+	}
+	now := time.Now().UTC()
+	who := cr.Principal
+	if who == "" {
+		who = "the caller"
+	}
+	resp := &execution.Response{ExecutionID: id, Status: execution.StatusCancelled, Logs: []trace.LogEntry{}, Calls: []trace.Call{},
+		Error: fault.New(fault.Cancelled, "execution %s was cancelled by %s while it waited for decisions; its pending calls did not run", id, who)}
+	if susp := claimed.Suspension; susp != nil {
+		resp.Logs = append(resp.Logs, susp.Logs...)
+		for _, c := range susp.Calls {
+			if c.Status == trace.StatusParked {
+				c.Status = trace.StatusNotRun
+			}
+			resp.Calls = append(resp.Calls, c)
+		}
+	}
+	resp.DurationMS = st.RunMS
+	resp.Sandboxes = st.Sandboxes
+	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
+		Principal: rec.Principal, DurationMS: st.RunMS,
+		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
+	s.record(ctx, ex, resp)
+	return resp, nil
+}
+
 // checkDecisions refuses decisions on calls that are not pending: a typo
 // must not read as a decision taken.
 func checkDecisions(decisions map[int]execution.Decision, parked []guest.ParkedCall) *fault.Error {

@@ -51,6 +51,7 @@ func commands() []command {
 		{"serve", "serve the HTTP API and MCP endpoint locally (127.0.0.1:8080)", serveCmd},
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
 		{"resume", "decide on a suspended execution's pending calls and run it on: pml resume ID --approve 2 --reject 3", resumeCmd},
+		{"status", "show an asynchronous execution (pml run --async): pml status ID [--wait] [--cancel]", statusCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
 		{"mcp", "log in to MCP servers that need OAuth and show their auth state: pml mcp login NAME | pml mcp status", mcpCmd},

@@ -25,6 +25,8 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		lang     = fs.String("lang", "", "js or ts (default: ts for a .ts FILE; else JavaScript, then TypeScript if it does not parse)")
 		detail   = fs.String("call-detail", execution.CallDetailFull, "how much of the calls the output shows: full, summary or none")
 		approval = fs.String("approval", execution.ApprovalRefuse, "what a call that needs approval (destructive, or in a server's require_approval) does without --allow-destructive: refuse (fail FORBIDDEN) or suspend (wait for pml resume; exit 3)")
+		async    = fs.Bool("async", false, "start the script and print its document (status running, its id) at once: it runs on in a process of its own; pml status ID shows it")
+		startRun = fs.String("start-run", "", "run the queued asynchronous execution ID (what pml run --async starts; not for use by hand)")
 	)
 	sf.callerAuto = true // the caller is the person at the keyboard
 	sf.register(fs)
@@ -34,6 +36,9 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	}
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
+	}
+	if *startRun != "" {
+		return runQueued(ctx, &sf, *startRun, errOut)
 	}
 	src, err := scriptSource(*code, fs.Args())
 	if err != nil {
@@ -59,6 +64,10 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	// rules: a bad value is a usage error.
 	if ferr := req.Validate(); ferr != nil {
 		return ExitUsage, usageError{ferr}
+	}
+	if *async {
+		req.Async = true
+		return runAsync(ctx, &sf, req, args, out, errOut)
 	}
 
 	var resp *execution.Response

@@ -96,8 +96,11 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	log.Info("server budget", "max_memory", humanize.IBytes(uint64(cfg.Memory)), "baseline", humanize.IBytes(uint64(cfg.Baseline)),
 		"max_executions", cfg.Executions, "queue_wait", cfg.Wait.String())
 	clients := httpapi.DefaultClientLimits()
+	// Asynchronous executions run on goroutines of this process, each
+	// within the budget as any execution.
+	exec := a.Executor(budget.Admit(a.Service), nil)
 	api := a.HTTPHandler(httpapi.Options{
-		Service:      budget.Admit(a.Service),
+		Service:      exec,
 		Logger:       log,
 		Guard:        guard,
 		Streaming:    true,
@@ -124,6 +127,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		return ExitFailed, err
 	}
 	_ = api.Close(sctx)
+	_ = exec.Close(sctx)
 	fmt.Fprintln(errOut, "pml serve: stopped")
 	return ExitOK, nil
 }

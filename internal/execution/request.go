@@ -78,6 +78,13 @@ type Request struct {
 	// it FORBIDDEN; ApprovalSuspend parks it, and once every call the
 	// script awaits is parked the execution suspends until someone decides.
 	Approval string `json:"approval,omitempty"`
+	// Async asks for the execution to run on without the caller: the
+	// answer is at once, status StatusRunning with the execution's id,
+	// and the caller polls its document (Executor.Status: GET
+	// /executions/{id}) or cancels it (Executor.Cancel). Only where an
+	// executor keeps runs (internal/runs); refused from the queued
+	// sources, whose every execution already runs without a caller.
+	Async bool `json:"async,omitempty"`
 
 	// Set by the host, never by the caller's JSON.
 
@@ -145,6 +152,9 @@ func (r *Request) Validate() *fault.Error {
 	}
 	if len(r.Args) > 0 && !json.Valid(r.Args) {
 		return fault.New(fault.InvalidRequest, "args is not valid JSON")
+	}
+	if r.Async && (r.Source.Queued() || r.Parent != nil) {
+		return fault.New(fault.InvalidRequest, "async is for callers that poll: a request from %s already runs without anyone waiting", r.Source)
 	}
 	if ferr := r.SetTools(r.Tools); ferr != nil {
 		return ferr

@@ -46,6 +46,9 @@ func TestDecode(t *testing.T) {
 		{name: "sqs", body: `{"code": "return 1", "approval": "refuse"}`, src: SourceSQS, want: Request{Code: "return 1", Approval: ApprovalRefuse, Source: SourceSQS}},
 		{name: "sqs may ask to suspend (CheckQueued decides)", body: `{"code": "return 1", "approval": "suspend"}`, src: SourceSQS, want: Request{Code: "return 1", Approval: ApprovalSuspend, Source: SourceSQS}},
 		{name: "lang js", body: `{"code": "return 1", "lang": "js"}`, src: SourceHTTP, want: Request{Code: "return 1", Lang: LangJS, Source: SourceHTTP}},
+		{name: "async", body: `{"code": "return 1", "async": true}`, src: SourceHTTP, want: Request{Code: "return 1", Async: true, Source: SourceHTTP}},
+		{name: "async from a queue", body: `{"code": "return 1", "async": true}`, src: SourceSQS, err: "async is for callers that poll"},
+		{name: "async from an event rule", body: `{"code": "return 1", "async": true}`, src: SourceEventBridge, err: "async is for callers that poll"},
 		{name: "null args", body: `{"code": "return 1", "args": null}`, src: SourceHTTP, want: Request{Code: "return 1", Args: json.RawMessage("null"), Source: SourceHTTP}},
 
 		{name: "no code", body: `{"lang": "js"}`, src: SourceHTTP, err: "code is missing"},

@@ -10,9 +10,25 @@ import (
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
-// StatusSuspended is Response.Status of an execution that waits for
-// decisions.
-const StatusSuspended = "suspended"
+// Statuses of an execution's document (Response.Status). A synchronous
+// answer carries one only when the execution suspended; a document read
+// back (Executor.Status: GET /executions/{id} of an asynchronous
+// execution, MCP's tasks/get) always carries one.
+const (
+	// StatusRunning: started and not ended (an asynchronous execution, or
+	// a resumed one whose run is under way).
+	StatusRunning = "running"
+	// StatusSuspended: waiting for decisions on its Pending calls.
+	StatusSuspended = "suspended"
+	// StatusCompleted: it ran to its end; OK and Error say how.
+	StatusCompleted = "completed"
+	// StatusCancelled: someone cancelled it (Error is CANCELLED).
+	StatusCancelled = "cancelled"
+	// StatusFailed: the host lost it before it ended — its runner stopped
+	// (a crash, a recycled container) — so there is no result; Error says
+	// why.
+	StatusFailed = "failed"
+)
 
 // PendingApproval is Pending.Reason of a call parked for approval.
 const PendingApproval = "approval"
@@ -36,14 +52,23 @@ type Response struct {
 	// which takes back what it reserved for the run and the run did not use).
 	Sandboxes int `json:"sandboxes,omitempty"`
 	// Status is StatusSuspended when the execution waits for decisions on
-	// the Pending calls (OK is false, Error nil), until ExpiresAt; empty
-	// when it ended.
+	// the Pending calls (OK is false, Error nil), until ExpiresAt;
+	// StatusRunning in the answer to an asynchronous request; empty in a
+	// synchronous answer of an execution that ended. A document read back
+	// always has one (see the Status constants).
 	Status    string    `json:"status,omitempty"`
 	Pending   []Pending `json:"pending,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Approvers says, for a suspended execution, who may decide its
 	// pending calls under the deployment's policy.
 	Approvers string `json:"approvers,omitempty"`
+	// CancelRequested is set on a running execution someone cancelled: it
+	// ends CANCELLED at its next step.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// CreatedAt and UpdatedAt are when an asynchronous execution was
+	// accepted and when its document last changed (documents read back).
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 
 	// StateVersion is the version of a suspended execution's stored state
 	// (set by the host, never sent): a question put to a person names it,
@@ -81,6 +106,15 @@ func Failed(executionID string, err *fault.Error) *Response {
 
 // Suspended reports whether the execution waits for decisions.
 func (r *Response) Suspended() bool { return r.Status == StatusSuspended && r.Error == nil }
+
+// Running reports whether the execution has not ended: it runs on without
+// the caller (an asynchronous execution's first answer, or a document read
+// while it runs).
+func (r *Response) Running() bool { return r.Status == StatusRunning }
+
+// Ended reports whether the document is final: the execution completed,
+// was cancelled or was lost, and nothing will change it any more.
+func (r *Response) Ended() bool { return !r.Running() && !r.Suspended() }
 
 // Pending is a parked call a suspended execution waits on.
 type Pending struct {

@@ -156,3 +156,12 @@ func (r *ResumeRequest) CallDecisions() (map[int]Decision, *fault.Error) {
 	}
 	return out, nil
 }
+
+// CancelRequest asks to cancel an execution (DELETE /executions/{id},
+// MCP's tasks/cancel, pml cancel).
+type CancelRequest struct {
+	ExecutionID string
+	// Principal is who asks, as Request.Principal: the execution's owner
+	// may cancel it, and so may an approver.
+	Principal string
+}

@@ -23,6 +23,20 @@ type Executor interface {
 	// someone deciding it; NOT_FOUND, EXPIRED, or CONFLICT once it is not
 	// waiting any more.
 	Waiting(ctx context.Context, id string) (*Response, *fault.Error)
+	// Status is the document of an execution the executor keeps runs of
+	// (an asynchronous one), as it stands now: StatusRunning, the
+	// suspended document with its pending calls, or the final document;
+	// NOT_FOUND for any other id, or one principal may not read (traces
+	// keep synchronous executions).
+	Status(ctx context.Context, id, principal string) (*Response, *fault.Error)
+	// Cancel ends an execution early for cr.Principal (its owner, or an
+	// approver): a suspended one at once (its pending calls never run),
+	// an asynchronous one that has not started at once, a running one at
+	// its next step (the answer is then StatusRunning with
+	// CancelRequested; it ends CANCELLED). The answer is the execution's
+	// document; the error a refusal: NOT_FOUND, CONFLICT (it ended
+	// already), FORBIDDEN, UNAVAILABLE.
+	Cancel(ctx context.Context, cr CancelRequest) (*Response, *fault.Error)
 	// Catalog is every tool the executor offers.
 	Catalog(ctx context.Context) []catalog.Tool
 	// Flush writes buffered trace records (before a Lambda answers).

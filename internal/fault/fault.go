@@ -60,6 +60,10 @@ const (
 	Expired Code = "EXPIRED"
 	// Internal: a bug or an unexpected host failure.
 	Internal Code = "INTERNAL"
+	// Cancelled: someone cancelled the execution (DELETE
+	// /executions/{id}, an MCP tasks/cancel, pml cancel); a running one
+	// ends at its next step.
+	Cancelled Code = "CANCELLED"
 )
 
 // Limit names, carried in Error.Limit when Code is LimitExceeded, so callers

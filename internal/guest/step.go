@@ -180,8 +180,13 @@ func (x *execution) next() (completion, *fault.Error) {
 	return c, nil
 }
 
-// timeoutError is the run's TIMEOUT, naming which deadline passed.
+// timeoutError is the run's TIMEOUT, naming which deadline passed, or
+// the fault the caller ended the run with (context.WithCancelCause with a
+// *fault.Error: a cancellation is CANCELLED, not a timeout).
 func (x *execution) timeoutError() *fault.Error {
+	if fe := (*fault.Error)(nil); x.ctx.Err() != nil && errors.As(context.Cause(x.ctx), &fe) {
+		return fe
+	}
 	if d, ok := x.ctx.Deadline(); ok && d.Before(x.start.Add(x.limits.Timeout)) && x.ctx.Err() != nil {
 		return fault.New(fault.Timeout, "the caller's deadline was reached")
 	}

@@ -1,5 +1,5 @@
 // Package httpapi is PML Sandbox's HTTP interface: one http.Handler with the
-// routes /execute, /executions/{id}, /executions/{id}/resume, /tools,
+// routes /execute, /executions/{id} (GET, DELETE), /executions/{id}/resume, /tools,
 // /capabilities, /healthz and the MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
 // serves it through API Gateway events (internal/lambdaevents), so both
 // front ends share every route, status code and error shape.
@@ -78,9 +78,15 @@ type Options struct {
 	Guard *Guard
 	// Streaming lets POST /execute answer `Accept: text/event-stream` with
 	// events as they happen, and /mcp send progress and log notifications
-	// during execute_code. `pml serve` sets it; the Lambda cannot stream
-	// through API Gateway, so it answers buffered JSON as before.
+	// during execute_code. `pml serve` sets it; the Lambda streams only the
+	// requests of a front that streams (WithStreaming: the REST API), and
+	// answers the HTTP API's buffered as before.
 	Streaming bool
+	// StreamHeartbeat is how long an event stream may stay silent before a
+	// comment line goes out to keep proxies and API Gateway (whose idle
+	// timeout is 5 minutes, 30 s for an edge-optimized endpoint) from
+	// closing it (default 15 s).
+	StreamHeartbeat time.Duration
 	// MCPTextBytes is the default budget of execute_code's text answer
 	// (default DefaultMCPTextBytes); a call may set its own.
 	MCPTextBytes int
@@ -137,6 +143,9 @@ func New(opts Options) *Handler {
 	if opts.MCPTextBytes <= 0 {
 		opts.MCPTextBytes = DefaultMCPTextBytes
 	}
+	if opts.StreamHeartbeat <= 0 {
+		opts.StreamHeartbeat = 15 * time.Second
+	}
 	a := &api{Options: opts}
 	a.mcp = a.mcpHandler()
 	mux := http.NewServeMux()
@@ -166,12 +175,13 @@ type route struct {
 var routes = []route{
 	{"POST /execute", "POST /execute", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.execute)) }},
 	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
+	{"DELETE /executions/{id}", "DELETE /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.cancelExecution) }},
 	{"POST /executions/{id}/resume", "POST /executions/{id}/resume", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.resume)) }},
 	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
 	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
 	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
 	{"GET /healthz", "GET /healthz", func(a *api) http.Handler { return http.HandlerFunc(a.health) }},
-	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcp) }},
+	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcpTasks(a.mcp)) }},
 	// GET is routed too so that a client opening an event stream hears
 	// why there is none; here every other method gets the same answer,
 	// but for DELETE, which ends a session where there are sessions.
@@ -290,14 +300,14 @@ func (a *api) middleware(next http.Handler) http.Handler {
 
 // StatusOf maps an execution's outcome to an HTTP status: 200 when it
 // succeeded, 202 when it suspended (it waits for decisions on
-// resp.Pending), else the failure's. A failure here is the execution's
+// resp.Pending) or runs on without the caller (async), else the failure's. A failure here is the execution's
 // (a tool it was refused, a capability it named that does not exist:
 // 422), never the route's; RefusalStatus maps a resume that never ran.
 func StatusOf(resp *execution.Response) int {
 	if resp.OK {
 		return http.StatusOK
 	}
-	if resp.Suspended() {
+	if resp.Suspended() || resp.Running() {
 		return http.StatusAccepted
 	}
 	if resp.Error == nil {
@@ -349,13 +359,16 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Principal = execution.PrincipalFrom(r.Context())
 	req.TraceHeader = execution.TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
-	if a.Streaming && wantsEventStream(r) {
+	if a.streams(r.Context()) && wantsEventStream(r) && !req.Async {
 		a.executeStream(w, r, req)
 		return
 	}
 	resp := a.Service.Execute(r.Context(), req)
 	a.flush(r.Context())
 	w.Header().Set("X-Execution-Id", resp.ExecutionID)
+	if resp.Running() {
+		pollHeaders(w, resp.ExecutionID)
+	}
 	writeJSON(w, StatusOf(resp), resp)
 }
 
@@ -371,10 +384,15 @@ func (a *api) flush(ctx context.Context) {
 
 func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	if a.Traces == nil {
-		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
+		if !a.asyncDocument(w, r, r.PathValue("id")) {
+			writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
+		}
 		return
 	}
 	id := r.PathValue("id")
+	if a.asyncDocument(w, r, id) {
+		return
+	}
 	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
 	caller := execution.PrincipalFrom(r.Context())
 	if (err == nil && ex.Principal != caller && !a.Policy.IsApprover(caller)) || fault.CodeOf(err) == fault.NotFound {

@@ -23,6 +23,8 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 	// WithLogging declares the logging capability: console output goes to
 	// the client as notifications/message (see mcpProgress).
 	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
+		// Tasks are answered by mcpTasks, from the store of runs: no list.
+		server.WithTaskCapabilities(false, true, true),
 		server.WithInstructions("Run JavaScript against this deployment's tools with execute_code: "+
 			"the code is the body of an async function; call tools as `await mcp.<server>.<tool>(args)` "+
 			"and `return` the result. Use search_tools first to find tools. "+
@@ -49,6 +51,8 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithString("approval", mcp.Enum(execution.ApprovalRefuse, execution.ApprovalSuspend),
 			mcp.Description(`what becomes of a call that needs approval when allow_destructive is not set: refused with FORBIDDEN ("refuse", the default), or held until someone decides ("suspend": the execution may suspend; see resume_execution)`)),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
+		// As a task (params.task) it runs on without the call: see mcptasks.go.
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	), a.mcpExecute)
 	s.AddTool(mcp.NewTool("resume_execution",
 		mcp.WithDescription("Continue an execution that execute_code suspended, with a decision on each pending call the user decided: "+
@@ -150,12 +154,15 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 		// state, not the arguments repeated with it, names the execution.
 		return a.answered(ctx, r, req.CallDetail, budget), nil
 	}
+	if ferr == nil && req.Async {
+		ferr = fault.New(fault.InvalidRequest, "async is not an argument of execute_code: to have it run on without the call, call it as a task (params.task)")
+	}
 	if ferr != nil {
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
 	req.Principal = execution.PrincipalFrom(ctx)
 	req.TraceHeader = execution.TraceHeader(ctx, "")
-	if a.Streaming {
+	if a.streams(ctx) {
 		req.OnEvent = newMCPProgress(ctx, r).event
 	}
 	ask := a.canAsk(ctx)
@@ -183,7 +190,7 @@ func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	}
 	rr.Principal = execution.PrincipalFrom(ctx)
 	rr.TraceHeader = execution.TraceHeader(ctx, "")
-	if a.Streaming {
+	if a.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
 	resp, ferr := a.Service.Resume(ctx, rr)

@@ -145,7 +145,7 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 	}
 	rr := execution.ResumeRequest{ExecutionID: st.ExecutionID, Decisions: decisions, CallDetail: callDetail, Principal: principal,
 		TraceHeader: execution.TraceHeader(ctx, ""), Elicited: true, Version: st.Version}
-	if a.Streaming {
+	if a.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
 	resp, ferr := a.Service.Resume(ctx, rr)

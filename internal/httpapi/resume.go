@@ -56,7 +56,7 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 	}
 	rr.Principal = execution.PrincipalFrom(r.Context())
 	rr.TraceHeader = execution.TraceHeader(r.Context(), r.Header.Get("X-Amzn-Trace-Id"))
-	if a.Streaming && wantsEventStream(r) {
+	if a.streams(r.Context()) && wantsEventStream(r) {
 		a.stream(w, r, rr.ExecutionID, func(onEvent func(execution.Event)) (*execution.Response, int) {
 			rr.OnEvent = onEvent
 			resp, ferr := a.Service.Resume(r.Context(), rr)

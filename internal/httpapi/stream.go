@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -29,6 +31,22 @@ const EventResult = "result"
 type StreamResult struct {
 	Status int `json:"status"`
 	*execution.Response
+}
+
+type streamingKey struct{}
+
+// WithStreaming marks a request as coming through a front that carries a
+// response as it is written (API Gateway's REST API in STREAM mode, the
+// Lambda's streamed response): its event streams and MCP notifications go
+// out live, as pml serve's do (Options.Streaming).
+func WithStreaming(ctx context.Context) context.Context {
+	return context.WithValue(ctx, streamingKey{}, true)
+}
+
+// streams reports whether a request's answer may stream.
+func (a *api) streams(ctx context.Context) bool {
+	on, _ := ctx.Value(streamingKey{}).(bool)
+	return a.Streaming || on
 }
 
 // wantsEventStream reports whether the request asks for an event stream:
@@ -107,6 +125,8 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 		}
 	}
 	flush()
+	heartbeat := time.NewTicker(a.StreamHeartbeat)
+	defer heartbeat.Stop()
 	send := func() {
 		events, dropped := q.take()
 		for _, ev := range events {
@@ -119,9 +139,18 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 			fail(writeEvent(w, EventDropped, Dropped{Dropped: dropped}))
 		}
 		flush()
+		heartbeat.Reset(a.StreamHeartbeat)
 	}
 	for {
 		select {
+		case <-heartbeat.C:
+			// A comment line: clients skip it, and the connection is not
+			// idle for whatever sits between.
+			if !broken {
+				_, err := io.WriteString(w, ": keep-alive\n\n")
+				fail(err)
+				flush()
+			}
 		case <-q.ready:
 			send()
 		case out := <-done:

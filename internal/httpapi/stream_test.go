@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
@@ -154,6 +156,59 @@ func TestExecuteStreamStatusAndFallbacks(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("%s: %d %s, want plain JSON", name, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+// TestStreamHeartbeat: a stream whose script is silent longer than the
+// heartbeat gets comment lines meanwhile (API Gateway closes a stream idle
+// for 5 minutes, 30 s behind an edge-optimized endpoint), and they do not
+// disturb the events.
+func TestStreamHeartbeat(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: true, StreamHeartbeat: 40 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest("POST", srv.URL+"/execute", strings.NewReader(`{"code": "await mcp.demo.sleep({ms: 300}); return 1"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	beats := strings.Count(string(body), ": keep-alive\n\n")
+	if beats < 2 || !strings.Contains(string(body), "event: call_end") || !strings.Contains(string(body), "event: result") {
+		t.Fatalf("%d heartbeats in %q", beats, body)
+	}
+}
+
+// TestStreamingPerRequest: a handler that does not stream (the Lambda)
+// streams the requests its front marks (WithStreaming), and only those.
+func TestStreamingPerRequest(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	h := httpapi.New(httpapi.Options{Service: svc, Logger: log})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Front") == "rest" {
+			r = r.WithContext(httpapi.WithStreaming(r.Context()))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	for front, want := range map[string]string{"rest": "text/event-stream", "http": "application/json"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/execute", strings.NewReader(`{"code": "return 1"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("X-Front", front)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Content-Type"); got != want {
+			t.Errorf("%s front: %s, want %s", front, got, want)
 		}
 	}
 }

@@ -7,7 +7,17 @@
 // A direct invocation is an execute request ({"code": …}) or a resume
 // request ({"resume": {"execution_id": …, "decisions": {…}}}); both answer
 // the execution's document. SQS and EventBridge run execute requests only,
-// and refuse approval "suspend": nobody would see the pending calls.
+// and refuse approval "suspend": nobody would see the pending calls. The
+// function's own asynchronous invocations ({"run": {"execution_id": …}},
+// see InvokeSelf) run asynchronous executions.
+//
+// HTTP API answers are buffered, and an execution behind it ends at the
+// API's 30 s (HTTPAPITimeout) so that its caller gets its document and id
+// rather than the gateway's bare 504. REST API requests are answered as a
+// stream (StreamREST: the REST API's Lambda proxy integration in STREAM
+// mode): the status and headers, then the body as the handler writes it —
+// event streams and MCP notifications live, for up to the function's
+// timeout.
 package lambdaevents
 
 import (
@@ -15,7 +25,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -47,6 +56,23 @@ type Options struct {
 	// approvers: only then may SQS messages and EventBridge events ask
 	// for approval "suspend" (execution.Request.CheckQueued).
 	Notified bool
+	// Runner runs asynchronous executions ({"run": …} invocations):
+	// internal/runs' Service.
+	Runner Runner
+	// StreamREST answers REST API (payload 1.0) events as streamed
+	// responses (events.APIGatewayProxyStreamingResponse): set it when
+	// the REST API's integration is in STREAM mode, as template.yaml's
+	// is; a buffered integration would not understand them.
+	StreamREST bool
+	// HTTPAPITimeout is how long the HTTP API waits for an answer (its
+	// integration timeout, at most 30 s): an execution behind it ends
+	// then (default 30 s).
+	HTTPAPITimeout time.Duration
+}
+
+// Runner runs the queued asynchronous execution id (runs.Service.Run).
+type Runner interface {
+	Run(ctx context.Context, id string) error
 }
 
 // Handler returns the function's handler for lambda.Start.
@@ -59,6 +85,9 @@ func Handler(opts Options) func(ctx context.Context, payload json.RawMessage) (a
 	}
 	if opts.SQSConcurrency <= 0 {
 		opts.SQSConcurrency = 4
+	}
+	if opts.HTTPAPITimeout <= 0 {
+		opts.HTTPAPITimeout = 30 * time.Second
 	}
 	a := &adapter{opts}
 	return a.handle
@@ -77,6 +106,7 @@ type probe struct {
 	Detail         json.RawMessage `json:"detail"`
 	Code           *string         `json:"code"`
 	Resume         json.RawMessage `json:"resume"`
+	Run            json.RawMessage `json:"run"`
 	RequestContext json.RawMessage `json:"requestContext"`
 }
 
@@ -86,11 +116,18 @@ type probeRecord struct {
 
 func (a *adapter) handle(ctx context.Context, payload json.RawMessage) (any, error) {
 	ctx, cancel := a.withMargin(ctx)
-	defer cancel()
 	var p probe
 	if err := json.Unmarshal(payload, &p); err != nil {
+		cancel()
 		return nil, fault.Wrap(fault.InvalidRequest, err, "the event is not a JSON object")
 	}
+	// A REST API event has no version (an HTTP API's payload 1.0 says
+	// "1.0", and is buffered).
+	if a.StreamREST && p.HTTPMethod != "" && p.RequestContext != nil && p.Version == "" {
+		// The answer streams on after this returns: the stream ends ctx.
+		return a.restStream(ctx, cancel, payload)
+	}
+	defer cancel()
 	switch {
 	case p.Version == "2.0" && p.RouteKey != "":
 		var ev events.APIGatewayV2HTTPRequest
@@ -114,6 +151,8 @@ func (a *adapter) handle(ctx context.Context, payload json.RawMessage) (any, err
 		return a.direct(ctx, p.Detail, execution.SourceEventBridge), nil
 	case p.Resume != nil:
 		return a.resume(ctx, payload), nil
+	case p.Run != nil:
+		return a.run(ctx, payload)
 	case p.Code != nil:
 		return a.direct(ctx, payload, execution.SourceInvoke), nil
 	}
@@ -254,6 +293,10 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		headers.Set("Cookie", strings.Join(ev.Cookies, "; "))
 	}
 	ctx = execution.WithPrincipal(ctx, principalV2(ev.RequestContext.Authorizer))
+	// Past the HTTP API's wait nobody reads the answer: end the execution
+	// in time to answer its document (and id) instead.
+	ctx, cancel := context.WithTimeout(ctx, max(a.HTTPAPITimeout-a.FlushMargin, a.FlushMargin))
+	defer cancel()
 	rec := a.serve(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded)
 	out := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}}
 	for k, vs := range rec.Header() {
@@ -313,10 +356,16 @@ func principalV2(auth *events.APIGatewayV2HTTPRequestContextAuthorizerDescriptio
 }
 
 // principalV1 is the principal of a REST API (payload 1.0) request: IAM,
-// or a Cognito user pool authorizer's claims.
+// the authorize function's verified issuer and subject (the template's
+// JWT authorizer), or a Cognito user pool authorizer's claims.
 func principalV1(rc events.APIGatewayProxyRequestContext) string {
 	if rc.Identity.UserArn != "" {
 		return rc.Identity.UserArn
+	}
+	iss, _ := rc.Authorizer["iss"].(string)
+	sub, _ := rc.Authorizer["sub"].(string)
+	if iss != "" && sub != "" {
+		return jwtPrincipal(iss, sub)
 	}
 	if claims, ok := rc.Authorizer["claims"].(map[string]any); ok {
 		iss, _ := claims["iss"].(string)
@@ -352,14 +401,22 @@ func merge(dst values, multi map[string][]string, single map[string]string) {
 
 func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, headers http.Header, body string, b64 bool) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
+	req, ferr := newRequest(ctx, method, path, rawQuery, headers, body, b64)
+	if ferr != nil {
+		writeBadRequest(rec, ferr)
+		return rec
+	}
+	a.HTTP.ServeHTTP(rec, req)
+	return rec
+}
+
+// newRequest is the handler's request for an API Gateway event's parts.
+func newRequest(ctx context.Context, method, path, rawQuery string, headers http.Header, body string, b64 bool) (*http.Request, *fault.Error) {
 	raw := []byte(body)
 	if b64 {
 		dec, err := base64.StdEncoding.DecodeString(body)
 		if err != nil {
-			rec.Header().Set("Content-Type", "application/json")
-			rec.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(rec).Encode(map[string]any{"ok": false, "error": fault.Wrap(fault.InvalidRequest, err, "the body is not valid base64")})
-			return rec
+			return nil, fault.Wrap(fault.InvalidRequest, err, "the body is not valid base64")
 		}
 		raw = dec
 	}
@@ -370,18 +427,23 @@ func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, head
 	if rawQuery != "" {
 		target += "?" + rawQuery
 	}
-	req, err := http.NewRequestWithContext(execution.WithSource(ctx, execution.SourceHTTP), method, "http://lambda"+target, bytes.NewReader(raw))
+	src := execution.SourceHTTP
+	if strings.HasPrefix(path, "/mcp") {
+		src = execution.SourceMCP
+	}
+	req, err := http.NewRequestWithContext(execution.WithSource(ctx, src), method, "http://lambda"+target, bytes.NewReader(raw))
 	if err != nil {
-		rec.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(rec, `{"ok":false,"error":{"code":"INVALID_REQUEST","message":%q}}`, err.Error())
-		return rec
+		return nil, fault.Wrap(fault.InvalidRequest, err, "")
 	}
 	req.Header = headers
-	if strings.HasPrefix(path, "/mcp") {
-		req = req.WithContext(execution.WithSource(ctx, execution.SourceMCP))
-	}
-	a.HTTP.ServeHTTP(rec, req)
-	return rec
+	return req, nil
+}
+
+// writeBadRequest answers a request that could not be made into one.
+func writeBadRequest(w http.ResponseWriter, ferr *fault.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": ferr})
 }
 
 // stripStage removes a "/stage" prefix that API Gateway keeps in the path of

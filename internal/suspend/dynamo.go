@@ -37,8 +37,15 @@ type DynamoAPI interface {
 // consistent. Every item carries ttl, the record's expiry plus an hour, so
 // DynamoDB deletes it eventually; expiry itself is decided from expires_at.
 func NewDynamo(db DynamoAPI, table string, opts Options) Store {
-	return newCore(&dynamoBackend{db: db, table: table}, opts)
+	return newCore(&dynamoBackend{db: db, table: table, prefix: suspensionPrefix}, opts)
 }
+
+// The partition key prefixes of the two kinds of record a table holds:
+// an execution may have both (an asynchronous one that suspended).
+const (
+	suspensionPrefix = "SUSP#"
+	runPrefix        = "RUN#"
+)
 
 // chunkSize keeps a chunk item (its data plus about 100 bytes of keys and
 // ttl) well under DynamoDB's 400 KB item limit; a Query page (1 MB) reads
@@ -46,8 +53,9 @@ func NewDynamo(db DynamoAPI, table string, opts Options) Store {
 const chunkSize = 350 << 10
 
 type dynamoBackend struct {
-	db    DynamoAPI
-	table string
+	db     DynamoAPI
+	table  string
+	prefix string // suspensionPrefix or runPrefix
 }
 
 // metaItem is meta as a DynamoDB item.
@@ -58,19 +66,19 @@ type metaItem struct {
 	TTL int64 `dynamodbav:"ttl"`
 }
 
-func partition(id string) string { return "SUSP#" + id }
+func (d *dynamoBackend) partition(id string) string { return d.prefix + id }
 
 func chunkSK(key string, i int) string { return fmt.Sprintf("chunk#%s#%04d", key, i) }
 
-func itemKey(id, sk string) map[string]types.AttributeValue {
+func (d *dynamoBackend) itemKey(id, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		"pk": &types.AttributeValueMemberS{Value: partition(id)},
+		"pk": &types.AttributeValueMemberS{Value: d.partition(id)},
 		"sk": &types.AttributeValueMemberS{Value: sk},
 	}
 }
 
 func (d *dynamoBackend) get(ctx context.Context, id string) (*meta, error) {
-	out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: itemKey(id, "meta"), ConsistentRead: aws.Bool(true)})
+	out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: d.itemKey(id, "meta"), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +93,7 @@ func (d *dynamoBackend) get(ctx context.Context, id string) (*meta, error) {
 }
 
 func (d *dynamoBackend) put(ctx context.Context, m *meta, prev int) error {
-	item, err := attributevalue.MarshalMap(metaItem{PK: partition(m.ID), SK: "meta", meta: *m, TTL: m.ExpiresAt.Add(ttlGrace).Unix()})
+	item, err := attributevalue.MarshalMap(metaItem{PK: d.partition(m.ID), SK: "meta", meta: *m, TTL: m.ExpiresAt.Add(ttlGrace).Unix()})
 	if err != nil {
 		return fmt.Errorf("encoding the record: %w", err)
 	}
@@ -110,7 +118,7 @@ func (d *dynamoBackend) writeBody(ctx context.Context, id string, version int, b
 	ttl := &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Add(ttlGrace).Unix(), 10)}
 	var reqs []types.WriteRequest
 	for i := 0; i*chunkSize < len(blob); i++ {
-		item := itemKey(id, chunkSK(key, i))
+		item := d.itemKey(id, chunkSK(key, i))
 		item["data"] = &types.AttributeValueMemberB{Value: blob[i*chunkSize : min((i+1)*chunkSize, len(blob))]}
 		item["ttl"] = ttl
 		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
@@ -130,7 +138,7 @@ func (d *dynamoBackend) readBody(ctx context.Context, id string, ref *bodyRef) (
 			TableName:              aws.String(d.table),
 			KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :prefix)"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk":     &types.AttributeValueMemberS{Value: partition(id)},
+				":pk":     &types.AttributeValueMemberS{Value: d.partition(id)},
 				":prefix": &types.AttributeValueMemberS{Value: "chunk#" + ref.Key + "#"},
 			},
 			ConsistentRead:    aws.Bool(true),
@@ -164,7 +172,7 @@ func (d *dynamoBackend) readBody(ctx context.Context, id string, ref *bodyRef) (
 func (d *dynamoBackend) deleteBody(ctx context.Context, id string, ref *bodyRef) error {
 	reqs := make([]types.WriteRequest, ref.Chunks)
 	for i := range reqs {
-		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: itemKey(id, chunkSK(ref.Key, i))}}
+		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: d.itemKey(id, chunkSK(ref.Key, i))}}
 	}
 	return d.batchWrite(ctx, reqs)
 }

@@ -33,6 +33,10 @@ type meta struct {
 	// told incompatible without reading its body.
 	GuestHash string   `json:"guest_hash,omitempty" dynamodbav:"guest_hash,omitempty"`
 	Body      *bodyRef `json:"body,omitempty" dynamodbav:"body,omitempty"`
+	// A run's (runs.go): the token of the claim that runs it, and whether
+	// someone asked it to stop.
+	Runner          string `json:"runner,omitempty" dynamodbav:"runner,omitempty"`
+	CancelRequested bool   `json:"cancel_requested,omitempty" dynamodbav:"cancel_requested,omitempty"`
 }
 
 // bodyRef names a stored suspension blob. Key is unique to the write (the

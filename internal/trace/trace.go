@@ -99,7 +99,7 @@ const (
 
 // Event is a moment in a durable execution's life between its runs.
 type Event struct {
-	Type string    `json:"type"` // EventSuspend or EventResume
+	Type string    `json:"type"` // EventSuspend, EventResume or EventCancel
 	At   time.Time `json:"at"`
 	// Pending are the parked calls a suspension waits for (call ids).
 	Pending []int `json:"pending,omitempty"`
@@ -116,6 +116,7 @@ type Event struct {
 const (
 	EventSuspend = "suspend"
 	EventResume  = "resume"
+	EventCancel  = "cancel" // cancelled while suspended (Principal: who)
 )
 
 // Who decided a resumption, as Event.Via.

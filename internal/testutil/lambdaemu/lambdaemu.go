@@ -1,12 +1,24 @@
 // Package lambdaemu is a small AWS Lambda emulator for end-to-end tests.
 //
-// It serves the Invoke API (`POST /2015-03-31/functions/{name}/invocations`)
-// to AWS SDK clients, and the Lambda Runtime API (`next`, `response`,
+// It serves the Invoke API to AWS SDK clients — synchronous invocations
+// (`POST /2015-03-31/functions/{name}/invocations`), asynchronous ones
+// (the same with `X-Amz-Invocation-Type: Event`: accepted with 202, queued,
+// retried when the function fails, as Lambda does) and streamed ones
+// (`POST /2021-11-15/functions/{name}/response-streaming-invocations`, the
+// InvokeWithResponseStream API API Gateway's streaming integrations use:
+// an event stream of PayloadChunk events as the function writes, then
+// InvokeComplete) — and the Lambda Runtime API (`next`, `response`,
 // `error`) to real function binaries, which it starts as child processes
-// with AWS_LAMBDA_RUNTIME_API pointing at a listener of their own — exactly
-// the contract the aws-lambda-go runtime loop speaks in production. Like
+// with AWS_LAMBDA_RUNTIME_API pointing at it — exactly the contract the
+// aws-lambda-go runtime loop speaks in production. A response posted with
+// chunked transfer encoding (how aws-lambda-go posts a handler's io.Reader,
+// and what `Lambda-Runtime-Function-Response-Mode: streaming` announces)
+// reaches a streaming caller chunk by chunk as the function sends it; a
+// mid-stream failure arrives in the request's trailers
+// (Lambda-Runtime-Function-Error-Type and -Body), as Lambda reads it. Like
 // Lambda, it starts another process of a function when every running one
-// is busy, up to a per-function cap.
+// is busy, up to a per-function cap, and fails the invocation a process
+// held when it dies.
 //
 // No emulator package is reachable here (SAM CLI, the Runtime Interface
 // Emulator and LocalStack all need Docker or downloads), hence this one.
@@ -16,7 +28,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +42,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aws/smithy-go/eventstream"
 )
 
 // Function describes one function binary.
@@ -44,6 +60,16 @@ type Function struct {
 	MaxConcurrency int
 	// Stderr receives the processes' logs (default os.Stderr).
 	Stderr io.Writer
+	// AsyncRetries is how often an asynchronous invocation that failed
+	// (a function error, a timeout, a process that died) is delivered
+	// again: Lambda's MaximumRetryAttempts (default 2; -1 for none).
+	AsyncRetries int
+	// AsyncRetryDelay is the wait before a retry (Lambda waits a minute,
+	// then two; default 100 ms).
+	AsyncRetryDelay time.Duration
+	// AsyncDuplicates delivers every asynchronous invocation this many
+	// more times, at once, as Lambda may ("at least once").
+	AsyncDuplicates int
 }
 
 // Emulator runs functions behind the Invoke API.
@@ -52,6 +78,7 @@ type Emulator struct {
 	invokeHS *http.Server
 	funcs    map[string]*function
 	wg       sync.WaitGroup
+	stop     chan struct{}
 }
 
 type invocation struct {
@@ -59,12 +86,30 @@ type invocation struct {
 	payload  []byte
 	deadline time.Time
 	traceID  string
-	result   chan result
+	// chunks carries a streamed response's body as it is posted, for a
+	// streaming caller (nil for the others). Every chunk is sent before
+	// the invocation ends.
+	chunks chan []byte
+	// gone is closed when the caller stopped reading.
+	gone chan struct{}
+	// ended is closed once res is the invocation's result.
+	ended chan struct{}
+	res   result
+	once  sync.Once
 }
 
 type result struct {
 	body    []byte
 	errType string // non-empty: a function error (X-Amz-Function-Error: Unhandled)
+}
+
+// finish ends the invocation with res, once; a second result (a process
+// dying after it answered, an answer after the timeout) is dropped.
+func (inv *invocation) finish(res result) {
+	inv.once.Do(func() {
+		inv.res = res
+		close(inv.ended)
+	})
 }
 
 type function struct {
@@ -75,20 +120,25 @@ type function struct {
 	procs   []*process
 	retired []*process // stopped by Recycle
 	idle    int
-	pending map[string]*invocation
+	next    int // numbers processes
 	ln      net.Listener
 	hs      *http.Server
+	// async counts asynchronous deliveries that ended.
+	async int
 }
 
 type process struct {
+	n    int
 	cmd  *exec.Cmd
 	done chan struct{}
+	mu   sync.Mutex
+	held *invocation // the invocation the process took and has not answered
 }
 
 // Start serves the Invoke API on a free loopback port and readies the
 // functions (processes start on first use).
 func Start(fns ...Function) (*Emulator, error) {
-	e := &Emulator{funcs: map[string]*function{}}
+	e := &Emulator{funcs: map[string]*function{}, stop: make(chan struct{})}
 	for _, fc := range fns {
 		if fc.Timeout <= 0 {
 			fc.Timeout = 30 * time.Second
@@ -99,7 +149,16 @@ func Start(fns ...Function) (*Emulator, error) {
 		if fc.Stderr == nil {
 			fc.Stderr = os.Stderr
 		}
-		f := &function{cfg: fc, emu: e, queue: make(chan *invocation, 1024), pending: map[string]*invocation{}}
+		switch {
+		case fc.AsyncRetries == 0:
+			fc.AsyncRetries = 2
+		case fc.AsyncRetries < 0:
+			fc.AsyncRetries = 0
+		}
+		if fc.AsyncRetryDelay <= 0 {
+			fc.AsyncRetryDelay = 100 * time.Millisecond
+		}
+		f := &function{cfg: fc, emu: e, queue: make(chan *invocation, 1024)}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			e.Close()
@@ -119,6 +178,7 @@ func Start(fns ...Function) (*Emulator, error) {
 	e.invokeLn = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /2015-03-31/functions/{name}/invocations", e.invoke)
+	mux.HandleFunc("POST /2021-11-15/functions/{name}/response-streaming-invocations", e.invokeStream)
 	e.invokeHS = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.invokeHS.Serve(ln) }()
@@ -130,6 +190,11 @@ func (e *Emulator) Endpoint() string { return "http://" + e.invokeLn.Addr().Stri
 
 // Close stops the listeners and kills every function process.
 func (e *Emulator) Close() {
+	select {
+	case <-e.stop:
+	default:
+		close(e.stop)
+	}
 	if e.invokeHS != nil {
 		_ = e.invokeHS.Close()
 	}
@@ -146,7 +211,9 @@ func (e *Emulator) Close() {
 	e.wg.Wait()
 }
 
-func (e *Emulator) invoke(w http.ResponseWriter, r *http.Request) {
+// lookup finds the function a request names (a name or an ARN), or
+// answers 404.
+func (e *Emulator) lookup(w http.ResponseWriter, r *http.Request) *function {
 	name := r.PathValue("name")
 	if i := strings.LastIndex(name, ":function:"); i >= 0 { // accept ARNs
 		name = name[i+len(":function:"):]
@@ -155,34 +222,206 @@ func (e *Emulator) invoke(w http.ResponseWriter, r *http.Request) {
 	if f == nil {
 		w.Header().Set("X-Amzn-ErrorType", "ResourceNotFoundException")
 		http.Error(w, `{"message":"Function not found: `+name+`"}`, http.StatusNotFound)
-		return
 	}
-	payload, err := io.ReadAll(io.LimitReader(r.Body, 6<<20+1))
-	if err != nil || len(payload) > 6<<20 {
+	return f
+}
+
+// readPayload reads an invocation's payload (at most 6 MB, Lambda's limit
+// for synchronous invocations; 1 MB for asynchronous ones), or answers 413.
+func readPayload(w http.ResponseWriter, r *http.Request, limit int) ([]byte, bool) {
+	payload, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	if err != nil || len(payload) > limit {
 		w.Header().Set("X-Amzn-ErrorType", "RequestTooLargeException")
 		http.Error(w, `{"message":"payload too large"}`, http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	return payload, true
+}
+
+func (f *function) newInvocation(payload []byte, traceID string, stream bool) *invocation {
+	inv := &invocation{id: newID(), payload: payload, deadline: time.Now().Add(f.cfg.Timeout), traceID: traceID,
+		gone: make(chan struct{}), ended: make(chan struct{})}
+	if stream {
+		inv.chunks = make(chan []byte, 16)
+	}
+	return inv
+}
+
+// wait returns the invocation's result, or a timeout's when the function
+// overran its timeout (Lambda stops it then).
+func (f *function) wait(inv *invocation) result {
+	t := time.NewTimer(time.Until(inv.deadline) + time.Second)
+	defer t.Stop()
+	select {
+	case <-inv.ended:
+	case <-t.C:
+		inv.finish(result{errType: "Sandbox.Timedout", body: fmt.Appendf(nil, `{"errorType":"Sandbox.Timedout","errorMessage":"Task timed out after %.2f seconds"}`, f.cfg.Timeout.Seconds())})
+	}
+	return inv.res
+}
+
+func (e *Emulator) invoke(w http.ResponseWriter, r *http.Request) {
+	f := e.lookup(w, r)
+	if f == nil {
 		return
 	}
-	inv := &invocation{id: newID(), payload: payload, deadline: time.Now().Add(f.cfg.Timeout),
-		traceID: r.Header.Get("X-Amzn-Trace-Id"), result: make(chan result, 1)}
+	if r.Header.Get("X-Amz-Invocation-Type") == "Event" {
+		payload, ok := readPayload(w, r, 1<<20)
+		if !ok {
+			return
+		}
+		f.invokeAsync(payload, r.Header.Get("X-Amzn-Trace-Id"))
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	payload, ok := readPayload(w, r, 6<<20)
+	if !ok {
+		return
+	}
+	inv := f.newInvocation(payload, r.Header.Get("X-Amzn-Trace-Id"), false)
+	defer close(inv.gone)
 	if err := f.dispatch(inv); err != nil {
 		w.Header().Set("X-Amzn-ErrorType", "ServiceException")
 		http.Error(w, `{"message":"`+err.Error()+`"}`, http.StatusInternalServerError)
 		return
 	}
-	select {
-	case res := <-inv.result:
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Amz-Executed-Version", "$LATEST")
-		if res.errType != "" {
-			w.Header().Set("X-Amz-Function-Error", "Unhandled")
-		}
-		_, _ = w.Write(res.body)
-	case <-time.After(time.Until(inv.deadline) + time.Second):
-		w.Header().Set("Content-Type", "application/json")
+	res := f.wait(inv)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Amz-Executed-Version", "$LATEST")
+	if res.errType != "" {
 		w.Header().Set("X-Amz-Function-Error", "Unhandled")
-		_, _ = fmt.Fprintf(w, `{"errorType":"Sandbox.Timedout","errorMessage":"Task timed out after %.2f seconds"}`, f.cfg.Timeout.Seconds())
-	case <-r.Context().Done():
+	}
+	_, _ = w.Write(res.body)
+}
+
+// invokeAsync queues an asynchronous invocation: each delivery (and each
+// duplicate) runs until it succeeds or its retries are spent.
+func (f *function) invokeAsync(payload []byte, traceID string) {
+	for range 1 + f.cfg.AsyncDuplicates {
+		f.emu.wg.Add(1)
+		go func() {
+			defer f.emu.wg.Done()
+			defer func() { f.mu.Lock(); f.async++; f.mu.Unlock() }()
+			for attempt := 0; attempt <= f.cfg.AsyncRetries; attempt++ {
+				if attempt > 0 {
+					select {
+					case <-time.After(f.cfg.AsyncRetryDelay):
+					case <-f.emu.stop:
+						return
+					}
+				}
+				inv := f.newInvocation(payload, traceID, false)
+				if err := f.dispatch(inv); err != nil {
+					fmt.Fprintf(f.cfg.Stderr, "lambdaemu: %s: asynchronous invocation not dispatched: %v\n", f.cfg.Name, err)
+					continue
+				}
+				var res result
+				select {
+				case <-inv.ended:
+					res = inv.res
+				case <-f.emu.stop:
+					return
+				case <-time.After(time.Until(inv.deadline) + time.Second):
+					inv.finish(result{errType: "Sandbox.Timedout"})
+					res = inv.res
+				}
+				close(inv.gone)
+				if res.errType == "" {
+					return
+				}
+				fmt.Fprintf(f.cfg.Stderr, "lambdaemu: %s: asynchronous invocation failed (%s), attempt %d\n", f.cfg.Name, res.errType, attempt+1)
+			}
+		}()
+	}
+}
+
+// AsyncDone is how many asynchronous deliveries of function name have
+// ended (succeeded, or failed their last retry), duplicates included.
+func (e *Emulator) AsyncDone(name string) int {
+	f := e.funcs[name]
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.async
+}
+
+// invokeStream serves InvokeWithResponseStream: 200 with an event stream
+// of the response's chunks as the function posts them, then InvokeComplete
+// (with the function's error, if it failed: before or while streaming).
+func (e *Emulator) invokeStream(w http.ResponseWriter, r *http.Request) {
+	f := e.lookup(w, r)
+	if f == nil {
+		return
+	}
+	payload, ok := readPayload(w, r, 6<<20)
+	if !ok {
+		return
+	}
+	inv := f.newInvocation(payload, r.Header.Get("X-Amzn-Trace-Id"), true)
+	defer close(inv.gone)
+	if err := f.dispatch(inv); err != nil {
+		w.Header().Set("X-Amzn-ErrorType", "ServiceException")
+		http.Error(w, `{"message":"`+err.Error()+`"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
+	w.Header().Set("X-Amz-Executed-Version", "$LATEST")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	enc := eventstream.NewEncoder()
+	send := func(event, contentType string, body []byte) bool {
+		var h eventstream.Headers
+		h.Set(":message-type", eventstream.StringValue("event"))
+		h.Set(":event-type", eventstream.StringValue(event))
+		h.Set(":content-type", eventstream.StringValue(contentType))
+		if err := enc.Encode(w, eventstream.Message{Headers: h, Payload: body}); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	complete := func() {
+		// Every chunk was sent before the end: what is buffered goes
+		// first.
+		for {
+			select {
+			case chunk := <-inv.chunks:
+				if !send("PayloadChunk", "application/octet-stream", chunk) {
+					return
+				}
+				continue
+			default:
+			}
+			break
+		}
+		c := map[string]string{}
+		if inv.res.errType != "" {
+			c["ErrorCode"] = inv.res.errType
+			c["ErrorDetails"] = string(inv.res.body)
+		}
+		body, _ := json.Marshal(c)
+		send("InvokeComplete", "application/json", body)
+	}
+	timeout := time.NewTimer(time.Until(inv.deadline) + time.Second)
+	defer timeout.Stop()
+	for {
+		select {
+		case chunk := <-inv.chunks:
+			if !send("PayloadChunk", "application/octet-stream", chunk) {
+				return
+			}
+		case <-inv.ended:
+			complete()
+			return
+		case <-timeout.C:
+			inv.finish(result{errType: "Sandbox.Timedout"})
+		case <-r.Context().Done():
+			return
+		}
 	}
 }
 
@@ -203,13 +442,18 @@ func (f *function) dispatch(inv *invocation) error {
 func (f *function) spawn() error {
 	f.mu.Lock()
 	extra := append([]string(nil), f.cfg.Env...)
+	f.next++
+	n := f.next
 	f.mu.Unlock()
 	cmd := exec.Command(f.cfg.Binary)
 	if w := f.cfg.Wrapper; len(w) > 0 {
 		cmd = exec.Command(w[0], append(w[1:len(w):len(w)], f.cfg.Binary)...)
 	}
 	cmd.Env = append(os.Environ(),
-		"AWS_LAMBDA_RUNTIME_API="+f.ln.Addr().String(),
+		// Each process has an address of its own (aws-lambda-go joins it
+		// into its URLs as given), so the emulator knows which
+		// invocation a process held when it dies.
+		"AWS_LAMBDA_RUNTIME_API="+f.ln.Addr().String()+"/p"+strconv.Itoa(n),
 		"AWS_LAMBDA_FUNCTION_NAME="+f.cfg.Name,
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024",
@@ -222,34 +466,88 @@ func (f *function) spawn() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", f.cfg.Binary, err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	p := &process{n: n, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		held := p.held
+		p.held = nil
+		p.mu.Unlock()
+		if held != nil {
+			// Lambda fails the invocation of a runtime that exited.
+			msg := fmt.Sprintf("Runtime exited with error: %v", err)
+			held.finish(result{errType: "Runtime.ExitError", body: fmt.Appendf(nil, `{"errorType":"Runtime.ExitError","errorMessage":%q}`, msg)})
+		}
+		close(p.done)
+	}()
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
 	f.mu.Unlock()
 	return nil
 }
 
-// runtimeAPI serves the Runtime API to this function's processes.
+// proc finds the process of a Runtime API request by its path prefix.
+func (f *function) proc(r *http.Request) *process {
+	n, err := strconv.Atoi(strings.TrimPrefix(r.PathValue("proc"), "p"))
+	if err != nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range append(f.procs, f.retired...) {
+		if p.n == n {
+			return p
+		}
+	}
+	return nil
+}
+
+// runtimeAPI serves the Runtime API to this function's processes, each
+// under its own path prefix.
 func (f *function) runtimeAPI() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /{proc}/2018-06-01/runtime/invocation/next", func(w http.ResponseWriter, r *http.Request) {
+		p := f.proc(r)
+		if p == nil {
+			http.Error(w, `{"errorMessage":"unknown process"}`, http.StatusBadRequest)
+			return
+		}
 		f.mu.Lock()
 		f.idle++
 		f.mu.Unlock()
 		var inv *invocation
-		select {
-		case inv = <-f.queue:
-		case <-r.Context().Done():
+	wait:
+		for {
+			select {
+			case inv = <-f.queue:
+				select {
+				case <-inv.gone: // its caller left: the next one
+					inv = nil
+					continue
+				default:
+				}
+				break wait
+			case <-r.Context().Done():
+				break wait
+			case <-p.done:
+				break wait
+			}
 		}
 		f.mu.Lock()
 		f.idle--
-		if inv != nil {
-			f.pending[inv.id] = inv
-		}
 		f.mu.Unlock()
 		if inv == nil {
 			return
+		}
+		p.mu.Lock()
+		p.held = inv
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+			// It died as it took the invocation: someone else's.
+			f.queue <- inv
+			return
+		default:
 		}
 		h := w.Header()
 		h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
@@ -261,40 +559,105 @@ func (f *function) runtimeAPI() http.Handler {
 		h.Set("Content-Type", "application/json")
 		_, _ = w.Write(inv.payload)
 	})
-	finish := func(errType string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			id := r.PathValue("id")
-			body, _ := io.ReadAll(r.Body)
-			f.mu.Lock()
-			inv := f.pending[id]
-			delete(f.pending, id)
-			f.mu.Unlock()
-			if inv == nil {
-				http.Error(w, `{"errorMessage":"unknown request id"}`, http.StatusBadRequest)
-				return
-			}
-			et := errType
-			if et != "" {
-				if t := r.Header.Get("Lambda-Runtime-Function-Error-Type"); t != "" {
-					et = t
-				}
-				if len(bytes.TrimSpace(body)) == 0 {
-					body = []byte(`{"errorType":"` + et + `"}`)
-				}
-			}
-			inv.result <- result{body: body, errType: et}
-			w.WriteHeader(http.StatusAccepted)
-			_, _ = w.Write([]byte(`{"status":"OK"}`))
+	held := func(r *http.Request) (*process, *invocation) {
+		p := f.proc(r)
+		if p == nil {
+			return nil, nil
 		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		inv := p.held
+		if inv == nil || inv.id != r.PathValue("id") {
+			return p, nil
+		}
+		return p, inv
 	}
-	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/response", finish(""))
-	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/error", finish("Unhandled"))
-	mux.HandleFunc("POST /2018-06-01/runtime/init/error", func(w http.ResponseWriter, r *http.Request) {
+	release := func(p *process) {
+		p.mu.Lock()
+		p.held = nil
+		p.mu.Unlock()
+	}
+	mux.HandleFunc("POST /{proc}/2018-06-01/runtime/invocation/{id}/response", func(w http.ResponseWriter, r *http.Request) {
+		p, inv := held(r)
+		if inv == nil {
+			http.Error(w, `{"errorMessage":"unknown request id"}`, http.StatusBadRequest)
+			return
+		}
+		var res result
+		if inv.chunks != nil {
+			res = stream(r, inv)
+		} else {
+			body, _ := io.ReadAll(r.Body)
+			res = result{body: body}
+			if et := r.Trailer.Get("Lambda-Runtime-Function-Error-Type"); et != "" {
+				res = trailerError(r, et)
+			}
+		}
+		release(p)
+		inv.finish(res)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"status":"OK"}`))
+	})
+	mux.HandleFunc("POST /{proc}/2018-06-01/runtime/invocation/{id}/error", func(w http.ResponseWriter, r *http.Request) {
+		p, inv := held(r)
+		if inv == nil {
+			http.Error(w, `{"errorMessage":"unknown request id"}`, http.StatusBadRequest)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		et := r.Header.Get("Lambda-Runtime-Function-Error-Type")
+		if et == "" {
+			et = "Unhandled"
+		}
+		if len(bytes.TrimSpace(body)) == 0 {
+			body = []byte(`{"errorType":"` + et + `"}`)
+		}
+		release(p)
+		inv.finish(result{body: body, errType: et})
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"status":"OK"}`))
+	})
+	mux.HandleFunc("POST /{proc}/2018-06-01/runtime/init/error", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(f.cfg.Stderr, "lambdaemu: %s init error: %s\n", f.cfg.Name, body)
 		w.WriteHeader(http.StatusAccepted)
 	})
 	return mux
+}
+
+// stream passes a response's body to a streaming caller as it arrives,
+// and returns its end: the error its trailers carry, if any.
+func stream(r *http.Request, inv *invocation) result {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			select {
+			case inv.chunks <- bytes.Clone(buf[:n]):
+			case <-inv.gone:
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return result{errType: "Runtime.TruncatedResponse", body: fmt.Appendf(nil, `{"errorMessage":%q}`, err.Error())}
+		}
+	}
+	if et := r.Trailer.Get("Lambda-Runtime-Function-Error-Type"); et != "" {
+		return trailerError(r, et)
+	}
+	return result{}
+}
+
+// trailerError is the failure a response's trailers report: the runtime
+// failed after it started sending.
+func trailerError(r *http.Request, errType string) result {
+	body, err := base64.StdEncoding.DecodeString(r.Trailer.Get("Lambda-Runtime-Function-Error-Body"))
+	if err != nil || len(body) == 0 {
+		body = []byte(`{"errorType":"` + errType + `"}`)
+	}
+	return result{errType: errType, body: body}
 }
 
 func newID() string {
@@ -346,7 +709,8 @@ func (e *Emulator) CPUTime() time.Duration {
 
 // Recycle stops a function's containers, as Lambda does when it scales in
 // or replaces them, and returns how many it stopped: the next invocation
-// starts a fresh process. Call it while the function is idle.
+// starts a fresh process. An invocation a stopped process held fails
+// (Runtime.ExitError), as on Lambda.
 func (e *Emulator) Recycle(name string) (int, error) {
 	f := e.funcs[name]
 	if f == nil {

@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 )
@@ -159,5 +162,131 @@ func TestRecycle(t *testing.T) {
 	}
 	if _, err := emu.Recycle("missing"); err == nil {
 		t.Fatal("recycling an unknown function succeeded")
+	}
+}
+
+func sdkClient(emu *lambdaemu.Emulator) *lambda.Client {
+	return lambda.New(lambda.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(emu.Endpoint()),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+// TestStreamedThroughTheSDK: InvokeWithResponseStream, read by the AWS
+// SDK's own event stream decoder, delivers the function's writes as they
+// are made (the first chunk well before the last is written), then
+// InvokeComplete; a failure mid-stream comes in InvokeComplete.
+func TestStreamedThroughTheSDK(t *testing.T) {
+	emu, err := lambdaemu.Start(lambdaemu.Function{Name: "echo", Binary: buildEcho(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	client := sdkClient(emu)
+	read := func(payload string) (chunks []string, at []time.Time, complete *types.InvokeWithResponseStreamCompleteEvent) {
+		t.Helper()
+		out, err := client.InvokeWithResponseStream(context.Background(), &lambda.InvokeWithResponseStreamInput{
+			FunctionName: aws.String("echo"), Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream := out.GetStream()
+		defer stream.Close()
+		for ev := range stream.Events() {
+			switch v := ev.(type) {
+			case *types.InvokeWithResponseStreamResponseEventMemberPayloadChunk:
+				chunks = append(chunks, string(v.Value.Payload))
+				at = append(at, time.Now())
+			case *types.InvokeWithResponseStreamResponseEventMemberInvokeComplete:
+				c := v.Value
+				complete = &c
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return chunks, at, complete
+	}
+	chunks, at, complete := read(`{"stream": ["one ", "two ", "three"], "every_ms": 300}`)
+	if got := strings.Join(chunks, ""); got != "one two three" {
+		t.Fatalf("streamed %q", got)
+	}
+	if complete == nil || complete.ErrorCode != nil {
+		t.Fatalf("complete %+v", complete)
+	}
+	if spread := at[len(at)-1].Sub(at[0]); spread < 400*time.Millisecond {
+		t.Fatalf("the chunks arrived within %v of each other: held back, not streamed", spread)
+	}
+	_, _, complete = read(`{"stream": ["a", "b"], "every_ms": 10, "stream_fail": true}`)
+	if complete == nil || complete.ErrorCode == nil || !strings.Contains(aws.ToString(complete.ErrorDetails), "failed mid-stream") {
+		t.Fatalf("a failure mid-stream: %+v", complete)
+	}
+}
+
+// TestAsyncInvocations: an Event invocation is accepted at once, retried
+// when it fails (and when its process dies), delivered again when asked to
+// duplicate.
+func TestAsyncInvocations(t *testing.T) {
+	bin := buildEcho(t)
+	lines := func(path string) int {
+		b, _ := os.ReadFile(path)
+		return strings.Count(string(b), "\n")
+	}
+	tests := []struct {
+		name    string
+		fn      lambdaemu.Function
+		payload string
+		want    int
+	}{
+		{"once", lambdaemu.Function{}, `{}`, 1},
+		{"failed, retried twice", lambdaemu.Function{}, `{"fail": true}`, 3},
+		{"died, retried", lambdaemu.Function{AsyncRetries: 1}, `{"exit": true}`, 2},
+		{"no retries", lambdaemu.Function{AsyncRetries: -1}, `{"fail": true}`, 1},
+		{"duplicated", lambdaemu.Function{AsyncDuplicates: 1}, `{}`, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fn := tc.fn
+			fn.Name, fn.Binary, fn.AsyncRetryDelay = "echo", bin, 10*time.Millisecond
+			emu, err := lambdaemu.Start(fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer emu.Close()
+			log := filepath.Join(t.TempDir(), "deliveries")
+			var p map[string]any
+			_ = json.Unmarshal([]byte(tc.payload), &p)
+			p["log_to"] = log
+			payload, _ := json.Marshal(p)
+			out, err := sdkClient(emu).Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String("echo"),
+				InvocationType: types.InvocationTypeEvent, Payload: payload})
+			if err != nil || out.StatusCode != 202 {
+				t.Fatalf("%+v %v", out, err)
+			}
+			deliveries := 1 + fn.AsyncDuplicates
+			for deadline := time.Now().Add(20 * time.Second); emu.AsyncDone("echo") < deliveries && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := lines(log); got != tc.want || emu.AsyncDone("echo") != deliveries {
+				t.Fatalf("%d deliveries ran, want %d (%d done)", got, tc.want, emu.AsyncDone("echo"))
+			}
+		})
+	}
+}
+
+// TestProcessDeath: an invocation whose process dies fails, as on Lambda.
+func TestProcessDeath(t *testing.T) {
+	emu, err := lambdaemu.Start(lambdaemu.Function{Name: "echo", Binary: buildEcho(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	out, fnErr, err := emu.Invoke(context.Background(), "echo", []byte(`{"exit": true}`))
+	if err != nil || !fnErr || !strings.Contains(string(out), "Runtime.ExitError") {
+		t.Fatalf("%s %v %v", out, fnErr, err)
+	}
+	if out, fnErr, err := emu.Invoke(context.Background(), "echo", []byte(`{}`)); err != nil || fnErr {
+		t.Fatalf("after a death: %s %v %v", out, fnErr, err)
 	}
 }

@@ -1,0 +1,59 @@
+package app
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/runs"
+	"github.com/pml-sandbox/pml/internal/suspend"
+)
+
+// openRuns opens the store of asynchronous executions' runs beside the
+// suspensions cfg names: the same DynamoDB table (partition RUN#<id>), or
+// the directory's runs/; none without either, and async is then refused.
+func (c *awsConfig) openRuns(ctx context.Context, cfg SuspensionConfig) (suspend.Runs, error) {
+	opts := suspend.Options{TTL: cfg.TTL}
+	switch {
+	case cfg.Table != "":
+		awsCfg, err := c.load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return suspend.NewDynamoRuns(dynamodb.NewFromConfig(awsCfg), cfg.Table, opts), nil
+	case cfg.Dir != "":
+		return suspend.NewFileRuns(filepath.Join(cfg.Dir, "runs"), opts), nil
+	}
+	return nil, nil
+}
+
+// Executor is what every front end of this app runs executions through:
+// inner (nil: the app's service; pml serve passes it admitted within its
+// budget) with the app's runs, so asynchronous requests are recorded and
+// launched by launch (nil: on a goroutine of this process), and their
+// documents read and cancelled. Close it after the front end stops.
+func (a *App) Executor(inner execution.Executor, launch runs.Launcher) *runs.Service {
+	if inner == nil {
+		inner = a.Service
+	}
+	return runs.New(inner, runs.Options{Store: a.Runs, Launch: launch, Policy: a.policy, Logger: a.log})
+}
+
+// LambdaClient is a Lambda client with the app's AWS configuration (the
+// execute function invokes itself to run asynchronous executions).
+func (a *App) LambdaClient(ctx context.Context) (*lambda.Client, error) {
+	cfg, err := a.aws.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lambda.NewFromConfig(cfg), nil
+}
+
+// StreamREST reports whether PML_STREAM_REST_API asks for REST API events
+// to be answered as streamed responses.
+func StreamREST() bool { return strings.EqualFold(os.Getenv(EnvStreamREST), "on") }

@@ -1,0 +1,646 @@
+// Package runs lets executions run without their callers. A request with
+// async is recorded (suspend.Runs: queued, with the request) and answered
+// at once, StatusRunning with its id; a launcher starts its run elsewhere —
+// a goroutine of pml serve, an asynchronous invocation of the execute
+// function, a detached pml process — and that run claims the record before
+// anything runs, so a start delivered twice runs the script once. The
+// caller polls the document (Status: running, the suspended document with
+// its pending calls, then the final one) and may cancel it: a queued or
+// suspended execution at once, a running one at its next step (the runner
+// polls for the request), ending CANCELLED.
+//
+// Service wraps the execution service and is itself an
+// execution.Executor: synchronous requests pass through (and can be
+// cancelled by id while they run in this process), resumes of an
+// asynchronous execution settle its run's document, and every front end
+// uses it alike.
+package runs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// Launcher starts the run of the queued execution id somewhere it outlives
+// the request that started it, eventually calling Service.Run(id) there.
+// It must not wait for the run. An error means nothing will run it.
+type Launcher func(ctx context.Context, id string) error
+
+// Options configure a Service.
+type Options struct {
+	// Store keeps the runs; without it asynchronous requests are refused.
+	Store suspend.Runs
+	// Launch starts a run elsewhere. Nil runs it in this process, on a
+	// goroutine of its own (Close stops and waits for them).
+	Launch Launcher
+	// Policy says who besides an execution's owner may read and cancel
+	// it: its approvers.
+	Policy approval.Policy
+	Logger *slog.Logger
+	// PollEvery is how often a runner asks the store whether it was
+	// cancelled (default 250 ms): a running execution ends at most this
+	// long after a cancel, plus the step it was in.
+	PollEvery time.Duration
+	// MaxRun bounds a run whose context has no deadline (in process), for
+	// its claim's lease (default 15 minutes, the longest a Lambda runs).
+	MaxRun time.Duration
+}
+
+// Service runs executions, asynchronous ones included. It is safe for
+// concurrent use.
+type Service struct {
+	execution.Executor
+	opts Options
+	log  *slog.Logger
+
+	base   context.Context // in-process runs
+	stop   context.CancelCauseFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	live   map[string]*liveRun
+}
+
+// liveRun is an execution running in this process, which a cancel can
+// stop at once.
+type liveRun struct {
+	principal string
+	cancel    context.CancelCauseFunc
+	requested bool
+}
+
+// New returns a Service over exec, which runs every execution.
+func New(exec execution.Executor, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.PollEvery <= 0 {
+		opts.PollEvery = 250 * time.Millisecond
+	}
+	if opts.MaxRun <= 0 {
+		opts.MaxRun = 15 * time.Minute
+	}
+	s := &Service{Executor: exec, opts: opts, log: opts.Logger, live: map[string]*liveRun{}}
+	s.base, s.stop = context.WithCancelCause(context.Background())
+	return s
+}
+
+// Close stops the runs of this process, which end failed with their
+// document saying so, and waits for them to record it.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.stop(fault.New(fault.Unavailable, "the server stopped while the execution ran"))
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cancelled is the cause a cancelled execution's context ends with: the
+// engine ends the run with it (CANCELLED, not TIMEOUT).
+func cancelled(id string) *fault.Error {
+	return fault.New(fault.Cancelled, "execution %s was cancelled; it stopped at its next step", id)
+}
+
+// track makes the execution id running in this process cancellable by
+// Cancel until done is called.
+func (s *Service) track(ctx context.Context, id, principal string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l := &liveRun{principal: principal, cancel: cancel}
+	s.mu.Lock()
+	s.live[id] = l
+	s.mu.Unlock()
+	return ctx, func() {
+		s.mu.Lock()
+		if s.live[id] == l {
+			delete(s.live, id)
+		}
+		s.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// may reports whether principal may read or cancel owner's execution.
+func (s *Service) may(principal, owner string) bool {
+	return principal == owner || s.opts.Policy.IsApprover(principal)
+}
+
+// Execute implements execution.Executor: an asynchronous request is
+// recorded and launched, and answered StatusRunning at once (or failed
+// when it cannot be); any other runs here, cancellable while it runs.
+func (s *Service) Execute(ctx context.Context, req execution.Request) *execution.Response {
+	if req.ExecutionID == "" {
+		req.ExecutionID = trace.NewExecutionID()
+	}
+	if req.Async {
+		return s.start(ctx, req)
+	}
+	ctx, done := s.track(ctx, req.ExecutionID, req.Principal)
+	defer done()
+	return s.Executor.Execute(ctx, req)
+}
+
+// Resume implements execution.Executor: the resumed run is cancellable
+// while it runs here, and an asynchronous execution's document follows
+// what the resume ended with.
+func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*execution.Response, *fault.Error) {
+	rctx, done := s.track(ctx, rr.ExecutionID, rr.Principal)
+	resp, ferr := s.Executor.Resume(rctx, rr)
+	done()
+	if ferr == nil && s.opts.Store != nil {
+		s.settleResumed(ctx, rr.ExecutionID, resp)
+	}
+	return resp, ferr
+}
+
+// settleResumed moves a suspended run's document on to what its resume
+// answered; nothing for an execution that is not a run.
+func (s *Service) settleResumed(ctx context.Context, id string, resp *execution.Response) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	run, err := s.opts.Store.Load(ctx, id)
+	if err != nil || run.State != suspend.Suspended {
+		return
+	}
+	state, expires := outcome(resp, nil)
+	doc, err := json.Marshal(resp)
+	if err == nil {
+		err = s.opts.Store.Settle(ctx, id, run.Version, state, doc, expires)
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "resumed run's document not recorded", "execution_id", id, "err", err)
+	}
+}
+
+// storeTimeout bounds a store write after a run: it must happen even when
+// the caller has gone.
+const storeTimeout = 10 * time.Second
+
+// start records an asynchronous request and launches its run.
+func (s *Service) start(ctx context.Context, req execution.Request) *execution.Response {
+	id := req.ExecutionID
+	if s.opts.Store == nil {
+		return execution.Failed(id, fault.New(fault.InvalidRequest, "async is not available here: this service keeps no runs (it needs the store of suspended executions)"))
+	}
+	if !req.Validated() {
+		if ferr := req.Validate(); ferr != nil {
+			return execution.Failed(id, ferr)
+		}
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return execution.Failed(id, retryable(fault.New(fault.Unavailable, "the server is stopping: it starts no more runs")))
+	}
+	body, err := encodeRequest(req)
+	if err != nil {
+		return execution.Failed(id, fault.Wrap(fault.InvalidRequest, err, "recording the request"))
+	}
+	run := &suspend.Run{ID: id, Principal: req.Principal, Body: body}
+	if err := s.opts.Store.Create(ctx, run); err != nil {
+		s.log.ErrorContext(ctx, "run not recorded", "execution_id", id, "err", err)
+		return execution.Failed(id, retryable(fault.Wrap(fault.Unavailable, err, "the execution could not be recorded")))
+	}
+	launch := s.opts.Launch
+	if launch == nil {
+		launch = s.launchHere
+	}
+	if err := launch(ctx, id); err != nil {
+		s.log.ErrorContext(ctx, "run not launched", "execution_id", id, "err", err)
+		resp := execution.Failed(id, retryable(fault.Wrap(fault.Unavailable, err, "the execution could not be started")))
+		resp.Status = execution.StatusFailed
+		if doc, jerr := json.Marshal(resp); jerr == nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+			_ = s.opts.Store.Settle(sctx, id, run.Version, suspend.Failed, doc, time.Time{})
+			cancel()
+		}
+		return resp
+	}
+	return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt}
+}
+
+func retryable(fe *fault.Error) *fault.Error {
+	fe.Retryable = true
+	return fe
+}
+
+// launchHere runs id on a goroutine of this process.
+func (s *Service) launchHere(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("the server is stopping")
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.Run(s.base, id); err != nil {
+			s.log.Error("run failed to start", "execution_id", id, "err", err)
+		}
+	}()
+	return nil
+}
+
+// Run runs the queued execution id, once however often it is called: the
+// launcher's end. A run already claimed (a second delivery of the start)
+// or gone is nothing to do; an error is one worth trying again (the store
+// could not be read), since nothing ran.
+func (s *Service) Run(ctx context.Context, id string) error {
+	store := s.opts.Store
+	if store == nil {
+		return errors.New("runs: no store")
+	}
+	run, err := store.Load(ctx, id)
+	switch {
+	case errors.Is(err, suspend.ErrNotFound), errors.Is(err, suspend.ErrExpired):
+		s.log.WarnContext(ctx, "run not found", "execution_id", id, "err", err)
+		return nil
+	case err != nil:
+		return err
+	case run.State != suspend.RunQueued:
+		s.log.InfoContext(ctx, "run already started", "execution_id", id, "state", string(run.State))
+		return nil
+	}
+	claimed, err := store.Claim(ctx, id, run.Version, s.lease(ctx))
+	if errors.Is(err, suspend.ErrConflict) || errors.Is(err, suspend.ErrExpired) {
+		s.log.InfoContext(ctx, "run claimed elsewhere", "execution_id", id, "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	// The run is ours: from here on it ends with a document, whatever
+	// happens.
+	var resp *execution.Response
+	var cause error
+	req, err := decodeRequest(claimed.Body)
+	if err != nil {
+		resp = execution.Failed(id, fault.Wrap(fault.Internal, err, "reading the recorded request"))
+	} else {
+		req.ExecutionID = id
+		rctx, done := s.track(ctx, id, claimed.Principal)
+		stopWatch := s.watch(rctx, id)
+		resp = s.Executor.Execute(rctx, req)
+		stopWatch()
+		cause = context.Cause(rctx)
+		done()
+		if !resp.Suspended() && !isCancel(cause) {
+			// A cancel that came after the last poll still stands: the
+			// caller was told the execution is cancelled.
+			if yes, _ := store.CancelRequested(context.WithoutCancel(ctx), id); yes {
+				cause = cancelled(id)
+				resp.OK, resp.Result = false, nil
+			}
+		}
+	}
+	state, expires := outcome(resp, cause)
+	doc, err := json.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("runs: encoding the document of %s: %w", id, err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := store.Finish(sctx, id, claimed.Runner, state, doc, expires); err != nil {
+		// The script has run: trying again would not run it twice (the
+		// claim is spent), and only its document is lost.
+		s.log.ErrorContext(ctx, "run's document not recorded", "execution_id", id, "err", err)
+	}
+	return nil
+}
+
+// lease is how long a run may hold its claim: until ctx's deadline (the
+// Lambda's), else MaxRun, plus the margin a runner needs to record the end.
+func (s *Service) lease(ctx context.Context) time.Duration {
+	d := s.opts.MaxRun
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(time.Until(dl), 0)
+	}
+	return d + suspend.LeaseMargin
+}
+
+// watch polls the store for a cancel request while ctx lives, and cancels
+// the run's context (cause CANCELLED) when it finds one. The returned func
+// stops it.
+func (s *Service) watch(ctx context.Context, id string) func() {
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(s.opts.PollEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			yes, err := s.opts.Store.CancelRequested(ctx, id)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.WarnContext(ctx, "cancel check failed", "execution_id", id, "err", err)
+				}
+				continue
+			}
+			if yes {
+				s.cancelLive(id)
+				return
+			}
+		}
+	})
+	return func() { stop(); wg.Wait() }
+}
+
+// cancelLive stops id if it runs in this process, and reports whether it
+// did.
+func (s *Service) cancelLive(id string) bool {
+	s.mu.Lock()
+	l := s.live[id]
+	if l != nil {
+		l.requested = true
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	l.cancel(cancelled(id))
+	return true
+}
+
+// isCancel reports whether cause is a cancel's.
+func isCancel(cause error) bool {
+	var fe *fault.Error
+	return errors.As(cause, &fe) && fe.Code == fault.Cancelled
+}
+
+// outcome is the run state resp ends in, and how long its record is kept
+// (zero: the store's TTL). cause is why the run's context ended, if it did:
+// a cancel makes a failed run cancelled, a stop of this process (another
+// fault) makes it failed; a run that got to its end anyway completed.
+func outcome(resp *execution.Response, cause error) (suspend.State, time.Time) {
+	var fe *fault.Error
+	switch {
+	case resp.Suspended():
+		return suspend.Suspended, resp.ExpiresAt
+	case !resp.OK && errors.As(cause, &fe) && fe.Code == fault.Cancelled:
+		resp.Status, resp.Error = execution.StatusCancelled, fe
+		return suspend.RunCancelled, time.Time{}
+	case !resp.OK && errors.As(cause, &fe):
+		resp.Status, resp.Error = execution.StatusFailed, fe
+		return suspend.Failed, time.Time{}
+	case resp.Status == execution.StatusCancelled:
+		return suspend.RunCancelled, time.Time{}
+	}
+	resp.Status = execution.StatusCompleted
+	return suspend.RunCompleted, time.Time{}
+}
+
+// Status implements execution.Executor: the document of an asynchronous
+// execution as it stands, for its owner or an approver (NOT_FOUND for
+// anyone else, as for an unknown id, so ids cannot be probed); a
+// synchronous one running in this process reads as running.
+func (s *Service) Status(ctx context.Context, id, principal string) (*execution.Response, *fault.Error) {
+	run, ferr := s.load(ctx, id)
+	if ferr != nil && ferr.Code == fault.NotFound {
+		if l := s.liveRun(id); l != nil && s.may(principal, l.principal) {
+			return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: l.requested}, nil
+		}
+		return s.Executor.Status(ctx, id, principal)
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	if !s.may(principal, run.Principal) {
+		return nil, notFound(id)
+	}
+	return s.document(ctx, run), nil
+}
+
+// liveRun is a copy of id's entry if it runs in this process, nil
+// otherwise.
+func (s *Service) liveRun(id string) *liveRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.live[id]; l != nil {
+		c := *l
+		return &c
+	}
+	return nil
+}
+
+func notFound(id string) *fault.Error {
+	return fault.New(fault.NotFound, "no execution %q", id)
+}
+
+// load reads id's run: NOT_FOUND (also without a store), EXPIRED, or a
+// retryable UNAVAILABLE.
+func (s *Service) load(ctx context.Context, id string) (*suspend.Run, *fault.Error) {
+	if s.opts.Store == nil {
+		return nil, notFound(id)
+	}
+	run, err := s.opts.Store.Load(ctx, id)
+	switch {
+	case errors.Is(err, suspend.ErrNotFound):
+		return nil, notFound(id)
+	case errors.Is(err, suspend.ErrExpired):
+		return nil, fault.Wrap(fault.Expired, err, "")
+	case err != nil:
+		return nil, retryable(fault.Wrap(fault.Unavailable, err, "the store of runs failed"))
+	}
+	return run, nil
+}
+
+// document is run's document now. A suspended one's pending calls are read
+// from the suspension it waits in, so they are exactly what a decision
+// applies to; once that is not waiting any more its resume is under way
+// (running) or was lost (failed).
+func (s *Service) document(ctx context.Context, run *suspend.Run) *execution.Response {
+	id := run.ID
+	var doc *execution.Response
+	switch run.State {
+	case suspend.RunQueued, suspend.RunRunning:
+		doc = &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: run.CancelRequested}
+	case suspend.Failed:
+		doc = execution.Failed(id, lost(id, run))
+		doc.Status = execution.StatusFailed
+	default:
+		doc = &execution.Response{}
+		if err := json.Unmarshal(run.Body, doc); err != nil {
+			doc = execution.Failed(id, fault.Wrap(fault.Internal, err, "reading the recorded document"))
+			doc.Status = execution.StatusFailed
+		}
+	}
+	if run.State == suspend.Suspended {
+		s.refreshSuspended(ctx, doc)
+	}
+	doc.ExecutionID, doc.CreatedAt, doc.UpdatedAt = id, run.CreatedAt, run.UpdatedAt
+	return doc
+}
+
+// lost is the error of a failed run without a document of its own.
+func lost(id string, run *suspend.Run) *fault.Error {
+	if run.Body != nil {
+		var doc execution.Response
+		if json.Unmarshal(run.Body, &doc) == nil && doc.Error != nil {
+			return doc.Error
+		}
+	}
+	if run.FailureCode == suspend.CodeRunAbandoned {
+		return &fault.Error{Code: fault.Unavailable, Details: map[string]any{"failure_code": run.FailureCode},
+			Message: fmt.Sprintf("execution %s stopped before it ended: its runner was lost (a crash, or a recycled container) and it is not run again, since its calls up to then may have run", id)}
+	}
+	return fault.New(fault.Internal, "execution %s failed (%s)", id, run.FailureCode)
+}
+
+// refreshSuspended brings a suspended document up to date with its
+// suspension.
+func (s *Service) refreshSuspended(ctx context.Context, doc *execution.Response) {
+	w, ferr := s.Executor.Waiting(ctx, doc.ExecutionID)
+	switch {
+	case ferr == nil:
+		doc.Pending, doc.ExpiresAt, doc.Approvers = w.Pending, w.ExpiresAt, w.Approvers
+		return
+	case ferr.Code == fault.Expired:
+		doc.Status, doc.Error, doc.Pending = execution.StatusFailed, ferr, nil
+		return
+	case ferr.Code != fault.Conflict:
+		return // the store failed: what was recorded stands
+	}
+	details, _ := ferr.Details.(map[string]any)
+	if state, _ := details["state"].(suspend.State); state == suspend.Failed {
+		code, _ := details["failure_code"].(fault.Code)
+		doc.Status, doc.Pending = execution.StatusFailed, nil
+		doc.Error = fault.New(fault.Unavailable, "execution %s stopped while a resume ran it (%s)", doc.ExecutionID, code)
+		if code == fault.Cancelled {
+			doc.Status, doc.Error = execution.StatusCancelled, cancelled(doc.ExecutionID)
+		}
+		return
+	}
+	// Claimed by a resume (or done, and its document on its way here).
+	doc.Status, doc.Pending, doc.ExpiresAt, doc.Approvers = execution.StatusRunning, nil, time.Time{}, ""
+}
+
+// Cancel implements execution.Executor.
+func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*execution.Response, *fault.Error) {
+	id := cr.ExecutionID
+	for range 3 {
+		run, ferr := s.load(ctx, id)
+		if ferr != nil && ferr.Code == fault.NotFound {
+			if l := s.liveRun(id); l != nil && s.may(cr.Principal, l.principal) {
+				s.cancelLive(id)
+				return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: true}, nil
+			}
+			return s.Executor.Cancel(ctx, cr)
+		}
+		if ferr != nil {
+			return nil, ferr
+		}
+		if !s.may(cr.Principal, run.Principal) {
+			return nil, fault.New(fault.Forbidden, "execution %s belongs to another principal; only it, or an approver, may cancel it", id)
+		}
+		switch run.State {
+		case suspend.RunQueued:
+			doc := execution.Failed(id, cancelled(id))
+			doc.Status, doc.Error.Message = execution.StatusCancelled, fmt.Sprintf("execution %s was cancelled before it started", id)
+			if ferr := s.settle(ctx, run, suspend.RunCancelled, doc); ferr != nil {
+				if ferr.Code == fault.Conflict {
+					continue // claimed meanwhile: cancel it running
+				}
+				return nil, ferr
+			}
+			doc.CreatedAt, doc.UpdatedAt = run.CreatedAt, time.Now().UTC()
+			return doc, nil
+		case suspend.RunRunning:
+			r, err := s.opts.Store.RequestCancel(ctx, id)
+			if err != nil {
+				return nil, retryable(fault.Wrap(fault.Unavailable, err, "the store of runs failed"))
+			}
+			if r.State != suspend.RunRunning {
+				continue
+			}
+			s.cancelLive(id)
+			return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: true,
+				CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}, nil
+		case suspend.Suspended:
+			doc, ferr := s.Executor.Cancel(ctx, cr)
+			if ferr != nil {
+				return nil, ferr
+			}
+			if ferr := s.settle(ctx, run, suspend.RunCancelled, doc); ferr != nil {
+				s.log.WarnContext(ctx, "cancelled run's document not recorded", "execution_id", id, "err", ferr)
+			}
+			doc.CreatedAt, doc.UpdatedAt = run.CreatedAt, time.Now().UTC()
+			return doc, nil
+		}
+		doc := s.document(ctx, run)
+		return nil, &fault.Error{Code: fault.Conflict, Details: map[string]any{"status": doc.Status},
+			Message: fmt.Sprintf("execution %s has ended (%s): there is nothing to cancel", id, doc.Status)}
+	}
+	return nil, retryable(fault.New(fault.Unavailable, "execution %s kept changing while it was cancelled; try again", id))
+}
+
+// settle moves run, which nothing runs, to state with doc.
+func (s *Service) settle(ctx context.Context, run *suspend.Run, state suspend.State, doc *execution.Response) *fault.Error {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return fault.Wrap(fault.Internal, err, "encoding the document")
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	err = s.opts.Store.Settle(ctx, run.ID, run.Version, state, b, time.Time{})
+	switch {
+	case errors.Is(err, suspend.ErrConflict):
+		return fault.Wrap(fault.Conflict, err, "")
+	case err != nil:
+		return retryable(fault.Wrap(fault.Unavailable, err, "the store of runs failed"))
+	}
+	return nil
+}
+
+// storedRequest is a request as a run keeps it: its JSON as a caller
+// sends it, and what the host set.
+type storedRequest struct {
+	Request     json.RawMessage  `json:"request"`
+	Principal   string           `json:"principal,omitempty"`
+	Source      execution.Source `json:"source"`
+	TraceHeader string           `json:"trace_header,omitempty"`
+}
+
+func encodeRequest(req execution.Request) ([]byte, error) {
+	wire, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(storedRequest{Request: wire, Principal: req.Principal, Source: req.Source, TraceHeader: req.TraceHeader})
+}
+
+// decodeRequest reads a recorded request back through the one decoder,
+// as it was checked when it came in, to run now (not async).
+func decodeRequest(b []byte) (execution.Request, error) {
+	var sr storedRequest
+	if err := json.Unmarshal(b, &sr); err != nil {
+		return execution.Request{}, err
+	}
+	req, ferr := execution.Decode(sr.Request, sr.Source)
+	if ferr != nil {
+		return execution.Request{}, ferr
+	}
+	req.Async = false
+	req.Principal, req.TraceHeader = sr.Principal, sr.TraceHeader
+	return req, nil
+}
