@@ -204,6 +204,9 @@ type serviceFlags struct {
 	approvers, callerDecides string
 	callerAuto               bool
 	login                    string
+	// metrics is how the command publishes metrics unless PML_METRICS
+	// says otherwise: pml serve serves Prometheus's /metrics.
+	metrics string
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -260,7 +263,17 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, err
 	}
+	tracing, err := app.TracingFromEnv(app.TracingOff)
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
+	metrics, err := app.MetricsFromEnv(cmp.Or(f.metrics, app.MetricsOff))
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
 	return app.Config{
+		Tracing:          tracing,
+		Metrics:          metrics,
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
 		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),

@@ -86,6 +86,7 @@ type execution struct {
 	used      time.Duration // running time before this step (a resumed run)
 	suspends  int           // times the run was suspended before
 	lastYield time.Time     // when the run last gave up its thread (maybeYield)
+	waited    time.Duration // time the run's goroutine waited on the host (Result.CPUTime)
 	ownTools  bool          // req.Tools has an array of its own (resolve grew it)
 }
 
@@ -399,7 +400,9 @@ func (x *execution) resolve(server, tool string) int32 {
 	if !ok {
 		return -1
 	}
+	w := time.Now()
 	t, found := r.Resolve(x.ctx, server, tool)
+	x.waited += time.Since(w)
 	x.checkIn() // the host may have taken a while: past the deadline, stop here
 	switch {
 	case !found:
@@ -615,11 +618,14 @@ func (x *execution) next() (completion, *fault.Error) {
 		// can happen until one is made.
 		return c, errSuspend
 	default:
+		w := time.Now()
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
+			x.waited += time.Since(w)
 			return c, x.timeoutError()
 		}
+		x.waited += time.Since(w)
 	}
 	if c.timer {
 		x.timers--
@@ -658,7 +664,9 @@ func (x *execution) startPending(atWait bool) {
 	if atWait && len(x.pending) == 1 && x.inflight == 1 && x.timers == 0 && len(x.ready) == 0 {
 		p := x.pending[0]
 		x.pending = x.pending[:0]
+		w := time.Now()
 		data, err := x.req.Host.CallTool(x.ctx, p.call)
+		x.waited += time.Since(w)
 		x.ready = append(x.ready, x.complete(p.id, p.idx, p.full, data, err))
 		return
 	}
