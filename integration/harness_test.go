@@ -77,6 +77,19 @@ type stack struct {
 
 func newStack(t *testing.T, extraServers ...string) *stack {
 	t.Helper()
+	return newStackWith(t, stackOptions{servers: extraServers})
+}
+
+// stackOptions shape a stack beyond newStack's.
+type stackOptions struct {
+	servers []string  // more MCP servers (JSON objects)
+	env     []string  // more environment for every function (KEY=VALUE)
+	logs    io.Writer // receives the functions' output too (safe for concurrent writes)
+}
+
+func newStackWith(t *testing.T, opts stackOptions) *stack {
+	t.Helper()
+	extraServers := opts.servers
 	ctx := context.Background()
 	db := dynamolocal.Start(t)
 	client := db.Client()
@@ -99,7 +112,7 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 	servers = append(servers, extraServers...)
 	xr := xraylisten.Start(t)
 	cache := t.TempDir()
-	logs := &testLog{t: t}
+	logs := &testLog{t: t, tee: opts.logs}
 	env := []string{
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
 		"AWS_ENDPOINT_URL_DYNAMODB=" + db.Endpoint,
@@ -114,6 +127,7 @@ func newStack(t *testing.T, extraServers ...string) *stack {
 		app.EnvLogLevel + "=warn",
 		app.EnvApprovers + "=" + approversEnv,
 	}
+	env = append(env, opts.env...)
 	// The emulator's address is only known once it listens, and the
 	// functions need it to invoke each other: start them lazily after.
 	emu, err := lambdaemu.Start(
@@ -172,11 +186,17 @@ func (s *stack) deliver(t *testing.T, payload []byte) {
 	}
 }
 
-// testLog sends function output to the test log.
-type testLog struct{ t *testing.T }
+// testLog sends function output to the test log (and to tee, when set).
+type testLog struct {
+	t   *testing.T
+	tee io.Writer
+}
 
 func (l *testLog) Write(p []byte) (int, error) {
 	l.t.Helper()
+	if l.tee != nil {
+		_, _ = l.tee.Write(p)
+	}
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		if line != "" {
 			l.t.Log(line)
