@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/propagation"
 	oteltrace "go.opentelemetry.io/otel/trace"
 )
@@ -146,4 +147,40 @@ func TraceID(ctx context.Context, xrayHeader string) string {
 		}
 	}
 	return ""
+}
+
+// MCPMeta carries the context in an MCP request's _meta (traceparent and
+// tracestate, as MCP 2026-07-28 puts them there): mcp-go's
+// tracing.MetaPropagator, for the MCP endpoint's server
+// (server.WithMetaPropagator) to honour what a client sends.
+type MCPMeta struct{}
+
+// InjectMeta implements tracing.MetaPropagator.
+func (MCPMeta) InjectMeta(ctx context.Context, meta *mcp.Meta) *mcp.Meta {
+	tp, ts := Inject(ctx)
+	if tp == "" {
+		return meta
+	}
+	if meta == nil {
+		meta = &mcp.Meta{}
+	}
+	if meta.AdditionalFields == nil {
+		meta.AdditionalFields = map[string]any{}
+	}
+	meta.AdditionalFields[TraceParent] = tp
+	if ts != "" {
+		meta.AdditionalFields[TraceState] = ts
+	}
+	return meta
+}
+
+// ExtractMeta implements tracing.MetaPropagator: a well-formed traceparent
+// in meta replaces what ctx carries (the HTTP headers').
+func (MCPMeta) ExtractMeta(ctx context.Context, meta *mcp.Meta) context.Context {
+	if meta == nil {
+		return ctx
+	}
+	tp, _ := meta.AdditionalFields[TraceParent].(string)
+	ts, _ := meta.AdditionalFields[TraceState].(string)
+	return Extract(ctx, tp, ts)
 }
