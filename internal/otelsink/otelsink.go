@@ -62,13 +62,15 @@ type Sink struct {
 	tracer oteltrace.Tracer
 
 	mu    sync.Mutex
-	execs map[string]oteltrace.Span // open execution spans, by execution id
-	calls map[callKey]oteltrace.Span
+	execs map[string]*running // by execution id
+	open  int                 // spans open, over all of execs
 }
 
-type callKey struct {
-	exec string
-	id   int
+// running is what is open of one execution: its span (nil when it was not
+// opened live) and its calls' spans, by call id.
+type running struct {
+	span  oteltrace.Span
+	calls map[int]oteltrace.Span
 }
 
 // New returns a sink exporting as opts say. Sampling follows
@@ -107,7 +109,7 @@ func New(ctx context.Context, opts Options) (*Sink, error) {
 		process = sdktrace.WithBatcher(exp)
 	}
 	tp := sdktrace.NewTracerProvider(process, sdktrace.WithResource(res))
-	return &Sink{tp: tp, tracer: tp.Tracer("github.com/pml-sandbox/pml"), execs: map[string]oteltrace.Span{}, calls: map[callKey]oteltrace.Span{}}, nil
+	return &Sink{tp: tp, tracer: tp.Tracer("github.com/pml-sandbox/pml"), execs: map[string]*running{}}, nil
 }
 
 // Name is the span name of an execution: "execution", or "capability
@@ -143,13 +145,8 @@ func parent(ctx context.Context, header string) context.Context {
 
 // StartExecution implements trace.Spans.
 func (s *Sink) StartExecution(ctx context.Context, ex trace.Execution) context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.execs)+len(s.calls) >= maxOpen {
+	if s.full() {
 		return ctx
-	}
-	if old, ok := s.execs[ex.ID]; ok {
-		old.End() // a run whose record never came
 	}
 	kind := oteltrace.SpanKindServer
 	if ex.ParentExecutionID != "" {
@@ -157,20 +154,56 @@ func (s *Sink) StartExecution(ctx context.Context, ex trace.Execution) context.C
 	}
 	ctx, span := s.tracer.Start(parent(ctx, ex.TraceHeader), Name(ex), oteltrace.WithSpanKind(kind), oteltrace.WithTimestamp(ex.StartedAt),
 		oteltrace.WithAttributes(attribute.String("pml.execution_id", ex.ID), attribute.String("pml.source", ex.Source)))
-	s.execs[ex.ID] = span
+	s.mu.Lock()
+	r := s.execs[ex.ID]
+	if r == nil {
+		r = &running{}
+		s.execs[ex.ID] = r
+	}
+	old := r.span
+	r.span = span
+	if old == nil {
+		s.open++
+	}
+	s.mu.Unlock()
+	if old != nil {
+		old.End() // a run whose record never came
+	}
 	return ctx
+}
+
+// full reports whether maxOpen spans are open.
+func (s *Sink) full() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open >= maxOpen
 }
 
 // StartCall implements trace.Spans.
 func (s *Sink) StartCall(ctx context.Context, c trace.Call) context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.execs)+len(s.calls) >= maxOpen {
+	if s.full() {
 		return ctx
 	}
 	ctx, span := s.tracer.Start(ctx, CallName(c), oteltrace.WithSpanKind(callKind(c)),
 		oteltrace.WithAttributes(attribute.String("pml.server", c.Server), attribute.String("pml.tool", c.Tool), attribute.Int("pml.call_id", c.CallID)))
-	s.calls[callKey{c.ExecutionID, c.CallID}] = span
+	s.mu.Lock()
+	r := s.execs[c.ExecutionID]
+	if r == nil {
+		r = &running{}
+		s.execs[c.ExecutionID] = r
+	}
+	if r.calls == nil {
+		r.calls = map[int]oteltrace.Span{}
+	}
+	old := r.calls[c.CallID]
+	r.calls[c.CallID] = span
+	if old == nil {
+		s.open++
+	}
+	s.mu.Unlock()
+	if old != nil {
+		old.End()
+	}
 	return ctx
 }
 
@@ -186,9 +219,15 @@ func callKind(c trace.Call) oteltrace.SpanKind {
 // execution's context) when the call never left.
 func (s *Sink) RecordCall(ctx context.Context, c trace.Call) {
 	s.mu.Lock()
-	k := callKey{c.ExecutionID, c.CallID}
-	span, ok := s.calls[k]
-	delete(s.calls, k)
+	var span oteltrace.Span
+	r, ok := s.execs[c.ExecutionID]
+	if ok {
+		span, ok = r.calls[c.CallID]
+		if ok {
+			delete(r.calls, c.CallID)
+			s.open--
+		}
+	}
 	s.mu.Unlock()
 	end := c.StartedAt.Add(time.Duration(c.DurationMS * float64(time.Millisecond)))
 	if !ok {
@@ -225,18 +264,17 @@ func finishCall(span oteltrace.Span, c trace.Call) {
 // calls that are still open.
 func (s *Sink) Record(ctx context.Context, ex trace.Execution, calls []trace.Call) {
 	s.mu.Lock()
-	span, ok := s.execs[ex.ID]
-	delete(s.execs, ex.ID)
+	var span oteltrace.Span
 	var open map[int]oteltrace.Span
-	for k, sp := range s.calls {
-		if k.exec == ex.ID {
-			if open == nil {
-				open = map[int]oteltrace.Span{}
-			}
-			open[k.id] = sp
-			delete(s.calls, k)
+	if r := s.execs[ex.ID]; r != nil {
+		span, open = r.span, r.calls
+		s.open -= len(r.calls)
+		if span != nil {
+			s.open--
 		}
+		delete(s.execs, ex.ID)
 	}
+	ok := span != nil
 	s.mu.Unlock()
 	now := time.Now()
 	for _, c := range calls {
@@ -310,5 +348,5 @@ var _ interface {
 func (s *Sink) Open() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.execs) + len(s.calls)
+	return s.open
 }

@@ -2,6 +2,8 @@ package otelsink_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,3 +217,33 @@ func TestExportsOverOTLP(t *testing.T) {
 }
 
 var _ sdktrace.SpanExporter = tracetest.NewNoopExporter()
+
+// TestConcurrentExecutions: executions and calls started and recorded from
+// many goroutines at once each get their span, and nothing stays open.
+func TestConcurrentExecutions(t *testing.T) {
+	s, exp := newSink(t)
+	var wg sync.WaitGroup
+	for e := range 50 {
+		wg.Go(func() {
+			id := fmt.Sprintf("ex_%d", e)
+			ctx := s.StartExecution(context.Background(), trace.Execution{ID: id, StartedAt: time.Now()})
+			var calls sync.WaitGroup
+			for c := range 10 {
+				calls.Go(func() {
+					call := trace.Call{ExecutionID: id, CallID: c + 1, Server: "kv", Tool: "get", StartedAt: time.Now(), OK: true}
+					s.StartCall(ctx, call)
+					s.RecordCall(ctx, call)
+				})
+			}
+			calls.Wait()
+			s.Record(ctx, trace.Execution{ID: id, Status: trace.StatusOK}, nil)
+		})
+	}
+	wg.Wait()
+	if n := len(exp.GetSpans()); n != 50*11 {
+		t.Fatalf("%d spans; want %d", n, 50*11)
+	}
+	if n := s.Open(); n != 0 {
+		t.Fatalf("%d spans left open", n)
+	}
+}
