@@ -272,8 +272,11 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		return app.Config{}, usageError{err}
 	}
 	return app.Config{
-		Tracing:          tracing,
-		Metrics:          metrics,
+		Tracing: tracing,
+		Metrics: metrics,
+		// Standard output is the command's answer: EMF lines, if asked
+		// for, go beside the logs.
+		MetricsOutput:    os.Stderr,
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
 		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),
