@@ -78,22 +78,24 @@ type stack struct {
 
 func newStack(t *testing.T, extraServers ...string) *stack {
 	t.Helper()
-	return newStackWith(t, stackOptions{}, extraServers...)
+	return newStackWith(t, stackOptions{servers: extraServers})
 }
 
 // stackOptions change a stack from the defaults newStack uses.
 type stackOptions struct {
+	servers []string  // more MCP servers (JSON objects)
+	env     []string  // more environment for every function (KEY=VALUE)
+	logs    io.Writer // receives the functions' output too (safe for concurrent writes)
 	// execute adjusts the execute function (timeout, concurrency,
 	// asynchronous deliveries…) before it starts.
 	execute func(*lambdaemu.Function)
-	// env is added to every function's environment.
-	env []string
 	// more are functions beside the stack's own (the authorizer).
 	more []lambdaemu.Function
 }
 
-func newStackWith(t *testing.T, opts stackOptions, extraServers ...string) *stack {
+func newStackWith(t *testing.T, opts stackOptions) *stack {
 	t.Helper()
+	extraServers := opts.servers
 	ctx := context.Background()
 	db := dynamolocal.Start(t)
 	client := db.Client()
@@ -116,7 +118,7 @@ func newStackWith(t *testing.T, opts stackOptions, extraServers ...string) *stac
 	servers = append(servers, extraServers...)
 	xr := xraylisten.Start(t)
 	cache := t.TempDir()
-	logs := &testLog{t: t}
+	logs := &testLog{t: t, tee: opts.logs}
 	env := []string{
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
 		"AWS_ENDPOINT_URL_DYNAMODB=" + db.Endpoint,
@@ -201,11 +203,17 @@ func (s *stack) deliver(t *testing.T, payload []byte) {
 	}
 }
 
-// testLog sends function output to the test log.
-type testLog struct{ t *testing.T }
+// testLog sends function output to the test log (and to tee, when set).
+type testLog struct {
+	t   *testing.T
+	tee io.Writer
+}
 
 func (l *testLog) Write(p []byte) (int, error) {
 	l.t.Helper()
+	if l.tee != nil {
+		_, _ = l.tee.Write(p)
+	}
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		if line != "" {
 			l.t.Log(line)

@@ -69,6 +69,11 @@ type Config struct {
 	// Reserve is held for each running execution besides its sandbox's
 	// growth; WaitReserve for each waiting request.
 	Reserve, WaitReserve int64
+	// OnRefuse, when set, is told the limit of each request refused
+	// (fault.LimitServerExecutions or fault.LimitServerMemory): metrics
+	// count them as limit hits. It is called without the controller's
+	// lock held and must not block.
+	OnRefuse func(limit string)
 }
 
 // Controller admits executions within one budget. It is safe for
@@ -187,7 +192,7 @@ func (c *Controller) Acquire(ctx context.Context) (*Ticket, *fault.Error) {
 		c.stats.Refused++
 		err := c.refusalLocked(0)
 		c.mu.Unlock()
-		return nil, err
+		return nil, c.refused(err)
 	}
 	w := &waiter{ready: make(chan struct{})}
 	c.used += c.cfg.WaitReserve
@@ -204,8 +209,8 @@ func (c *Controller) Acquire(ctx context.Context) (*Ticket, *fault.Error) {
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if w.admitted { // admitted as the wait ended
+		c.mu.Unlock()
 		return &Ticket{c: c}, nil
 	}
 	c.queue.Remove(el)
@@ -215,7 +220,16 @@ func (c *Controller) Acquire(ctx context.Context) (*Ticket, *fault.Error) {
 	// The head may have been what stopped others (it never is: every
 	// waiter needs the same), but the wait reserve it held is free now.
 	c.dispatchLocked()
-	return nil, err
+	c.mu.Unlock()
+	return nil, c.refused(err)
+}
+
+// refused tells OnRefuse of a refusal, and returns it.
+func (c *Controller) refused(err *fault.Error) *fault.Error {
+	if c.cfg.OnRefuse != nil {
+		c.cfg.OnRefuse(err.Limit)
+	}
+	return err
 }
 
 // fits reports whether an execution needing need more bytes can start now.

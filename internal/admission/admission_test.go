@@ -144,7 +144,9 @@ func TestRefusedAfterWaiting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(Config{Memory: 100 * mib, Baseline: 10 * mib, Executions: tt.executions, Wait: 20 * time.Millisecond, Reserve: 10 * mib, WaitReserve: mib})
+			var told []string // OnRefuse is called on the refused request's goroutine
+			c, err := New(Config{Memory: 100 * mib, Baseline: 10 * mib, Executions: tt.executions, Wait: 20 * time.Millisecond, Reserve: 10 * mib, WaitReserve: mib,
+				OnRefuse: func(limit string) { told = append(told, limit) }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,6 +168,9 @@ func TestRefusedAfterWaiting(t *testing.T) {
 			}
 			if s := c.Stats(); s.Refused != 2 || s.Waiting != 0 {
 				t.Errorf("stats %+v", s)
+			}
+			if len(told) != 2 || told[0] != tt.limit || told[1] != tt.limit {
+				t.Errorf("OnRefuse was told %v; want %s twice", told, tt.limit)
 			}
 			release()
 			settled(t, c)

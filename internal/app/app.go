@@ -30,6 +30,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -66,6 +67,8 @@ const (
 	EnvStreamREST        = "PML_STREAM_REST_API"     // on: REST API events are answered as streamed responses (the template's REST API streams)
 	EnvJWTIssuer         = "PML_JWT_ISSUER"          // the authorize function: the accepted JWT issuer
 	EnvJWTAudience       = "PML_JWT_AUDIENCE"        // the authorize function: the accepted audiences, comma-separated
+	EnvTracing           = "PML_TRACING"             // xray, otel or off (default xray where the X-Ray daemon is, else off); CLI too
+	EnvMetrics           = "PML_METRICS"             // emf, prometheus or off (default emf in Lambda, else off; pml serve: prometheus)
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -73,7 +76,8 @@ const (
 	// Set by AWS: the function's memory in MB, which also sets its CPU.
 	EnvLambdaMemory = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
 	// Set by AWS: the function's name (the execute function invokes
-	// itself to run asynchronous executions).
+	// itself to run asynchronous executions; the FunctionName of its
+	// metrics).
 	EnvLambdaFunction = "AWS_LAMBDA_FUNCTION_NAME"
 )
 
@@ -90,7 +94,7 @@ var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvSh
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
 	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvJWTIssuer, EnvJWTAudience, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
-	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait}
+	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -116,10 +120,15 @@ type Config struct {
 	ServersParam string
 	// Demo offers the demo tools in process (bridge.DemoSource).
 	Demo bool
-	// Traces says where execution records go; XRay sends them to X-Ray
-	// too.
-	Traces TraceConfig
-	XRay   bool
+	// Traces says where execution records go; Tracing where traces go
+	// besides (TracingXRay, TracingOTel or TracingOff).
+	Traces  TraceConfig
+	Tracing string
+	// Metrics says how metrics are published: MetricsEMF (to
+	// MetricsOutput), MetricsPrometheus (App.MetricsHandler) or
+	// MetricsOff.
+	Metrics       string
+	MetricsOutput io.Writer
 	// CapabilitiesTable names the DynamoDB capability registry; without
 	// it the registry is the file CapabilitiesFile.
 	CapabilitiesTable string
@@ -191,7 +200,6 @@ func ConfigFromEnv() (Config, error) {
 		ServersParam:       os.Getenv(EnvMCPServersParam),
 		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
 		Traces:             TraceConfig{Store: StoreMemory, Keep: keep},
-		XRay:               os.Getenv(EnvLambdaTaskRoot) != "" || os.Getenv(EnvXRayDaemon) != "",
 		CapabilitiesTable:  os.Getenv(EnvCapTable),
 		CapabilitiesFile:   CapabilitiesFile(),
 		CapabilityFunction: os.Getenv(EnvCapFunction),
@@ -200,6 +208,12 @@ func ConfigFromEnv() (Config, error) {
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = "/tmp/pml-cache"
+	}
+	if cfg.Tracing, err = TracingFromEnv(defaultTracing()); err != nil {
+		return Config{}, err
+	}
+	if cfg.Metrics, err = MetricsFromEnv(defaultMetrics()); err != nil {
+		return Config{}, err
 	}
 	switch cfg.ShippedCacheDir {
 	case "":
@@ -319,6 +333,8 @@ type App struct {
 	// none; Runs the store of asynchronous executions beside it.
 	Suspensions suspend.Store
 	Runs        suspend.Runs
+	// Metrics receives the service's metrics, nil when it keeps none.
+	Metrics     metrics.Recorder
 	runner      *capability.Runner
 	approvalKey approval.Key
 	policy      approval.Policy
@@ -350,6 +366,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.Close(ctx)
 		return nil, err
 	}
+	out := cfg.MetricsOutput
+	if out == nil {
+		out = os.Stdout
+	}
+	rec, err := openMetrics(cfg.Metrics, out)
+	if err != nil {
+		return fail(err)
+	}
+	a.Metrics = rec
 	eng := cfg.Engine
 	if eng == nil {
 		opened, cached, err := openEngine(ctx, cfg, log)
@@ -357,12 +382,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(fmt.Errorf("guest engine: %w", err))
 		}
 		cached.log(log)
+		if rec != nil {
+			rec.ColdStart()
+			rec.GuestCache(cached.hit)
+		}
 		eng = opened
 		a.closers = append(a.closers, eng.Close)
 	}
 	a.Engine = eng
 
-	var err error
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.ServersParam != "" {
 		if servers, err = a.serversFromSSM(ctx, cfg.ServersParam); err != nil {
@@ -386,14 +414,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return fail(err)
 	}
-	a.Traces, a.Sink = store, store
-	if cfg.XRay {
-		xs, err := xraysink.New("pml-sandbox")
-		if err != nil {
-			return fail(err)
-		}
-		a.Sink = xraysink.Multi{store, xs}
+	a.Traces = store
+	tracer, err := a.openTracing(ctx, cfg.Tracing)
+	if err != nil {
+		return fail(err)
 	}
+	var ms trace.Sink
+	if rec != nil {
+		ms = metrics.Sink{R: rec}
+	}
+	a.Sink = sinks(store, tracer, ms)
 	if a.Registry, err = a.aws.openRegistry(ctx, cfg, log); err != nil {
 		return fail(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
 // Options configure a Service.
@@ -267,8 +268,9 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	if req.ExecutionID == "" {
 		req.ExecutionID = trace.NewExecutionID()
 	}
+	ctx = s.startSpan(ctx, &req, start)
 	resp, res := s.execute(ctx, &req, start)
-	ex := s.execRecord(&req, resp, start)
+	ex := s.execRecord(ctx, &req, resp, res, start)
 	if res != nil && res.Suspended != nil {
 		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
 	}
@@ -559,8 +561,9 @@ func (s *Service) visibleNames(ctx context.Context, req *execution.Request, ts *
 	return names
 }
 
-// execRecord is the trace record of an execution's first run.
-func (s *Service) execRecord(req *execution.Request, resp *execution.Response, start time.Time) trace.Execution {
+// execRecord is the trace record of an execution's first run (res is
+// nil when it never reached the engine).
+func (s *Service) execRecord(ctx context.Context, req *execution.Request, resp *execution.Response, res *guest.Result, start time.Time) trace.Execution {
 	sum := sha256.Sum256([]byte(req.Code))
 	ex := trace.Execution{
 		ID:          resp.ExecutionID,
@@ -570,8 +573,11 @@ func (s *Service) execRecord(req *execution.Request, resp *execution.Response, s
 		DurationMS:  resp.DurationMS,
 		Source:      string(req.Source),
 		Principal:   req.Principal,
-		TraceID:     traceIDFromHeader(req.TraceHeader),
+		TraceID:     tracectx.TraceID(ctx, req.TraceHeader),
 		TraceHeader: req.TraceHeader,
+	}
+	if res != nil {
+		ex.CPUMS = ms(res.CPUTime)
 	}
 	if p := req.Parent; p != nil {
 		ex.ParentExecutionID = p.ExecutionID
@@ -580,6 +586,20 @@ func (s *Service) execRecord(req *execution.Request, resp *execution.Response, s
 		ex.Depth = p.Depth()
 	}
 	return ex
+}
+
+// startSpan opens the execution's span when the sink traces live
+// (trace.Spans), and returns the context its run and calls go on under.
+func (s *Service) startSpan(ctx context.Context, req *execution.Request, start time.Time) context.Context {
+	sp, ok := s.sink.(trace.Spans)
+	if !ok {
+		return ctx
+	}
+	ex := trace.Execution{ID: req.ExecutionID, StartedAt: start, Source: string(req.Source), TraceHeader: req.TraceHeader}
+	if p := req.Parent; p != nil {
+		ex.ParentExecutionID, ex.ParentCallID, ex.Capability, ex.Depth = p.ExecutionID, p.CallID, p.Capability, p.Depth()
+	}
+	return sp.StartExecution(ctx, ex)
 }
 
 // record sends the execution to the sink, with the status and call count
@@ -605,7 +625,7 @@ func (s *Service) record(ctx context.Context, ex trace.Execution, resp *executio
 	default:
 		ex.Status = trace.StatusError
 		if resp.Error != nil {
-			ex.ErrorCode = resp.Error.Code
+			ex.ErrorCode, ex.Limit = resp.Error.Code, resp.Error.Limit
 		}
 	}
 	s.sink.Record(ctx, ex, own)
@@ -625,16 +645,6 @@ func (s *Service) Flush(ctx context.Context) error {
 		errs = append(errs, s.sink.Flush(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// traceIDFromHeader extracts Root=... from an X-Ray trace header.
-func traceIDFromHeader(h string) string {
-	for _, part := range strings.Split(h, ";") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "Root="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

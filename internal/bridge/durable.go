@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
 // Durable executions. With Request.Approval "suspend", a call that needs
@@ -41,7 +42,8 @@ type durableState struct {
 	CodeHash  string        `json:"code_hash"`
 	CodeBytes int           `json:"code_bytes"`
 	StartedAt time.Time     `json:"started_at"`
-	RunMS     float64       `json:"run_ms"` // the runs' durations so far
+	RunMS     float64       `json:"run_ms"`           // the runs' durations so far
+	CPUMS     float64       `json:"cpu_ms,omitempty"` // and their CPU time
 	Events    []trace.Event `json:"events,omitempty"`
 	// Sandboxes is what the runs so far spent of the request's sandbox
 	// budget.
@@ -70,7 +72,7 @@ const storeTimeout = 10 * time.Second
 // resp its StatusSuspended answer.
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source),
-		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, Sandboxes: resp.Sandboxes}
+		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes}
 	s.park(ctx, &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}, st, susp, resp, ex)
 }
 
@@ -328,8 +330,9 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend,
 		CallDetail: rr.CallDetail, ExecutionID: id, Principal: claimed.Principal, Source: execution.Source(st.Source),
 		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
+	ctx = s.startSpan(ctx, &req, start)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: claimed.Principal, TraceID: traceIDFromHeader(rr.TraceHeader), TraceHeader: rr.TraceHeader}
+		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader}
 	st.Events = append(st.Events, resumeEvent(decisions, rr, claimed.Principal, s.policy, start))
 
 	var resp *execution.Response
@@ -365,6 +368,10 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	resp.Sandboxes += st.Sandboxes
 	st.Sandboxes = resp.Sandboxes
 	ex.DurationMS = st.RunMS
+	if res != nil {
+		st.CPUMS += ms(res.CPUTime)
+	}
+	ex.CPUMS = st.CPUMS
 
 	if res != nil && res.Suspended != nil {
 		s.park(ctx, claimed, st, res.Suspended, resp, &ex)

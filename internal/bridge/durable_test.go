@@ -165,6 +165,12 @@ return [a, b]`
 	if strings.Join(types, ",") != "suspend,resume,suspend,resume" || last.Status != trace.StatusOK {
 		t.Fatalf("events %v status %s", types, last.Status)
 	}
+	// CPU time adds up over the runs, as the duration does.
+	for i := 1; i < len(sink.execs); i++ {
+		if prev, cur := sink.execs[i-1], sink.execs[i]; cur.CPUMS <= prev.CPUMS || cur.CPUMS > cur.DurationMS {
+			t.Fatalf("run %d: cpu_ms %v after %v (duration %v)", i, cur.CPUMS, prev.CPUMS, cur.DurationMS)
+		}
+	}
 }
 
 func TestResumeRefusals(t *testing.T) {

@@ -89,6 +89,9 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
 		return nil, needsApproval(full, e.tool, h.req)
 	}
+	if sp, ok := h.service.sink.(trace.Spans); ok {
+		ctx = sp.StartCall(ctx, trace.Call{ExecutionID: h.req.ExecutionID, CallID: c.ID, Server: c.Server, Tool: c.Tool, Kind: e.tool.Kind})
+	}
 	return e.source.Call(ctx, e.tool, c.Args, execution.CallOptions{
 		// An approved call was consented to, as allow_destructive would:
 		// the source's own check (the MCP pool's) must let it through.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
 // LambdaAPI is the part of the Lambda client the invoker uses.
@@ -28,6 +29,9 @@ type LambdaInvoker struct {
 
 // Invoke implements Invoker.
 func (l LambdaInvoker) Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error) {
+	// The call's span crosses into the capability function with it
+	// (Runner.Run picks it up there).
+	inv.Parent.TraceParent, inv.Parent.TraceState = tracectx.Inject(ctx)
 	payload, err := json.Marshal(inv)
 	if err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "encoding the capability invocation")

@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/script"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
 // DefaultMaxDepth bounds nesting: a script may call a capability that calls
@@ -355,6 +356,11 @@ func (r *Runner) Run(ctx context.Context, inv execution.Invocation) (*execution.
 	req, ferr := inv.Request(c.Code)
 	if ferr != nil {
 		return nil, ferr
+	}
+	if !tracectx.Has(ctx) {
+		// From another process (the capability function): the calling
+		// span came in the lineage.
+		ctx = tracectx.Extract(ctx, inv.Parent.TraceParent, inv.Parent.TraceState)
 	}
 	return r.Executor.Execute(ctx, req), nil
 }

@@ -47,7 +47,7 @@ func TestServeBudgetFlags(t *testing.T) {
 			err := f.check()
 			var cfgErr error
 			if err == nil {
-				ctl, cerr := f.controller()
+				ctl, cerr := f.controller(nil)
 				cfgErr = cerr
 				if cerr == nil {
 					cfg := ctl.Config()

@@ -205,6 +205,9 @@ type serviceFlags struct {
 	approvers, callerDecides string
 	callerAuto               bool
 	login                    string
+	// metrics is how the command publishes metrics unless PML_METRICS
+	// says otherwise: pml serve serves Prometheus's /metrics.
+	metrics string
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -261,7 +264,20 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, err
 	}
+	tracing, err := app.TracingFromEnv(app.TracingOff)
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
+	metrics, err := app.MetricsFromEnv(cmp.Or(f.metrics, app.MetricsOff))
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
 	return app.Config{
+		Tracing: tracing,
+		Metrics: metrics,
+		// Standard output is the command's answer: EMF lines, if asked
+		// for, go beside the logs.
+		MetricsOutput:    os.Stderr,
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
 		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),

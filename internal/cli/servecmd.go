@@ -81,6 +81,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		defer ds.Close()
 		sf.mcp = append([]string{"demo=" + ds.StreamableURL()}, sf.mcp...)
 	}
+	sf.metrics = app.MetricsPrometheus
 	a, err := sf.open(ctx, log)
 	if err != nil {
 		return ExitFailed, err
@@ -88,7 +89,8 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	defer a.Close(context.Background())
 
 	// The budget's baseline is what the process holds now, ready and idle.
-	budget, err := bf.controller()
+	// Its refusals are limit hits.
+	budget, err := bf.controller(a.LimitHit)
 	if err != nil {
 		return ExitUsage, err
 	}
@@ -107,6 +109,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		MCPSessions:  true,
 		MCPTextBytes: *textBytes,
 		Clients:      &clients,
+		Metrics:      a.MetricsHandler(),
 	})
 	handler := budget.RetryAfter(api)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -270,8 +273,9 @@ func (f *serveBudgetFlags) check() error {
 
 // controller builds the budget: the machine's defaults (the baseline is
 // the process's size now), overridden by the flags.
-func (f *serveBudgetFlags) controller() (*admission.Controller, error) {
+func (f *serveBudgetFlags) controller(onRefuse func(limit string)) (*admission.Controller, error) {
 	cfg := admission.DefaultConfig()
+	cfg.OnRefuse = onRefuse
 	if f.memory != "" {
 		n, _ := humanize.ParseBytes(f.memory) // checked
 		cfg.Memory = int64(n)

@@ -30,6 +30,11 @@ type Lineage struct {
 	// TraceHeader is the X-Ray trace header the calling execution runs
 	// under.
 	TraceHeader string `json:"trace_header,omitempty"`
+	// TraceParent and TraceState are the call's W3C trace context (its
+	// span, under OpenTelemetry), set where the call leaves the process
+	// (capability.LambdaInvoker): in process the context carries it.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Approval is the calling request's approval mode: a capability run
 	// never parks a call, but says why it refuses one.
 	Approval string `json:"approval,omitempty"`

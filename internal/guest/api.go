@@ -157,6 +157,12 @@ type Result struct {
 	Calls         []trace.Call     `json:"calls"`
 	StartedAt     time.Time        `json:"-"`
 	Duration      time.Duration    `json:"-"`
+	// CPUTime is how long the run kept its goroutine busy in the sandbox:
+	// its duration less the time it waited for tool calls, timers and
+	// name look-ups. It is the script's CPU time where the machine has a
+	// CPU for each busy goroutine; under load it also counts the time the
+	// OS gave the thread to others.
+	CPUTime time.Duration `json:"-"`
 	// Suspended is set, with OK false and Err nil, when the run stopped
 	// waiting for decisions on its parked calls: Engine.Resume continues
 	// it.

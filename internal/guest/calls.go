@@ -31,7 +31,9 @@ func (x *execution) resolve(server, tool string) int32 {
 	if !ok {
 		return -1
 	}
+	w := time.Now()
 	t, found := r.Resolve(x.ctx, server, tool)
+	x.waited += time.Since(w)
 	x.checkIn() // the host may have taken a while: past the deadline, stop here
 	switch {
 	case !found:
@@ -224,7 +226,9 @@ func (x *execution) startPending(atWait bool) {
 	if atWait && len(x.pending) == 1 && x.inflight == 1 && x.timers == 0 && len(x.ready) == 0 {
 		p := x.pending[0]
 		x.pending = x.pending[:0]
+		w := time.Now()
 		data, err := x.req.Host.CallTool(x.ctx, p.call)
+		x.waited += time.Since(w)
 		x.ready = append(x.ready, x.complete(p.id, p.idx, p.full, data, err))
 		return
 	}

@@ -426,6 +426,7 @@ func keepsNoGrownStack(res *Result) bool {
 // finishRun turns the end of a run's stepping into its Result: the output
 // document, a failure, or a Suspension.
 func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputDoc, rerr *fault.Error, finish func(*fault.Error) *Result) *Result {
+	res.CPUTime = max(0, time.Since(res.StartedAt)-x.waited)
 	if rerr == errSuspend {
 		s, err := x.suspension(in)
 		res.Calls = x.traceCalls()

@@ -74,6 +74,7 @@ type execution struct {
 	suspends  int           // times the run was suspended before
 	lastYield time.Time     // when the run last gave up its thread (maybeYield)
 	checkIns  int           // pml.poll calls so far (tests count them)
+	waited    time.Duration // time the run's goroutine waited on the host (Result.CPUTime)
 	ownTools  bool          // req.Tools has an array of its own (resolve grew it)
 }
 

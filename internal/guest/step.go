@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
 )
@@ -160,11 +161,14 @@ func (x *execution) next() (completion, *fault.Error) {
 		// can happen until one is made.
 		return c, errSuspend
 	default:
+		w := time.Now()
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
+			x.waited += time.Since(w)
 			return c, x.timeoutError()
 		}
+		x.waited += time.Since(w)
 	}
 	if c.timer {
 		x.timers--

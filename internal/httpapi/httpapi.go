@@ -26,6 +26,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
@@ -110,6 +111,10 @@ type Options struct {
 	// read a response (see ClientLimits); `pml serve` sets it, the Lambda
 	// has no socket to set deadlines on.
 	Clients *ClientLimits
+	// Metrics, when set, is served at GET /metrics, behind the guard
+	// (pml serve's Prometheus endpoint). It is not a route of RouteKeys:
+	// the Lambda has none, its metrics are logged (CloudWatch EMF).
+	Metrics http.Handler
 }
 
 type api struct {
@@ -151,6 +156,9 @@ func New(opts Options) *Handler {
 	mux := http.NewServeMux()
 	for _, r := range routes {
 		mux.Handle(r.pattern, r.handler(a))
+	}
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
 	}
 	h := jsonMisses(mux)
 	if opts.Guard != nil {
@@ -294,7 +302,9 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			a.Logger.InfoContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000, "execution_id", sw.Header().Get("X-Execution-Id"))
 		}()
-		next.ServeHTTP(sw, r)
+		// A caller's W3C trace context: the execution's span nests under
+		// it (X-Ray's header is read where the request is built).
+		next.ServeHTTP(sw, r.WithContext(tracectx.FromHeader(r.Context(), r.Header)))
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
@@ -25,6 +26,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
 		// Tasks are answered by mcpTasks, from the store of runs: no list.
 		server.WithTaskCapabilities(false, true, true),
+		server.WithMetaPropagator(tracectx.MCPMeta{}), // a call's _meta.traceparent: its execution joins that trace
 		server.WithInstructions("Run JavaScript against this deployment's tools with execute_code: "+
 			"the code is the body of an async function; call tools as `await mcp.<server>.<tool>(args)` "+
 			"and `return` the result. Use search_tools first to find tools. "+

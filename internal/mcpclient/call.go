@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
 var errCallTimeout = errors.New("call timed out")
@@ -93,10 +94,14 @@ func checkArgs(e *toolEntry, args json.RawMessage) (json.RawMessage, *fault.Erro
 	return e.input.Check(args)
 }
 
-// callParams is tools/call's params; Arguments goes out verbatim.
+// callParams is tools/call's params; Arguments goes out verbatim. Meta
+// carries the call's W3C trace context (traceparent, tracestate), as MCP
+// 2026-07-28 puts it in a request's _meta; the HTTP transports send it as
+// headers too (dial).
 type callParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
+	Name      string            `json:"name"`
+	Arguments json.RawMessage   `json:"arguments"`
+	Meta      map[string]string `json:"_meta,omitempty"`
 }
 
 func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
@@ -111,7 +116,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
 	defer stop()
 
-	params := callParams{Name: e.tool.Name, Arguments: args}
+	params := callParams{Name: e.tool.Name, Arguments: args, Meta: tracectx.Headers(ctx)}
 	gen := c.sessionGen.Load()
 	raw, err := c.send(tctx, string(mcp.MethodToolsCall), params)
 	s.p.calls.Add(1)

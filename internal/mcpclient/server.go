@@ -23,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
 var (
@@ -324,6 +325,7 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 	case TransportSSE:
 		t, terr := transport.NewSSE(s.cfg.URL,
 			transport.WithHeaders(headers),
+			transport.WithHeaderFunc(tracectx.Headers),
 			transport.WithHTTPClient(s.httpClient),
 			transport.WithSSELogger(s.log),
 			transport.WithEndpointTimeout(s.p.opts.connectTimeout))
@@ -340,6 +342,9 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 	default:
 		t, terr := transport.NewStreamableHTTP(s.cfg.URL,
 			transport.WithHTTPHeaders(headers),
+			// A call's trace context goes out as traceparent (and in its
+			// _meta: callParams), so a server that traces joins the trace.
+			transport.WithHTTPHeaderFunc(tracectx.Headers),
 			transport.WithHTTPBasicClient(s.httpClient),
 			transport.WithHTTPLogger(s.log),
 			// The standalone GET stream is where list_changed arrives

@@ -85,6 +85,12 @@ type Execution struct {
 	// execution.Request.Principal): only that principal may read it back.
 	Principal string `json:"principal,omitempty"`
 	Calls     int    `json:"calls"`
+	// Limit names the limit a LIMIT_EXCEEDED hit, as its
+	// fault.Error.Limit does.
+	Limit string `json:"limit,omitempty"`
+	// CPUMS is the time the sandbox ran script code (guest.Result.CPUTime),
+	// over all the runs of a durable execution.
+	CPUMS float64 `json:"cpu_ms,omitempty"`
 	// Events are a durable execution's suspensions and resumptions, oldest
 	// first.
 	Events []Event `json:"events,omitempty"`
@@ -153,6 +159,23 @@ func Hash(payload []byte) string {
 // a trace is written before the execution ends.
 type CallRecorder interface {
 	RecordCall(ctx context.Context, c Call)
+}
+
+// Spans is implemented by sinks that trace live (internal/otelsink): the
+// service opens an execution's span as the execution starts and a call's
+// as the call leaves for its tool source, so the context the call runs
+// under carries that span into whatever it reaches (an MCP server's
+// traceparent, a capability run). The spans end when Record and
+// RecordCall receive the records, which give them their attributes; a
+// record whose span was never opened gets one from its own times.
+type Spans interface {
+	// StartExecution opens ex's span (ex holds what is known as it
+	// starts: ID, StartedAt, Source, the parent and trace header) under
+	// the span context ctx carries, and returns ctx carrying the new one.
+	StartExecution(ctx context.Context, ex Execution) context.Context
+	// StartCall opens the span of c (ExecutionID, CallID, Server, Tool,
+	// Kind) under its execution's, and returns ctx carrying it.
+	StartCall(ctx context.Context, c Call) context.Context
 }
 
 // Sink receives records. Implementations must be safe for concurrent use and

@@ -96,6 +96,7 @@ func (s *Sink) Record(_ context.Context, ex trace.Execution, calls []trace.Call)
 		Metadata: map[string]map[string]interface{}{"pml": {
 			"code_bytes": ex.CodeBytes, "code_hash": ex.CodeHash, "calls": ex.Calls, "duration_ms": ex.DurationMS,
 			"parent_execution_id": ex.ParentExecutionID, "parent_call_id": ex.ParentCallID, "capability": ex.Capability,
+			"cpu_ms": ex.CPUMS, "limit": ex.Limit,
 		}},
 		Error: ex.Status != "ok",
 	}
@@ -161,6 +162,26 @@ func (m Multi) RecordCall(ctx context.Context, c trace.Call) {
 			r.RecordCall(ctx, c)
 		}
 	}
+}
+
+// StartExecution implements trace.Spans for the sinks that do.
+func (m Multi) StartExecution(ctx context.Context, ex trace.Execution) context.Context {
+	for _, s := range m {
+		if sp, ok := s.(trace.Spans); ok {
+			ctx = sp.StartExecution(ctx, ex)
+		}
+	}
+	return ctx
+}
+
+// StartCall implements trace.Spans for the sinks that do.
+func (m Multi) StartCall(ctx context.Context, c trace.Call) context.Context {
+	for _, s := range m {
+		if sp, ok := s.(trace.Spans); ok {
+			ctx = sp.StartCall(ctx, c)
+		}
+	}
+	return ctx
 }
 
 // Flush implements trace.Sink: every sink is flushed; the first error wins.
