@@ -1,0 +1,1236 @@
+package prescan
+
+import (
+	"math/rand/v2"
+	"strings"
+	"unicode/utf8"
+)
+
+// refusal says which bound a scan crossed.
+type refusal uint8
+
+const (
+	refuseNone refusal = iota
+	refuseDepth
+	refuseScopes
+	refuseScopeCount
+	refuseAmbiguous
+)
+
+// result is what a scan found: the refusal and its byte offset, and the
+// deepest nesting seen (for tests and measurement).
+type result struct {
+	refused refusal
+	at      int
+	depth   int
+	scopes  int
+	opened  int // blocks, function bodies and arrows, in the reading that read most
+}
+
+// Frame kinds. Angles and ternaries are tentative: a `<` may be a
+// comparison and a `?` an optional mark, so a `;`, a closing bracket or an
+// operator that cannot appear in a type drops them; they are counted while
+// they are open, which is the larger reading.
+const (
+	kTop     uint8 = iota // outside the wrapper, where code that closed it goes on
+	kParen                // ( … )
+	kBracket              // [ … ]
+	kBrace                // { … }
+	kSubst                // ${ … } of a template literal
+	kAngle                // < … > that may be type arguments
+	kTernary              // ? … : of a conditional
+)
+
+// Frame flags.
+const (
+	fHead   = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
+	fBlock              // a brace that opens a block or a function or class body (a scope)
+	fStmt               // a brace that is a statement's body: its close ends that statement
+	fList               // commas separate items (arguments, elements, members), not operands
+	fDecl               // a let/const/var list is pending: its commas separate declarations
+	fCase               // a case or default is pending its colon
+	fPrefix             // an angle where an operand starts: a type assertion or generic arrow
+	fCall               // a paren after an operand: arguments, or a method's parameters
+	fIndent             // a head paren whose statement indents its body (if, for, while, with)
+)
+
+// What a `/` reads as after the previous token.
+const (
+	slashRegexp uint8 = iota
+	slashDivide
+	slashEither // unknown: read both ways
+)
+
+// What a `{` opens after the previous token.
+const (
+	braceObject uint8 = iota
+	braceBlock        // a function or class body, or a block
+	braceStmt         // a statement's body or a block statement
+)
+
+// level is one open frame with the chains counted inside it.
+type level struct {
+	kind  uint8
+	flags uint16
+	// base is the depth of the frames around this one, itself included.
+	base int32
+	// unary counts prefix operators and member, call and index links since
+	// the last binary operator; right counts right-associative links
+	// (assignments, arrows, **, conditional alternates, yield, spread,
+	// extends) since the last comma; stmt counts statement heads (if,
+	// while, for, with, do, labels) since the last statement's end; seq
+	// counts comma operators.
+	unary, right, stmt, seq int32
+	// dos counts do statements waiting for their while; heads counts the
+	// statement heads that indent their body (all but the if of an else
+	// if), which esbuild prints nested like blocks.
+	dos, heads int32
+	// scopeBase is the scope nesting around this frame, itself included;
+	// arrows counts arrow functions pending in it.
+	scopeBase, arrows int32
+	// hash identifies the frames below this one, so two readings are
+	// compared in constant time before they are merged.
+	hash uint64
+}
+
+func (l *level) depth() int32  { return l.base + l.unary + l.right + l.stmt + l.seq }
+func (l *level) scopes() int32 { return l.scopeBase + l.arrows + l.heads }
+
+// reading is one way of reading the code: a position, the open frames and
+// what the previous token allows next.
+type reading struct {
+	s     *scanner
+	code  string
+	i     int
+	stack []level // the frames around cur
+	cur   level
+
+	template bool // inside the text of a template literal
+	dead     bool // this reading met what no parser reads: a syntax error
+
+	// What the previous token allows.
+	operand   bool  // it ended an operand: ( [ ` continue it, + - are binary
+	slash     uint8 // how a / reads here
+	brace     uint8 // what a { opens here
+	stmtStart bool  // a statement starts here
+	label     bool  // it was a plain word at a statement's start: a : makes it a label
+	property  bool  // it was . or ?.: a word here is a property name
+	newline   bool  // a line terminator since it
+	lineStart bool  // nothing but blanks and comments since the last line terminator
+	ended     bool  // it ended a statement: an else continues the if, a word starts anew
+	head      bool  // it was if/while/for/with/switch/catch: the next ( is a head
+	list      bool  // it was enum or interface: the next { is a list of members
+	declNext  bool  // it was let: a binding here makes a declaration list
+	callClose bool  // it closed what looked like a call's arguments
+	indent    bool  // it was if/for/while/with: the statement indents its body
+	bodyNext  bool  // it ended the head of a statement that indents its body
+
+	// deepest seen, and the scopes opened
+	maxDepth, maxScopes int32
+	opened              int
+	lim                 Limits
+	refused             refusal
+	at                  int
+	tok                 int // where the token being read starts
+}
+
+// scanner holds the readings of one scan.
+type scanner struct {
+	readings []*reading
+	free     []*reading // readings that ended, for their stacks' reuse
+	// hashing is on while there is more than one reading: each level's
+	// hash then identifies the frames below it, so readings that meet
+	// again are compared in constant time. seed makes the hashes
+	// unpredictable, so no input can be built to collide them.
+	hashing bool
+	seed    uint64
+}
+
+// scan reads code with every reading the ambiguous slashes allow, in step,
+// and stops at the first bound crossed.
+func scan(code string, lim Limits) result {
+	s := &scanner{seed: rand.Uint64()}
+	r := &reading{s: s, code: code, lim: lim, slash: slashRegexp, brace: braceStmt, stmtStart: true, lineStart: true}
+	// The wrapper `(async function (args) {`: its paren and body, counted
+	// as depth 0.
+	r.stack = make([]level, 0, 64)
+	r.stack = append(r.stack, level{kind: kTop, flags: fBlock}, level{kind: kParen})
+	r.cur = level{kind: kBrace, flags: fBlock}
+
+	res := result{}
+	s.readings = append(s.readings, r)
+	for len(s.readings) > 0 {
+		// Advance the reading that is furthest behind, so readings that
+		// meet again are at the same offset and can be merged.
+		k := 0
+		for j := 1; j < len(s.readings); j++ {
+			if s.readings[j].i < s.readings[k].i {
+				k = j
+			}
+		}
+		r := s.readings[k]
+		var fork *reading
+		if len(s.readings) == 1 {
+			// One reading: no merging to do, run until it forks or ends.
+			s.hashing = false
+			for r.i < len(r.code) && !r.dead && r.refused == refuseNone && fork == nil {
+				fork = r.step()
+			}
+		} else {
+			fork = r.step()
+		}
+		res.depth = max(res.depth, int(r.maxDepth))
+		res.scopes = max(res.scopes, int(r.maxScopes))
+		res.opened = max(res.opened, r.opened)
+		if r.refused != refuseNone {
+			res.refused, res.at = r.refused, r.at
+			return res
+		}
+		if fork != nil {
+			s.readings = append(s.readings, fork)
+			if len(s.readings) > maxReadings {
+				res.refused, res.at = refuseAmbiguous, r.tok
+				return res
+			}
+		}
+		if r.dead || r.i >= len(r.code) {
+			// A syntax error ends this reading; the end of the code too
+			// (an unclosed bracket is an error only the parser reports).
+			s.drop(k)
+			continue
+		}
+		for j, q := range s.readings {
+			if j != k && q.i == r.i && q.same(r) {
+				s.drop(k)
+				break
+			}
+		}
+	}
+	return res
+}
+
+// drop ends the k-th reading.
+func (s *scanner) drop(k int) {
+	n := len(s.readings) - 1
+	s.free = append(s.free, s.readings[k])
+	s.readings[k] = s.readings[n]
+	s.readings = s.readings[:n]
+}
+
+// same reports whether two readings at the same offset are in the same
+// state, so one of them can be dropped.
+func (r *reading) same(q *reading) bool {
+	if r.cur != q.cur || r.template != q.template || len(r.stack) != len(q.stack) ||
+		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
+		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
+		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
+		r.indent != q.indent || r.bodyNext != q.bodyNext {
+		return false
+	}
+	for j := len(r.stack) - 1; j >= 0; j-- {
+		if r.stack[j] != q.stack[j] {
+			return false
+		}
+	}
+	return true
+}
+
+// clone returns a copy of r that shares nothing mutable with it.
+func (r *reading) clone() *reading {
+	s := r.s
+	if !s.hashing {
+		s.hashing = true
+		r.rehash()
+	}
+	var q *reading
+	if n := len(s.free); n > 0 {
+		q = s.free[n-1]
+		s.free = s.free[:n-1]
+	} else {
+		q = new(reading)
+	}
+	stack := q.stack[:0]
+	*q = *r
+	q.stack = append(stack, r.stack...)
+	return q
+}
+
+// rehash sets the hash of every open frame.
+func (r *reading) rehash() {
+	h := r.s.seed
+	for j := range r.stack {
+		r.stack[j].hash = h
+		h = r.stack[j].fold(h)
+	}
+	r.cur.hash = h
+}
+
+// fold returns h with the level folded in.
+func (l *level) fold(h uint64) uint64 {
+	h = mix(h ^ uint64(l.kind) ^ uint64(l.flags)<<8 ^ uint64(uint32(l.base))<<24)
+	h = mix(h ^ uint64(uint32(l.unary)) ^ uint64(uint32(l.right))<<32)
+	h = mix(h ^ uint64(uint32(l.stmt)) ^ uint64(uint32(l.seq))<<32)
+	h = mix(h ^ uint64(uint32(l.dos)) ^ uint64(uint32(l.heads))<<32)
+	return mix(h ^ uint64(uint32(l.scopeBase)) ^ uint64(uint32(l.arrows))<<32)
+}
+
+// mix is splitmix64's finaliser.
+func mix(h uint64) uint64 {
+	h += 0x9e3779b97f4a7c15
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
+}
+
+// check records the depth after a token that added to it, and refuses past
+// a bound.
+func (r *reading) check() {
+	d, s := r.cur.depth(), r.cur.scopes()
+	r.maxDepth = max(r.maxDepth, d)
+	r.maxScopes = max(r.maxScopes, s)
+	switch {
+	case r.refused != refuseNone:
+	case int(d) > r.lim.MaxDepth:
+		r.refused, r.at = refuseDepth, r.tok
+	case int(s) > r.lim.MaxScopes:
+		r.refused, r.at = refuseScopes, r.tok
+	}
+}
+
+// open counts a scope opened (a block, a function body, an arrow function).
+func (r *reading) open() {
+	r.opened++
+	if r.opened > r.lim.MaxScopeCount && r.refused == refuseNone {
+		r.refused, r.at = refuseScopeCount, r.tok
+	}
+}
+
+// push opens a frame of kind k.
+func (r *reading) push(k uint8, flags uint16) {
+	scope := r.cur.scopes()
+	if flags&fBlock != 0 || k == kAngle {
+		scope++
+	}
+	if flags&fBlock != 0 {
+		r.open()
+	}
+	outer := r.cur
+	r.stack = append(r.stack, outer)
+	r.cur = level{kind: k, flags: flags, base: outer.depth() + 1, scopeBase: scope}
+	if r.s.hashing {
+		r.cur.hash = outer.fold(outer.hash)
+	}
+	r.check()
+}
+
+// pop closes the innermost frame.
+func (r *reading) pop() level {
+	closed := r.cur
+	r.cur = r.stack[len(r.stack)-1]
+	r.stack = r.stack[:len(r.stack)-1]
+	return closed
+}
+
+// dropAngles drops the tentative type-argument lists opened in the
+// innermost frame: an operator that no type holds shows they were
+// comparisons.
+func (r *reading) dropAngles() {
+	for r.cur.kind == kAngle {
+		r.pop()
+	}
+}
+
+// dropTentative drops angles and conditionals still open at a `;` or a
+// closing bracket, which neither can span.
+func (r *reading) dropTentative() {
+	for r.cur.kind == kAngle || r.cur.kind == kTernary {
+		r.pop()
+	}
+}
+
+// stmtContext reports whether statements are read in the innermost frame.
+func (r *reading) stmtContext() bool {
+	return (r.cur.kind == kBrace || r.cur.kind == kTop) && r.cur.flags&fBlock != 0
+}
+
+// exprStart sets what the previous token allows after an operator: an
+// operand starts.
+func (r *reading) exprStart() {
+	r.operand, r.slash, r.brace, r.stmtStart, r.label = false, slashRegexp, braceObject, false, false
+}
+
+// stmtBegin sets what the previous token allows at a statement's start.
+func (r *reading) stmtBegin() {
+	r.operand, r.slash, r.brace, r.stmtStart, r.label = false, slashRegexp, braceStmt, true, false
+}
+
+// operandEnd sets what the previous token allows after an operand.
+func (r *reading) operandEnd() {
+	r.operand, r.slash, r.brace, r.stmtStart, r.label = true, slashDivide, braceBlock, false, false
+}
+
+// binary applies an operator between two operands: the pending prefix
+// operators and member chain end. clears says whether the operator can
+// never appear in a type, which shows open angles were comparisons.
+func (r *reading) binary(clears bool) {
+	if clears {
+		r.dropAngles()
+	}
+	r.cur.unary = 0
+	r.exprStart()
+}
+
+// endExpr resets the chains a comma or a statement's end closes.
+func (r *reading) endExpr() {
+	r.cur.unary, r.cur.right, r.cur.arrows = 0, 0, 0
+}
+
+// endStatement ends the statement in the innermost frame, heads included.
+func (r *reading) endStatement() {
+	r.dropTentative()
+	r.endExpr()
+	r.cur.seq, r.cur.stmt, r.cur.dos, r.cur.heads = 0, 0, 0, 0
+	r.cur.flags &^= fDecl | fCase
+	r.list = false
+}
+
+// step reads one token (or a blank, a comment, a run of template text)
+// and returns a new reading when the token reads two ways: a `/` that may
+// start a regular expression, an HTML-like comment.
+func (r *reading) step() *reading {
+	if r.template {
+		r.templateText()
+		return nil
+	}
+	code := r.code
+	c := code[r.i]
+	// Blanks and comments are not tokens: what the previous token allows
+	// carries across them.
+	switch c {
+	case ' ', '\t', '\v', '\f':
+		r.i++
+		return nil
+	case '\n', '\r':
+		r.i++
+		r.newline, r.lineStart = true, true
+		return nil
+	case '/':
+		if r.i+1 < len(code) && code[r.i+1] == '/' {
+			r.i += 2
+			r.skipLine()
+			return nil
+		}
+		if r.i+1 < len(code) && code[r.i+1] == '*' {
+			r.skipBlockComment()
+			return nil
+		}
+	case '<':
+		if r.i+3 < len(code) && code[r.i+1] == '!' && code[r.i+2] == '-' && code[r.i+3] == '-' {
+			// `<!--` opens a comment to the end of the line where a parser
+			// allows HTML-like comments: read it both ways.
+			f := r.clone()
+			f.i += 4
+			f.skipLine()
+			r.token(c)
+			return f
+		}
+	case '-':
+		if r.lineStart && r.i+2 < len(code) && code[r.i+1] == '-' && code[r.i+2] == '>' {
+			// `-->` at a line's start is such a comment too.
+			f := r.clone()
+			f.i += 3
+			f.skipLine()
+			r.token(c)
+			return f
+		}
+	}
+	if c >= utf8.RuneSelf {
+		ch, n := utf8.DecodeRuneInString(code[r.i:])
+		switch {
+		case ch == 0x2028 || ch == 0x2029:
+			r.i += n
+			r.newline, r.lineStart = true, true
+			return nil
+		case isSpace(ch):
+			r.i += n
+			return nil
+		}
+	}
+	if c < ' ' || c == 0x7F {
+		// A control character no parser reads outside a string: the
+		// parsers stop at it, but skipping it is the larger reading.
+		r.i++
+		return nil
+	}
+	return r.token(c)
+}
+
+// token reads one token starting with c.
+func (r *reading) token(c byte) *reading {
+	code := r.code
+	start := r.i
+	r.tok = start
+	newline, ended, head, indent, property, declNext, callClose, bodyNext :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext =
+		false, false, false, false, false, false, false, false, false
+	if declNext && (isWordStart(c) || c == '[' || c == '{' || c >= utf8.RuneSelf) {
+		r.cur.flags |= fDecl
+	}
+	switch c {
+	case ';', ':', '(', ')', '}', '`', '\'', '"', '?':
+		r.list = false // not an enum's or interface's head
+	case '=':
+		if r.cur.kind != kAngle {
+			r.list = false
+		}
+	}
+	if bodyNext && c != '{' {
+		// A statement's body without braces: esbuild indents it as a
+		// block.
+		r.cur.heads++
+		r.check()
+	}
+
+	switch c {
+	case '(':
+		r.i++
+		switch {
+		case head:
+			f := uint16(fHead)
+			if indent {
+				f |= fIndent
+			}
+			r.push(kParen, f)
+		case r.operand:
+			r.cur.unary++ // a call
+			r.push(kParen, fList|fCall)
+		default:
+			r.push(kParen, 0)
+		}
+		r.exprStart()
+	case '[':
+		r.i++
+		if r.operand {
+			r.cur.unary++ // an index
+		}
+		r.push(kBracket, fList)
+		r.exprStart()
+	case '{':
+		r.i++
+		if callClose {
+			// `m(…) {`: what looked like a call was a method's or a
+			// function's parameters.
+			r.cur.unary--
+		}
+		switch {
+		case r.list:
+			r.push(kBrace, fList)
+			r.exprStart()
+		case r.brace == braceObject:
+			r.push(kBrace, fList)
+			r.exprStart()
+		case r.brace == braceStmt:
+			r.push(kBrace, fBlock|fStmt)
+			r.stmtBegin()
+		default:
+			r.push(kBrace, fBlock)
+			r.stmtBegin()
+		}
+		r.list = false
+	case ')', ']', '}':
+		r.i++
+		r.dropTentative()
+		if c == '}' && r.cur.kind == kSubst {
+			r.pop()
+			r.template = true
+			return nil
+		}
+		want := kParen
+		switch c {
+		case ']':
+			want = kBracket
+		case '}':
+			want = kBrace
+		}
+		if r.cur.kind != want || len(r.stack) == 0 {
+			r.dead = true // a closer that matches nothing: the parsers stop here
+			return nil
+		}
+		closed := r.pop()
+		switch {
+		case c == ')' && closed.flags&fHead != 0:
+			r.stmtBegin()
+			r.bodyNext = closed.flags&fIndent != 0
+		case c == '}' && closed.flags&fStmt != 0:
+			r.stmtBegin()
+			r.ended = true
+		case c == '}':
+			// A function body or an object: an operand ends, or a
+			// declaration, after which a / starts a regular expression.
+			r.operandEnd()
+			r.slash = slashEither
+		default:
+			r.operandEnd()
+			r.callClose = c == ')' && closed.flags&fCall != 0
+		}
+	case '`':
+		r.i++
+		if r.operand {
+			r.cur.unary++ // a tagged template
+			r.check()
+		}
+		r.template = true
+	case '\'', '"':
+		r.skipString(c)
+		r.operandEnd()
+	case '/':
+		return r.slashToken(newline)
+	case '.':
+		switch {
+		case r.i+1 < len(code) && isDigit(code[r.i+1]):
+			r.skipNumber()
+			r.operandEnd()
+		case r.i+2 < len(code) && code[r.i+1] == '.' && code[r.i+2] == '.':
+			r.i += 3
+			r.cur.right++ // spread and rest take an assignment expression
+			r.check()
+			r.exprStart()
+		default:
+			r.i++
+			r.cur.unary++
+			r.check()
+			r.exprStart()
+			r.property = true
+		}
+	case '?':
+		switch {
+		case r.i+1 < len(code) && code[r.i+1] == '.' && !(r.i+2 < len(code) && isDigit(code[r.i+2])):
+			r.i += 2
+			r.cur.unary++
+			r.check()
+			r.exprStart()
+			r.property = true
+		case r.i+1 < len(code) && code[r.i+1] == '?':
+			r.i += 2
+			if r.i < len(code) && code[r.i] == '=' {
+				r.i++
+				r.assign(true)
+			} else {
+				r.binary(true)
+			}
+		default:
+			r.i++
+			r.push(kTernary, 0)
+			r.exprStart()
+		}
+	case ':':
+		r.i++
+		r.dropAngles()
+		switch {
+		case r.cur.kind == kTernary:
+			r.pop()
+			r.cur.right++ // the alternate
+			r.check()
+			r.exprStart()
+		case r.label && r.stmtContext():
+			r.cur.stmt++
+			r.check()
+			r.stmtBegin()
+			r.bodyNext = true
+		case r.cur.flags&fCase != 0:
+			r.cur.flags &^= fCase
+			r.cur.unary = 0
+			r.stmtBegin()
+		default:
+			// A property's value or a type annotation.
+			r.binary(false)
+		}
+	case ',':
+		r.i++
+		r.endExpr()
+		if r.cur.flags&(fList|fDecl) == 0 && r.cur.kind != kAngle {
+			r.cur.seq++ // the comma operator
+			r.check()
+		}
+		r.exprStart()
+	case ';':
+		r.i++
+		r.dropTentative()
+		r.endExpr()
+		r.cur.seq = 0
+		r.cur.flags &^= fDecl | fCase
+		r.stmtBegin()
+		r.ended = true
+		r.list = false
+	case '=':
+		switch {
+		case r.i+1 < len(code) && code[r.i+1] == '>':
+			r.i += 2
+			r.cur.right++
+			r.cur.arrows++
+			r.open()
+			r.check()
+			r.exprStart()
+			r.brace = braceBlock
+		case r.i+1 < len(code) && code[r.i+1] == '=':
+			r.i += 2
+			if r.i < len(code) && code[r.i] == '=' {
+				r.i++
+			}
+			r.binary(true)
+		default:
+			// Not a clearing operator: a type parameter's default is
+			// written with `=` inside angles.
+			r.i++
+			r.assign(false)
+		}
+	case '<':
+		r.angles()
+	case '>':
+		r.closeAngles()
+	case '!':
+		r.i++
+		if r.i < len(code) && code[r.i] == '=' {
+			r.i++
+			if r.i < len(code) && code[r.i] == '=' {
+				r.i++
+			}
+			r.binary(true)
+			break
+		}
+		r.cur.unary++
+		r.check()
+		switch {
+		case r.operand && !newline:
+			// TypeScript's non-null assertion: the operand goes on.
+			r.operandEnd()
+		case r.operand:
+			// After a line break: a new statement's `!`, or an assertion.
+			r.exprStart()
+			r.slash = slashEither
+		default:
+			r.exprStart()
+		}
+	case '~':
+		r.i++
+		r.cur.unary++
+		r.check()
+		r.exprStart()
+	case '+', '-':
+		r.plusMinus(c)
+	case '*':
+		r.i++
+		switch {
+		case r.i < len(code) && code[r.i] == '*':
+			r.i++
+			if r.i < len(code) && code[r.i] == '=' {
+				r.i++
+			}
+			r.assign(true) // ** is right-associative
+		case r.i < len(code) && code[r.i] == '=':
+			r.i++
+			r.assign(true)
+		default:
+			r.binary(true)
+		}
+	case '%', '^':
+		r.i++
+		if r.i < len(code) && code[r.i] == '=' {
+			r.i++
+			r.assign(true)
+		} else {
+			r.binary(true)
+		}
+	case '&', '|':
+		r.i++
+		switch {
+		case r.i < len(code) && code[r.i] == c:
+			r.i++
+			if r.i < len(code) && code[r.i] == '=' {
+				r.i++
+				r.assign(true)
+			} else {
+				r.binary(true)
+			}
+		case r.i < len(code) && code[r.i] == '=':
+			r.i++
+			r.assign(true)
+		default:
+			// Unions and intersections are types too.
+			r.binary(false)
+		}
+	case '@':
+		r.i++
+		r.exprStart()
+	default:
+		if isDigit(c) {
+			r.skipNumber()
+			r.operandEnd()
+			break
+		}
+		r.word(newline, ended, head, indent, property)
+	}
+	return nil
+}
+
+// assign applies a right-associative operator (an assignment, **).
+// clears is false for `=`, which a type parameter's default uses.
+func (r *reading) assign(clears bool) {
+	if clears {
+		r.dropAngles()
+	}
+	r.cur.right++
+	r.check()
+	r.binary(false)
+}
+
+// plusMinus reads + - ++ -- += -=.
+func (r *reading) plusMinus(c byte) {
+	code := r.code
+	r.i++
+	switch {
+	case r.i < len(code) && code[r.i] == c:
+		r.i++
+		if !r.operand {
+			r.cur.unary++ // prefix
+			r.check()
+			r.exprStart()
+		}
+		// Postfix, or prefix on the next line: a / after it reads both
+		// ways.
+		r.slash = slashEither
+	case r.i < len(code) && code[r.i] == '=':
+		r.i++
+		r.assign(true)
+	case r.operand:
+		r.binary(c == '+') // -1 is a literal type
+	default:
+		r.cur.unary++
+		r.check()
+		r.exprStart()
+	}
+}
+
+// angles reads < << <= <<=: each `<` may open type arguments (or, where an
+// operand starts, a type assertion or a generic arrow's type parameters).
+func (r *reading) angles() {
+	code := r.code
+	n := 0
+	for r.i < len(code) && code[r.i] == '<' && n < 2 {
+		r.i++
+		n++
+	}
+	flags := uint16(0)
+	if r.operand {
+		r.cur.unary = 0 // a binary operator, or type arguments
+	} else {
+		flags = fPrefix
+	}
+	for range n {
+		r.push(kAngle, flags)
+	}
+	if r.i < len(code) && code[r.i] == '=' {
+		r.i++
+	}
+	r.exprStart()
+}
+
+// closeAngles reads > >> >>> >= >>= >>>=: each `>` closes an open angle if
+// the innermost frame is one; otherwise it is a comparison or a shift.
+func (r *reading) closeAngles() {
+	code := r.code
+	closed, prefix := false, false
+	for r.i < len(code) && code[r.i] == '>' {
+		r.i++
+		if r.cur.kind == kAngle {
+			a := r.pop()
+			closed = true
+			if a.flags&fPrefix != 0 {
+				r.cur.unary++ // a type assertion is a prefix operator
+				r.check()
+				prefix = true
+			}
+		}
+	}
+	assign := r.i < len(code) && code[r.i] == '='
+	if assign {
+		r.i++
+	}
+	switch {
+	case prefix && !assign:
+		// A type assertion `<T>x` (or a generic arrow's `<T>(x) => x`):
+		// its operand follows.
+		r.exprStart()
+	case closed:
+		// Type arguments: `f<T>(x)`, `new A<T>`, `x as A<T>`; the `=` of
+		// `a: A<T>= b`. What follows may still be a comparison's operand.
+		if assign {
+			r.cur.right++
+			r.check()
+			r.exprStart()
+		} else {
+			r.operandEnd()
+			r.operand = true
+		}
+		r.slash = slashEither
+	default:
+		r.binary(false)
+		r.slash = slashEither
+	}
+}
+
+// slashToken reads a comment, a regular expression or a division, or forks
+// when it cannot tell the last two apart.
+func (r *reading) slashToken(newline bool) *reading {
+	mode := r.slash
+	if mode == slashDivide && newline {
+		// A line break may have ended the statement (a declaration
+		// without initializer, an overload signature).
+		mode = slashEither
+	}
+	switch mode {
+	case slashRegexp:
+		r.skipRegexp()
+		r.operandEnd()
+	case slashDivide:
+		r.divide()
+	default:
+		f := r.clone()
+		r.skipRegexp()
+		r.operandEnd()
+		f.divide()
+		return f
+	}
+	return nil
+}
+
+// divide reads / or /= as an operator.
+func (r *reading) divide() {
+	r.i++
+	if r.i < len(r.code) && r.code[r.i] == '=' {
+		r.i++
+		r.assign(true)
+		return
+	}
+	r.binary(true)
+}
+
+// word reads an identifier or keyword.
+func (r *reading) word(newline, ended, head, indent, property bool) {
+	code := r.code
+	j := r.i
+	for j < len(code) {
+		c := code[j]
+		switch {
+		case isWordPart(c):
+			j++
+		case c == '\\':
+			j++
+			if j+1 < len(code) && code[j] == 'u' && code[j+1] == '{' {
+				for j < len(code) && code[j] != '}' {
+					j++
+				}
+			}
+			if j < len(code) {
+				j++
+			}
+		case c >= utf8.RuneSelf:
+			ch, n := utf8.DecodeRuneInString(code[j:])
+			if ch == 0x2028 || ch == 0x2029 || isSpace(ch) {
+				goto done
+			}
+			j += n
+		default:
+			goto done
+		}
+	}
+done:
+	w := code[r.i:j]
+	r.i = j
+	if property {
+		r.operandEnd()
+		return
+	}
+	if !r.continues(w) && ((r.operand && newline) || ended) {
+		// A line break after an operand before a word that cannot go on
+		// with it, or the end of a statement: a new statement starts.
+		r.endStatement()
+		r.stmtStart = true
+	}
+	stmt := r.stmtContext()
+	atStart := r.stmtStart
+	switch w {
+	case "while":
+		if r.cur.dos > 0 {
+			// The tail of a do statement.
+			r.cur.dos--
+		} else if stmt {
+			r.cur.stmt++
+			r.check()
+			r.indent = true
+		}
+		r.stmtBegin()
+		r.head = true
+	case "if", "for", "with":
+		if stmt {
+			r.cur.stmt++
+			r.check()
+			r.indent = true
+		}
+		r.stmtBegin()
+		r.head = true
+	case "switch", "catch":
+		r.stmtBegin()
+		r.head = true
+	case "do":
+		if stmt {
+			r.cur.stmt++
+			r.cur.dos++
+			r.check()
+			r.bodyNext = true
+		}
+		r.stmtBegin()
+	case "else":
+		// The body of the if before is done: esbuild prints `else` at the
+		// if's indentation.
+		if r.cur.heads > 0 {
+			r.cur.heads--
+		}
+		r.stmtBegin()
+		r.bodyNext = true
+	case "try", "finally":
+		r.stmtBegin()
+	case "typeof", "void", "delete", "new", "keyof", "readonly", "unique", "infer":
+		r.cur.unary++
+		r.check()
+		r.exprStart()
+	case "await":
+		// An operator in async code, an identifier elsewhere.
+		r.cur.unary++
+		r.check()
+		r.exprStart()
+		r.slash = slashEither
+		r.head, r.indent = head, indent // for await (…)
+	case "yield", "extends":
+		r.cur.right++
+		r.check()
+		r.exprStart()
+		if w == "yield" {
+			r.slash = slashEither
+		}
+	case "return", "throw":
+		r.exprStart()
+	case "case", "default":
+		if stmt {
+			r.cur.flags |= fCase
+		}
+		r.exprStart()
+	case "in", "instanceof":
+		r.cur.flags &^= fDecl
+		r.binary(true)
+	case "of":
+		r.cur.flags &^= fDecl
+		r.binary(true)
+		r.slash = slashEither // `of` is also an identifier
+	case "as", "satisfies":
+		r.binary(false)
+		r.slash = slashDivide
+	case "var", "const":
+		r.cur.flags |= fDecl
+		r.exprStart()
+	case "let":
+		r.operandEnd() // `let` is also an identifier
+		r.declNext = true
+	case "function", "class":
+		r.exprStart()
+		r.brace = braceBlock
+	case "enum", "interface":
+		r.operandEnd()
+		r.list = true
+	default:
+		r.operandEnd()
+		r.label = atStart
+	}
+}
+
+// continues reports whether a word may go on with the statement before it
+// across a line break or a statement's end: an operator, else, catch,
+// finally, or the while of a pending do.
+func (r *reading) continues(w string) bool {
+	switch w {
+	case "else", "in", "instanceof", "of", "as", "satisfies", "extends", "implements",
+		"catch", "finally", "is", "asserts", "keyof", "infer", "readonly", "unique":
+		return true
+	case "while":
+		return r.cur.dos > 0
+	}
+	return false
+}
+
+// templateText reads template text up to its end or a substitution.
+func (r *reading) templateText() {
+	code := r.code
+	for r.i < len(code) {
+		switch code[r.i] {
+		case '\\':
+			r.i += 2
+		case '`':
+			r.i++
+			r.template = false
+			r.operandEnd()
+			return
+		case '$':
+			if r.i+1 < len(code) && code[r.i+1] == '{' {
+				r.i += 2
+				r.template = false
+				r.push(kSubst, 0)
+				r.exprStart()
+				return
+			}
+			r.i++
+		default:
+			r.i++
+		}
+	}
+	r.dead = true // unterminated
+}
+
+// skipString skips a string literal; one cut by a line break or the end is
+// a syntax error.
+func (r *reading) skipString(q byte) {
+	code := r.code
+	r.i++
+	for r.i < len(code) {
+		switch code[r.i] {
+		case q:
+			r.i++
+			return
+		case '\\':
+			r.i += 2
+			if r.i <= len(code) && code[r.i-1] == '\r' && r.i < len(code) && code[r.i] == '\n' {
+				r.i++
+			}
+		case '\n', '\r':
+			r.dead = true
+			return
+		default:
+			r.i++
+		}
+	}
+	r.i = len(code)
+	r.dead = true
+}
+
+// skipRegexp skips a regular expression literal and its flags; one cut by
+// a line break or the end is a syntax error.
+func (r *reading) skipRegexp() {
+	code := r.code
+	r.i++
+	class := false
+	for r.i < len(code) {
+		c := code[r.i]
+		switch {
+		case c == '\\':
+			r.i++
+			if r.i < len(code) && (code[r.i] == '\n' || code[r.i] == '\r' || isLS(code, r.i)) {
+				r.dead = true
+				return
+			}
+			r.i++
+		case c == '[':
+			class = true
+			r.i++
+		case c == ']':
+			class = false
+			r.i++
+		case c == '/' && !class:
+			r.i++
+			for r.i < len(code) && isWordPart(code[r.i]) {
+				r.i++
+			}
+			return
+		case c == '\n' || c == '\r' || isLS(code, r.i):
+			r.dead = true
+			return
+		default:
+			r.i++
+		}
+	}
+	r.i = len(code)
+	r.dead = true
+}
+
+// skipLine skips to the next line terminator, which is left for step.
+func (r *reading) skipLine() {
+	code := r.code
+	for r.i < len(code) {
+		c := code[r.i]
+		if c == '\n' || c == '\r' || isLS(code, r.i) {
+			return
+		}
+		r.i++
+	}
+}
+
+// skipBlockComment skips /* … */; a line break inside counts as one
+// between the tokens around it.
+func (r *reading) skipBlockComment() {
+	code := r.code
+	r.i += 2
+	for r.i < len(code) {
+		c := code[r.i]
+		switch {
+		case c == '*' && r.i+1 < len(code) && code[r.i+1] == '/':
+			r.i += 2
+			return
+		case c == '\n' || c == '\r' || isLS(code, r.i):
+			r.newline, r.lineStart = true, true
+		}
+		r.i++
+	}
+	r.i = len(code)
+	r.dead = true
+}
+
+// skipNumber skips a numeric literal: at most one `.`, so that `1..a.b`
+// leaves its member chain to be counted.
+func (r *reading) skipNumber() {
+	code := r.code
+	dot := code[r.i] == '.'
+	radix := code[r.i] == '0' && r.i+1 < len(code) && strings.ContainsRune("xXbBoO", rune(code[r.i+1]))
+	r.i++
+	for r.i < len(code) {
+		c := code[r.i]
+		switch {
+		case isWordPart(c) && c != '#':
+			r.i++
+		case c == '.' && !dot && !radix:
+			dot = true
+			r.i++
+		case (c == '+' || c == '-') && !radix && (code[r.i-1] == 'e' || code[r.i-1] == 'E'):
+			r.i++
+		default:
+			return
+		}
+	}
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func isWordStart(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '$' || c == '#' || c == '\\'
+}
+
+func isWordPart(c byte) bool { return isWordStart(c) && c != '\\' || isDigit(c) }
+
+// isSpace reports the non-ASCII white space of JavaScript.
+func isSpace(ch rune) bool {
+	switch ch {
+	case 0xA0, 0x1680, 0x202F, 0x205F, 0x3000, 0xFEFF:
+		return true
+	}
+	return 0x2000 <= ch && ch <= 0x200A
+}
