@@ -44,7 +44,11 @@ type stripped struct {
 // JavaScript world already runs (Vite, tsx), it is pure Go with no cgo or
 // subprocess, and it transforms a few kilobytes in well under a
 // millisecond; tdewolff/parse, the analysis parser, reads no TypeScript.
-func stripTypes(code string) (*stripped, *fault.Error) {
+//
+// esbuild prints nested blocks indented, so its output may be many times
+// the code's size (nesting × statements); JavaScript over codeBytes is
+// refused here, as the engine would refuse it, before it is analysed.
+func stripTypes(code string, codeBytes int) (*stripped, *fault.Error) {
 	src := tsHead + code + tsTail
 	res := api.Transform(src, api.TransformOptions{
 		Loader:     api.LoaderTS,
@@ -66,6 +70,9 @@ func stripTypes(code string) (*stripped, *fault.Error) {
 		return nil, analysis.SyntaxErrorAt("TypeScript that does not compile to one function body (legacy decorators, or a stray '}')", 1, 1)
 	}
 	body := strings.TrimSuffix(out[len(outHead):len(out)-len(outTail)], "\n")
+	if len(body) > codeBytes {
+		return nil, fault.Limitf(fault.LimitCodeSize, "code is %d bytes once its TypeScript types are stripped; the limit is %d", len(body), codeBytes)
+	}
 	m, err := parseSourceMap(res.Map)
 	if err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "stripping TypeScript")
