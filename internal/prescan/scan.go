@@ -169,6 +169,12 @@ func scan(code string, lim Limits) result {
 			}
 		}
 		r := s.readings[k]
+		if r.dead || r.i >= len(r.code) {
+			// A syntax error ends a reading; the end of the code too (an
+			// unclosed bracket is an error only the parser reports).
+			s.drop(k)
+			continue
+		}
 		var fork *reading
 		if len(s.readings) == 1 {
 			// One reading: no merging to do, run until it forks or ends.
@@ -194,8 +200,6 @@ func scan(code string, lim Limits) result {
 			}
 		}
 		if r.dead || r.i >= len(r.code) {
-			// A syntax error ends this reading; the end of the code too
-			// (an unclosed bracket is an error only the parser reports).
 			s.drop(k)
 			continue
 		}
