@@ -40,6 +40,7 @@
 package prescan
 
 import (
+	"fmt"
 	"unicode/utf8"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -112,6 +113,15 @@ func Check(code string, l Limits) *fault.Error {
 	case refuseScopeCount:
 		e = fault.Limitf(fault.LimitCodeSize, "code opens more than %d blocks and functions (the last at line %d, column %d)", l.MaxScopeCount, line, col)
 		e.Details = map[string]int{"line": line, "column": col, "bound": l.MaxScopeCount}
+	case refuseComments:
+		e = fault.Limitf(fault.LimitCodeSize, "code has too many block comments on long lines (line %d, column %d): put them on lines of their own", line, col)
+		e.Details = map[string]int{"line": line, "column": col}
+	case refuseRepeats:
+		// A syntax error in every parser, but one whose errors esbuild
+		// reports in quadratic time.
+		e = &fault.Error{Code: fault.ScriptError,
+			Message: fmt.Sprintf("SyntaxError: %q has already been declared (line %d, column %d)", r.name, line, col),
+			Details: map[string]int{"line": line, "column": col}}
 	default:
 		e = fault.Limitf(fault.LimitCodeDepth, "code is too ambiguous to bound its nesting at line %d, column %d (more than %d readings of '/')", line, col, maxReadings)
 		e.Details = map[string]int{"line": line, "column": col, "bound": maxReadings}

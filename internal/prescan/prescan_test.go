@@ -164,12 +164,83 @@ func TestCommaSequences(t *testing.T) {
 		"f(" + seq + ")",
 		"[" + seq + "]",
 		"({" + seq + "})",
-		"let " + seq,
+		"var " + seq,
+		"var x = 1, " + seq,
 		"enum E {" + seq + "}",
 		"function f(" + seq + ") {}",
 	} {
 		if e := Check(code, Limits{}); e != nil {
 			t.Errorf("Check(%.40q…) = %v, want nil", code, e)
+		}
+	}
+}
+
+// TestRepeatedDeclarations: a name a let, const or class declares again in
+// its scope is a syntax error, which esbuild reports in quadratic time
+// when there are many: past a few, the code is refused as the syntax
+// error it is, at the first. Declarations that may repeat do not count.
+func TestRepeatedDeclarations(t *testing.T) {
+	for _, c := range []struct{ code, name string }{
+		{rep("let a;\n", 20), "a"},
+		{"let " + rep("a, ", 20) + "a", "a"},
+		{rep("const a = 1;", 20), "a"},
+		{"const [" + rep("a, ", 20) + "a] = x", "a"},
+		{"let {" + rep("b: a, ", 20) + "} = x", "a"},
+		{"let {" + rep("a, ", 20) + "} = x", "a"},
+		{"let [{a}, [a], ...a] = x;" + rep("let a;", 10), "a"},
+		{rep("class A {}\n", 20), "A"},
+		{"switch (x) {" + rep("case 1: let a = 1;", 20) + "}", "a"},
+		{"for (let " + rep("i = 0, ", 20) + "i = 0;;);", "i"},
+		{"x = {" + rep("__proto__: 1, ", 20) + "}", "__proto__"},
+		{"x = {" + rep("'__proto__': 1, ", 20) + "}", "__proto__"},
+		{"let a;\n" + rep("let a;\n", 20) + rep("(", 300), "a"}, // before the depth
+	} {
+		e := Check(c.code, Limits{})
+		if e == nil || e.Code != fault.ScriptError || !strings.Contains(e.Message, fmt.Sprintf("%q has already been declared", c.name)) {
+			t.Errorf("Check(%.50q…) = %v, want a SyntaxError for %q", c.code, e, c.name)
+		}
+	}
+	e := Check("let x = 1;\n  let a;"+rep(" let a;", 20), Limits{})
+	if d, _ := e.Details.(map[string]int); d["line"] != 2 || d["column"] != 14 {
+		t.Errorf("details = %v, want the first repeat, line 2 column 14", e.Details)
+	}
+	for _, code := range []string{
+		rep("var a;\n", 1000),
+		rep("for (let i = 0; i < 1; i++) {}\n", 1000),
+		rep("{ let a = 1 }\n", 1000),
+		rep("function f() {}\n", 1000),
+		rep("function f(x: string): void;\n", 100) + "function f(x) {}",
+		rep("const {a: b} = x; const {c: d} = x;", 1), // keys are not declarations
+		"const {" + rep("a: {", 20) + "b" + rep("}", 20) + "} = x",
+		"const [x = a + a + a + a + a + a + a + a + a + a] = y",
+		rep("x = {a: 1, a: 2};\n", 100),
+		rep("(a, a) => 1;\n", 100),
+		"let a = class A {}; let b = class A {}" + rep("; x = class A {}", 20),
+		rep("x = class extends B {}\n", 20),
+		"x = {" + rep("__proto__, ", 20) + "}", // shorthand is not the prototype
+		rep("{ const a = 1 }", 20),
+	} {
+		if e := Check(code, Limits{}); e != nil {
+			t.Errorf("Check(%.60q…) = %v, want nil", code, e)
+		}
+	}
+}
+
+// TestCommentsOnLongLines: esbuild scans back to a line's start for every
+// block comment before an expression, so many on one long line cost it
+// quadratic time; on lines of their own they cost nothing.
+func TestCommentsOnLongLines(t *testing.T) {
+	e := Check("return "+rep("/*c*/a+", 30_000)+"a", Limits{})
+	if e == nil || e.Code != fault.LimitExceeded || e.Limit != fault.LimitCodeSize || !strings.Contains(e.Message, "block comments") {
+		t.Fatalf("Check = %v, want code_size", e)
+	}
+	for _, code := range []string{
+		"return " + rep("/*c*/a+\n", 30_000) + "a",
+		"return " + rep("a+", 30_000) + rep("/*c*/", 100) + "a", // a few on a long line
+		"x = `" + rep("a\n", 50_000) + "`" + rep("/*c*/a+", 1000) + "a",
+	} {
+		if e := Check(code, Limits{MaxBytes: 1 << 20}); e != nil {
+			t.Errorf("Check(%.50q…) = %v, want nil", code, e)
 		}
 	}
 }
@@ -248,7 +319,7 @@ func TestNormalCodeAdmitted(t *testing.T) {
 		"return a" + rep(" + a", 100_000),     // binary chains are parsed iteratively
 		"return a" + rep(" as A", 100_000),
 		"x = " + rep("a<a>", 10_000) + "a",
-		"const {" + rep("a, ", 10_000) + "} = o",
+		"var {" + rep("a, ", 10_000) + "} = o",
 		"f(" + rep("a, ", 10_000) + ")",
 		"var " + rep("a = 1, ", 10_000) + "b",
 	} {

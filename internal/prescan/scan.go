@@ -15,6 +15,8 @@ const (
 	refuseScopes
 	refuseScopeCount
 	refuseAmbiguous
+	refuseRepeats
+	refuseComments
 )
 
 // result is what a scan found: the refusal and its byte offset, and the
@@ -22,6 +24,7 @@ const (
 type result struct {
 	refused refusal
 	at      int
+	name    string // the name declared again, for refuseRepeats
 	depth   int
 	scopes  int
 	opened  int // blocks, function bodies and arrows, in the reading that read most
@@ -43,15 +46,17 @@ const (
 
 // Frame flags.
 const (
-	fHead   = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
-	fBlock              // a brace that opens a block or a function or class body (a scope)
-	fStmt               // a brace that is a statement's body: its close ends that statement
-	fList               // commas separate items (arguments, elements, members), not operands
-	fDecl               // a let/const/var list is pending: its commas separate declarations
-	fCase               // a case or default is pending its colon
-	fPrefix             // an angle where an operand starts: a type assertion or generic arrow
-	fCall               // a paren after an operand: arguments, or a method's parameters
-	fIndent             // a head paren whose statement indents its body (if, for, while, with)
+	fHead    = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
+	fBlock               // a brace that opens a block or a function or class body (a scope)
+	fStmt                // a brace that is a statement's body: its close ends that statement
+	fList                // commas separate items (arguments, elements, members), not operands
+	fDecl                // a let/const/var list is pending: its commas separate declarations
+	fCase                // a case or default is pending its colon
+	fPrefix              // an angle where an operand starts: a type assertion or generic arrow
+	fCall                // a paren after an operand: arguments, or a method's parameters
+	fIndent              // a head paren whose statement indents its body (if, for, while, with)
+	fLex                 // the pending declaration list is let or const: its names may not repeat
+	fPattern             // a destructuring pattern of a let or const declaration
 )
 
 // What a `/` reads as after the previous token.
@@ -72,6 +77,9 @@ const (
 type level struct {
 	kind  uint8
 	flags uint16
+	// id names the frame as a scope of declarations; scope is, in a
+	// pattern, the id of the frame its names are declared in.
+	id, scope uint32
 	// base is the depth of the frames around this one, itself included.
 	base int32
 	// unary counts prefix operators and member, call and index links since
@@ -122,22 +130,70 @@ type reading struct {
 	list      bool  // it was enum or interface: the next { is a list of members
 	declNext  bool  // it was let: a binding here makes a declaration list
 	callClose bool  // it closed what looked like a call's arguments
+	bindNext  bool  // a word (or a pattern) here is a name a let, const or class declares
+	keyNext   bool  // a word or string here is an object literal's key
+	pending   decl  // the name just read, declared unless (or only if) a : follows
 	indent    bool  // it was if/for/while/with: the statement indents its body
 	bodyNext  bool  // it ended the head of a statement that indents its body
 
 	// deepest seen, and the scopes opened
 	maxDepth, maxScopes int32
 	opened              int
-	lim                 Limits
-	refused             refusal
-	at                  int
-	tok                 int // where the token being read starts
+	// lineAt is where the current line starts; commentScan adds up, for
+	// each block comment, how far that is behind it.
+	lineAt      int
+	commentScan int
+	lim         Limits
+	refused     refusal
+	at          int
+	tok         int // where the token being read starts
 }
+
+// decl is a declaration waiting for the next token to say whether it is
+// one: a name in an object pattern is a key if a : follows, and an
+// object literal's __proto__ only is.
+type decl struct {
+	set, keyOnly bool
+	scope        uint32
+	name         string
+	at           int
+}
+
+// declKey is a name in a scope; declSeen counts its declarations (at is
+// the last one's offset, so two readings of one declaration count once).
+type declKey struct {
+	scope uint32
+	name  string
+}
+
+type declSeen struct{ count, at int32 }
+
+// maxRepeats is how many names declared again in their scope the code
+// may hold before it is refused. Each is an error in every parser (a
+// SyntaxError), but esbuild builds each error's note by scanning back to
+// the first declaration: many of them cost it quadratic time (`let a;`
+// 36,000 times, 256 KiB: about 25 s of CPU).
+const maxRepeats = 8
+
+// maxCommentScan bounds how far esbuild scans back, in all, from the
+// block comments in the code to the start of their lines: it does so for
+// every comment before an expression, so many comments on one long line
+// cost it quadratic time (`/*c*/a+` 30,000 times on one line, 210 KB: 8 s
+// of CPU). 32 MiB is about 80 ms of its scanning.
+const maxCommentScan = 32 << 20
 
 // scanner holds the readings of one scan.
 type scanner struct {
-	readings []*reading
-	free     []*reading // readings that ended, for their stacks' reuse
+	// nextID numbers the frames of every reading; decls are the let,
+	// const and class names declared, by scope; repeats counts those
+	// declared again (the first at repeatAt).
+	nextID     uint32
+	decls      map[declKey]declSeen
+	repeats    int
+	repeatAt   int
+	repeatName string
+	readings   []*reading
+	free       []*reading // readings that ended, for their stacks' reuse
 	// hashing is on while there is more than one reading: each level's
 	// hash then identifies the frames below it, so readings that meet
 	// again are compared in constant time. seed makes the hashes
@@ -155,7 +211,8 @@ func scan(code string, lim Limits) result {
 	// as depth 0.
 	r.stack = make([]level, 0, 64)
 	r.stack = append(r.stack, level{kind: kTop, flags: fBlock}, level{kind: kParen})
-	r.cur = level{kind: kBrace, flags: fBlock}
+	r.cur = level{kind: kBrace, flags: fBlock, id: 1}
+	s.nextID = 2
 
 	res := result{}
 	s.readings = append(s.readings, r)
@@ -189,7 +246,7 @@ func scan(code string, lim Limits) result {
 		res.scopes = max(res.scopes, int(r.maxScopes))
 		res.opened = max(res.opened, r.opened)
 		if r.refused != refuseNone {
-			res.refused, res.at = r.refused, r.at
+			res.refused, res.at, res.name = r.refused, r.at, s.repeatName
 			return res
 		}
 		if fork != nil {
@@ -228,7 +285,7 @@ func (r *reading) same(q *reading) bool {
 		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
 		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
 		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
-		r.indent != q.indent || r.bodyNext != q.bodyNext {
+		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.pending != q.pending {
 		return false
 	}
 	for j := len(r.stack) - 1; j >= 0; j-- {
@@ -311,6 +368,54 @@ func (r *reading) open() {
 	}
 }
 
+// declare records a let, const or class name declared in a scope, and
+// refuses past maxRepeats names declared again.
+func (r *reading) declare(scope uint32, name string, at int) {
+	s := r.s
+	if s.decls == nil {
+		s.decls = make(map[declKey]declSeen)
+	}
+	k := declKey{scope, name}
+	v := s.decls[k]
+	if v.count > 0 && v.at == int32(at) {
+		return // another reading's view of the same declaration
+	}
+	v.count++
+	v.at = int32(at)
+	s.decls[k] = v
+	if v.count < 2 {
+		return
+	}
+	if s.repeats == 0 {
+		s.repeatAt, s.repeatName = at, name
+	}
+	s.repeats++
+	if s.repeats > maxRepeats && r.refused == refuseNone {
+		r.refused, r.at = refuseRepeats, s.repeatAt
+	}
+}
+
+// declScope is the scope a name declared here belongs to.
+func (r *reading) declScope() uint32 {
+	if r.cur.flags&fPattern != 0 {
+		return r.cur.scope
+	}
+	return r.cur.id
+}
+
+// pattern opens a destructuring pattern of a declaration.
+func (r *reading) pattern(k uint8) {
+	scope := r.declScope()
+	flags := uint16(fList | fPattern)
+	if k == kBrace {
+		flags |= fBlock // counted as a scope, as an object literal would not be: the larger reading
+	}
+	r.push(k, flags)
+	r.cur.scope = scope
+	r.exprStart()
+	r.bindNext = true
+}
+
 // push opens a frame of kind k.
 func (r *reading) push(k uint8, flags uint16) {
 	scope := r.cur.scopes()
@@ -322,7 +427,8 @@ func (r *reading) push(k uint8, flags uint16) {
 	}
 	outer := r.cur
 	r.stack = append(r.stack, outer)
-	r.cur = level{kind: k, flags: flags, base: outer.depth() + 1, scopeBase: scope}
+	r.cur = level{kind: k, flags: flags, base: outer.depth() + 1, scopeBase: scope, id: r.s.nextID}
+	r.s.nextID++
 	if r.s.hashing {
 		r.cur.hash = outer.fold(outer.hash)
 	}
@@ -396,7 +502,7 @@ func (r *reading) endStatement() {
 	r.dropTentative()
 	r.endExpr()
 	r.cur.seq, r.cur.stmt, r.cur.dos, r.cur.heads = 0, 0, 0, 0
-	r.cur.flags &^= fDecl | fCase
+	r.cur.flags &^= fDecl | fLex | fCase
 	r.list = false
 }
 
@@ -418,7 +524,7 @@ func (r *reading) step() *reading {
 		return nil
 	case '\n', '\r':
 		r.i++
-		r.newline, r.lineStart = true, true
+		r.newline, r.lineStart, r.lineAt = true, true, r.i
 		return nil
 	case '/':
 		if r.i+1 < len(code) && code[r.i+1] == '/' {
@@ -427,6 +533,10 @@ func (r *reading) step() *reading {
 			return nil
 		}
 		if r.i+1 < len(code) && code[r.i+1] == '*' {
+			r.commentScan += r.i - r.lineAt
+			if r.commentScan > maxCommentScan && r.refused == refuseNone {
+				r.refused, r.at = refuseComments, r.i
+			}
 			r.skipBlockComment()
 			return nil
 		}
@@ -455,7 +565,7 @@ func (r *reading) step() *reading {
 		switch {
 		case ch == 0x2028 || ch == 0x2029:
 			r.i += n
-			r.newline, r.lineStart = true, true
+			r.newline, r.lineStart, r.lineAt = true, true, r.i
 			return nil
 		case isSpace(ch):
 			r.i += n
@@ -476,12 +586,28 @@ func (r *reading) token(c byte) *reading {
 	code := r.code
 	start := r.i
 	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext =
-		false, false, false, false, false, false, false, false, false
+	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext =
+		false, false, false, false, false, false, false, false, false, false, false
+	if p := r.pending; p.set {
+		r.pending.set = false
+		if (c == ':') == p.keyOnly {
+			r.declare(p.scope, p.name, p.at)
+		}
+	}
 	if declNext && (isWordStart(c) || c == '[' || c == '{' || c >= utf8.RuneSelf) {
-		r.cur.flags |= fDecl
+		r.cur.flags |= fDecl | fLex
+		bind = true
+	}
+	if bind && (c == '[' || c == '{') {
+		r.i++
+		k := kBracket
+		if c == '{' {
+			k = kBrace
+		}
+		r.pattern(k)
+		return nil
 	}
 	switch c {
 	case ';', ':', '(', ')', '}', '`', '\'', '"', '?':
@@ -536,6 +662,7 @@ func (r *reading) token(c byte) *reading {
 		case r.brace == braceObject:
 			r.push(kBrace, fList)
 			r.exprStart()
+			r.keyNext = true
 		case r.brace == braceStmt:
 			r.push(kBrace, fBlock|fStmt)
 			r.stmtBegin()
@@ -589,6 +716,9 @@ func (r *reading) token(c byte) *reading {
 		r.template = true
 	case '\'', '"':
 		r.skipString(c)
+		if key && r.code[start+1:r.i-1] == "__proto__" {
+			r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: "__proto__", at: start}
+		}
 		r.operandEnd()
 	case '/':
 		return r.slashToken(newline)
@@ -602,6 +732,7 @@ func (r *reading) token(c byte) *reading {
 			r.cur.right++ // spread and rest take an assignment expression
 			r.check()
 			r.exprStart()
+			r.bindNext = r.cur.flags&fPattern != 0
 		default:
 			r.i++
 			r.cur.unary++
@@ -651,6 +782,7 @@ func (r *reading) token(c byte) *reading {
 		default:
 			// A property's value or a type annotation.
 			r.binary(false)
+			r.bindNext = r.cur.flags&fPattern != 0
 		}
 	case ',':
 		r.i++
@@ -660,12 +792,18 @@ func (r *reading) token(c byte) *reading {
 			r.check()
 		}
 		r.exprStart()
+		switch {
+		case r.cur.flags&(fLex|fPattern) != 0:
+			r.bindNext = true
+		case r.cur.kind == kBrace && r.cur.flags&fList != 0:
+			r.keyNext = true
+		}
 	case ';':
 		r.i++
 		r.dropTentative()
 		r.endExpr()
 		r.cur.seq = 0
-		r.cur.flags &^= fDecl | fCase
+		r.cur.flags &^= fDecl | fLex | fCase
 		r.stmtBegin()
 		r.ended = true
 		r.list = false
@@ -775,7 +913,7 @@ func (r *reading) token(c byte) *reading {
 			r.operandEnd()
 			break
 		}
-		r.word(newline, ended, head, indent, property)
+		r.word(newline, ended, head, indent, property, bind, key)
 	}
 	return nil
 }
@@ -923,7 +1061,7 @@ func (r *reading) divide() {
 }
 
 // word reads an identifier or keyword.
-func (r *reading) word(newline, ended, head, indent, property bool) {
+func (r *reading) word(newline, ended, head, indent, property, bind, key bool) {
 	code := r.code
 	j := r.i
 	for j < len(code) {
@@ -953,10 +1091,24 @@ func (r *reading) word(newline, ended, head, indent, property bool) {
 	}
 done:
 	w := code[r.i:j]
+	at := r.i
 	r.i = j
 	if property {
 		r.operandEnd()
 		return
+	}
+	switch {
+	case bind && r.cur.flags&fPattern != 0 && r.cur.kind == kBrace:
+		// A key, unless no : follows.
+		r.pending = decl{set: true, scope: r.declScope(), name: w, at: at}
+		r.operandEnd()
+		return
+	case bind && !r.continues(w) && w != "await" && w != "yield":
+		r.declare(r.declScope(), w, at)
+		r.operandEnd()
+		return
+	case key && w == "__proto__":
+		r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: w, at: at}
 	}
 	if !r.continues(w) && ((r.operand && newline) || ended) {
 		// A line break after an operand before a word that cannot go on
@@ -1033,10 +1185,10 @@ done:
 		}
 		r.exprStart()
 	case "in", "instanceof":
-		r.cur.flags &^= fDecl
+		r.cur.flags &^= fDecl | fLex
 		r.binary(true)
 	case "of":
-		r.cur.flags &^= fDecl
+		r.cur.flags &^= fDecl | fLex
 		r.binary(true)
 		r.slash = slashEither // `of` is also an identifier
 	case "as", "satisfies":
@@ -1045,12 +1197,17 @@ done:
 	case "var", "const":
 		r.cur.flags |= fDecl
 		r.exprStart()
+		if w == "const" {
+			r.cur.flags |= fLex
+			r.bindNext = true
+		}
 	case "let":
 		r.operandEnd() // `let` is also an identifier
 		r.declNext = true
 	case "function", "class":
 		r.exprStart()
 		r.brace = braceBlock
+		r.bindNext = w == "class" && atStart
 	case "enum", "interface":
 		r.operandEnd()
 		r.list = true
@@ -1079,6 +1236,9 @@ func (r *reading) templateText() {
 	code := r.code
 	for r.i < len(code) {
 		switch code[r.i] {
+		case '\n', '\r':
+			r.i++
+			r.lineAt = r.i
 		case '\\':
 			r.i += 2
 		case '`':
@@ -1116,6 +1276,9 @@ func (r *reading) skipString(q byte) {
 			r.i += 2
 			if r.i <= len(code) && code[r.i-1] == '\r' && r.i < len(code) && code[r.i] == '\n' {
 				r.i++
+			}
+			if r.i <= len(code) && (code[r.i-1] == '\n' || code[r.i-1] == '\r') {
+				r.lineAt = r.i // a line continuation
 			}
 		case '\n', '\r':
 			r.dead = true
@@ -1191,7 +1354,7 @@ func (r *reading) skipBlockComment() {
 			r.i += 2
 			return
 		case c == '\n' || c == '\r' || isLS(code, r.i):
-			r.newline, r.lineStart = true, true
+			r.newline, r.lineStart, r.lineAt = true, true, r.i+1
 		}
 		r.i++
 	}

@@ -57,6 +57,12 @@ func stripTypes(code string, codeBytes int) (*stripped, *fault.Error) {
 		Sourcemap:  api.SourceMapExternal,
 		Sourcefile: "main.ts",
 		LogLevel:   api.LogLevelSilent,
+		// LogLevelSilent only hides messages: esbuild still builds each
+		// one, with the line text of the note it points back to, which is
+		// quadratic in the code's size when many point far back (3.7 s for
+		// 100 KB of duplicate cases). Warnings are never read here, so
+		// none is built.
+		LogOverride: silentWarnings(),
 	})
 	userLines := len(splitLines(code))
 	if len(res.Errors) > 0 {
@@ -78,6 +84,27 @@ func stripTypes(code string, codeBytes int) (*stripped, *fault.Error) {
 		return nil, fault.Wrap(fault.Internal, err, "stripping TypeScript")
 	}
 	return &stripped{js: body, m: m, src: splitLines(src), out: splitLines(out), userLines: userLines}, nil
+}
+
+// silentWarnings silences every JavaScript and TypeScript warning esbuild
+// can give (its message IDs, as its documentation lists them).
+func silentWarnings() map[string]api.LogLevel {
+	ids := []string{
+		"assert-to-with", "assert-type-json", "assign-to-constant", "assign-to-define", "assign-to-import",
+		"bigint", "call-import-namespace", "class-name-will-throw", "commonjs-variable-in-esm",
+		"confusing-typescript-cast", "delete-super-property", "direct-eval", "duplicate-case",
+		"duplicate-class-member", "duplicate-object-key", "empty-import-meta", "equals-nan",
+		"equals-negative-zero", "equals-new-object", "html-comment-in-js", "impossible-typeof",
+		"indirect-require", "private-name-will-throw", "semicolon-after-return", "suspicious-boolean-not",
+		"suspicious-define", "suspicious-logical-operator", "suspicious-nullish-coalescing",
+		"this-is-undefined-in-esm", "unsupported-dynamic-import", "unsupported-jsx-comment",
+		"unsupported-regexp", "unsupported-require-call",
+	}
+	m := make(map[string]api.LogLevel, len(ids))
+	for _, id := range ids {
+		m[id] = api.LogLevelSilent
+	}
+	return m
 }
 
 // esbuildError converts an esbuild message to the user's coordinates.
