@@ -130,6 +130,7 @@ type reading struct {
 	list      bool  // it was enum or interface: the next { is a list of members
 	declNext  bool  // it was let: a binding here makes a declaration list
 	callClose bool  // it closed what looked like a call's arguments
+	castNext  bool  // it closed type arguments or a comparison: a < here may start a type assertion
 	bindNext  bool  // a word (or a pattern) here is a name a let, const or class declares
 	keyNext   bool  // a word or string here is an object literal's key
 	pending   decl  // the name just read, declared unless (or only if) a : follows
@@ -285,7 +286,8 @@ func (r *reading) same(q *reading) bool {
 		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
 		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
 		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
-		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.pending != q.pending {
+		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.pending != q.pending ||
+		r.castNext != q.castNext {
 		return false
 	}
 	for j := len(r.stack) - 1; j >= 0; j-- {
@@ -586,10 +588,10 @@ func (r *reading) token(c byte) *reading {
 	code := r.code
 	start := r.i
 	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext =
-		false, false, false, false, false, false, false, false, false, false, false
+	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext =
+		false, false, false, false, false, false, false, false, false, false, false, false
 	if p := r.pending; p.set {
 		r.pending.set = false
 		if (c == ':') == p.keyOnly {
@@ -830,7 +832,7 @@ func (r *reading) token(c byte) *reading {
 			r.assign(false)
 		}
 	case '<':
-		r.angles()
+		r.angles(cast)
 	case '>':
 		r.closeAngles()
 	case '!':
@@ -958,7 +960,11 @@ func (r *reading) plusMinus(c byte) {
 
 // angles reads < << <= <<=: each `<` may open type arguments (or, where an
 // operand starts, a type assertion or a generic arrow's type parameters).
-func (r *reading) angles() {
+//
+// After `a<T>`, esbuild may take the `>` for a comparison and what follows
+// for an operand: `a<T><T><T>…` is a chain of type assertions to it, one
+// recursion each, so cast counts the larger reading.
+func (r *reading) angles(cast bool) {
 	code := r.code
 	n := 0
 	for r.i < len(code) && code[r.i] == '<' && n < 2 {
@@ -966,7 +972,7 @@ func (r *reading) angles() {
 		n++
 	}
 	flags := uint16(0)
-	if r.operand {
+	if r.operand && !cast {
 		r.cur.unary = 0 // a binary operator, or type arguments
 	} else {
 		flags = fPrefix
@@ -1015,7 +1021,7 @@ func (r *reading) closeAngles() {
 			r.exprStart()
 		} else {
 			r.operandEnd()
-			r.operand = true
+			r.castNext = true
 		}
 		r.slash = slashEither
 	default:
