@@ -32,6 +32,8 @@ var hostile = []struct {
 	{"template literals", func(n int) string { return "return " + rep("`${", n) + "1" + rep("}`", n) }},
 	{"not", func(n int) string { return "return " + rep("!", n) + "a" }},
 	{"minus", func(n int) string { return "return " + rep("- ", n) + "a" }},
+	{"prefix decrements", func(n int) string { return "return " + rep("--", n) + "a" }},
+	{"postfix decrements", func(n int) string { return "return a" + rep("--", n) }},
 	{"typeof", func(n int) string { return "return " + rep("typeof ", n) + "a" }},
 	{"await", func(n int) string { return "return " + rep("await ", n) + "a" }},
 	{"new", func(n int) string { return "return " + rep("new ", n) + "a" }},

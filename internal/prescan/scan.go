@@ -938,9 +938,12 @@ func (r *reading) plusMinus(c byte) {
 	switch {
 	case r.i < len(code) && code[r.i] == c:
 		r.i++
+		// Prefix or postfix, each is a level: esbuild reports `a----` as
+		// an invalid assignment target and goes on, nesting each -- in
+		// the one before.
+		r.cur.unary++
+		r.check()
 		if !r.operand {
-			r.cur.unary++ // prefix
-			r.check()
 			r.exprStart()
 		}
 		// Postfix, or prefix on the next line: a / after it reads both
