@@ -116,6 +116,9 @@ func Check(code string, l Limits) *fault.Error {
 	case refuseComments:
 		e = fault.Limitf(fault.LimitCodeSize, "code has too many block comments on long lines (line %d, column %d): put them on lines of their own", line, col)
 		e.Details = map[string]int{"line": line, "column": col}
+	case refuseFolds:
+		e = fault.Limitf(fault.LimitCodeSize, "code joins too much string literal text with + in one expression (line %d, column %d): join an array, or write one literal", line, col)
+		e.Details = map[string]int{"line": line, "column": col}
 	case refuseRepeats:
 		// A syntax error in every parser, but one whose errors esbuild
 		// reports in quadratic time.

@@ -56,6 +56,8 @@ var hostile = []struct {
 		}
 		return b.String() + ";"
 	}},
+	{"labels named as keywords", func(n int) string { return "interface" + rep(": T", n) }},
+	{"labels named let", func(n int) string { return rep("let:", n) + ";" }},
 	{"whiles", func(n int) string { return rep("while(a)", n) + ";" }},
 	{"fors", func(n int) string { return rep("for(;;)", n) + ";" }},
 	{"dos", func(n int) string { return rep("do ", n) + ";" + rep("while(a)", n) }},
@@ -241,6 +243,36 @@ func TestCommentsOnLongLines(t *testing.T) {
 		"return " + rep("/*c*/a+\n", 30_000) + "a",
 		"return " + rep("a+", 30_000) + rep("/*c*/", 100) + "a", // a few on a long line
 		"x = `" + rep("a\n", 50_000) + "`" + rep("/*c*/a+", 1000) + "a",
+	} {
+		if e := Check(code, Limits{MaxBytes: 1 << 20}); e != nil {
+			t.Errorf("Check(%.50q…) = %v, want nil", code, e)
+		}
+	}
+}
+
+// TestStringFolds: esbuild folds 'a' + 'b' into 'ab' whatever its
+// options, each fold a new copy, so a long run of literals joined by +
+// costs it quadratic time and memory; runs broken by other operands do
+// not.
+func TestStringFolds(t *testing.T) {
+	for _, code := range []string{
+		"return " + rep("'a'+", 60_000) + "'a'",
+		"return " + rep("`a${1}`+", 20_000) + "1",
+		"return " + rep("('a')+", 40_000) + "'a'",
+		"return x+" + rep("'a'+", 60_000) + "'a'",
+		"return " + rep("'a'+\n", 60_000) + "'a'",
+	} {
+		if e := Check(code, Limits{MaxBytes: 1 << 20}); e == nil || e.Code != fault.LimitExceeded || e.Limit != fault.LimitCodeSize ||
+			!strings.Contains(e.Message, "string literal text") {
+			t.Errorf("Check(%.40q…) = %v, want code_size", code, e)
+		}
+	}
+	for _, code := range []string{
+		"return " + rep("'a line of text of about fifty characters long...'+\n", 1500) + "''",
+		"return " + rep("'a'+x+", 60_000) + "'a'",
+		"return `" + rep("a", 200_000) + "`" + rep("+a", 1000),
+		rep("x = 'a' + 'b' + 'c';\n", 20_000),
+		"f(" + rep("'a' + 'b', ", 10_000) + ")",
 	} {
 		if e := Check(code, Limits{MaxBytes: 1 << 20}); e != nil {
 			t.Errorf("Check(%.50q…) = %v, want nil", code, e)

@@ -17,6 +17,7 @@ const (
 	refuseAmbiguous
 	refuseRepeats
 	refuseComments
+	refuseFolds
 )
 
 // result is what a scan found: the refusal and its byte offset, and the
@@ -89,6 +90,12 @@ type level struct {
 	// while, for, with, do, labels) since the last statement's end; seq
 	// counts comma operators.
 	unary, right, stmt, seq int32
+	// strs is the length of the run of string and template literals (or
+	// groups of them) joined by + that ends at the last operand, which
+	// esbuild folds into one new string at each +; plus says a + follows
+	// it. tmpl is where the template literal being read started.
+	strs, tmpl int32
+	plus       bool
 	// dos counts do statements waiting for their while; heads counts the
 	// statement heads that indent their body (all but the if of an else
 	// if), which esbuild prints nested like blocks.
@@ -144,10 +151,12 @@ type reading struct {
 	// each block comment, how far that is behind it.
 	lineAt      int
 	commentScan int
-	lim         Limits
-	refused     refusal
-	at          int
-	tok         int // where the token being read starts
+	// folds adds up the bytes esbuild copies folding literals joined by +.
+	folds   int
+	lim     Limits
+	refused refusal
+	at      int
+	tok     int // where the token being read starts
 }
 
 // decl is a declaration waiting for the next token to say whether it is
@@ -182,6 +191,18 @@ const maxRepeats = 8
 // cost it quadratic time (`/*c*/a+` 30,000 times on one line, 210 KB: 8 s
 // of CPU). 32 MiB is about 80 ms of its scanning.
 const maxCommentScan = 32 << 20
+
+// maxFolds bounds the string bytes esbuild copies folding `'a' + 'b'`
+// into `'ab'`, which it does for every + between literals whatever the
+// options, each fold a new copy: 60,000 one-letter strings (240 KB) cost it
+// 4 s and 3.6 GB. A template literal's bytes count tmplWeight times (2,000
+// `a${1}` cost 146 MB). At the bound esbuild spends about 0.1 s and 130 MB
+// (measured, strings and templates alike); 1,500 lines of 50-character
+// strings joined by + are inside it.
+const (
+	maxFolds   = 64 << 20
+	tmplWeight = 8
+)
 
 // scanner holds the readings of one scan.
 type scanner struct {
@@ -478,9 +499,11 @@ func (r *reading) stmtBegin() {
 	r.operand, r.slash, r.brace, r.stmtStart, r.label = false, slashRegexp, braceStmt, true, false
 }
 
-// operandEnd sets what the previous token allows after an operand.
+// operandEnd sets what the previous token allows after an operand (one
+// that is not a literal: it ends a run of them).
 func (r *reading) operandEnd() {
 	r.operand, r.slash, r.brace, r.stmtStart, r.label = true, slashDivide, braceBlock, false, false
+	r.cur.strs, r.cur.plus = 0, false
 }
 
 // binary applies an operator between two operands: the pending prefix
@@ -490,13 +513,30 @@ func (r *reading) binary(clears bool) {
 	if clears {
 		r.dropAngles()
 	}
-	r.cur.unary = 0
+	r.cur.unary, r.cur.strs, r.cur.plus = 0, 0, false
 	r.exprStart()
 }
 
 // endExpr resets the chains a comma or a statement's end closes.
 func (r *reading) endExpr() {
-	r.cur.unary, r.cur.right, r.cur.arrows = 0, 0, 0
+	r.cur.unary, r.cur.right, r.cur.arrows, r.cur.strs, r.cur.plus = 0, 0, 0, 0, false
+}
+
+// literal ends an operand that is a string or template literal (or a group
+// of them) n bytes long: after a + that follows another, esbuild folds the
+// two into a new string.
+func (r *reading) literal(n int) {
+	plus, run := r.cur.plus, r.cur.strs
+	r.operandEnd()
+	if !plus {
+		r.cur.strs = int32(min(n, 1<<30))
+		return
+	}
+	r.folds += int(run) + n
+	r.cur.strs = int32(min(int(run)+n, 1<<30))
+	if r.folds > maxFolds && r.refused == refuseNone {
+		r.refused, r.at = refuseFolds, r.tok
+	}
 }
 
 // endStatement ends the statement in the innermost frame, heads included.
@@ -705,6 +745,8 @@ func (r *reading) token(c byte) *reading {
 			// declaration, after which a / starts a regular expression.
 			r.operandEnd()
 			r.slash = slashEither
+		case c == ')' && closed.flags&fList == 0 && closed.strs > 0:
+			r.literal(int(closed.strs)) // a group of literals folds into one
 		default:
 			r.operandEnd()
 			r.callClose = c == ')' && closed.flags&fCall != 0
@@ -715,13 +757,14 @@ func (r *reading) token(c byte) *reading {
 			r.cur.unary++ // a tagged template
 			r.check()
 		}
+		r.cur.tmpl = int32(start)
 		r.template = true
 	case '\'', '"':
 		r.skipString(c)
 		if key && r.code[start+1:r.i-1] == "__proto__" {
 			r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: "__proto__", at: start}
 		}
-		r.operandEnd()
+		r.literal(r.i - start)
 	case '/':
 		return r.slashToken(newline)
 	case '.':
@@ -953,7 +996,11 @@ func (r *reading) plusMinus(c byte) {
 		r.i++
 		r.assign(true)
 	case r.operand:
+		run := r.cur.strs
 		r.binary(c == '+') // -1 is a literal type
+		if c == '+' && run > 0 {
+			r.cur.strs, r.cur.plus = run, true
+		}
 	default:
 		r.cur.unary++
 		r.check()
@@ -1222,8 +1269,21 @@ done:
 		r.list = true
 	default:
 		r.operandEnd()
-		r.label = atStart
 	}
+	// Any word that may be an identifier may be a label (`interface: T:
+	// T: …` is a chain of labeled statements in sloppy code).
+	r.label = atStart && !reserved(w)
+}
+
+// reserved reports the words that can never be a label.
+func reserved(w string) bool {
+	switch w {
+	case "if", "while", "for", "with", "switch", "catch", "do", "else", "try", "finally", "typeof", "void",
+		"delete", "new", "return", "throw", "case", "default", "in", "instanceof", "var", "const", "function",
+		"class", "extends", "enum", "break", "continue", "debugger", "import", "export":
+		return true
+	}
+	return false
 }
 
 // continues reports whether a word may go on with the statement before it
@@ -1253,7 +1313,7 @@ func (r *reading) templateText() {
 		case '`':
 			r.i++
 			r.template = false
-			r.operandEnd()
+			r.literal((r.i - int(r.cur.tmpl)) * tmplWeight)
 			return
 		case '$':
 			if r.i+1 < len(code) && code[r.i+1] == '{' {
