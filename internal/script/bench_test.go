@@ -60,7 +60,7 @@ func BenchmarkStaticCheck(b *testing.B) {
 // their nesting (measured: shadowed arrow parameters in the renamer,
 // comparisons retried as type arguments, comma sequences simplified
 // recursively, indentation of nested statements; block comments measured
-// back to their line's start), one level each.
+// back to their line's start, string literals folded), one level each.
 var worstShapes = []struct{ name, pre, open, mid, close string }{
 	{"arrow chain", "x=", "a=>", "a", ""},
 	{"arrow blocks", "x=", "(a)=>{", "", "}"},
@@ -79,6 +79,8 @@ var worstShapes = []struct{ name, pre, open, mid, close string }{
 	{"type arguments", "var y:A", "<A", "", ">"},
 	{"type assertions", "x=", "<A>", "a", ""},
 	{"comments on a line", "x=", "/*c*/a+", "a", ""},
+	{"string folds", "x=", "'a'+", "'a'", ""},
+	{"template folds", "x=", "`a${1}`+", "1", ""},
 }
 
 // worstCase returns TypeScript of at most size bytes made of copies of a
