@@ -12,6 +12,15 @@ const levels = 500_000 // what brought `pml serve` down
 
 var rep = strings.Repeat
 
+// names returns n distinct names, comma-separated.
+func names(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "a%d,", i)
+	}
+	return b.String()
+}
+
 // hostile are shapes a recursive parser recurses on once per level (each
 // was measured to overflow esbuild's or the analysis' Go stack at a few
 // hundred thousand levels, or to cost it seconds long before).
@@ -171,7 +180,7 @@ func TestCommaSequences(t *testing.T) {
 		"({" + seq + "})",
 		"var " + seq,
 		"var x = 1, " + seq,
-		"enum E {" + seq + "}",
+		"enum E {" + names(1000) + "}",
 		"function f(" + seq + ") {}",
 	} {
 		if e := Check(code, Limits{}); e != nil {
@@ -198,6 +207,11 @@ func TestRepeatedDeclarations(t *testing.T) {
 		{"for (let " + rep("i = 0, ", 20) + "i = 0;;);", "i"},
 		{"x = {" + rep("__proto__: 1, ", 20) + "}", "__proto__"},
 		{"x = {" + rep("'__proto__': 1, ", 20) + "}", "__proto__"},
+		{"enum E {" + rep("A,", 20) + "}", "A"},
+		{rep("@a class A {}\n", 20), "A"},
+		{"class A {" + rep("#a = 1;", 20) + "}", "#a"},
+		{"class A {" + rep("static #a = 1;", 20) + "}", "#a"},
+		{"class A {" + rep("get #a() {}", 20) + "}", "get #a"},
 		{"let a;\n" + rep("let a;\n", 20) + rep("(", 300), "a"}, // before the depth
 	} {
 		e := Check(c.code, Limits{})
@@ -223,6 +237,8 @@ func TestRepeatedDeclarations(t *testing.T) {
 		"let a = class A {}; let b = class A {}" + rep("; x = class A {}", 20),
 		rep("x = class extends B {}\n", 20),
 		"x = {" + rep("__proto__, ", 20) + "}", // shorthand is not the prototype
+		"class A {" + rep("get #a() {} set #a(v) {}", 1) + rep("m() { return this.#a + this.#a }", 20) + "}",
+		rep("x = class { #a = 1; m() { return #a in this } }\n", 20),
 		rep("{ const a = 1 }", 20),
 	} {
 		if e := Check(code, Limits{}); e != nil {
@@ -349,7 +365,7 @@ func TestNormalCodeAdmitted(t *testing.T) {
 		rep("x = () => {}\n", 1000),
 		rep("function f() {}\n", 1000),
 		rep("a.b(c).d = e\n", 1000),
-		"enum E {" + rep("A,", 2000) + "}",
+		"enum E {" + names(2000) + "}",
 		"return [" + rep("a < b, ", 20) + "]", // esbuild retries each as type arguments: 4000 cost it 0.85 s
 		"return a" + rep(" + a", 100_000),     // binary chains are parsed iteratively
 		"return a" + rep(" as A", 100_000),

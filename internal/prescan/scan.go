@@ -58,6 +58,8 @@ const (
 	fIndent              // a head paren whose statement indents its body (if, for, while, with)
 	fLex                 // the pending declaration list is let or const: its names may not repeat
 	fPattern             // a destructuring pattern of a let or const declaration
+	fEnum                // an enum's members: their names may not repeat
+	fClass               // a class body: its private names may not repeat
 )
 
 // What a `/` reads as after the previous token.
@@ -135,6 +137,9 @@ type reading struct {
 	ended     bool  // it ended a statement: an else continues the if, a word starts anew
 	head      bool  // it was if/while/for/with/switch/catch: the next ( is a head
 	list      bool  // it was enum or interface: the next { is a list of members
+	enumNext  bool  // that list is an enum's
+	classNext bool  // it was class (or its name, heritage): the next { is its body
+	accessor  uint8 // it was get (1) or set (2)
 	declNext  bool  // it was let: a binding here makes a declaration list
 	callClose bool  // it closed what looked like a call's arguments
 	castNext  bool  // it closed type arguments or a comparison: a < here may start a type assertion
@@ -308,7 +313,7 @@ func (r *reading) same(q *reading) bool {
 		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
 		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
 		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.pending != q.pending ||
-		r.castNext != q.castNext {
+		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.accessor != q.accessor {
 		return false
 	}
 	for j := len(r.stack) - 1; j >= 0; j-- {
@@ -653,10 +658,10 @@ func (r *reading) token(c byte) *reading {
 	}
 	switch c {
 	case ';', ':', '(', ')', '}', '`', '\'', '"', '?':
-		r.list = false // not an enum's or interface's head
+		r.list, r.enumNext, r.classNext = false, false, false // not a head of a body
 	case '=':
 		if r.cur.kind != kAngle {
-			r.list = false
+			r.list, r.enumNext, r.classNext = false, false, false
 		}
 	}
 	if bodyNext && c != '{' {
@@ -699,8 +704,14 @@ func (r *reading) token(c byte) *reading {
 		}
 		switch {
 		case r.list:
-			r.push(kBrace, fList)
-			r.exprStart()
+			if r.enumNext {
+				r.push(kBrace, fList|fEnum)
+				r.exprStart()
+				r.bindNext = true
+			} else {
+				r.push(kBrace, fList)
+				r.exprStart()
+			}
 		case r.brace == braceObject:
 			r.push(kBrace, fList)
 			r.exprStart()
@@ -708,11 +719,14 @@ func (r *reading) token(c byte) *reading {
 		case r.brace == braceStmt:
 			r.push(kBrace, fBlock|fStmt)
 			r.stmtBegin()
+		case r.classNext:
+			r.push(kBrace, fBlock|fClass)
+			r.stmtBegin()
 		default:
 			r.push(kBrace, fBlock)
 			r.stmtBegin()
 		}
-		r.list = false
+		r.list, r.enumNext, r.classNext = false, false, false
 	case ')', ']', '}':
 		r.i++
 		r.dropTentative()
@@ -838,7 +852,7 @@ func (r *reading) token(c byte) *reading {
 		}
 		r.exprStart()
 		switch {
-		case r.cur.flags&(fLex|fPattern) != 0:
+		case r.cur.flags&(fLex|fPattern|fEnum) != 0:
 			r.bindNext = true
 		case r.cur.kind == kBrace && r.cur.flags&fList != 0:
 			r.keyNext = true
@@ -1174,6 +1188,14 @@ done:
 	}
 	stmt := r.stmtContext()
 	atStart := r.stmtStart
+	wasOperand := r.operand
+	acc := r.accessor
+	r.accessor = 0
+	if r.cur.flags&fClass != 0 && w[0] == '#' {
+		// A private member of this class body (a getter and a setter may
+		// share a name).
+		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
+	}
 	switch w {
 	case "while":
 		if r.cur.dos > 0 {
@@ -1263,16 +1285,28 @@ done:
 	case "function", "class":
 		r.exprStart()
 		r.brace = braceBlock
-		r.bindNext = w == "class" && atStart
+		// A class declaration's name, also after decorators.
+		r.bindNext = w == "class" && (atStart || wasOperand && stmt)
+		r.classNext = w == "class"
 	case "enum", "interface":
 		r.operandEnd()
-		r.list = true
+		r.list, r.enumNext = true, w == "enum"
 	default:
 		r.operandEnd()
 	}
 	// Any word that may be an identifier may be a label (`interface: T:
 	// T: …` is a chain of labeled statements in sloppy code).
 	r.label = atStart && !reserved(w)
+	if r.cur.flags&fClass != 0 {
+		switch w {
+		case "get":
+			r.accessor = 1
+		case "set":
+			r.accessor = 2
+		case "static", "async", "accessor", "readonly", "declare", "public", "private", "protected", "abstract", "override":
+			r.accessor = acc // a modifier between
+		}
+	}
 }
 
 // reserved reports the words that can never be a label.
