@@ -453,7 +453,7 @@ func TestPosition(t *testing.T) {
 func TestUnterminated(t *testing.T) {
 	for _, code := range []string{"'abc", "\"a\nb\"", "`abc", "`${", "/* abc", "/abc", "x = /a\n/", "a\\", "\\u{", ")))", "}}}", "${",
 		// Readings forked at the very end (found by FuzzPrepareNesting).
-		"x <!--", "x\n-->", "await /", "}\n/", rep("switch(a)", 201) + rep("await /<!--]", 200) + "switch(a)"} {
+		"x <!--", "x\n-->", "await /", "}\n/", "x = {'", "x = {a: 1, '", rep("switch(a)", 201) + rep("await /<!--]", 200) + "switch(a)"} {
 		_ = Check(code, Limits{})
 		_ = Check(code+rep("(", 300), Limits{})
 	}

@@ -775,7 +775,7 @@ func (r *reading) token(c byte) *reading {
 		r.template = true
 	case '\'', '"':
 		r.skipString(c)
-		if key && r.code[start+1:r.i-1] == "__proto__" {
+		if key && !r.dead && r.code[start+1:r.i-1] == "__proto__" {
 			r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: "__proto__", at: start}
 		}
 		r.literal(r.i - start)
