@@ -140,6 +140,7 @@ type reading struct {
 	enumNext  bool  // that list is an enum's
 	classNext bool  // it was class (or its name, heritage): the next { is its body
 	accessor  uint8 // it was get (1) or set (2)
+	asi       bool  // it was return, break, continue, yield, await or of: a line break may end the statement
 	declNext  bool  // it was let: a binding here makes a declaration list
 	callClose bool  // it closed what looked like a call's arguments
 	castNext  bool  // it closed type arguments or a comparison: a < here may start a type assertion
@@ -633,10 +634,17 @@ func (r *reading) token(c byte) *reading {
 	code := r.code
 	start := r.i
 	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext =
-		false, false, false, false, false, false, false, false, false, false, false, false
+	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi =
+		false, false, false, false, false, false, false, false, false, false, false, false, false
+	if asi && newline {
+		// `return` (and the others) then a line break: a new statement may
+		// start here (a block, a label), or the expression go on. Both
+		// count: the chains are kept, and what a statement start allows is
+		// allowed.
+		r.stmtStart, r.brace = true, braceStmt
+	}
 	if p := r.pending; p.set {
 		r.pending.set = false
 		if (c == ':') == p.keyOnly {
@@ -973,6 +981,10 @@ func (r *reading) token(c byte) *reading {
 			break
 		}
 		r.word(newline, ended, head, indent, property, bind, key)
+		switch code[start:r.i] {
+		case "return", "break", "continue", "yield", "await", "of":
+			r.asi = !property
+		}
 	}
 	return nil
 }
