@@ -1066,9 +1066,10 @@ func (r *reading) angles(cast bool) {
 // the innermost frame is one; otherwise it is a comparison or a shift.
 func (r *reading) closeAngles() {
 	code := r.code
-	closed, prefix := false, false
+	closed, prefix, n := false, false, 0
 	for r.i < len(code) && code[r.i] == '>' {
 		r.i++
+		n++
 		if r.cur.kind == kAngle {
 			a := r.pop()
 			closed = true
@@ -1099,6 +1100,9 @@ func (r *reading) closeAngles() {
 			r.operandEnd()
 			r.castNext = true
 		}
+		r.slash = slashEither
+	case assign && n > 1:
+		r.assign(false) // >>= and >>>= are assignments: right-associative
 		r.slash = slashEither
 	default:
 		r.binary(false)
