@@ -58,8 +58,14 @@ const (
 )
 
 // maxReadings caps how many readings of ambiguous slashes are followed at
-// once; code that keeps more apart is refused rather than guessed.
-const maxReadings = 16
+// once, and maxWork (times the code's size, plus maxWorkSlack) the bytes
+// they read in all; code that keeps more apart, or makes them read more,
+// is refused rather than guessed.
+const (
+	maxReadings  = 16
+	maxWork      = 8
+	maxWorkSlack = 1 << 16
+)
 
 // Limits are the bounds Check enforces. A zero field takes its default;
 // MaxBytes has none: zero means no size bound.
@@ -126,8 +132,8 @@ func Check(code string, l Limits) *fault.Error {
 			Message: fmt.Sprintf("SyntaxError: %q has already been declared (line %d, column %d)", r.name, line, col),
 			Details: map[string]int{"line": line, "column": col}}
 	default:
-		e = fault.Limitf(fault.LimitCodeDepth, "code is too ambiguous to bound its nesting at line %d, column %d (more than %d readings of '/')", line, col, maxReadings)
-		e.Details = map[string]int{"line": line, "column": col, "bound": maxReadings}
+		e = fault.Limitf(fault.LimitCodeDepth, "code is too ambiguous to bound its nesting at line %d, column %d (too many ways to read its '/')", line, col)
+		e.Details = map[string]int{"line": line, "column": col}
 	}
 	return e
 }

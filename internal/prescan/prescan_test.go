@@ -337,6 +337,17 @@ func TestAmbiguousSlashes(t *testing.T) {
 	}
 }
 
+// TestAmbiguityIsBounded: readings forked at every token of a long line,
+// each reading the rest of it as a comment or a string, are refused before
+// the scan turns quadratic (found by FuzzPrepareNesting: 98 KB took 1.7 s).
+func TestAmbiguityIsBounded(t *testing.T) {
+	code := "interface " + rep("/'//'/await ", 80_000)
+	e := Check(code, Limits{MaxBytes: 1 << 20})
+	if e == nil || e.Limit != fault.LimitCodeDepth || !strings.Contains(e.Message, "ambiguous") {
+		t.Fatalf("Check = %v, want code_depth (ambiguous)", e)
+	}
+}
+
 // TestNormalCodeAdmitted: brackets in strings, comments, regular
 // expressions and templates do not count; long flat code is fine; what
 // real code does is far inside the bounds.

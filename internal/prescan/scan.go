@@ -212,6 +212,7 @@ const (
 
 // scanner holds the readings of one scan.
 type scanner struct {
+	work int // bytes read by all readings
 	// nextID numbers the frames of every reading; decls are the let,
 	// const and class names declared, by scope; repeats counts those
 	// declared again (the first at repeatAt).
@@ -261,6 +262,7 @@ func scan(code string, lim Limits) result {
 			continue
 		}
 		var fork *reading
+		from := r.i
 		if len(s.readings) == 1 {
 			// One reading: no merging to do, run until it forks or ends.
 			s.hashing = false
@@ -269,6 +271,11 @@ func scan(code string, lim Limits) result {
 			}
 		} else {
 			fork = r.step()
+		}
+		// What all readings read in all is bounded: a reading forked at
+		// every token of a long line could read the rest of it each time.
+		if s.work += r.i - from; s.work > maxWork*len(code)+maxWorkSlack && r.refused == refuseNone {
+			r.refused, r.at = refuseAmbiguous, r.tok
 		}
 		res.depth = max(res.depth, int(r.maxDepth))
 		res.scopes = max(res.scopes, int(r.maxScopes))
