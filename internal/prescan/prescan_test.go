@@ -70,6 +70,8 @@ var hostile = []struct {
 	}},
 	{"labels named as keywords", func(n int) string { return "interface" + rep(": T", n) }},
 	{"labels named let", func(n int) string { return rep("let:", n) + ";" }},
+	{"labels with type arguments", func(n int) string { return rep("a<b>:", n) + ";" }},
+	{"labels after one with type arguments", func(n int) string { return "a<b>" + rep(": T", n) + ";" }},
 	{"labels after yield and line breaks", func(n int) string { return "yield " + rep("\u2028", 100) + rep("l:", n) + ";" }},
 	{"labels after return", func(n int) string { return "return\n" + rep("l:", n) + ";" }},
 	{"ifs in a block after return", func(n int) string { return "return\n{" + rep("if(a)", n) + ";}" }},

@@ -60,6 +60,7 @@ const (
 	fPattern             // a destructuring pattern of a let or const declaration
 	fEnum                // an enum's members: their names may not repeat
 	fClass               // a class body: its private names may not repeat
+	fLabel               // an angle after a word at a statement's start: `a<T>:` is a label in TypeScript
 )
 
 // What a `/` reads as after the previous token.
@@ -1060,6 +1061,9 @@ func (r *reading) angles(cast bool) {
 	} else {
 		flags = fPrefix
 	}
+	if r.label {
+		flags |= fLabel
+	}
 	for range n {
 		r.push(kAngle, flags)
 	}
@@ -1073,13 +1077,14 @@ func (r *reading) angles(cast bool) {
 // the innermost frame is one; otherwise it is a comparison or a shift.
 func (r *reading) closeAngles() {
 	code := r.code
-	closed, prefix, n := false, false, 0
+	closed, prefix, n, label := false, false, 0, false
 	for r.i < len(code) && code[r.i] == '>' {
 		r.i++
 		n++
 		if r.cur.kind == kAngle {
 			a := r.pop()
 			closed = true
+			label = a.flags&fLabel != 0
 			if a.flags&fPrefix != 0 {
 				r.cur.unary++ // a type assertion is a prefix operator
 				r.check()
@@ -1106,6 +1111,7 @@ func (r *reading) closeAngles() {
 		} else {
 			r.operandEnd()
 			r.castNext = true
+			r.label = label // esbuild drops the type arguments: `a<T>:` labels a
 		}
 		r.slash = slashEither
 	case assign && n > 1:
