@@ -72,6 +72,7 @@ const (
 	LimitMemory      = "memory"
 	LimitStack       = "stack"
 	LimitCodeSize    = "code_size"
+	LimitCodeDepth   = "code_depth" // nesting of the source, bounded before any parser reads it
 	LimitToolCalls   = "tool_calls"
 	LimitInFlight    = "calls_in_flight"
 	LimitLogBytes    = "log_bytes"

@@ -484,6 +484,11 @@ func (a *api) saveCapability(w http.ResponseWriter, r *http.Request) {
 		switch fe.Code {
 		case fault.InvalidRequest, fault.InvalidArguments, fault.ScriptError:
 			status = http.StatusBadRequest
+		case fault.LimitExceeded: // code over the size or nesting bounds
+			status = http.StatusUnprocessableEntity
+			if fe.Limit == fault.LimitCodeSize {
+				status = http.StatusRequestEntityTooLarge
+			}
 		}
 		writeError(w, status, fe)
 		return

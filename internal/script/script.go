@@ -12,6 +12,15 @@
 // unchanged and QuickJS judges it. Plain JavaScript therefore pays one parse,
 // as before TypeScript was accepted.
 //
+// # Bounded before it is read
+//
+// Every parser here recurses on nesting, and esbuild's cost grows with the
+// nesting times the size: internal/prescan bounds the code's size (the
+// engine's code-size limit) and nesting first, in one iterative pass, so
+// no caller can overflow the Go stack or spend seconds here. Every caller
+// (the bridge's execute path, capability saves and analysis) goes through
+// Prepare.
+//
 // # Never stricter than the engine
 //
 // The analysis parser is stricter than QuickJS in places (sloppy-mode
@@ -29,6 +38,8 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/prescan"
 )
 
 // The languages a request may name.
@@ -70,16 +81,43 @@ type Prepared struct {
 	unread *fault.Error // the analysis parser's error, when it failed
 }
 
-// Prepare reads code in lang (LangAuto, LangJS or LangTS). Its errors are
-// *fault.Error: InvalidRequest for an unknown language, ScriptError for
-// TypeScript that does not parse (with lang LangTS) and for code that
-// leaves the function body it is wrapped in.
+// Limits bound what Prepare reads before any parser sees it.
+type Limits struct {
+	// CodeBytes bounds the size of the code as sent and, for TypeScript,
+	// as stripped (LIMIT_EXCEEDED "code_size"): the code-size limit of
+	// the engine that will run it. Zero is the engine's default
+	// (guest.DefaultLimits).
+	CodeBytes int
+}
+
+// Prepare reads code in lang (LangAuto, LangJS or LangTS) under the
+// engine's default code-size limit; see PrepareWithLimits.
 func Prepare(code, lang string) (*Prepared, error) {
+	return PrepareWithLimits(code, lang, Limits{})
+}
+
+// PrepareWithLimits reads code in lang (LangAuto, LangJS or LangTS). Its
+// errors are *fault.Error: InvalidRequest for an unknown language;
+// LimitExceeded before any parser runs, for code over l.CodeBytes (limit
+// "code_size") or nested deeper than the parsers are allowed to recurse
+// (limit "code_depth", see internal/prescan), and for TypeScript whose
+// stripped JavaScript is over l.CodeBytes; ScriptError for TypeScript
+// that does not parse (with lang LangTS) and for code that leaves the
+// function body it is wrapped in.
+func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 	if ferr := CheckLang(lang); ferr != nil {
 		return nil, ferr
 	}
+	if l.CodeBytes <= 0 {
+		l.CodeBytes = guest.DefaultLimits().CodeBytes
+	}
+	// The parsers below recurse on nesting and cost more than linear time
+	// in it: bound both before any of them sees the code.
+	if ferr := prescan.Check(code, prescan.Limits{MaxBytes: l.CodeBytes}); ferr != nil {
+		return nil, ferr
+	}
 	if lang == LangTS {
-		ts, ferr := stripTypes(code)
+		ts, ferr := stripTypes(code, l.CodeBytes)
 		if ferr != nil {
 			return nil, ferr
 		}
@@ -93,8 +131,12 @@ func Prepare(code, lang string) (*Prepared, error) {
 		// Not JavaScript the parser reads: perhaps TypeScript.
 		// esbuild reading it settles it: what runs is its JavaScript,
 		// checked if the analysis parser reads that.
-		if ts, ferr := stripTypes(code); ferr == nil {
+		ts, ferr := stripTypes(code, l.CodeBytes)
+		if ferr == nil {
 			return analyse(ts.js, ts)
+		}
+		if ferr.Code == fault.LimitExceeded {
+			return nil, ferr
 		}
 	}
 	p.Unread = p.unread

@@ -202,3 +202,49 @@ func positionOf(t *testing.T, s, tok string) (int, int) {
 	line := strings.Count(before, "\n") + 1
 	return line, utf8.RuneCountInString(before[strings.LastIndex(before, "\n")+1:]) + 1
 }
+
+// TestPrepareBoundsFirst: Prepare refuses code over the size limit, and
+// code nested deeper than the parsers may recurse, before any parser runs,
+// in every language; TypeScript whose stripped JavaScript outgrows the
+// limit is refused too.
+func TestPrepareBoundsFirst(t *testing.T) {
+	deep := func(open, close string, n int) string { return strings.Repeat(open, n) + strings.Repeat(close, n) }
+	tests := []struct {
+		name, code string
+		limits     Limits
+		limit      string
+	}{
+		{"brackets 500k deep", "return " + deep("[", "]", 500_000), Limits{CodeBytes: 2 << 20}, fault.LimitCodeDepth},
+		{"parentheses 500k deep", "return " + deep("(", ")", 500_000), Limits{CodeBytes: 2 << 20}, fault.LimitCodeDepth},
+		{"member chain 500k long", "return a" + strings.Repeat(".a", 500_000), Limits{CodeBytes: 2 << 20}, fault.LimitCodeDepth},
+		{"braces 500k deep", deep("{", "}", 500_000), Limits{CodeBytes: 2 << 20}, fault.LimitCodeDepth},
+		{"too large and too deep: size first", deep("(", ")", 500_000), Limits{}, fault.LimitCodeSize},
+		{"over a lowered limit", "return 1 // " + strings.Repeat("x", 200), Limits{CodeBytes: 100}, fault.LimitCodeSize},
+		// 30 nested blocks are admitted, but esbuild indents each of the
+		// statements inside by 60 columns: 7 KB of TypeScript becomes 70.
+		{"stripped output over the limit", "let a: number;" + deep("{", "}", 30)[:30] + strings.Repeat("a;", 3000) + strings.Repeat("}", 30), Limits{CodeBytes: 64 << 10}, fault.LimitCodeSize},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, lang := range []string{LangAuto, LangJS, LangTS} {
+				_, err := PrepareWithLimits(tc.code, lang, tc.limits)
+				fe := fault.As(err)
+				if tc.limit == fault.LimitCodeSize && lang == LangJS && strings.HasPrefix(tc.name, "stripped") {
+					// JavaScript is not stripped: it runs (and the engine
+					// judges it).
+					if err != nil {
+						t.Fatalf("%s: %v", lang, err)
+					}
+					continue
+				}
+				if fe == nil || fe.Code != fault.LimitExceeded || fe.Limit != tc.limit {
+					t.Fatalf("%q: err = %v, want LIMIT_EXCEEDED %s", lang, err, tc.limit)
+				}
+			}
+		})
+	}
+	// Prepare is PrepareWithLimits under the engine's default size limit.
+	if _, err := Prepare(strings.Repeat(" ", 300<<10)+"return 1", LangAuto); fault.As(err) == nil || fault.As(err).Limit != fault.LimitCodeSize {
+		t.Fatalf("Prepare of 300 KiB: %v, want code_size", err)
+	}
+}

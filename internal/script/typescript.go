@@ -44,7 +44,11 @@ type stripped struct {
 // JavaScript world already runs (Vite, tsx), it is pure Go with no cgo or
 // subprocess, and it transforms a few kilobytes in well under a
 // millisecond; tdewolff/parse, the analysis parser, reads no TypeScript.
-func stripTypes(code string) (*stripped, *fault.Error) {
+//
+// esbuild prints nested blocks indented, so its output may be many times
+// the code's size (nesting × statements); JavaScript over codeBytes is
+// refused here, as the engine would refuse it, before it is analysed.
+func stripTypes(code string, codeBytes int) (*stripped, *fault.Error) {
 	src := tsHead + code + tsTail
 	res := api.Transform(src, api.TransformOptions{
 		Loader:     api.LoaderTS,
@@ -53,6 +57,12 @@ func stripTypes(code string) (*stripped, *fault.Error) {
 		Sourcemap:  api.SourceMapExternal,
 		Sourcefile: "main.ts",
 		LogLevel:   api.LogLevelSilent,
+		// LogLevelSilent only hides messages: esbuild still builds each
+		// one, with the line text of the note it points back to, which is
+		// quadratic in the code's size when many point far back (3.7 s for
+		// 100 KB of duplicate cases). Warnings are never read here, so
+		// none is built.
+		LogOverride: silentWarnings(),
 	})
 	userLines := len(splitLines(code))
 	if len(res.Errors) > 0 {
@@ -66,11 +76,35 @@ func stripTypes(code string) (*stripped, *fault.Error) {
 		return nil, analysis.SyntaxErrorAt("TypeScript that does not compile to one function body (legacy decorators, or a stray '}')", 1, 1)
 	}
 	body := strings.TrimSuffix(out[len(outHead):len(out)-len(outTail)], "\n")
+	if len(body) > codeBytes {
+		return nil, fault.Limitf(fault.LimitCodeSize, "code is %d bytes once its TypeScript types are stripped; the limit is %d", len(body), codeBytes)
+	}
 	m, err := parseSourceMap(res.Map)
 	if err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "stripping TypeScript")
 	}
 	return &stripped{js: body, m: m, src: splitLines(src), out: splitLines(out), userLines: userLines}, nil
+}
+
+// silentWarnings silences every JavaScript and TypeScript warning esbuild
+// can give (its message IDs, as its documentation lists them).
+func silentWarnings() map[string]api.LogLevel {
+	ids := []string{
+		"assert-to-with", "assert-type-json", "assign-to-constant", "assign-to-define", "assign-to-import",
+		"bigint", "call-import-namespace", "class-name-will-throw", "commonjs-variable-in-esm",
+		"confusing-typescript-cast", "delete-super-property", "direct-eval", "duplicate-case",
+		"duplicate-class-member", "duplicate-object-key", "empty-import-meta", "equals-nan",
+		"equals-negative-zero", "equals-new-object", "html-comment-in-js", "impossible-typeof",
+		"indirect-require", "private-name-will-throw", "semicolon-after-return", "suspicious-boolean-not",
+		"suspicious-define", "suspicious-logical-operator", "suspicious-nullish-coalescing",
+		"this-is-undefined-in-esm", "unsupported-dynamic-import", "unsupported-jsx-comment",
+		"unsupported-regexp", "unsupported-require-call",
+	}
+	m := make(map[string]api.LogLevel, len(ids))
+	for _, id := range ids {
+		m[id] = api.LogLevelSilent
+	}
+	return m
 }
 
 // esbuildError converts an esbuild message to the user's coordinates.

@@ -707,6 +707,27 @@ func (e *Emulator) CPUTime() time.Duration {
 	return d
 }
 
+// Exited returns how many of a function's processes have exited without
+// Recycle stopping them: a process that died (a crash, a fatal error),
+// which Lambda would replace with a cold container.
+func (e *Emulator) Exited(name string) int {
+	f := e.funcs[name]
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.procs {
+		select {
+		case <-p.done:
+			n++
+		default:
+		}
+	}
+	return n
+}
+
 // Recycle stops a function's containers, as Lambda does when it scales in
 // or replaces them, and returns how many it stopped: the next invocation
 // starts a fresh process. An invocation a stopped process held fails

@@ -1,0 +1,175 @@
+// Package prescan bounds a script's size and nesting before any parser
+// reads it.
+//
+// The parsers a script meets (tdewolff's JavaScript parser in
+// internal/analysis, esbuild's TypeScript stripper in internal/script) are
+// recursive descent: source nested a few hundred thousand levels deep makes
+// them recurse until Go's stack limit, which is a fatal error no recover
+// catches, and esbuild's renamer and printer cost grows with the nesting
+// times the size long before that. Check is an iterative, allocation-light
+// scan (a few milliseconds per MiB) that refuses such code first:
+// LIMIT_EXCEEDED with limit "code_size" past the size bound, "code_depth"
+// past a nesting bound, with the line and column where the bound was
+// crossed.
+//
+// # What is counted
+//
+// Depth is what a recursive parser has pending at a point of the code: open
+// brackets, parentheses, braces and template substitutions, TypeScript
+// type-argument lists, and the chains a parser recurses on without any
+// bracket: prefix operators (`!!!x`, `new new x`, `await await x`, type
+// assertions `<T><T>x`), member, call and index chains (`a.b.c`, `a()()`),
+// right-associative operators (`a=b=c`, `a**b**c`, `a=>b=>c`, `a?b:c?d:e`),
+// comma sequences, and statements nested without braces (`if(a)if(b)`,
+// `else if` chains, labels, `while(a)while(b)`). Scopes counts the nesting
+// that costs esbuild most: blocks and function bodies, arrow functions and
+// type-argument lists.
+//
+// # Never fewer than the parser
+//
+// An under-count is a crash, so where the scan cannot tell how a parser
+// reads the code it counts the larger reading. A `/` that may start a
+// regular expression or be a division (after `}`, `await`, `++`, a line
+// break...) is read both ways: the scan forks, follows each reading, and
+// merges them where they meet again; a reading that cannot be what a parser
+// sees (an unterminated string or regular expression, a closing bracket
+// that matches nothing) is dropped, because the parser stops there with a
+// syntax error. Strings, comments, regular expressions and template text
+// are skipped as the parsers' lexers skip them, so brackets inside them
+// never count.
+package prescan
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Default bounds. They were chosen by measurement (docs/DESIGN.md, Limits):
+// the costliest shapes esbuild accepts at these bounds, repeated to fill
+// the default code size, are stripped in well under a second, and real code
+// stays far below them (TypeScript's own compiler, 9 MB of JavaScript,
+// nests at most 60 deep and 12 scopes).
+const (
+	DefaultMaxDepth      = 256
+	DefaultMaxScopes     = 32
+	DefaultMaxScopeCount = 16384
+)
+
+// maxReadings caps how many readings of ambiguous slashes are followed at
+// once, and maxWork (times the code's size, plus maxWorkSlack) the bytes
+// they read in all; code that keeps more apart, or makes them read more,
+// is refused rather than guessed.
+const (
+	maxReadings  = 16
+	maxWork      = 8
+	maxWorkSlack = 1 << 16
+)
+
+// Limits are the bounds Check enforces. A zero field takes its default;
+// MaxBytes has none: zero means no size bound.
+type Limits struct {
+	// MaxBytes bounds the code's size in bytes (LIMIT_EXCEEDED
+	// "code_size"), checked first.
+	MaxBytes int
+	// MaxDepth bounds the nesting of every kind (LIMIT_EXCEEDED
+	// "code_depth").
+	MaxDepth int
+	// MaxScopes bounds the nesting of blocks, function bodies, arrow
+	// functions and type-argument lists (LIMIT_EXCEEDED "code_depth").
+	MaxScopes int
+	// MaxScopeCount bounds how many blocks, function bodies and arrow
+	// functions the code opens in all (LIMIT_EXCEEDED "code_size"):
+	// esbuild's cost per function is what dense code multiplies.
+	MaxScopeCount int
+}
+
+// Check returns nil when code (the body of the async function the guest and
+// the parsers wrap it in) is within the limits, else a LIMIT_EXCEEDED
+// error: limit "code_size" when it is too large, "code_depth" when it
+// nests too deeply, with the line and column (1-based, in characters) in
+// its message and in Details {line, column, bound}.
+func Check(code string, l Limits) *fault.Error {
+	if l.MaxBytes > 0 && len(code) > l.MaxBytes {
+		return fault.Limitf(fault.LimitCodeSize, "code is %d bytes; the limit is %d", len(code), l.MaxBytes)
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = DefaultMaxDepth
+	}
+	if l.MaxScopes <= 0 {
+		l.MaxScopes = DefaultMaxScopes
+	}
+	if l.MaxScopeCount <= 0 {
+		l.MaxScopeCount = DefaultMaxScopeCount
+	}
+	r := scan(code, l)
+	if r.refused == refuseNone {
+		return nil
+	}
+	line, col := position(code, r.at)
+	var e *fault.Error
+	switch r.refused {
+	case refuseDepth:
+		e = fault.Limitf(fault.LimitCodeDepth, "code nests more than %d levels deep at line %d, column %d", l.MaxDepth, line, col)
+		e.Details = map[string]int{"line": line, "column": col, "bound": l.MaxDepth}
+	case refuseScopes:
+		e = fault.Limitf(fault.LimitCodeDepth, "code nests more than %d blocks, functions or type arguments deep at line %d, column %d", l.MaxScopes, line, col)
+		e.Details = map[string]int{"line": line, "column": col, "bound": l.MaxScopes}
+	case refuseScopeCount:
+		e = fault.Limitf(fault.LimitCodeSize, "code opens more than %d blocks and functions (the last at line %d, column %d)", l.MaxScopeCount, line, col)
+		e.Details = map[string]int{"line": line, "column": col, "bound": l.MaxScopeCount}
+	case refuseComments:
+		e = fault.Limitf(fault.LimitCodeSize, "code has too many block comments on long lines (line %d, column %d): put them on lines of their own", line, col)
+		e.Details = map[string]int{"line": line, "column": col}
+	case refuseFolds:
+		e = fault.Limitf(fault.LimitCodeSize, "code joins too much string literal text with + in one expression (line %d, column %d): join an array, or write one literal", line, col)
+		e.Details = map[string]int{"line": line, "column": col}
+	case refuseRepeats:
+		// A syntax error in every parser, but one whose errors esbuild
+		// reports in quadratic time.
+		e = &fault.Error{Code: fault.ScriptError,
+			Message: fmt.Sprintf("SyntaxError: %q has already been declared (line %d, column %d)", r.name, line, col),
+			Details: map[string]int{"line": line, "column": col}}
+	default:
+		e = fault.Limitf(fault.LimitCodeDepth, "code is too ambiguous to bound its nesting at line %d, column %d (too many ways to read its '/')", line, col)
+		e.Details = map[string]int{"line": line, "column": col}
+	}
+	return e
+}
+
+// position returns the 1-based line and character column of byte offset
+// off, counting line terminators as the parsers do (\n, \r\n, \r, U+2028,
+// U+2029).
+func position(code string, off int) (line, col int) {
+	line, start := 1, 0
+	for i := 0; i < off && i < len(code); i++ {
+		switch code[i] {
+		case '\n':
+			line, start = line+1, i+1
+		case '\r':
+			if i+1 < len(code) && code[i+1] == '\n' && i+1 < off {
+				i++
+			}
+			line, start = line+1, i+1
+		case 0xE2:
+			if isLS(code, i) {
+				line, start = line+1, i+3
+				i += 2
+			}
+		}
+	}
+	return line, utf8.RuneCountInString(code[start:min(off, len(code))]) + 1
+}
+
+// isLS reports whether code[i:] starts with U+2028 or U+2029.
+func isLS(code string, i int) bool {
+	return i+2 < len(code) && code[i] == 0xE2 && code[i+1] == 0x80 && (code[i+2] == 0xA8 || code[i+2] == 0xA9)
+}
+
+// Measure returns the deepest nesting and scope nesting of code, as Check
+// counts them, with no bound.
+func Measure(code string) (depth, scopes, opened int) {
+	r := scan(code, Limits{MaxDepth: 1 << 30, MaxScopes: 1 << 30, MaxScopeCount: 1 << 30})
+	return r.depth, r.scopes, r.opened
+}
