@@ -369,7 +369,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	// tools are listed whole, capabilities resolved by name), so the
 	// static analysis comes first; a bad tools filter is still reported
 	// before a script that does not parse.
-	prep, perr := script.Prepare(req.Code, req.Lang)
+	prep, perr := script.PrepareWithLimits(req.Code, req.Lang, script.Limits{CodeBytes: s.limits.CodeBytes})
 	var refs analysis.Refs
 	if perr == nil {
 		refs = prep.Refs

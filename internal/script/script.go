@@ -37,27 +37,19 @@ import (
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/prescan"
 )
 
-// The languages a request may name.
+// The languages a request may name: the contract's words
+// (execution.Lang*), here for the code that prepares scripts.
 const (
-	LangAuto = ""   // JavaScript, else TypeScript, else let the engine judge
-	LangJS   = "js" // JavaScript only
-	LangTS   = "ts" // TypeScript: strip the types first
+	LangAuto = execution.LangAuto // JavaScript, else TypeScript, else let the engine judge
+	LangJS   = execution.LangJS   // JavaScript only
+	LangTS   = execution.LangTS   // TypeScript: strip the types first
 )
-
-// CheckLang returns an InvalidRequest error for a language this package
-// does not know.
-func CheckLang(lang string) *fault.Error {
-	switch lang {
-	case LangAuto, LangJS, LangTS:
-		return nil
-	}
-	return fault.New(fault.InvalidRequest, `lang must be "js" or "ts", not %q`, lang)
-}
 
 // Prepared is code ready to run.
 type Prepared struct {
@@ -105,7 +97,7 @@ func Prepare(code, lang string) (*Prepared, error) {
 // that does not parse (with lang LangTS) and for code that leaves the
 // function body it is wrapped in.
 func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
-	if ferr := CheckLang(lang); ferr != nil {
+	if ferr := execution.CheckLang(lang); ferr != nil {
 		return nil, ferr
 	}
 	if l.CodeBytes <= 0 {
