@@ -16,7 +16,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -224,7 +224,7 @@ func TestNestingRefusedByLambda(t *testing.T) {
 	s := newStack(t)
 	trivial := func(after string) {
 		t.Helper()
-		var r bridge.Response
+		var r execution.Response
 		if err := json.Unmarshal(s.invoke(t, "execute", map[string]any{"code": "return 40 + 2"}, ""), &r); err != nil || !r.OK || string(r.Result) != "42" {
 			t.Fatalf("after %s, a trivial script: %+v %v", after, r.Error, err)
 		}
@@ -236,7 +236,7 @@ func TestNestingRefusedByLambda(t *testing.T) {
 	for _, n := range nestedInputs() {
 		t.Run(n.String(), func(t *testing.T) {
 			start := time.Now()
-			var r bridge.Response
+			var r execution.Response
 			if err := json.Unmarshal(s.invoke(t, "execute", map[string]any{"code": n.code}, ""), &r); err != nil {
 				t.Fatal(err)
 			}

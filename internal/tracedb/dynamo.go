@@ -13,11 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
-	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/dynamoretry"
 	"github.com/pml-sandbox/pml/internal/dynamotable"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -231,7 +230,7 @@ func (d *Dynamo) writeBatch(ctx context.Context, items []map[string]types.Attrib
 		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
 	}
 	err := d.retryWrite(ctx, func() error {
-		out, err := d.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{d.table: reqs}}, noSDKRetries)
+		out, err := d.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{d.table: reqs}}, dynamoretry.NoSDKRetries)
 		if err != nil {
 			return err
 		}
@@ -275,65 +274,16 @@ func (d *Dynamo) giveUp(ctx context.Context, reqs []types.WriteRequest, err erro
 // in part.
 var errUnprocessed = errors.New("unprocessed after retries")
 
-// maxWriteTries bounds the attempts at one write, the first included.
-const maxWriteTries = 9
+// retryBackoff shapes the waits between write attempts
+// (dynamoretry.DefaultPolicy's). A variable for the tests.
+var retryBackoff = dynamoretry.DefaultPolicy
 
-// Backoff between write attempts: AWS's "full jitter", so that writers
-// throttled together do not retry together. With RandomizationFactor 1
-// each wait is drawn from [0, 2×interval): from [0, 50 ms) doubling up to
-// [0, 2 s). Variables for the tests.
-var (
-	retryInitial = 25 * time.Millisecond
-	retryMax     = time.Second
-)
-
-// noSDKRetries turns the SDK's own retryer off for the writes, which
-// retryWrite retries: stacked, the SDK's three attempts inside each of our
-// nine made up to 27 requests per batch, with two backoffs that knew
-// nothing of each other and retry counts that missed most of them. Ours is
-// the one kept because BatchWriteItem's partial success (unprocessed
-// items) is no error to the SDK, so that loop is needed anyway; reads keep
-// the SDK's retryer.
-func noSDKRetries(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} }
-
-// retryWrite runs write until it succeeds, fails for a reason retrying
-// cannot fix, maxWriteTries attempts fail or ctx ends; retrying is called
-// before each new attempt. It returns the last error.
+// retryWrite runs write with the stores' retry policy (dynamoretry.Do);
+// retrying is called before each new attempt.
 func (d *Dynamo) retryWrite(ctx context.Context, write func() error, retrying func()) error {
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     retryInitial,
-		RandomizationFactor: 1,
-		Multiplier:          2,
-		MaxInterval:         retryMax,
-	}
-	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		err := write()
-		if err != nil && !retryable(err) {
-			return struct{}{}, backoff.Permanent(err)
-		}
-		return struct{}{}, err
-	},
-		backoff.WithBackOff(b),
-		backoff.WithMaxTries(maxWriteTries),
-		backoff.WithMaxElapsedTime(0), // ctx bounds the time
-		backoff.WithNotify(func(error, time.Duration) { retrying() }),
-	)
-	return err
-}
-
-// retryable reports throttling and other transient DynamoDB errors.
-func retryable(err error) bool {
-	var api smithy.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode() {
-		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-			"InternalServerError", "ServiceUnavailable":
-			return true
-		}
-		return false
-	}
-	// Connection failures: DynamoDB may be back after a pause.
-	return true
+	p := retryBackoff
+	p.OnRetry = retrying
+	return dynamoretry.Do(ctx, p, write)
 }
 
 // GetExecution implements Reader with one Query on the execution's

@@ -21,15 +21,15 @@ func SetMaxLineBytes(n int) (restore func()) {
 func MaxLineBytes() int { return maxLineBytes }
 
 // MaxWriteTries is the most attempts at one write.
-const MaxWriteTries = maxWriteTries
+var MaxWriteTries = int32(retryBackoff.Tries)
 
 // SetRetryBackoff sets the waits between write attempts for a test and
 // returns a func that restores them. Tests using it must not run in
 // parallel.
 func SetRetryBackoff(initial, max time.Duration) (restore func()) {
-	oldInitial, oldMax := retryInitial, retryMax
-	retryInitial, retryMax = initial, max
-	return func() { retryInitial, retryMax = oldInitial, oldMax }
+	old := retryBackoff
+	retryBackoff.Initial, retryBackoff.Max = initial, max
+	return func() { retryBackoff = old }
 }
 
 // ExecutionItem is the execution item Record writes for ex and its calls
