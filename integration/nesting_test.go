@@ -73,6 +73,11 @@ func checkAnswer(t *testing.T, front string, n nested, took time.Duration) {
 
 // postDoc posts body to url and returns the status and decoded answer.
 func postDoc(ctx context.Context, url string, body any) (int, map[string]any, error) {
+	return postDocWith(ctx, url, body, nil)
+}
+
+// postDocWith is postDoc with more request headers.
+func postDocWith(ctx context.Context, url string, body any, headers map[string]string) (int, map[string]any, error) {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return 0, nil, err
@@ -82,6 +87,9 @@ func postDoc(ctx context.Context, url string, body any) (int, map[string]any, er
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -152,8 +160,15 @@ func TestNestingRefusedByServe(t *testing.T) {
 					args["name"] = "deep:shape"
 				}
 				start = time.Now()
-				status, r, err = postDoc(ctx, srv.base+"/mcp", map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-					"params": map[string]any{"name": tool, "arguments": args}})
+				// A 2026-07-28 request: no initialize, no session (pml
+				// serve keeps sessions for older clients, whose requests
+				// need one).
+				status, r, err = postDocWith(ctx, srv.base+"/mcp", map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+					"params": map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{
+						"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+						"io.modelcontextprotocol/clientCapabilities": map[string]any{}}}},
+					map[string]string{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool,
+						"Accept": "application/json, text/event-stream"})
 				if err != nil {
 					t.Fatalf("/mcp %s: %v", tool, err)
 				}
