@@ -30,6 +30,10 @@ const (
 	StatusFailed = "failed"
 )
 
+// SuspensionTTL is how long a suspended execution waits for decisions
+// unless the deployment says otherwise (PML_SUSPENSION_TTL).
+const SuspensionTTL = 24 * time.Hour
+
 // PendingApproval is Pending.Reason of a call parked for approval.
 const PendingApproval = "approval"
 

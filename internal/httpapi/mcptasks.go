@@ -14,7 +14,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/suspend"
 )
 
 // MCP tasks (protocol 2025-11-25). execute_code declares task support;
@@ -37,8 +36,8 @@ import (
 const taskPollInterval = time.Second
 
 // taskTTL is how long a task is kept from its last change: a run's record
-// lives as long (suspend.DefaultTTL).
-var taskTTL = suspend.DefaultTTL
+// lives as long (execution.SuspensionTTL).
+var taskTTL = execution.SuspensionTTL
 
 // bufferedResultWait bounds how long tasks/result waits behind a front
 // that cannot stream (the HTTP API gives up at 30 s): past it the client is

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 )
@@ -63,8 +64,9 @@ const (
 const CodeAbandoned fault.Code = "RESUME_ABANDONED"
 
 // DefaultTTL is how long a suspended execution waits for its decisions
-// when Options.TTL is not set. Each suspension starts a new wait.
-const DefaultTTL = 24 * time.Hour
+// when Options.TTL is not set (the contract's default). Each suspension
+// starts a new wait.
+const DefaultTTL = execution.SuspensionTTL
 
 // LeaseMargin is added to a run's remaining running time to make its
 // claim's lease: it covers what a resumer does besides running the script
