@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-	"go.uber.org/goleak"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/dynamotable"
@@ -27,17 +26,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	dynamolocal.StopAll()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(dynamolocal.Run(m)) }
 
 // A test record carries its increments in its new image as "pk|sk|n"
 // strings; extract reads them back. Anything else is malformed.

@@ -110,14 +110,10 @@ func statusCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 			"Exit code: 0 running or completed ok, 1 failed or cancelled, 3 suspended.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	id, err := parseID(fs, args)
+	if err != nil {
 		return ExitUsage, err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return ExitUsage, usagef("give one execution id")
-	}
-	id := fs.Arg(0)
 	a, err := sf.open(ctx, logger(errOut))
 	if err != nil {
 		return ExitFailed, err

@@ -122,6 +122,19 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseID parses args for a command that takes one execution id, and
+// returns it.
+func parseID(fs *flag.FlagSet, args []string) (string, error) {
+	if err := parse(fs, args); err != nil {
+		return "", err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return "", usagef("give one execution id")
+	}
+	return fs.Arg(0), nil
+}
+
 // flagsFirst moves the flags among args before the positional arguments,
 // keeping each flag's value with it, because the flag package stops at the
 // first positional argument. A flag fs does not define is left for

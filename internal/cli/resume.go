@@ -88,12 +88,9 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 			"with decisions on its pending calls. Calls left undecided stay pending.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	execID, err := parseID(fs, args)
+	if err != nil {
 		return ExitUsage, err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return ExitUsage, usagef("give one execution id")
 	}
 	if len(approve)+len(reject) == 0 {
 		return ExitUsage, usagef("decide on at least one pending call: --approve ID or --reject ID")
@@ -104,7 +101,7 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 	if ferr := execution.CheckCallDetail(*detail); ferr != nil {
 		return ExitUsage, usageError{ferr}
 	}
-	rr := execution.ResumeRequest{ExecutionID: fs.Arg(0), CallDetail: *detail, Decisions: map[string]execution.Decision{}}
+	rr := execution.ResumeRequest{ExecutionID: execID, CallDetail: *detail, Decisions: map[string]execution.Decision{}}
 	for _, id := range approve {
 		rr.Decisions[strconv.Itoa(id)] = execution.Decision{Approve: true}
 	}
@@ -121,7 +118,7 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 
 	var resp *execution.Response
 	var ferr *fault.Error
-	err := withService(ctx, &sf, errOut, func(svc execution.Executor, onEvent func(execution.Event)) {
+	err = withService(ctx, &sf, errOut, func(svc execution.Executor, onEvent func(execution.Event)) {
 		rr.OnEvent = onEvent
 		resp, ferr = svc.Resume(ctx, rr)
 	})

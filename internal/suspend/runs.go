@@ -194,20 +194,7 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 
 // abandonRun fails m, a claim past its lease; errStale when m moved on.
 func (rc *runCore) abandonRun(ctx context.Context, m *meta, now time.Time) (*meta, error) {
-	next := *m
-	next.Version++
-	next.State = Failed
-	next.FailureCode = CodeRunAbandoned
-	next.UpdatedAt = now
-	next.ExpiresAt = maxTime(m.ExpiresAt, now.Add(rc.c.opts.TTL))
-	next.Body = nil
-	if err := rc.c.b.put(ctx, &next, m.Version); err != nil {
-		return nil, err
-	}
-	if m.Body != nil {
-		_ = rc.c.b.deleteBody(ctx, m.ID, m.Body)
-	}
-	return &next, nil
+	return rc.c.failClaim(ctx, m, now, CodeRunAbandoned, maxTime(m.ExpiresAt, now.Add(rc.c.opts.TTL)))
 }
 
 // current reads id's record, failing an abandoned claim first.

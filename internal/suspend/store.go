@@ -180,11 +180,19 @@ func (c *core) loadBody(ctx context.Context, m *meta, r *Record) error {
 // abandon turns m, a claim past its lease, into failed. It returns the
 // new metadata, or errStale when m moved on meanwhile.
 func (c *core) abandon(ctx context.Context, m *meta, now time.Time) (*meta, error) {
+	return c.failClaim(ctx, m, now, CodeAbandoned, m.ExpiresAt)
+}
+
+// failClaim records m, a claim past its lease, as failed with code, kept
+// until expires, and drops its body: the suspension and the run stores
+// abandon claims the same way. errStale when m moved on meanwhile.
+func (c *core) failClaim(ctx context.Context, m *meta, now time.Time, code fault.Code, expires time.Time) (*meta, error) {
 	next := *m
 	next.Version++
 	next.State = Failed
-	next.FailureCode = CodeAbandoned
+	next.FailureCode = code
 	next.UpdatedAt = now
+	next.ExpiresAt = expires
 	next.Body = nil
 	if err := c.b.put(ctx, &next, m.Version); err != nil {
 		return nil, err

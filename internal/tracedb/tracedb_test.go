@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-	"go.uber.org/goleak"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -28,17 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	dynamolocal.StopAll()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(dynamolocal.Run(m)) }
 
 // execution makes an execution with n calls over the given tools.
 func execution(id string, n int, tools ...string) (trace.Execution, []trace.Call) {

@@ -39,6 +39,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/pml-sandbox/pml/internal/testutil/installer"
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
@@ -131,11 +133,20 @@ func StopAll() {
 	startErr = nil
 }
 
-// Run runs the tests, then stops the shared instance; it returns the exit
-// code for os.Exit.
+// Run runs the tests, stops the shared instance, and, when they passed,
+// fails the run on a goroutine they left behind (a store's background
+// writer that outlives Close is the leak this catches). It returns the
+// exit code for os.Exit.
 func Run(m *testing.M) int {
-	defer StopAll()
-	return m.Run()
+	code := m.Run()
+	StopAll()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // Dedicated starts an instance of the test's own, stopped when it ends.
