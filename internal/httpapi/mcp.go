@@ -76,6 +76,12 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithNumber("max_text_bytes", mcp.Description("as execute_code's")),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
 	), a.mcpResume)
+	s.AddTool(mcp.NewTool("cancel_execution",
+		mcp.WithDescription("Cancel an execution: a suspended one ends now with its pending calls never run, a running one at its next step. "+
+			"The answer is the execution's document, status cancelled (or running, with cancel_requested, until it stops)."),
+		mcp.WithString("execution_id", mcp.Required(), mcp.Description("the execution's id (execution_id of execute_code's answer)")),
+		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
+	), a.mcpCancel)
 	s.AddTool(mcp.NewTool("search_tools",
 		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each."),
 		mcp.WithString("query", mcp.Required()),
@@ -179,6 +185,26 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 		return a.ask(resp, budget), nil
 	}
 	return a.executionResult(resp, budget), nil
+}
+
+// mcpCancel serves cancel_execution: what DELETE /executions/{id} does, for
+// the agent that started the execution (cancelling guards nothing against
+// it: the owner may always stop its own execution).
+func (a *api) mcpCancel(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	id, err := r.RequireString("execution_id")
+	if err != nil || id == "" {
+		return mcp.NewToolResultError("execution_id is required: the id execute_code answered"), nil
+	}
+	doc, ferr := a.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+	if ferr != nil {
+		return a.refusal(id, ferr), nil
+	}
+	a.flush(ctx)
+	// The execution failed (CANCELLED), but the call did what it was asked:
+	// isError is for a cancel that was refused.
+	res := a.executionResult(doc, a.MCPTextBytes)
+	res.IsError = false
+	return res, nil
 }
 
 func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -290,6 +290,49 @@ func TestTheAgentCannotApproveItself(t *testing.T) {
 	}
 }
 
+// TestTheAgentCancelsItsExecution: what the agent may not approve it may
+// stop; a cancelled execution's pending call never runs, and a second
+// cancel or a resume afterwards is refused.
+func TestTheAgentCancelsItsExecution(t *testing.T) {
+	srv, _ := elicitServer(t, false)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", "")
+	call := func(name string, args map[string]any) (*mcp.CallToolResult, string, map[string]any) {
+		var req mcp.CallToolRequest
+		req.Params.Name, req.Params.Arguments = name, args
+		res, err := c.CallTool(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		raw, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(raw, &doc)
+		return res, res.Content[0].(mcp.TextContent).Text, doc
+	}
+	res, text, doc := call("execute_code", map[string]any{"code": writeThenDelete, "approval": "suspend"})
+	id, _ := doc["execution_id"].(string)
+	if res.IsError || id == "" || !strings.Contains(text, `cancel_execution {"execution_id": "`+id+`"}`) {
+		t.Fatalf("suspend, and the text names cancel_execution: %s", text)
+	}
+	res, text, doc = call("cancel_execution", map[string]any{"execution_id": id})
+	if res.IsError || doc["status"] != execution.StatusCancelled {
+		t.Fatalf("cancel: %s", text)
+	}
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"cancel_execution", map[string]any{"execution_id": id}, "CONFLICT"},
+		{"resume_execution", map[string]any{"execution_id": id, "decisions": map[string]any{"2": "reject"}}, "CONFLICT"},
+		{"cancel_execution", map[string]any{"execution_id": "ex_000000000000000000000000"}, "NOT_FOUND"},
+		{"cancel_execution", map[string]any{}, "execution_id is required"},
+	} {
+		if res, text, _ := call(tc.name, tc.args); !res.IsError || !strings.Contains(text, tc.want) {
+			t.Errorf("%s %v: want an error with %s, got %s", tc.name, tc.args, tc.want, text)
+		}
+	}
+}
+
 // testWriter sends a logger's lines to the test's log.
 type testWriter struct{ t *testing.T }
 

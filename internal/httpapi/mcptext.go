@@ -106,11 +106,13 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 	how := fmt.Sprintf("No pending call has run. Ask the user, then call resume_execution "+
 		`{"execution_id": %q, "decisions": {%q: "approve"}}`+
 		`: per call "approve", "reject" or {"decision": "reject", "reason": "…"}. `+
-		"A rejected call throws REJECTED in the script; undecided calls stay pending.\n", resp.ExecutionID, example)
+		"A rejected call throws REJECTED in the script; undecided calls stay pending. "+
+		`To stop the whole execution instead: cancel_execution {"execution_id": %q}.\n`, resp.ExecutionID, example, resp.ExecutionID)
 	if !callerDecides {
 		how = fmt.Sprintf("No pending call has run, and approving them is not yours to do: %s decides (tell the user execution %s waits). "+
 			`You may reject a call with resume_execution {"execution_id": %q, "decisions": {%q: "reject"}}; `+
-			"a rejected call throws REJECTED in the script, and undecided calls stay pending.\n", cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example)
+			"a rejected call throws REJECTED in the script, and undecided calls stay pending; "+
+			`cancel_execution {"execution_id": %q} stops the whole execution.\n`, cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example, resp.ExecutionID)
 	}
 	room := budget - len(status) - len(how)
 	var list, names strings.Builder
