@@ -44,32 +44,52 @@ func (c *awsConfig) openTraces(ctx context.Context, cfg TraceConfig, log *slog.L
 	if cfg.Table == "" {
 		return nil, fault.New(fault.InvalidRequest, "DynamoDB traces need a table")
 	}
-	awsCfg, err := c.load(ctx)
+	db, err := c.dynamo(ctx, cfg.Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	var opts []func(*dynamodb.Options)
-	if cfg.Endpoint != "" {
-		if awsCfg.Region == "" {
-			awsCfg.Region = "us-east-1"
-		}
-		if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
-			// A local endpoint accepts any credentials; never let the
-			// default chain go looking for instance metadata.
-			awsCfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
-		}
-		opts = append(opts, func(o *dynamodb.Options) {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
-			o.DisableValidateResponseChecksum = true
-		})
-	}
-	db := dynamodb.NewFromConfig(awsCfg, opts...)
 	if cfg.Endpoint != "" {
 		if err := ensureTable(ctx, db, cfg.Table); err != nil {
 			return nil, err
 		}
 	}
 	return tracedb.NewDynamo(db, cfg.Table, cfg.TTL, log), nil
+}
+
+// dynamo is a DynamoDB client, at endpoint (such as DynamoDB Local) when
+// one is given.
+func (c *awsConfig) dynamo(ctx context.Context, endpoint string) (*dynamodb.Client, error) {
+	awsCfg, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if endpoint == "" {
+		return dynamodb.NewFromConfig(awsCfg), nil
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = "us-east-1"
+	}
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
+		// A local endpoint accepts any credentials; never let the
+		// default chain go looking for instance metadata.
+		awsCfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+	}
+	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String(endpoint)
+		o.DisableValidateResponseChecksum = true
+	}), nil
+}
+
+// ReindexCapabilities runs capability.DynamoRegistry.Reindex on table (at
+// endpoint, when given): the one-off upgrade of a registry an earlier
+// release wrote.
+func ReindexCapabilities(ctx context.Context, table, endpoint string, progress func(capability.Reindexed)) (capability.Reindexed, error) {
+	var c awsConfig
+	db, err := c.dynamo(ctx, endpoint)
+	if err != nil {
+		return capability.Reindexed{}, err
+	}
+	return capability.NewDynamoRegistry(db, table).Reindex(ctx, progress)
 }
 
 // ensureTable creates a trace table that a local endpoint lacks.

@@ -26,6 +26,9 @@ type DynamoAPI interface {
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	// Scan is Reindex's alone: an upgrade an operator runs once, never
+	// an execution or a discovery read.
+	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
 // DynamoRegistry stores capabilities in one table: pk CAP#<name>, sk
@@ -367,6 +370,108 @@ func (r *DynamoRegistry) AddCalls(ctx context.Context, counts map[string]int64) 
 		return fault.Wrap(fault.Unavailable, errors.Join(errs...), "counting capability calls")
 	}
 	return nil
+}
+
+// Reindexed is what Reindex did.
+type Reindexed struct {
+	// Indexed is how many capabilities it gave their index keys and
+	// namespace item.
+	Indexed int `json:"indexed"`
+	// Current is how many had them already (saved by this release, or a
+	// save or an earlier reindex got there first).
+	Current int `json:"current"`
+}
+
+// Reindex brings capabilities saved by a release before LatestIndex and
+// the namespace items into them: every LATEST item without the index keys
+// gets them (stamped now, so every process's next index refresh finds
+// it), and its namespace its NS# item, so discovery lists it and mcp[ns]
+// finds it; until then such a capability is callable by name only. It
+// Scans the table once (LATEST items only are written), so it is for an
+// operator after an upgrade (`pml capability reindex`), never for the
+// request path. It is idempotent and safe beside saves: an item is
+// stamped only while it still lacks the keys. progress, when not nil,
+// sees the counts after every page.
+func (r *DynamoRegistry) Reindex(ctx context.Context, progress func(Reindexed)) (Reindexed, error) {
+	var done Reindexed
+	in := &dynamodb.ScanInput{
+		TableName:                aws.String(r.table),
+		FilterExpression:         aws.String("sk = :latest"),
+		ProjectionExpression:     aws.String("#name, lpk"),
+		ExpressionAttributeNames: map[string]string{"#name": "name"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":latest": &types.AttributeValueMemberS{Value: latestPK},
+		},
+	}
+	for {
+		page, err := r.db.Scan(ctx, in)
+		if err != nil {
+			return done, fault.Wrap(fault.Unavailable, err, "reindexing capabilities: scanning "+r.table)
+		}
+		for _, raw := range page.Items {
+			it, err := decodeItem(raw)
+			if err != nil {
+				return done, err
+			}
+			if it.LPK != "" {
+				done.Current++
+				continue
+			}
+			stamped, err := r.stamp(ctx, it.Name)
+			if err != nil {
+				return done, err
+			}
+			if stamped {
+				done.Indexed++
+			} else {
+				done.Current++
+			}
+		}
+		if progress != nil {
+			progress(done)
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return done, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// stamp gives name's LATEST item the index keys and writes its namespace
+// item, in one transaction that holds only while the item still lacks the
+// keys; false when a save (which writes both) got there first. A
+// transaction that lost to a concurrent write is tried again.
+func (r *DynamoRegistry) stamp(ctx context.Context, name string) (bool, error) {
+	c := Capability{Name: name}
+	var err error
+	for range 4 {
+		_, err = r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Update: &types.Update{
+				TableName:           aws.String(r.table),
+				Key:                 key(name, latestPK),
+				UpdateExpression:    aws.String("SET lpk = :l, changed = :now"),
+				ConditionExpression: aws.String("attribute_exists(pk) AND attribute_not_exists(lpk)"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":l":   &types.AttributeValueMemberS{Value: latestPK},
+					":now": &types.AttributeValueMemberS{Value: time.Now().UTC().Format(changedLayout)},
+				},
+			}},
+			{Put: &types.Put{TableName: aws.String(r.table), Item: nsKey(c.Namespace())}},
+		}})
+		var tce *types.TransactionCanceledException
+		if err == nil {
+			return true, nil
+		}
+		if !errors.As(err, &tce) {
+			break
+		}
+		if slices.ContainsFunc(tce.CancellationReasons, func(r types.CancellationReason) bool {
+			return aws.ToString(r.Code) == "ConditionalCheckFailed"
+		}) {
+			return false, nil
+		}
+	}
+	return false, fault.Wrap(fault.Unavailable, err, "reindexing capability "+name)
 }
 
 // CreateTable creates the capabilities table (on demand) with LatestIndex,

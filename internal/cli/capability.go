@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -13,9 +14,12 @@ import (
 )
 
 func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
-	usage := usagef("usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE]\n       pml capability list\n       pml capability show NAME[@VERSION]")
+	usage := usagef("usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE]\n       pml capability list\n       pml capability show NAME[@VERSION]\n       pml capability reindex [--table NAME] [--endpoint URL]")
 	if len(args) == 0 {
 		return ExitUsage, usage
+	}
+	if args[0] == "reindex" {
+		return reindexCmd(ctx, args[1:], out, errOut)
 	}
 	file := app.CapabilitiesFile()
 	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, logger(errOut))
@@ -80,6 +84,39 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 		return ExitOK, writeJSON(out, c)
 	}
 	return ExitUsage, usage
+}
+
+// reindexCmd brings the capabilities an earlier release saved in a
+// DynamoDB registry into discovery (capability.DynamoRegistry.Reindex).
+func reindexCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("capability reindex", errOut)
+	table := fs.String("table", os.Getenv(app.EnvCapTable), "the DynamoDB capabilities table (default $"+app.EnvCapTable+")")
+	endpoint := fs.String("endpoint", "", "DynamoDB endpoint URL (DynamoDB Local); default AWS's, from the AWS environment")
+	fs.Usage = func() {
+		io.WriteString(errOut, "usage: pml capability reindex [--table NAME] [--endpoint URL]\n\n"+
+			"Once after upgrading a deployment whose capabilities an earlier release saved:\n"+
+			"gives them the keys of the discovery index and their namespace items, so\n"+
+			"tools.search, /tools and mcp[ns] find them (by name they are callable anyway).\n"+
+			"Scans the table once; safe to run again and beside saves.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return ExitUsage, usagef("reindex takes no arguments")
+	}
+	if *table == "" {
+		return ExitUsage, usagef("reindex is for a DynamoDB registry: give --table or set %s (the file registry has no index to rebuild)", app.EnvCapTable)
+	}
+	done, err := app.ReindexCapabilities(ctx, *table, *endpoint, func(r capability.Reindexed) {
+		fmt.Fprintf(errOut, "reindex: %d indexed, %d already current\n", r.Indexed, r.Current)
+	})
+	if err != nil {
+		return ExitFailed, err
+	}
+	return ExitOK, writeJSON(out, done)
 }
 
 // badInput marks a refused save as a usage error when what was refused is
