@@ -263,28 +263,12 @@ func TestCapabilitiesPolicy(t *testing.T) {
 		"ExecuteFunction":    {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 		"CapabilityFunction": {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 	}
-	for id, r := range tpl.resources {
-		if typeOf(r) != "AWS::Serverless::Function" {
-			continue
+	for _, st := range statements(tpl) {
+		if strings.Contains(st.resource, "CapabilitiesTable") && !strings.Contains(st.resource, "/index/"+capability.LatestIndex) {
+			t.Errorf("%s: a statement on the capabilities table without its %s index: %s", st.fn, capability.LatestIndex, st.resource)
 		}
-		var got []string
-		policies, _ := propertiesOf(r)["Policies"].([]any)
-		for _, p := range policies {
-			doc, _ := p.(map[string]any)
-			statements, _ := doc["Statement"].([]any)
-			for _, st := range statements {
-				st, _ := st.(map[string]any)
-				res, _ := json.Marshal(st["Resource"])
-				if !strings.Contains(string(res), "CapabilitiesTable") {
-					continue
-				}
-				if !strings.Contains(string(res), "/index/"+capability.LatestIndex) {
-					t.Errorf("%s: a statement on the capabilities table without its %s index: %s", id, capability.LatestIndex, res)
-				}
-				got = append(got, actionsOf(st["Action"])...)
-			}
-		}
-		slices.Sort(got)
+	}
+	for id, got := range actionsOn(tpl, "CapabilitiesTable") {
 		if !slices.Equal(got, want[id]) {
 			t.Errorf("%s may %v on CapabilitiesTable; want exactly %v", id, got, want[id])
 		}
@@ -297,49 +281,31 @@ func TestCapabilitiesPolicy(t *testing.T) {
 func grants(t *testing.T, tpl *template, res string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	for id, r := range tpl.resources {
-		if typeOf(r) != "AWS::Serverless::Function" {
-			continue
+	for _, st := range statements(tpl) {
+		if st.resource == res {
+			out[st.fn] = append(out[st.fn], st.actions...)
 		}
-		policies, _ := propertiesOf(r)["Policies"].([]any)
-		for _, p := range policies {
-			doc, _ := p.(map[string]any)
-			statements, _ := doc["Statement"].([]any)
-			for _, st := range statements {
-				st, _ := st.(map[string]any)
-				if b, _ := json.Marshal(st["Resource"]); string(b) != res {
-					continue
-				}
-				switch a := st["Action"].(type) {
-				case string:
-					out[id] = append(out[id], a)
-				case []any:
-					for _, x := range a {
-						s, _ := x.(string)
-						out[id] = append(out[id], s)
-					}
-				}
-			}
-		}
-		slices.Sort(out[id])
+	}
+	for _, got := range out {
+		slices.Sort(got)
 	}
 	return out
 }
 
-// methods are the DynamoDB actions of an API interface's methods, sorted;
-// transact maps an operation IAM does not know to the actions it is
-// authorized as.
-func methods(api reflect.Type, transact map[string][]string) []string {
+// methods are the IAM actions (service:Method) of an API interface's
+// methods, sorted; transact maps an operation IAM does not know to the
+// actions it is authorized as.
+func methods(api reflect.Type, service string, transact map[string][]string) []string {
 	var out []string
 	for i := range api.NumMethod() {
 		name := api.Method(i).Name
 		if as, ok := transact[name]; ok {
 			for _, a := range as {
-				out = append(out, "dynamodb:"+a)
+				out = append(out, service+":"+a)
 			}
 			continue
 		}
-		out = append(out, "dynamodb:"+name)
+		out = append(out, service+":"+name)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -360,9 +326,9 @@ func TestTracesPolicies(t *testing.T) {
 	}
 	table := grants(t, tpl, `{"Fn::GetAtt":"TracesTable.Arn"}`)
 	want := map[string][]string{
-		"ExecuteFunction":    methods(reflect.TypeFor[tracedb.DynamoAPI](), nil),
+		"ExecuteFunction":    methods(reflect.TypeFor[tracedb.DynamoAPI](), "dynamodb", nil),
 		"CapabilityFunction": {"dynamodb:BatchWriteItem"},
-		"AggregateFunction":  methods(reflect.TypeFor[aggregate.DynamoAPI](), map[string][]string{"TransactWriteItems": {"PutItem", "UpdateItem"}}),
+		"AggregateFunction":  methods(reflect.TypeFor[aggregate.DynamoAPI](), "dynamodb", map[string][]string{"TransactWriteItems": {"PutItem", "UpdateItem"}}),
 	}
 	if fmt.Sprint(table) != fmt.Sprint(want) {
 		t.Errorf("on the traces table the functions may\n%v\nwant\n%v", table, want)
@@ -467,32 +433,66 @@ func TestRoutesShareTheAuth(t *testing.T) {
 	}
 }
 
-// TestSuspensionsPolicy: the execute function may do to the suspensions
-// table exactly what internal/suspend's DynamoDB store does (the methods
-// of suspend.DynamoAPI), and no other function may touch it.
-// actionsOn lists, by function, the actions its policies allow on a
-// resource whose reference mentions resource.
-func actionsOn(tpl *template, resource string) map[string][]string {
-	out := map[string][]string{}
+// policyStatement is one statement of a function's policies.
+type policyStatement struct {
+	fn       string   // the function's logical id
+	cond     string   // the condition, for a statement in an Fn::If's true branch
+	resource string   // its Resource, as JSON
+	actions  []string // its Action, as a list
+}
+
+// statements lists every statement of every function's policies,
+// including those a condition adds (the true branch of an Fn::If).
+func statements(tpl *template) []policyStatement {
+	var out []policyStatement
 	for id, r := range tpl.resources {
 		if typeOf(r) != "AWS::Serverless::Function" {
 			continue
 		}
-		var got []string
 		policies, _ := propertiesOf(r)["Policies"].([]any)
 		for _, p := range policies {
 			doc, _ := p.(map[string]any)
-			statements, _ := doc["Statement"].([]any)
-			for _, st := range statements {
+			cond := ""
+			if branches, ok := doc["Fn::If"].([]any); ok && len(branches) == 3 {
+				cond, _ = branches[0].(string)
+				doc, _ = branches[1].(map[string]any)
+			}
+			sts, _ := doc["Statement"].([]any)
+			for _, st := range sts {
 				st, _ := st.(map[string]any)
-				if res, _ := json.Marshal(st["Resource"]); !strings.Contains(string(res), resource) {
-					continue
-				}
-				got = append(got, actionsOf(st["Action"])...)
+				res, _ := json.Marshal(st["Resource"])
+				out = append(out, policyStatement{fn: id, cond: cond, resource: string(res), actions: actionsOf(st["Action"])})
 			}
 		}
+	}
+	return out
+}
+
+// functions are the template's functions' logical ids.
+func functions(tpl *template) []string {
+	var out []string
+	for id, r := range tpl.resources {
+		if typeOf(r) == "AWS::Serverless::Function" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// actionsOn lists, for every function, the actions its policies allow on
+// a resource whose reference mentions resource, sorted (nil for none).
+func actionsOn(tpl *template, resource string) map[string][]string {
+	out := map[string][]string{}
+	for _, id := range functions(tpl) {
+		out[id] = nil
+	}
+	for _, st := range statements(tpl) {
+		if strings.Contains(st.resource, resource) {
+			out[st.fn] = append(out[st.fn], st.actions...)
+		}
+	}
+	for _, got := range out {
 		slices.Sort(got)
-		out[id] = got
 	}
 	return out
 }
@@ -511,18 +511,15 @@ func onlyExecuteMay(t *testing.T, tpl *template, resource string, want []string)
 	}
 }
 
+// TestSuspensionsPolicy: the execute function may do to the suspensions
+// table exactly what internal/suspend's DynamoDB store does (the methods
+// of suspend.DynamoAPI), and no other function may touch it.
 func TestSuspensionsPolicy(t *testing.T) {
 	tpl, err := loadFile(realTemplate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := reflect.TypeFor[suspend.DynamoAPI]()
-	var want []string
-	for i := range api.NumMethod() {
-		want = append(want, "dynamodb:"+api.Method(i).Name)
-	}
-	slices.Sort(want)
-	onlyExecuteMay(t, tpl, "SuspensionsTable", want)
+	onlyExecuteMay(t, tpl, "SuspensionsTable", methods(reflect.TypeFor[suspend.DynamoAPI](), "dynamodb", nil))
 }
 
 // TestApprovalPolicy: only the execute function reads the approval state
@@ -558,50 +555,28 @@ func TestSecretsPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := reflect.TypeFor[mcpauth.SecretsAPI]()
-	var want []string
-	for i := range api.NumMethod() {
-		want = append(want, "secretsmanager:"+api.Method(i).Name)
-	}
-	slices.Sort(want)
-	for id, r := range tpl.resources {
-		if typeOf(r) != "AWS::Serverless::Function" {
+	want := methods(reflect.TypeFor[mcpauth.SecretsAPI](), "secretsmanager", nil)
+	got := map[string][]string{}
+	for _, st := range statements(tpl) {
+		touches := slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })
+		if !touches || st.resource == `{"Ref":"ApprovalStateKey"}` {
+			// The approval state key is TestApprovalPolicy's.
 			continue
 		}
-		var got []string
-		policies, _ := propertiesOf(r)["Policies"].([]any)
-		for _, p := range policies {
-			doc, _ := p.(map[string]any)
-			conditional := false
-			if branches, ok := doc["Fn::If"].([]any); ok && len(branches) == 3 {
-				cond, _ := branches[0].(string)
-				doc, _ = branches[1].(map[string]any)
-				conditional = cond == "HasMcpCredentialSecrets"
-			}
-			statements, _ := doc["Statement"].([]any)
-			for _, st := range statements {
-				st, _ := st.(map[string]any)
-				actions := actionsOf(st["Action"])
-				touches := slices.ContainsFunc(actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })
-				res, _ := json.Marshal(st["Resource"])
-				if !touches || string(res) == `{"Ref":"ApprovalStateKey"}` {
-					// The approval state key is TestApprovalPolicy's.
-					continue
-				}
-				if string(res) != `{"Ref":"McpCredentialSecrets"}` || !conditional {
-					t.Errorf("%s: Secrets Manager actions %v on %s (conditional on HasMcpCredentialSecrets: %v); want them on exactly the McpCredentialSecrets parameter, only when it is set", id, actions, res, conditional)
-				}
-				got = append(got, actions...)
-			}
+		if conditional := st.cond == "HasMcpCredentialSecrets"; st.resource != `{"Ref":"McpCredentialSecrets"}` || !conditional {
+			t.Errorf("%s: Secrets Manager actions %v on %s (conditional on HasMcpCredentialSecrets: %v); want them on exactly the McpCredentialSecrets parameter, only when it is set", st.fn, st.actions, st.resource, conditional)
 		}
-		slices.Sort(got)
+		got[st.fn] = append(got[st.fn], st.actions...)
+	}
+	for _, id := range functions(tpl) {
+		slices.Sort(got[id])
 		// Only the functions that call MCP servers hold their credentials.
 		need := want
 		if id != "ExecuteFunction" && id != "CapabilityFunction" {
 			need = nil
 		}
-		if !slices.Equal(got, need) {
-			t.Errorf("%s may %v on the MCP credential secrets; it needs exactly %v", id, got, need)
+		if !slices.Equal(got[id], need) {
+			t.Errorf("%s may %v on the MCP credential secrets; it needs exactly %v", id, got[id], need)
 		}
 	}
 }
