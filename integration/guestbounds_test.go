@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -25,37 +24,7 @@ func TestServeBoundsTheGuest(t *testing.T) {
 			"for (;;) new ArrayBuffer(6e7)",
 		}
 		const deadline = 3 * time.Second
-		var wg sync.WaitGroup
-		for _, code := range hostile {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				start := time.Now()
-				r, err := execute(ctx, base, "await mcp.sig.started({})\n"+code, int(deadline/time.Millisecond))
-				if err != nil {
-					t.Errorf("%s: %v", code, err)
-					return
-				}
-				took := time.Since(start)
-				t.Logf("%s: %v after %v", code, r["error"], took)
-				// Generous for a loaded machine: before the bulk operations
-				// checked in, these ran 2-4 s past their deadline.
-				if e, _ := r["error"].(map[string]any); e["code"] != "TIMEOUT" || took > deadline+time.Second {
-					t.Errorf("%s: want TIMEOUT at its deadline, got %v after %v", code, r["error"], took)
-				}
-			}()
-		}
-		for range hostile {
-			select {
-			case <-started:
-			case <-time.After(30 * time.Second):
-				t.Error("the hostile scripts did not start")
-				wg.Wait()
-				return
-			}
-		}
+		wait := startHostile(t, base, started, hostile, deadline)
 		var slowest time.Duration
 		answers := 0
 		for until := time.Now().Add(deadline - time.Second); time.Now().Before(until); answers++ {
@@ -73,7 +42,7 @@ func TestServeBoundsTheGuest(t *testing.T) {
 		if slowest > 2*time.Second {
 			t.Errorf("a trivial script took %v; want < 2s", slowest)
 		}
-		wg.Wait()
+		wait()
 	})
 
 	deep := "let o = null; for (let i = 0; i < 10500; i++) o = [o]\n"

@@ -134,32 +134,7 @@ func TestServeStaysLiveUnderHostileScripts(t *testing.T) {
 		"const a = new Uint8Array(6e7); for (;;) a.fill(1)",
 	}
 	const deadline = 6 * time.Second
-	var wg sync.WaitGroup
-	for _, code := range hostile {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			start := time.Now()
-			r, err := execute(ctx, base, "await mcp.sig.started({})\n"+code, int(deadline/time.Millisecond))
-			if err != nil {
-				t.Errorf("hostile script: %v", err)
-				return
-			}
-			e, _ := r["error"].(map[string]any)
-			if e["code"] != "TIMEOUT" || time.Since(start) > deadline+time.Second {
-				t.Errorf("hostile script: want TIMEOUT at its deadline, got %v after %v", r["error"], time.Since(start))
-			}
-		}()
-	}
-	for range hostile {
-		select {
-		case <-started:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the hostile scripts did not start")
-		}
-	}
+	wait := startHostile(t, base, started, hostile, deadline)
 	drain := func() (gcs int) {
 		for {
 			select {
@@ -212,7 +187,45 @@ func TestServeStaysLiveUnderHostileScripts(t *testing.T) {
 	if gcs == 0 {
 		t.Errorf("no garbage collection completed while the hostile scripts ran")
 	}
-	wg.Wait()
+	wait()
+}
+
+// startHostile runs each of codes in an execution of its own with
+// deadline, once it has called mcp.sig.started, and returns when all have
+// started; wait waits for them to end, each with TIMEOUT within a second
+// of its deadline (generous for a loaded machine: before the check-ins,
+// such scripts ran seconds past it).
+func startHostile(t *testing.T, base string, started <-chan struct{}, codes []string, deadline time.Duration) (wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, code := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			r, err := execute(ctx, base, "await mcp.sig.started({})\n"+code, int(deadline/time.Millisecond))
+			if err != nil {
+				t.Errorf("%s: %v", code, err)
+				return
+			}
+			took := time.Since(start)
+			t.Logf("%s: %v after %v", code, r["error"], took)
+			if e, _ := r["error"].(map[string]any); e["code"] != "TIMEOUT" || took > deadline+time.Second {
+				t.Errorf("%s: want TIMEOUT at its deadline, got %v after %v", code, r["error"], took)
+			}
+		}()
+	}
+	for range codes {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			wg.Wait()
+			t.Fatal("the hostile scripts did not start")
+		}
+	}
+	return wg.Wait
 }
 
 // TestRunStopsOnSIGTERM: `pml run` on a script stuck in a C built-in exits
