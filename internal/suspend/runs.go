@@ -3,8 +3,6 @@ package suspend
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -135,33 +133,6 @@ func (m *meta) runAbandoned(now time.Time) bool {
 	return m.State == RunRunning && m.ClaimedAt != nil && now.After(m.ClaimedAt.Add(m.lease()))
 }
 
-// writeRunBody stores b for id's version and returns its reference.
-func (rc *runCore) writeRunBody(ctx context.Context, id string, version int, b []byte, expires time.Time) (*bodyRef, error) {
-	ref, err := rc.c.b.writeBody(ctx, id, version, b, expires)
-	if err != nil {
-		return nil, fmt.Errorf("suspend: writing run %s: %w", id, err)
-	}
-	sum := sha256.Sum256(b)
-	ref.SHA256 = hex.EncodeToString(sum[:])
-	return ref, nil
-}
-
-// readRunBody reads and checks m's body.
-func (rc *runCore) readRunBody(ctx context.Context, m *meta) ([]byte, error) {
-	if m.Body == nil {
-		return nil, nil
-	}
-	b, err := rc.c.b.readBody(ctx, m.ID, m.Body)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(b)
-	if len(b) != m.Body.Size || hex.EncodeToString(sum[:]) != m.Body.SHA256 {
-		return nil, fmt.Errorf("suspend: run %s: the stored body is corrupt", m.ID)
-	}
-	return b, nil
-}
-
 // Create implements Runs.
 func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	c := rc.c
@@ -173,9 +144,9 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	}
 	now := c.now()
 	next := &meta{ID: r.ID, Version: 1, State: RunQueued, Principal: r.Principal, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(c.opts.TTL)}
-	ref, err := rc.writeRunBody(ctx, r.ID, 1, r.Body, next.ExpiresAt)
+	ref, err := c.writeChecked(ctx, r.ID, 1, r.Body, next.ExpiresAt)
 	if err != nil {
-		return err
+		return fmt.Errorf("suspend: writing run %s: %w", r.ID, err)
 	}
 	next.Body = ref
 	if err := c.b.put(ctx, next, 0); errors.Is(err, errStale) {
@@ -228,7 +199,7 @@ func (rc *runCore) Load(ctx context.Context, id string) (*Run, error) {
 		if m.State != RunRunning && m.expired(rc.c.now()) {
 			return nil, fmt.Errorf("suspend: run %s expired at %s: %w", id, m.ExpiresAt.Format(time.RFC3339), ErrExpired)
 		}
-		b, err := rc.readRunBody(ctx, m)
+		b, err := rc.c.readChecked(ctx, m)
 		if errors.Is(err, errBodyGone) {
 			if err := bodyGone(m, &gone); err != nil {
 				return nil, err
@@ -262,7 +233,7 @@ func (rc *runCore) Claim(ctx context.Context, id string, version int, lease time
 		}
 		// The request is read before the claim: a claim that succeeds
 		// hands out what it claimed.
-		b, err := rc.readRunBody(ctx, m)
+		b, err := rc.c.readChecked(ctx, m)
 		if errors.Is(err, errBodyGone) {
 			if err := bodyGone(m, &gone); err != nil {
 				return nil, err
@@ -318,9 +289,9 @@ func (rc *runCore) moveRun(ctx context.Context, m *meta, state State, doc []byte
 		next.FailureCode = ""
 	}
 	if len(doc) > 0 {
-		ref, err := rc.writeRunBody(ctx, m.ID, next.Version, doc, expires)
+		ref, err := rc.c.writeChecked(ctx, m.ID, next.Version, doc, expires)
 		if err != nil {
-			return err
+			return fmt.Errorf("suspend: writing run %s: %w", m.ID, err)
 		}
 		next.Body = ref
 	}

@@ -156,18 +156,9 @@ func (c *core) getMeta(ctx context.Context, id string) (*meta, error) {
 
 // loadBody reads and checks m's body and fills r.Suspension.
 func (c *core) loadBody(ctx context.Context, m *meta, r *Record) error {
-	if m.Body == nil {
-		return nil
-	}
-	blob, err := c.b.readBody(ctx, m.ID, m.Body)
-	if err != nil {
+	blob, err := c.readChecked(ctx, m)
+	if err != nil || blob == nil {
 		return err
-	}
-	sum := sha256.Sum256(blob)
-	if len(blob) != m.Body.Size || hex.EncodeToString(sum[:]) != m.Body.SHA256 {
-		// A body deleted and rewritten under us reads as gone; anything
-		// else is damage, and a damaged image must never run.
-		return fmt.Errorf("suspend: %s: the stored state is corrupt (%d bytes, want %d; checksum mismatch)", m.ID, len(blob), m.Body.Size)
 	}
 	s, err := decodeSuspension(blob)
 	if err != nil {
@@ -175,6 +166,37 @@ func (c *core) loadBody(ctx context.Context, m *meta, r *Record) error {
 	}
 	r.Suspension = s
 	return nil
+}
+
+// readChecked reads m's body (nil for none) and checks it against the
+// size and checksum its metadata recorded.
+func (c *core) readChecked(ctx context.Context, m *meta) ([]byte, error) {
+	if m.Body == nil {
+		return nil, nil
+	}
+	blob, err := c.b.readBody(ctx, m.ID, m.Body)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(blob)
+	if len(blob) != m.Body.Size || hex.EncodeToString(sum[:]) != m.Body.SHA256 {
+		// A body deleted and rewritten under us reads as gone; anything
+		// else is damage, and a damaged image must never run.
+		return nil, fmt.Errorf("suspend: %s: the stored state is corrupt (%d bytes, want %d; checksum mismatch)", m.ID, len(blob), m.Body.Size)
+	}
+	return blob, nil
+}
+
+// writeChecked stores blob as id's body for version and returns its
+// reference, with the checksum readChecked verifies.
+func (c *core) writeChecked(ctx context.Context, id string, version int, blob []byte, expires time.Time) (*bodyRef, error) {
+	ref, err := c.b.writeBody(ctx, id, version, blob, expires)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(blob)
+	ref.SHA256 = hex.EncodeToString(sum[:])
+	return ref, nil
 }
 
 // abandon turns m, a claim past its lease, into failed. It returns the
@@ -225,7 +247,6 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	if err != nil {
 		return fmt.Errorf("suspend: %s: %w", r.ID, err)
 	}
-	sum := sha256.Sum256(blob)
 	s := r.Suspension
 	now := c.now()
 	lease := max(s.Limits.Timeout-s.Used, 0) + LeaseMargin
@@ -245,11 +266,10 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 		}
 		next.Version, next.CreatedAt = prev.Version+1, prev.CreatedAt
 	}
-	ref, err := c.b.writeBody(ctx, r.ID, next.Version, blob, next.ExpiresAt)
+	ref, err := c.writeChecked(ctx, r.ID, next.Version, blob, next.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("suspend: writing %s: %w", r.ID, err)
 	}
-	ref.SHA256 = hex.EncodeToString(sum[:])
 	next.Body = ref
 	if err := c.b.put(ctx, next, r.Version); errors.Is(err, errStale) {
 		_ = c.b.deleteBody(ctx, r.ID, ref)
