@@ -230,8 +230,8 @@ func (a *Aggregator) Handle(ctx context.Context, ev events.DynamoDBEvent) error 
 		if err := a.finish(ctx, j, false); err != nil {
 			return err
 		}
-		p, ok := j.index()[recs[i].EventID]
-		if !ok {
+		p := slices.Index(j.IDs, recs[i].EventID)
+		if p < 0 {
 			return fault.New(fault.Internal, "aggregate: journal %s does not list record %s that leads to it", j.Key, recs[i].EventID)
 		}
 		n := 0

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pml-sandbox/pml/internal/dynamoretry"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -46,18 +47,6 @@ type journal struct {
 	IDs    []string       `json:"ids"`
 	Deltas []delta        `json:"deltas"`
 	Shards map[string]int `json:"shards,omitempty"` // base keys spread over shards, and over how many
-
-	idx map[string]int
-}
-
-func (j *journal) index() map[string]int {
-	if j.idx == nil {
-		j.idx = make(map[string]int, len(j.IDs))
-		for i, id := range j.IDs {
-			j.idx[id] = i
-		}
-	}
-	return j.idx
 }
 
 func (j *journal) chunks(size int) int { return (len(j.Deltas) + size - 1) / size }
@@ -147,7 +136,7 @@ func (a *Aggregator) write(ctx context.Context, j *journal) (bool, error) {
 		// Unconditional: the parts are named by their content's digest, so
 		// a stale attempt can only rewrite the same bytes.
 		if err := a.retry(ctx, func() error {
-			_, err := a.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(a.table), Item: item}, noSDKRetries)
+			_, err := a.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(a.table), Item: item}, dynamoretry.NoSDKRetries)
 			return err
 		}); err != nil {
 			return false, wrapf(fault.Unavailable, err, "aggregate: writing journal %s", j.Key)
@@ -160,7 +149,7 @@ func (a *Aggregator) write(ctx context.Context, j *journal) (bool, error) {
 	err = a.retry(ctx, func() error {
 		_, err := a.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(a.table), Item: h, ConditionExpression: aws.String("attribute_not_exists(pk)"),
-		}, noSDKRetries)
+		}, dynamoretry.NoSDKRetries)
 		return err
 	})
 	switch {
@@ -225,25 +214,16 @@ func (a *Aggregator) load(ctx context.Context, h *head) (*journal, error) {
 // queryPrefix returns the items of partition pk whose sort key starts with
 // prefix, in sort key order, read consistently.
 func (a *Aggregator) queryPrefix(ctx context.Context, pk, prefix string) ([]map[string]types.AttributeValue, error) {
-	var out []map[string]types.AttributeValue
-	var start map[string]types.AttributeValue
-	for {
-		page, err := a.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(a.table),
-			KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :prefix)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": s(pk), ":prefix": s(prefix)},
-			ConsistentRead:            aws.Bool(true),
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, wrapf(fault.Unavailable, err, "aggregate: reading %s", pk)
-		}
-		out = append(out, page.Items...)
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		start = page.LastEvaluatedKey
+	items, err := query(ctx, a.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(a.table),
+		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :prefix)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": s(pk), ":prefix": s(prefix)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		return nil, wrapf(fault.Unavailable, err, "aggregate: reading %s", pk)
 	}
+	return items, nil
 }
 
 // forward records that the record id is covered by journal origin, for the
@@ -254,7 +234,7 @@ func (a *Aggregator) forward(ctx context.Context, id, origin string) error {
 	err := a.retry(ctx, func() error {
 		_, err := a.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(a.table), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
-		}, noSDKRetries)
+		}, dynamoretry.NoSDKRetries)
 		return err
 	})
 	if err != nil && !conditionFailed(err) { // already there: an earlier attempt left it
@@ -309,7 +289,7 @@ func (a *Aggregator) applyChunk(ctx context.Context, j *journal, c int) error {
 		items = append(items, types.TransactWriteItem{Update: addUpdate(a.table, d)})
 	}
 	err := a.retry(ctx, func() error {
-		_, err := a.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, noSDKRetries)
+		_, err := a.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, dynamoretry.NoSDKRetries)
 		return err
 	})
 	if markerExists(err) {
@@ -373,7 +353,7 @@ func (a *Aggregator) recordShards(ctx context.Context, shards map[string]int) er
 				ConditionExpression:       aws.String("attribute_not_exists(#shards) OR #shards < :n"),
 				ExpressionAttributeNames:  map[string]string{"#shards": "shards"},
 				ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(strconv.Itoa(want))},
-			}, noSDKRetries)
+			}, dynamoretry.NoSDKRetries)
 			return err
 		})
 		if err != nil && !conditionFailed(err) { // failed condition: it already says as many or more

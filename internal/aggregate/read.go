@@ -83,22 +83,29 @@ func Read(ctx context.Context, db Querier, table, base string) ([]map[string]typ
 }
 
 func queryAll(ctx context.Context, db Querier, table, pk string) ([]map[string]types.AttributeValue, error) {
+	items, err := query(ctx, db, &dynamodb.QueryInput{
+		TableName:                 aws.String(table),
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}},
+	})
+	if err != nil {
+		return nil, wrapf(fault.Unavailable, err, "reading counters %s", pk)
+	}
+	return items, nil
+}
+
+// query returns every item in, paging through them.
+func query(ctx context.Context, db Querier, in *dynamodb.QueryInput) ([]map[string]types.AttributeValue, error) {
 	var out []map[string]types.AttributeValue
-	var start map[string]types.AttributeValue
 	for {
-		page, err := db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(table),
-			KeyConditionExpression:    aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}},
-			ExclusiveStartKey:         start,
-		})
+		page, err := db.Query(ctx, in)
 		if err != nil {
-			return nil, wrapf(fault.Unavailable, err, "reading counters %s", pk)
+			return nil, err
 		}
 		out = append(out, page.Items...)
 		if len(page.LastEvaluatedKey) == 0 {
 			return out, nil
 		}
-		start = page.LastEvaluatedKey
+		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
 }

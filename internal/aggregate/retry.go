@@ -12,20 +12,15 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// retryBackoff is how a write is retried: dynamoretry's policy, whose
-// attempts the batch's deadline bounds too; what still fails fails the
-// batch, which Lambda retries. A variable for the tests.
-var retryBackoff = dynamoretry.DefaultPolicy
-
-// noSDKRetries turns the SDK's retryer off for the writes retry retries.
-var noSDKRetries = dynamoretry.NoSDKRetries
-
 // retry runs write until it succeeds, fails for a reason retrying cannot
 // fix (a failed condition among them: the callers read that as an
-// answer), the attempts fail or ctx ends (dynamoretry.Do), counting the
-// retries. It returns the last error.
+// answer), the attempts fail or ctx ends (dynamoretry.Do: its policy,
+// whose attempts the batch's deadline bounds too; what still fails fails
+// the batch, which Lambda retries), counting the retries. It returns the
+// last error. The writes it retries turn the SDK's own retryer off
+// (dynamoretry.NoSDKRetries).
 func (a *Aggregator) retry(ctx context.Context, write func() error) error {
-	p := retryBackoff
+	p := dynamoretry.DefaultPolicy
 	p.OnRetry = func() { a.stats.retries.Add(1) }
 	return dynamoretry.Do(ctx, p, write)
 }
