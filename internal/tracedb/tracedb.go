@@ -71,8 +71,12 @@ var maxLineBytes = 32 << 20
 
 // newRecord keeps the first MaxStoredCalls calls of ex, in call order.
 func newRecord(ex trace.Execution, calls []trace.Call) *record {
-	calls = slices.Clone(calls)
-	slices.SortStableFunc(calls, func(a, b trace.Call) int { return a.CallID - b.CallID })
+	byID := func(a, b trace.Call) int { return a.CallID - b.CallID }
+	if !slices.IsSortedFunc(calls, byID) {
+		// Calls usually arrive in call order; copy only when they do not.
+		calls = slices.Clone(calls)
+		slices.SortStableFunc(calls, byID)
+	}
 	r := &record{Execution: ex, Calls: calls}
 	if len(calls) > MaxStoredCalls {
 		r.Calls, r.OmittedCalls = slices.Clip(calls[:MaxStoredCalls]), len(calls)-MaxStoredCalls
@@ -115,8 +119,12 @@ const MaxCountedTools = 32
 // durable execution recorded again after a resume keeps its earlier
 // calls' ids, so its counted tools only ever grow.
 func countedTools(calls []trace.Call) []string {
-	calls = slices.Clone(calls)
-	slices.SortStableFunc(calls, func(a, b trace.Call) int { return a.CallID - b.CallID })
+	byID := func(a, b trace.Call) int { return a.CallID - b.CallID }
+	if !slices.IsSortedFunc(calls, byID) {
+		// Calls usually arrive in call order; copy only when they do not.
+		calls = slices.Clone(calls)
+		slices.SortStableFunc(calls, byID)
+	}
 	var tools []string
 	for _, c := range calls {
 		if c.Server == "" {
