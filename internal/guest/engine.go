@@ -404,23 +404,24 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	in.mem.bind(ctx) // growth is charged to the caller's MemoryBudget
 	x := newExecution(ctx, e, req, limits, res, start)
 	// Whatever happens, the instance leaves this run: reset for another
-	// only if the guest was never trapped, and its native stack did not
-	// grow to the limit (see keepsNoGrownStack).
-	defer func() { e.release(in, !x.stopping && !x.trapped && keepsNoGrownStack(res)) }()
+	// only if reusable.
+	defer func() { e.release(in, x.reusable(res)) }()
 	defer x.shutdown()
 	in.runs++
 	doc, rerr := x.run(in, cfg, rand.Int64())
 	return e.finishRun(x, in, res, doc, rerr, finish)
 }
 
-// keepsNoGrownStack reports whether a finished run leaves its instance
-// worth pooling as far as its native stack goes: a run that recursed to the
-// stack limit grew wazero's call stack for the instance (Go memory, a few
-// MB, which a reset does not give back), and a pool of such instances held
-// tens of MB for as long as they were reused. A script that catches the
-// overflow and goes on still leaves one behind: bounded by the pool's size.
-func keepsNoGrownStack(res *Result) bool {
-	return res == nil || res.Err == nil || res.Err.Limit != fault.LimitStack
+// reusable reports whether the instance x ran on may be reset for another
+// run (a run, or a resumed one, with result res): only if the guest was
+// never trapped or stopped, and its native stack did not grow to the
+// limit — a run that recursed that far grew wazero's call stack for the
+// instance (Go memory, a few MB, which a reset does not give back), and a
+// pool of such instances held tens of MB for as long as they were reused.
+// A script that catches the overflow and goes on still leaves one behind:
+// bounded by the pool's size.
+func (x *execution) reusable(res *Result) bool {
+	return !x.stopping && !x.trapped && (res.Err == nil || res.Err.Limit != fault.LimitStack)
 }
 
 // finishRun turns the end of a run's stepping into its Result: the output

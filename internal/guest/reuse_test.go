@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 )
 
@@ -116,4 +117,27 @@ func jsonString(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestResumedRunThatGrewItsStackIsNotReused: a resumed execution that
+// recurses to the stack limit leaves its instance closed, as a run does
+// (TestTrappedOrGrownInstancesAreNotReused).
+func TestResumedRunThatGrewItsStackIsNotReused(t *testing.T) {
+	ctx := context.Background()
+	e := reusingEngine(t)
+	r := e.Run(ctx, guest.Request{Code: "await mcp.demo.add({a: 1, b: 2})\nfunction f() { return f() + 1 }\nreturn f()",
+		Tools: guest.DemoTools(), Host: guest.DemoHost{}, Park: parkAdd, Limits: guest.Limits{Timeout: 5 * time.Second}})
+	if r.Suspended == nil {
+		t.Fatalf("the run did not suspend: %+v", r.Err)
+	}
+	waitRetired(t, e, 1)
+	before := e.Stats()
+	res := resume(t, e, r.Suspended, map[int]guest.Decision{1: {Approve: true}})
+	if res.Err == nil || res.Err.Limit != fault.LimitStack {
+		t.Fatalf("the resumed run: %+v, want the stack limit", res.Err)
+	}
+	waitRetired(t, e, before.Reused+before.Closed+1)
+	if after := e.Stats(); after.Closed != before.Closed+1 || after.Reused != before.Reused {
+		t.Fatalf("the instance was reused: %+v -> %+v", before, after)
+	}
 }

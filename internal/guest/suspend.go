@@ -220,7 +220,7 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 	x := newExecution(ctx, e, req, s.Limits, res, start)
 	x.restore(s)
 	x.shortenDeadline()
-	defer func() { e.release(in, !x.stopping && !x.trapped) }()
+	defer func() { e.release(in, x.reusable(res)) }()
 	defer x.shutdown()
 	in.runs++
 	x.decide(decisions)
