@@ -139,16 +139,11 @@ func (x *Index) hasNamespace(ns string) bool {
 func (x *Index) current(ctx context.Context) (*indexSnap, error) {
 	s := x.snap.Load()
 	if s != nil && x.interval > 0 {
-		x.mu.Lock()
-		fresh := time.Since(x.checked) < x.interval
-		x.mu.Unlock()
-		if fresh {
-			return s, nil
-		}
-	}
-	if s != nil && x.interval > 0 {
+		// Never wait for the lock: its holder is checking or refreshing
+		// the snapshot, a Query on DynamoDB, and s is what this reader
+		// would serve meanwhile.
 		if !x.mu.TryLock() {
-			return s, nil // another reader refreshes it
+			return s, nil
 		}
 	} else {
 		x.mu.Lock()

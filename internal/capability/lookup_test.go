@@ -242,3 +242,60 @@ func TestIndexAsksAtMostOncePerInterval(t *testing.T) {
 		t.Fatalf("50 reads asked the registry %d times; want 1", n)
 	}
 }
+
+// gatedRegistry blocks Changes, after the first, until release is closed,
+// saying on entered when one is blocked.
+type gatedRegistry struct {
+	capability.Registry
+	calls   atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedRegistry) Changes(ctx context.Context, mark string) (capability.Changes, error) {
+	if g.calls.Add(1) > 1 {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.Registry.Changes(ctx, mark)
+}
+
+// TestReadersDoNotWaitForARefresh: while one reader refreshes a stale
+// index (a Query on DynamoDB, here held), the others are served the
+// snapshot as it is at once.
+func TestReadersDoNotWaitForARefresh(t *testing.T) {
+	ctx := context.Background()
+	base := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
+	if _, err := base.Save(ctx, capability.Capability{Name: "i:one", Code: "return 1"}); err != nil {
+		t.Fatal(err)
+	}
+	reg := &gatedRegistry{Registry: base, entered: make(chan struct{}), release: make(chan struct{})}
+	ix := capability.NewIndex(reg, capability.IndexOptions{Interval: time.Millisecond})
+	if _, err := ix.Tools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the snapshot is stale now
+	refreshed := make(chan error, 1)
+	go func() {
+		_, err := ix.Tools(ctx)
+		refreshed <- err
+	}()
+	<-reg.entered
+	served := make(chan int, 1)
+	go func() {
+		tools, _ := ix.Tools(ctx)
+		served <- len(tools)
+	}()
+	select {
+	case n := <-served:
+		if n != 1 {
+			t.Errorf("a reader during the refresh got %d tools, want the snapshot's 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a reader waited for another's refresh")
+	}
+	close(reg.release)
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+}
