@@ -209,9 +209,12 @@ func (h *toolHost) Resolve(ctx context.Context, server, tool string) (guest.Tool
 	}
 	// The look-up runs unlocked: calls in flight keep reading what was
 	// resolved before.
-	r, found := h.resolveName(ctx, server, tool)
-	if found && r != nil && !h.req.Filter().Allows(r.tool.Server, r.tool.Name) {
-		found, r = false, nil
+	var r *resolvedEntry
+	var found bool
+	if tool == "" || h.req.Filter().Allows(server, tool) {
+		// A name the request narrowed away is missing: not worth a
+		// look-up (a registry read, for a capability).
+		r, found = h.resolveName(ctx, server, tool)
 	}
 	if r != nil {
 		if r.refuse == nil && !h.req.Inherited().Allows(r.tool.Server, r.tool.Name) {
