@@ -76,6 +76,7 @@ type Service struct {
 	store   suspend.Store
 	policy  approval.Policy
 	notify  func(context.Context, execution.SuspensionNotice)
+	owners  map[string]owner // the ServerSources' servers, fixed at New
 }
 
 // New returns a Service running code on engine.
@@ -94,6 +95,7 @@ func New(engine *guest.Engine, opts Options) *Service {
 	if s.sandbox <= 0 {
 		s.sandbox = execution.DefaultSandboxes
 	}
+	s.owners = ownersOf(s.sources)
 	return s
 }
 
@@ -221,9 +223,13 @@ type owner struct {
 
 // serverOwners maps each server name a ServerSource owns to it; the first
 // source to claim a name keeps it.
-func (s *Service) serverOwners() map[string]owner {
+func (s *Service) serverOwners() map[string]owner { return s.owners }
+
+// ownersOf builds serverOwners' map, once: a ServerSource's servers are
+// fixed for its life.
+func ownersOf(sources []execution.ToolSource) map[string]owner {
 	out := map[string]owner{}
-	for i, src := range s.sources {
+	for i, src := range sources {
 		ss, ok := src.(execution.ServerSource)
 		if !ok {
 			continue

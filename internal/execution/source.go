@@ -60,7 +60,8 @@ type ToolSource interface {
 type ServerSource interface {
 	ToolSource
 	// Servers lists the server names the source owns, whether or not they
-	// can be reached now.
+	// can be reached now; fixed for the source's life (a service reads it
+	// once).
 	Servers() []string
 	// CheckServer returns nil when server can serve calls now, else the
 	// error a call to it would get (a retryable UNAVAILABLE).
