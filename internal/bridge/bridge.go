@@ -399,7 +399,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 
 	gtools := make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
 	for _, t := range ts.visible {
-		gtools = append(gtools, guest.Tool{Server: t.Server, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		gtools = append(gtools, guestTool(t))
 	}
 	gtools = append(gtools, forbiddenGuestTools(ts.all, ts.forbidden)...)
 	limits := s.limits
