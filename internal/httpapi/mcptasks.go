@@ -68,8 +68,15 @@ func (a *api) mcpTasks(next http.Handler) http.Handler {
 		var answer any
 		switch mcp.MCPMethod(msg.Method) {
 		case mcp.MethodToolsCall:
+			// Only what routes the call first: most calls are no tasks,
+			// and mcp-go decodes their (script-sized) arguments itself.
+			var route struct {
+				Name string          `json:"name"`
+				Task *mcp.TaskParams `json:"task"`
+			}
 			var p mcp.CallToolParams
-			if json.Unmarshal(msg.Params, &p) != nil || p.Task == nil || p.Name != "execute_code" {
+			if json.Unmarshal(msg.Params, &route) != nil || route.Task == nil || route.Name != "execute_code" ||
+				json.Unmarshal(msg.Params, &p) != nil {
 				next.ServeHTTP(w, r)
 				return
 			}
