@@ -82,6 +82,12 @@ func loopbackOrigin(o string) bool {
 		return false
 	}
 	name, _ := splitHost(rest)
+	return loopbackName(name)
+}
+
+// loopbackName reports whether a host name (lower-cased, without port or
+// brackets) is this machine's: localhost or a loopback address.
+func loopbackName(name string) bool {
 	if name == "localhost" {
 		return true
 	}
@@ -98,10 +104,7 @@ func (g *guard) hostAllowed(hostport string) bool {
 	if name == "" {
 		return false
 	}
-	if name == "localhost" {
-		return true
-	}
-	if ip, err := netip.ParseAddr(name); err == nil && ip.IsLoopback() {
+	if loopbackName(name) {
 		return true
 	}
 	return g.hosts[name] || (port != "" && g.hosts[net.JoinHostPort(name, port)])

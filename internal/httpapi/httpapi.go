@@ -327,10 +327,7 @@ func StatusOf(resp *execution.Response) int {
 	case fault.InvalidRequest:
 		return http.StatusBadRequest
 	case fault.LimitExceeded:
-		if resp.Error.Limit == fault.LimitCodeSize {
-			return http.StatusRequestEntityTooLarge
-		}
-		return http.StatusUnprocessableEntity
+		return limitStatus(resp.Error)
 	case fault.Timeout:
 		return http.StatusGatewayTimeout
 	case fault.Unavailable:
@@ -392,15 +389,22 @@ func (a *api) flush(ctx context.Context) {
 	}
 }
 
-func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
-	if a.Traces == nil {
-		if !a.asyncDocument(w, r, r.PathValue("id")) {
-			writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
-		}
-		return
+// limitStatus is the status of a LIMIT_EXCEEDED: 413 for code over the
+// size limit, 422 for the rest.
+func limitStatus(e *fault.Error) int {
+	if e.Limit == fault.LimitCodeSize {
+		return http.StatusRequestEntityTooLarge
 	}
+	return http.StatusUnprocessableEntity
+}
+
+func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if a.asyncDocument(w, r, id) {
+		return
+	}
+	if a.Traces == nil {
+		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
 		return
 	}
 	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
@@ -485,10 +489,7 @@ func (a *api) saveCapability(w http.ResponseWriter, r *http.Request) {
 		case fault.InvalidRequest, fault.InvalidArguments, fault.ScriptError:
 			status = http.StatusBadRequest
 		case fault.LimitExceeded: // code over the size or nesting bounds
-			status = http.StatusUnprocessableEntity
-			if fe.Limit == fault.LimitCodeSize {
-				status = http.StatusRequestEntityTooLarge
-			}
+			status = limitStatus(fe)
 		}
 		writeError(w, status, fe)
 		return

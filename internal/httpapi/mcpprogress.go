@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -133,11 +132,8 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("… (%d bytes more; the result has the whole line)", len(s)-cut)
+	kept := truncateUTF8(s, n)
+	return kept + fmt.Sprintf("… (%d bytes more; the result has the whole line)", len(s)-len(kept))
 }
 
 // logLevels maps console methods to MCP (syslog) levels.

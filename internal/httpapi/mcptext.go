@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -216,9 +215,6 @@ func cut(s string, n int, what string) string {
 	marker := func(kept int) string {
 		return fmt.Sprintf("\n[… %d of %d bytes %s cut; structuredContent has all of it]\n", len(s)-kept, len(s), what)
 	}
-	keep := max(n-len(marker(0)), 0) // the longest marker: nothing kept
-	for keep > 0 && !utf8.RuneStart(s[keep]) {
-		keep--
-	}
-	return s[:keep] + marker(keep)
+	kept := truncateUTF8(s, max(n-len(marker(0)), 0)) // the longest marker: nothing kept
+	return kept + marker(len(kept))
 }
