@@ -82,11 +82,11 @@ func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Lo
 	var key approval.Key
 	switch {
 	case cfg.KeySecret != "":
-		awsCfg, err := a.aws.load(ctx)
+		sm, err := a.aws.secrets(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.KeySecret)})
+		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.KeySecret)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the approval state key from secret %s: %w", cfg.KeySecret, err)
 		}

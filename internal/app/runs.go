@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -21,11 +20,11 @@ func (c *awsConfig) openRuns(ctx context.Context, cfg SuspensionConfig) (suspend
 	opts := suspend.Options{TTL: cfg.TTL}
 	switch {
 	case cfg.Table != "":
-		awsCfg, err := c.load(ctx)
+		db, err := c.dynamo(ctx, "")
 		if err != nil {
 			return nil, err
 		}
-		return suspend.NewDynamoRuns(dynamodb.NewFromConfig(awsCfg), cfg.Table, opts), nil
+		return suspend.NewDynamoRuns(db, cfg.Table, opts), nil
 	case cfg.Dir != "":
 		return suspend.NewFileRuns(filepath.Join(cfg.Dir, "runs"), opts), nil
 	}

@@ -108,12 +108,12 @@ func (c *awsConfig) openRegistry(ctx context.Context, cfg Config, log *slog.Logg
 	if cfg.CapabilitiesTable == "" {
 		return capability.NewFileRegistry(cfg.CapabilitiesFile), nil
 	}
-	awsCfg, err := c.load(ctx)
+	db, err := c.dynamo(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	log.Debug("capabilities in DynamoDB", "table", cfg.CapabilitiesTable)
-	return capability.NewDynamoRegistry(dynamodb.NewFromConfig(awsCfg), cfg.CapabilitiesTable), nil
+	return capability.NewDynamoRegistry(db, cfg.CapabilitiesTable), nil
 }
 
 // openSuspensions opens the store of suspended executions cfg names: the
@@ -122,12 +122,12 @@ func (c *awsConfig) openSuspensions(ctx context.Context, cfg SuspensionConfig, l
 	opts := suspend.Options{TTL: cfg.TTL}
 	switch {
 	case cfg.Table != "":
-		awsCfg, err := c.load(ctx)
+		db, err := c.dynamo(ctx, "")
 		if err != nil {
 			return nil, err
 		}
 		log.Debug("suspended executions in DynamoDB", "table", cfg.Table)
-		return suspend.NewDynamo(dynamodb.NewFromConfig(awsCfg), cfg.Table, opts), nil
+		return suspend.NewDynamo(db, cfg.Table, opts), nil
 	case cfg.Dir != "":
 		return suspend.NewFile(cfg.Dir, opts), nil
 	}
