@@ -39,14 +39,15 @@ func TestPolicy(t *testing.T) {
 		approve   bool
 		decide    bool
 		consent   bool
+		access    bool
 	}{
-		{"deployed: the agent may reject its own", deployed, agent, false, true, false},
-		{"deployed: the agent may not approve its own", deployed, agent, true, false, false},
-		{"deployed: an approver approves another's", deployed, ops, true, true, true},
-		{"deployed: a stranger may not even reject", deployed, other, false, false, false},
-		{"deployed: auth off is nobody", deployed, "", true, false, false},
-		{"local: the caller approves its own", local, owner, true, true, true},
-		{"local: a stranger still may not", local, other, true, false, true},
+		{"deployed: the agent may reject its own", deployed, agent, false, true, false, true},
+		{"deployed: the agent may not approve its own", deployed, agent, true, false, false, true},
+		{"deployed: an approver approves another's", deployed, ops, true, true, true, true},
+		{"deployed: a stranger may not even reject", deployed, other, false, false, false, false},
+		{"deployed: auth off is nobody", deployed, "", true, false, false, false},
+		{"local: the caller approves its own", local, owner, true, true, true, true},
+		{"local: a stranger still may not", local, other, true, false, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,6 +56,9 @@ func TestPolicy(t *testing.T) {
 			}
 			if got := tc.p.MayConsent(tc.principal); got != tc.consent {
 				t.Errorf("MayConsent = %v", got)
+			}
+			if got := tc.p.MayAccess(tc.principal, owner); got != tc.access {
+				t.Errorf("MayAccess = %v", got)
 			}
 		})
 	}

@@ -74,6 +74,12 @@ func (p Policy) IsApprover(principal string) bool {
 	return false
 }
 
+// MayAccess reports whether principal may read or cancel owner's
+// execution: the owner, or an approver.
+func (p Policy) MayAccess(principal, owner string) bool {
+	return principal == owner || p.IsApprover(principal)
+}
+
 // MayConsent reports whether principal may run calls that need approval
 // without asking (allow_destructive).
 func (p Policy) MayConsent(principal string) bool {

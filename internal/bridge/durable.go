@@ -194,7 +194,7 @@ func (s *Service) mayDecide(rr execution.ResumeRequest, owner string, decisions 
 		return nil
 	case s.policy.MayDecide(rr.Principal, owner, approve):
 		return nil
-	case rr.Principal != owner && !s.policy.IsApprover(rr.Principal):
+	case !s.policy.MayAccess(rr.Principal, owner):
 		return storeFault(rr.ExecutionID, suspend.ErrForbidden)
 	}
 	return &fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy"},
@@ -245,7 +245,7 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	if err != nil {
 		return nil, storeFault(id, err)
 	}
-	if rec.Principal != cr.Principal && !s.policy.IsApprover(cr.Principal) {
+	if !s.policy.MayAccess(cr.Principal, rec.Principal) {
 		return nil, storeFault(id, suspend.ErrForbidden)
 	}
 	if rec.State != suspend.Suspended {

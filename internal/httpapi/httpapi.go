@@ -409,7 +409,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	}
 	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
 	caller := execution.PrincipalFrom(r.Context())
-	if (err == nil && ex.Principal != caller && !a.Policy.IsApprover(caller)) || fault.CodeOf(err) == fault.NotFound {
+	if (err == nil && !a.Policy.MayAccess(caller, ex.Principal)) || fault.CodeOf(err) == fault.NotFound {
 		// Another principal's execution is answered exactly as a missing
 		// one, so that ids cannot be probed; an approver may read any.
 		err = fault.New(fault.NotFound, "no execution %q", id)

@@ -137,11 +137,6 @@ func (s *Service) track(ctx context.Context, id, principal string) (context.Cont
 	}
 }
 
-// may reports whether principal may read or cancel owner's execution.
-func (s *Service) may(principal, owner string) bool {
-	return principal == owner || s.opts.Policy.IsApprover(principal)
-}
-
 // Execute implements execution.Executor: an asynchronous request is
 // recorded and launched, and answered StatusRunning at once (or failed
 // when it cannot be); any other runs here, cancellable while it runs.
@@ -417,7 +412,7 @@ func outcome(resp *execution.Response, cause error) (suspend.State, time.Time) {
 func (s *Service) Status(ctx context.Context, id, principal string) (*execution.Response, *fault.Error) {
 	run, ferr := s.load(ctx, id)
 	if ferr != nil && ferr.Code == fault.NotFound {
-		if l := s.liveRun(id); l != nil && s.may(principal, l.principal) {
+		if l := s.liveRun(id); l != nil && s.opts.Policy.MayAccess(principal, l.principal) {
 			return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: l.requested}, nil
 		}
 		return s.Executor.Status(ctx, id, principal)
@@ -425,7 +420,7 @@ func (s *Service) Status(ctx context.Context, id, principal string) (*execution.
 	if ferr != nil {
 		return nil, ferr
 	}
-	if !s.may(principal, run.Principal) {
+	if !s.opts.Policy.MayAccess(principal, run.Principal) {
 		return nil, notFound(id)
 	}
 	return s.document(ctx, run), nil
@@ -541,7 +536,7 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	for range 3 {
 		run, ferr := s.load(ctx, id)
 		if ferr != nil && ferr.Code == fault.NotFound {
-			if l := s.liveRun(id); l != nil && s.may(cr.Principal, l.principal) {
+			if l := s.liveRun(id); l != nil && s.opts.Policy.MayAccess(cr.Principal, l.principal) {
 				s.cancelLive(id)
 				return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: true}, nil
 			}
@@ -550,7 +545,7 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 		if ferr != nil {
 			return nil, ferr
 		}
-		if !s.may(cr.Principal, run.Principal) {
+		if !s.opts.Policy.MayAccess(cr.Principal, run.Principal) {
 			return nil, fault.New(fault.Forbidden, "execution %s belongs to another principal; only it, or an approver, may cancel it", id)
 		}
 		switch run.State {
