@@ -2,6 +2,7 @@ package mcpauth
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -283,9 +284,9 @@ func (s *Source) clientCredentials(ctx context.Context, ch Challenge, want []str
 	id, secret, key := cfg.ClientID, cfg.ClientSecret, cfg.PrivateKey
 	if stored != nil {
 		// A secret may hold the client's credentials.
-		id = cmpOr(id, stored.ClientID)
-		secret = cmpOr(secret, stored.ClientSecret)
-		key = cmpOr(key, stored.PrivateKey)
+		id = cmp.Or(id, stored.ClientID)
+		secret = cmp.Or(secret, stored.ClientSecret)
+		key = cmp.Or(key, stored.PrivateKey)
 	}
 	if id == "" {
 		return &Error{Server: s.o.Server, Kind: Refused, Hint: "set auth.client_id in the server's configuration", Err: errors.New("client credentials need a client_id")}
@@ -336,13 +337,6 @@ func (s *Source) clientCredentials(ctx context.Context, ch Challenge, want []str
 	s.mu.Unlock()
 	s.o.Logger.Info("mcp client-credentials token obtained", "auth_method", method)
 	return nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func randomString() string {

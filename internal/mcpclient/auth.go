@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
@@ -38,13 +37,6 @@ func WithSecretsManager(f func(context.Context) (mcpauth.SecretsAPI, error)) Opt
 // message that says how to log in.
 func WithLoginAgent(agent mcpauth.UserAgent) Option {
 	return func(o *options) { o.auth.agent = agent }
-}
-
-// secretsOnce shares one Secrets Manager client among a pool's servers.
-type secretsOnce struct {
-	once sync.Once
-	api  mcpauth.SecretsAPI
-	err  error
 }
 
 // loginHint says how to log in to the server: into its secret, into the
@@ -105,22 +97,13 @@ func (s *remote) setupAuth() {
 		return
 	}
 	o := s.p.opts.auth
-	secrets := o.secrets
-	if secrets != nil {
-		sh := s.p.secretsClient
-		secrets = func(ctx context.Context) (mcpauth.SecretsAPI, error) {
-			sh.once.Do(func() { sh.api, sh.err = o.secrets(ctx) })
-			return sh.api, sh.err
-		}
-	}
-	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, secrets, o.agent,
+	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, o.secrets, o.agent,
 		&http.Client{Transport: s.httpTransport, Timeout: s.p.opts.connectTimeout * 3},
 		s.p.red.Add, func(mo *mcpauth.Options) { mo.Logger = s.log })
 	if err != nil {
 		s.authSetupErr = err
 		return
 	}
-	s.auth = src
 	s.httpClient.Transport = &mcpauth.Transport{Base: s.httpClient.Transport, Source: src}
 }
 
@@ -137,7 +120,5 @@ func authError(err error) *mcpauth.Error {
 // authorized: UNAVAILABLE, not retryable (retrying will not log anyone
 // in), with mcpauth's message, which names the server and what to do.
 func authUnavailable(full string, ae *mcpauth.Error) *fault.Error {
-	e := fault.Wrap(fault.Unavailable, ae, "")
-	e.Message = ae.Error()
-	return e.WithTool(full)
+	return fault.Wrap(fault.Unavailable, ae, "").WithTool(full)
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
 )
 
@@ -197,8 +198,6 @@ type Pool struct {
 	red     *redact.Redactor
 	servers map[string]*remote
 	order   []*remote
-	// secretsClient is the Secrets Manager client the servers share.
-	secretsClient *secretsOnce
 
 	// ctx is the pool's lifetime: connections and background work hang off
 	// it, never off a caller's context.
@@ -239,8 +238,12 @@ func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error
 		servers: make(map[string]*remote, len(cfgs)),
 		ctx:     pctx,
 		cancel:  cancel,
-
-		secretsClient: &secretsOnce{},
+	}
+	if f := o.auth.secrets; f != nil {
+		// One Secrets Manager client for all the pool's servers, made
+		// when the first needs it.
+		get := sync.OnceValues(func() (mcpauth.SecretsAPI, error) { return f(pctx) })
+		p.opts.auth.secrets = func(context.Context) (mcpauth.SecretsAPI, error) { return get() }
 	}
 	for _, c := range cfgs {
 		s := newServer(p, c)

@@ -48,9 +48,8 @@ type remote struct {
 	drops         *catalog.DropLog // tools left out of the catalog, each told once
 	httpTransport *http.Transport
 	httpClient    *http.Client
-	// auth answers the server's OAuth challenges (nil when it does not
-	// use OAuth); authSetupErr says why it could not be built.
-	auth         *mcpauth.Source
+	// authSetupErr says why the server's OAuth transport could not be
+	// built (setupAuth).
 	authSetupErr error
 
 	// conn and cat are read on every call without locking; they are
