@@ -62,7 +62,7 @@ func stripTypes(code string, codeBytes int) (*stripped, *fault.Error) {
 		// quadratic in the code's size when many point far back (3.7 s for
 		// 100 KB of duplicate cases). Warnings are never read here, so
 		// none is built.
-		LogOverride: silentWarnings(),
+		LogOverride: silentWarnings,
 	})
 	userLines := len(splitLines(code))
 	if len(res.Errors) > 0 {
@@ -87,8 +87,9 @@ func stripTypes(code string, codeBytes int) (*stripped, *fault.Error) {
 }
 
 // silentWarnings silences every JavaScript and TypeScript warning esbuild
-// can give (its message IDs, as its documentation lists them).
-func silentWarnings() map[string]api.LogLevel {
+// can give (its message IDs, as its documentation lists them). Built once;
+// esbuild only reads it.
+var silentWarnings = func() map[string]api.LogLevel {
 	ids := []string{
 		"assert-to-with", "assert-type-json", "assign-to-constant", "assign-to-define", "assign-to-import",
 		"bigint", "call-import-namespace", "class-name-will-throw", "commonjs-variable-in-esm",
@@ -105,7 +106,7 @@ func silentWarnings() map[string]api.LogLevel {
 		m[id] = api.LogLevelSilent
 	}
 	return m
-}
+}()
 
 // esbuildError converts an esbuild message to the user's coordinates.
 func esbuildError(msg api.Message, code string, userLines int) *fault.Error {
