@@ -297,7 +297,7 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	// in time to answer its document (and id) instead.
 	ctx, cancel := context.WithTimeout(ctx, max(a.HTTPAPITimeout-a.FlushMargin, a.FlushMargin))
 	defer cancel()
-	rec := a.serve(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded)
+	rec := a.serve(newRequest(ctx, ev.RequestContext.HTTP.Method, path, ev.RawQueryString, headers, ev.Body, ev.IsBase64Encoded))
 	out := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}}
 	for k, vs := range rec.Header() {
 		if k == "Set-Cookie" {
@@ -318,12 +318,7 @@ func (a *adapter) httpV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 
 // restV1 serves a REST API (payload 1.0) request through the handler.
 func (a *adapter) restV1(ctx context.Context, ev events.APIGatewayProxyRequest) events.APIGatewayProxyResponse {
-	headers := http.Header{}
-	merge(headers, ev.MultiValueHeaders, ev.Headers)
-	q := url.Values{}
-	merge(q, ev.MultiValueQueryStringParameters, ev.QueryStringParameters)
-	ctx = execution.WithPrincipal(ctx, principalV1(ev.RequestContext))
-	rec := a.serve(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
+	rec := a.serve(restRequest(ctx, ev))
 	// Every value goes in MultiValueHeaders, which API Gateway prefers for
 	// a header named in both; Headers keeps the first value each for
 	// readers of the single-value form.
@@ -399,15 +394,27 @@ func merge(dst values, multi map[string][]string, single map[string]string) {
 	}
 }
 
-func (a *adapter) serve(ctx context.Context, method, path, rawQuery string, headers http.Header, body string, b64 bool) *httptest.ResponseRecorder {
+// serve runs req through the handler and records its answer; a request
+// that could not be made (ferr) is answered 400.
+func (a *adapter) serve(req *http.Request, ferr *fault.Error) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	req, ferr := newRequest(ctx, method, path, rawQuery, headers, body, b64)
 	if ferr != nil {
 		writeBadRequest(rec, ferr)
 		return rec
 	}
 	a.HTTP.ServeHTTP(rec, req)
 	return rec
+}
+
+// restRequest is the handler's request for a REST API (payload 1.0)
+// event, the caller's principal in its context.
+func restRequest(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Request, *fault.Error) {
+	headers := http.Header{}
+	merge(headers, ev.MultiValueHeaders, ev.Headers)
+	q := url.Values{}
+	merge(q, ev.MultiValueQueryStringParameters, ev.QueryStringParameters)
+	ctx = execution.WithPrincipal(ctx, principalV1(ev.RequestContext))
+	return newRequest(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
 }
 
 // newRequest is the handler's request for an API Gateway event's parts.

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/url"
 	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
@@ -27,13 +25,8 @@ func (a *adapter) restStream(ctx context.Context, cancel context.CancelFunc, pay
 		cancel()
 		return nil, fault.Wrap(fault.InvalidRequest, err, "bad REST API event")
 	}
-	headers := http.Header{}
-	merge(headers, ev.MultiValueHeaders, ev.Headers)
-	q := url.Values{}
-	merge(q, ev.MultiValueQueryStringParameters, ev.QueryStringParameters)
-	ctx = httpapi.WithStreaming(execution.WithPrincipal(ctx, principalV1(ev.RequestContext)))
 	sw := newStreamWriter()
-	req, ferr := newRequest(ctx, ev.HTTPMethod, ev.Path, q.Encode(), headers, ev.Body, ev.IsBase64Encoded)
+	req, ferr := restRequest(httpapi.WithStreaming(ctx), ev)
 	go func() {
 		defer cancel()
 		defer sw.close()
