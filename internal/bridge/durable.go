@@ -80,10 +80,9 @@ func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *e
 // resumed run) and answers resp with its pending calls. When the state
 // cannot be saved the execution fails: its parked calls will never run.
 func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableState, susp *guest.Suspension, resp *execution.Response, ex *trace.Execution) {
-	pending := make([]execution.Pending, len(susp.Parked))
+	pending := pendingOf(susp.Parked)
 	ids := make([]int, len(susp.Parked))
 	for i, p := range susp.Parked {
-		pending[i] = execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval}
 		ids[i] = p.CallID
 	}
 	before := st.Events
@@ -150,7 +149,7 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 		return nil, ferr
 	}
 	if rec.State != suspend.Suspended {
-		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+		return nil, notWaiting(rec)
 	}
 	if rr.Version != 0 && rr.Version != rec.Version {
 		return nil, &fault.Error{Code: fault.Conflict, Details: map[string]any{"state": rec.State, "version": rec.Version},
@@ -164,9 +163,9 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	if ferr := checkDecisions(decisions, rec.Suspension.Parked); ferr != nil {
 		return nil, ferr
 	}
-	var st durableState
-	if err := json.Unmarshal(rec.Bridge, &st); err != nil {
-		return nil, fault.Wrap(fault.Internal, err, "reading the suspended execution's request")
+	st, ferr := loadState(rec)
+	if ferr != nil {
+		return nil, ferr
 	}
 	// The store checks the claim against the owner: who may decide for
 	// the owner was settled above.
@@ -176,7 +175,7 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	}
 	// The execution is ours now: from here on, it is finished or saved
 	// whatever happens.
-	return s.resumeClaimed(ctx, rr, claimed, &st, decisions, start), nil
+	return s.resumeClaimed(ctx, rr, claimed, st, decisions, start), nil
 }
 
 // mayDecide refuses decisions the deployment's policy does not let rr's
@@ -213,14 +212,37 @@ func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, 
 		return nil, storeFault(id, err)
 	}
 	if rec.State != suspend.Suspended {
-		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+		return nil, notWaiting(rec)
 	}
 	resp := &execution.Response{ExecutionID: id, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt,
 		StateVersion: rec.Version, Owner: rec.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
-	for _, p := range rec.Suspension.Parked {
-		resp.Pending = append(resp.Pending, execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval})
-	}
+	resp.Pending = pendingOf(rec.Suspension.Parked)
 	return resp, nil
+}
+
+// pendingOf is how a suspended execution's answer names the calls it
+// waits for.
+func pendingOf(parked []guest.ParkedCall) []execution.Pending {
+	pending := make([]execution.Pending, len(parked))
+	for i, p := range parked {
+		pending[i] = execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval}
+	}
+	return pending
+}
+
+// notWaiting is the refusal to act on rec, which is not suspended (any
+// more): CONFLICT, or what its state says.
+func notWaiting(rec *suspend.Record) *fault.Error {
+	return storeFault(rec.ID, &suspend.StateError{ID: rec.ID, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+}
+
+// loadState reads what the bridge saved beside rec's suspension.
+func loadState(rec *suspend.Record) (*durableState, *fault.Error) {
+	var st durableState
+	if err := json.Unmarshal(rec.Bridge, &st); err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "reading the suspended execution's request")
+	}
+	return &st, nil
 }
 
 // Status implements execution.Executor. The service keeps no runs of its
@@ -249,11 +271,11 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 		return nil, storeFault(id, suspend.ErrForbidden)
 	}
 	if rec.State != suspend.Suspended {
-		return nil, storeFault(id, &suspend.StateError{ID: id, State: rec.State, Version: rec.Version, FailureCode: rec.FailureCode})
+		return nil, notWaiting(rec)
 	}
-	var st durableState
-	if err := json.Unmarshal(rec.Bridge, &st); err != nil {
-		return nil, fault.Wrap(fault.Internal, err, "reading the suspended execution's request")
+	st, ferr := loadState(rec)
+	if ferr != nil {
+		return nil, ferr
 	}
 	claimed, err := s.store.Claim(ctx, id, rec.Version, rec.Principal)
 	if err != nil {
