@@ -163,13 +163,10 @@ func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (in
 	red := redact.New()
 	out2 := make([]mcpauth.Status, 0, len(cfgs))
 	for _, c := range cfgs {
-		st := mcpauth.Status{Server: c.Name, Type: c.Auth.Type, State: "none"}
-		if st.Type == mcpauth.TypeAuto {
-			st.Type = "auto"
-		}
+		st := mcpauth.Status{Server: c.Name, Type: mcpauth.TypeName(c.Auth.Type), State: "none"}
 		switch {
 		case c.Auth.Type == mcpauth.TypeNone:
-		case !oauthConfigured(c):
+		case !c.OAuth():
 			st.State = "static headers"
 		default:
 			src, err := mcpclient.NewSource(ctx, c, app.MCPCredentialsDir(), app.SecretsClient, nil, &http.Client{Timeout: 30 * time.Second}, red.Add)
@@ -183,20 +180,6 @@ func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (in
 		out2 = append(out2, st)
 	}
 	return ExitOK, writeJSON(out, map[string]any{"servers": out2})
-}
-
-// oauthConfigured: the server does not rely on a configured Authorization
-// header.
-func oauthConfigured(c mcpclient.ServerConfig) bool {
-	if c.Auth.Type != mcpauth.TypeAuto {
-		return true
-	}
-	for k := range c.Headers {
-		if strings.EqualFold(k, "Authorization") {
-			return false
-		}
-	}
-	return true
 }
 
 // browserAgent shows the authorization URL to the person at the terminal

@@ -66,6 +66,14 @@ const (
 	TypeClientCredentials = "client_credentials"
 )
 
+// TypeName names an auth type for people: "auto" for TypeAuto.
+func TypeName(t string) string {
+	if t == TypeAuto {
+		return "auto"
+	}
+	return t
+}
+
 // Client authentication methods at the token endpoint.
 const (
 	AuthNone          = "none"

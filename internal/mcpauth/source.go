@@ -608,10 +608,7 @@ type Status struct {
 
 // Status reads the store and reports what it holds.
 func (s *Source) Status(ctx context.Context) Status {
-	st := Status{Server: s.o.Server, Type: s.o.Config.Type}
-	if st.Type == TypeAuto {
-		st.Type = "auto"
-	}
+	st := Status{Server: s.o.Server, Type: TypeName(s.o.Config.Type)}
 	if s.o.Store != nil {
 		st.Where = s.o.Store.Where()
 	}

@@ -93,7 +93,7 @@ func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, sec
 // its config asks for OAuth. A failure (an unset ${env:} in the client
 // secret, no AWS client) is kept and fails each connect.
 func (s *remote) setupAuth() {
-	if !s.cfg.oauth() {
+	if !s.cfg.OAuth() {
 		return
 	}
 	o := s.p.opts.auth

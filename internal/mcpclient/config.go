@@ -78,21 +78,28 @@ type ServerConfig struct {
 	Auth mcpauth.Config
 }
 
-// oauth reports whether the pool answers this server's Bearer challenges
+// OAuth reports whether the pool answers this server's Bearer challenges
 // itself: not with auth type none, nor in auto mode when a configured
 // Authorization header is the auth.
-func (c ServerConfig) oauth() bool {
+func (c ServerConfig) OAuth() bool {
 	switch c.Auth.Type {
 	case mcpauth.TypeNone:
 		return false
 	case mcpauth.TypeAuto:
-		for k := range c.Headers {
-			if strings.EqualFold(k, "Authorization") {
-				return false
-			}
-		}
+		return !c.hasAuthorizationHeader()
 	}
 	return true
+}
+
+// hasAuthorizationHeader reports whether the config sets an Authorization
+// header (in any case).
+func (c ServerConfig) hasAuthorizationHeader() bool {
+	for k := range c.Headers {
+		if strings.EqualFold(k, "Authorization") {
+			return true
+		}
+	}
+	return false
 }
 
 // String prints the config with header values and URL passwords redacted.
@@ -143,16 +150,8 @@ func (c ServerConfig) LogValue() slog.Value {
 		slog.Any("deny", c.Deny),
 		slog.Bool("allow_destructive", c.AllowDestructive),
 		slog.Any("require_approval", c.RequireApproval),
-		slog.String("auth", c.authType()),
+		slog.String("auth", mcpauth.TypeName(c.Auth.Type)),
 	)
-}
-
-// authType names the auth type for people: auto for the zero value.
-func (c ServerConfig) authType() string {
-	if c.Auth.Type == mcpauth.TypeAuto {
-		return "auto"
-	}
-	return c.Auth.Type
 }
 
 // GoString keeps %#v from printing header values either.
@@ -326,12 +325,8 @@ func (c ServerConfig) Validate() error {
 			return fmt.Errorf("server %q: auth: %s: %w", c.Name, name, err)
 		}
 	}
-	if c.Auth.Type == mcpauth.TypeOAuth || c.Auth.Type == mcpauth.TypeClientCredentials {
-		for k := range c.Headers {
-			if strings.EqualFold(k, "Authorization") {
-				return fmt.Errorf("server %q: auth %s and an Authorization header: choose one", c.Name, c.Auth.Type)
-			}
-		}
+	if (c.Auth.Type == mcpauth.TypeOAuth || c.Auth.Type == mcpauth.TypeClientCredentials) && c.hasAuthorizationHeader() {
+		return fmt.Errorf("server %q: auth %s and an Authorization header: choose one", c.Name, c.Auth.Type)
 	}
 	for _, p := range append(slices.Clone(c.Allow), c.Deny...) {
 		if p == "" {
