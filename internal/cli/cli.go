@@ -209,9 +209,8 @@ type serviceFlags struct {
 	engineFlags
 	storeFlags
 	suspensionFlags
-	mcp    listFlag
-	config string
-	demo   string
+	serverFlags
+	demo string
 	// approvers and callerDecides say who decides what needs approval;
 	// callerAuto is what --caller-decides auto means for the command: the
 	// caller decides where it is the person at the keyboard.
@@ -227,8 +226,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.engineFlags.register(fs)
 	f.storeFlags.register(fs)
 	f.suspensionFlags.register(fs)
-	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
-	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	f.serverFlags.register(fs)
 	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
 	fs.StringVar(&f.login, "login", "never", "when an MCP server asks for an OAuth login or more scopes: never (fail, saying to run pml mcp login), or headless (fetch the authorization URL without a browser)")
 	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching any run of characters (default $"+app.EnvApprovers+")")
@@ -317,7 +315,7 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 
 // mcpConfigs merges $PML_MCP_SERVERS, --config and --mcp, in that order: a
 // later one wins a name.
-func (f *serviceFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
+func (f *serverFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
 	cfgs, err := app.ServersFromEnv()
 	if err != nil {
 		return nil, usageError{err}

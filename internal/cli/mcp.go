@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,22 +48,22 @@ func mcpCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 	return ExitUsage, usagef("unknown subcommand %q: want login or status", args[0])
 }
 
-// serverFlags are the server-list flags of the mcp subcommands.
+// serverFlags name the MCP servers: every command that has a service, and
+// the mcp subcommands.
 type serverFlags struct {
 	mcp    listFlag
 	config string
 }
 
-func (f *serverFlags) configs() ([]mcpclient.ServerConfig, error) {
-	sf := serviceFlags{mcp: f.mcp, config: f.config}
-	return sf.mcpConfigs()
+func (f *serverFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
+	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
 }
 
 func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
 	fs := newFlagSet("mcp login", errOut)
 	var sf serverFlags
-	fs.Var(&sf.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
-	fs.StringVar(&sf.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	sf.register(fs)
 	secret := fs.String("secret", "", "store the credentials in this AWS Secrets Manager secret (ARN) instead of the user's data directory, for the deployment")
 	headless := fs.Bool("headless", false, "fetch the authorization URL without a browser (for authorization servers that redirect at once)")
 	noBrowser := fs.Bool("no-browser", false, "print the authorization URL without opening a browser")
@@ -112,7 +113,7 @@ func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int
 
 // findServer is the configured server called name.
 func findServer(sf *serverFlags, name string) (mcpclient.ServerConfig, error) {
-	cfgs, err := sf.configs()
+	cfgs, err := sf.mcpConfigs()
 	if err != nil {
 		return mcpclient.ServerConfig{}, err
 	}
@@ -151,12 +152,11 @@ func probe(ctx context.Context, cfg mcpclient.ServerConfig) (mcpauth.Challenge, 
 func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
 	fs := newFlagSet("mcp status", errOut)
 	var sf serverFlags
-	fs.Var(&sf.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
-	fs.StringVar(&sf.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	sf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return ExitUsage, err
 	}
-	cfgs, err := sf.configs()
+	cfgs, err := sf.mcpConfigs()
 	if err != nil {
 		return ExitUsage, err
 	}

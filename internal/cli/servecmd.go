@@ -225,6 +225,8 @@ type serveBudgetFlags struct {
 	memory     string
 	executions int
 	wait       time.Duration
+	// memoryBytes is memory, parsed by check (0: the machine's default).
+	memoryBytes int64
 }
 
 func (f *serveBudgetFlags) register(fs *flag.FlagSet) {
@@ -240,9 +242,11 @@ func (f *serveBudgetFlags) check() error {
 		f.memory = os.Getenv(app.EnvServeMemory)
 	}
 	if f.memory != "" {
-		if n, err := humanize.ParseBytes(f.memory); err != nil || n == 0 || n > 1<<62 {
+		n, err := humanize.ParseBytes(f.memory)
+		if err != nil || n == 0 || n > 1<<62 {
 			return usagef("the memory budget (--max-memory or %s) %q is not a size such as 2GiB or 512MB", app.EnvServeMemory, f.memory)
 		}
+		f.memoryBytes = int64(n)
 	}
 	if f.executions == 0 {
 		if v := os.Getenv(app.EnvServeExecutions); v != "" {
@@ -276,9 +280,8 @@ func (f *serveBudgetFlags) check() error {
 func (f *serveBudgetFlags) controller(onRefuse func(limit string)) (*admission.Controller, error) {
 	cfg := admission.DefaultConfig()
 	cfg.OnRefuse = onRefuse
-	if f.memory != "" {
-		n, _ := humanize.ParseBytes(f.memory) // checked
-		cfg.Memory = int64(n)
+	if f.memoryBytes > 0 {
+		cfg.Memory = f.memoryBytes
 	}
 	if f.executions > 0 {
 		cfg.Executions = f.executions
