@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/pml-sandbox/pml/internal/app"
+	jwtauthorizer "github.com/pml-sandbox/pml/internal/authorizer"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 )
 
@@ -56,7 +56,7 @@ func TestStreamingAPIWithJWT(t *testing.T) {
 	}
 
 	authorize := lambdaemu.Function{Name: "authorize", Binary: bins.authorize, Timeout: 10 * time.Second,
-		Env: []string{app.EnvJWTIssuer + "=" + issuer, app.EnvJWTAudience + "=pml-app, other"}}
+		Env: []string{jwtauthorizer.EnvIssuer + "=" + issuer, jwtauthorizer.EnvAudience + "=pml-app, other"}}
 	s := longStack(t, nil, authorize)
 	// API Gateway's TOKEN authorizer: the Authorization header goes to the
 	// authorize function; an error is 401, an allow policy passes its

@@ -17,16 +17,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/xraysink"
 )
 
 func main() {
-	level := slog.LevelInfo
-	if v := os.Getenv("PML_LOG_LEVEL"); v != "" {
-		_ = level.UnmarshalText([]byte(v))
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+	log := logging.New(os.Stdout, slog.LevelInfo)
 	table := os.Getenv("PML_TRACES_TABLE")
 	cfg, err := config.LoadDefaultConfig(context.Background())
 	if err != nil || table == "" {

@@ -29,6 +29,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -45,7 +46,7 @@ const (
 	EnvCompileCache      = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
 	EnvShippedCache      = "PML_SHIPPED_CACHE_DIR"   // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
 	EnvDemoTools         = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
-	EnvLogLevel          = "PML_LOG_LEVEL"           // debug, info, warn, error; CLI too
+	EnvLogLevel          = logging.EnvLevel          // debug, info, warn, error; CLI too
 	EnvCapTable          = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
 	EnvCapFunction       = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in process)
 	EnvCapFile           = "PML_CAPABILITIES_FILE"   // the file registry (default in the user's data directory); CLI too
@@ -65,8 +66,6 @@ const (
 	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
 	EnvMCPCredsDir       = "PML_MCP_CREDENTIALS_DIR" // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
 	EnvStreamREST        = "PML_STREAM_REST_API"     // on: REST API events are answered as streamed responses (the template's REST API streams)
-	EnvJWTIssuer         = "PML_JWT_ISSUER"          // the authorize function: the accepted JWT issuer
-	EnvJWTAudience       = "PML_JWT_AUDIENCE"        // the authorize function: the accepted audiences, comma-separated
 	EnvTracing           = "PML_TRACING"             // xray, otel or off (default xray where the X-Ray daemon is, else off); CLI too
 	EnvMetrics           = "PML_METRICS"             // emf, prometheus or off (default emf in Lambda, else off; pml serve: prometheus)
 
@@ -93,7 +92,7 @@ const (
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
-	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvJWTIssuer, EnvJWTAudience, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
+	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
 	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics}
 
 // Where traces go (TraceConfig.Store).
@@ -308,16 +307,9 @@ func CapabilitiesFile() string { return userdata.Path(EnvCapFile, "capabilities.
 func TracesFile() string { return userdata.Path(EnvTracesFile, "traces.jsonl") }
 
 // Logger returns the JSON logger everything logs with, writing to w at
-// PML_LOG_LEVEL, or at def when that is unset or not a level.
-func Logger(w io.Writer, def slog.Level) *slog.Logger {
-	level := def
-	if v := os.Getenv(EnvLogLevel); v != "" {
-		if err := level.UnmarshalText([]byte(v)); err != nil {
-			level = def
-		}
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
-}
+// PML_LOG_LEVEL, or at def when that is unset or not a level
+// (logging.New).
+func Logger(w io.Writer, def slog.Level) *slog.Logger { return logging.New(w, def) }
 
 // App is a wired service and what it needs closed.
 type App struct {

@@ -36,6 +36,12 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
+// The authorize function's environment (template.yaml sets both).
+const (
+	EnvIssuer   = "PML_JWT_ISSUER"   // the accepted JWT issuer
+	EnvAudience = "PML_JWT_AUDIENCE" // the accepted audiences, comma-separated
+)
+
 // Config says what tokens are accepted.
 type Config struct {
 	// Issuer is the identity provider's issuer URL (JwtIssuer): https, or
