@@ -7,15 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/otelsink"
+	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/xraysink"
@@ -81,7 +80,7 @@ func BenchmarkScriptCallTraced(b *testing.B) {
 			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Sink: mode.sink()})
 			const n = 100
 			code := "for (let i = 0; i < 100; i++) await mcp.demo.word_count({text: 'one two three'}); return 1"
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				if r := svc.Execute(context.Background(), execution.Request{Code: code, TimeoutMS: 60000}); !r.OK {
 					b.Fatal(r.Error)
@@ -94,14 +93,7 @@ func BenchmarkScriptCallTraced(b *testing.B) {
 			// CPU time moves less than wall time on a loaded machine. It is
 			// the process's: the loopback demo server and the endpoints
 			// that drop X-Ray's and OTLP's sends included.
-			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N)/n/1000, "cpu-µs/call")
+			b.ReportMetric(float64((cputime.Process()-cpu0).Nanoseconds())/float64(b.N)/n/1000, "cpu-µs/call")
 		})
 	}
-}
-
-// processCPU is the user and system CPU time the process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

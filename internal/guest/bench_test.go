@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 )
 
 // BenchmarkFreshSandbox is one execution of `return 1+1` in a fresh
@@ -56,7 +57,7 @@ func BenchmarkFreshSandboxPooled(b *testing.B) {
 func BenchmarkToolCall(b *testing.B) {
 	const n = 1000
 	code := fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await mcp.demo.echo({i})).i; return s", n)
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for b.Loop() {
 		r := engine.Run(context.Background(), guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}})
 		if !r.OK {
@@ -64,7 +65,7 @@ func BenchmarkToolCall(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n/1000, "µs/call")
-	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N)/n/1000, "cpu-µs/call")
+	b.ReportMetric(float64((cputime.Process()-cpu).Nanoseconds())/float64(b.N)/n/1000, "cpu-µs/call")
 }
 
 func BenchmarkParallel16x50ms(b *testing.B) {
@@ -79,14 +80,14 @@ func BenchmarkParallel16x50ms(b *testing.B) {
 
 func BenchmarkFib25(b *testing.B) {
 	code := "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }\nreturn fib(25)"
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	for b.Loop() {
 		r := engine.Run(context.Background(), guest.Request{Code: code})
 		if !r.OK {
 			b.Fatal(r.Err)
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N)/1e6, "cpu-ms/op")
+	b.ReportMetric(float64((cputime.Process()-cpu).Nanoseconds())/float64(b.N)/1e6, "cpu-ms/op")
 }
 
 // slowHost hides DemoHost's ImmediateHost, forcing the goroutine path that

@@ -5,14 +5,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/prescan"
+	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 )
 
 // benchJS is a script of the size agents send (about 2 KB): comments, a
@@ -98,15 +97,6 @@ func worstCase(pre, open, mid, close string, size int) string {
 	return head + strings.Repeat(u, copies)
 }
 
-// cpuTime is the CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkPrepareWorstCase is the cost of the parsers on the worst code
 // the pre-scan admits: each costly shape as deep as it admits, repeated up
 // to the default code size (256 KiB) or the scope count, through Prepare
@@ -125,7 +115,7 @@ func BenchmarkPrepareWorstCase(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(code)))
-			cpu0 := cpuTime()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				_, err := PrepareWithLimits(code, LangAuto, Limits{CodeBytes: size})
 				if fe := fault.As(err); fe != nil && fe.Code != fault.ScriptError && fe.Code != fault.LimitExceeded {
@@ -134,7 +124,7 @@ func BenchmarkPrepareWorstCase(b *testing.B) {
 			}
 			// CPU time (the process's, collector included) is what the
 			// work costs on a machine others load too.
-			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64((cputime.Process()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(depth), "depth")
 			b.ReportMetric(float64(scopes), "scopes")
 			b.ReportMetric(float64(len(code)), "bytes")
