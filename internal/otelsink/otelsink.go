@@ -148,11 +148,7 @@ func (s *Sink) StartExecution(ctx context.Context, ex trace.Execution) context.C
 	if s.full() {
 		return ctx
 	}
-	kind := oteltrace.SpanKindServer
-	if ex.ParentExecutionID != "" {
-		kind = oteltrace.SpanKindInternal
-	}
-	ctx, span := s.tracer.Start(parent(ctx, ex.TraceHeader), Name(ex), oteltrace.WithSpanKind(kind), oteltrace.WithTimestamp(ex.StartedAt),
+	ctx, span := s.tracer.Start(parent(ctx, ex.TraceHeader), Name(ex), oteltrace.WithSpanKind(execKind(ex)), oteltrace.WithTimestamp(ex.StartedAt),
 		oteltrace.WithAttributes(attribute.String("pml.execution_id", ex.ID), attribute.String("pml.source", ex.Source)))
 	s.mu.Lock()
 	r := s.execs[ex.ID]
@@ -207,6 +203,20 @@ func (s *Sink) StartCall(ctx context.Context, c trace.Call) context.Context {
 	return ctx
 }
 
+// execKind is an execution span's kind: a server's, or, for a capability
+// run (it has a parent execution), internal.
+func execKind(ex trace.Execution) oteltrace.SpanKind {
+	if ex.ParentExecutionID != "" {
+		return oteltrace.SpanKindInternal
+	}
+	return oteltrace.SpanKindServer
+}
+
+// callEnd is when the call c records ended.
+func callEnd(c trace.Call) time.Time {
+	return c.StartedAt.Add(time.Duration(c.DurationMS * float64(time.Millisecond)))
+}
+
 func callKind(c trace.Call) oteltrace.SpanKind {
 	if c.Kind == trace.KindBuiltin || c.Server == "" {
 		return oteltrace.SpanKindInternal
@@ -229,7 +239,7 @@ func (s *Sink) RecordCall(ctx context.Context, c trace.Call) {
 		}
 	}
 	s.mu.Unlock()
-	end := c.StartedAt.Add(time.Duration(c.DurationMS * float64(time.Millisecond)))
+	end := callEnd(c)
 	if !ok {
 		_, span = s.tracer.Start(ctx, CallName(c), oteltrace.WithSpanKind(callKind(c)), oteltrace.WithTimestamp(c.StartedAt))
 	}
@@ -280,7 +290,7 @@ func (s *Sink) Record(ctx context.Context, ex trace.Execution, calls []trace.Cal
 	for _, c := range calls {
 		if sp, ok := open[c.CallID]; ok && c.ExecutionID == ex.ID {
 			finishCall(sp, c)
-			sp.End(oteltrace.WithTimestamp(c.StartedAt.Add(time.Duration(c.DurationMS * float64(time.Millisecond)))))
+			sp.End(oteltrace.WithTimestamp(callEnd(c)))
 			delete(open, c.CallID)
 		}
 	}
@@ -289,13 +299,9 @@ func (s *Sink) Record(ctx context.Context, ex trace.Execution, calls []trace.Cal
 		sp.End(oteltrace.WithTimestamp(now))
 	}
 	if !ok {
-		kind := oteltrace.SpanKindServer
-		if ex.ParentExecutionID != "" {
-			kind = oteltrace.SpanKindInternal
-		}
 		// ctx is the caller's: when it carries this execution's own span
 		// (a record without StartExecution never does), nest beside it.
-		_, span = s.tracer.Start(parent(ctx, ex.TraceHeader), Name(ex), oteltrace.WithSpanKind(kind), oteltrace.WithTimestamp(ex.StartedAt))
+		_, span = s.tracer.Start(parent(ctx, ex.TraceHeader), Name(ex), oteltrace.WithSpanKind(execKind(ex)), oteltrace.WithTimestamp(ex.StartedAt))
 		now = ex.StartedAt.Add(time.Duration(ex.DurationMS * float64(time.Millisecond)))
 	}
 	attrs := []attribute.KeyValue{
