@@ -41,6 +41,27 @@ cat >"$work/servers.json" <<JSON
 {"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "auth": $auth}]}
 JSON
 
+# The suite starts every scenario at once (48 of them, each a pml process
+# that must connect within the pool's 10 s budget): on a 2-core machine they
+# starve one another. Each scenario here first takes one of a few slots
+# (PML_CONFORMANCE_JOBS, default twice the CPUs), held until pml exits, so
+# every scenario still runs and is judged, but only a few pml processes run
+# at once. The suite's own timeout (120 s a scenario) covers the wait.
+slots=${PML_CONFORMANCE_SLOTS:-${TMPDIR:-/tmp}/pml-conformance-slots}
+jobs=${PML_CONFORMANCE_JOBS:-$((2 * $(nproc 2>/dev/null || echo 2)))}
+mkdir -p "$slots"
+take_slot() {
+  while :; do
+    for i in $(seq 1 "$jobs"); do
+      exec 8>>"$slots/$i"
+      flock -n 8 && return 0
+      exec 8>&-
+    done
+    sleep 0.05
+  done
+}
+take_slot
+
 run() { "$pml" run --config "$work/servers.json" --demo off --login headless -e "$1"; }
 case $scenario in
   tools_call) run 'return await mcp.s.add_numbers({a: 2, b: 3})' ;;

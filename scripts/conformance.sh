@@ -52,10 +52,14 @@ cd "$out"
 # Traces, capabilities and credentials of these runs stay with the results,
 # out of the user's data directory.
 export XDG_DATA_HOME="$out/data"
+# conformance/client.sh bounds how many pml processes run at once with slot
+# files here (PML_CONFORMANCE_JOBS, default twice the CPUs).
+export PML_CONFORMANCE_SLOTS="$out/slots"
 unset PML_TRACES_FILE PML_CAPABILITIES_FILE PML_SUSPENSIONS_DIR PML_MCP_CREDENTIALS_DIR PML_MCP_SERVERS
 
-# Every client scenario starts a pml process, all at once: compile the
-# guest into the cache first so that none of them has to.
+# Every client scenario starts a pml process (a few at a time, see
+# conformance/client.sh): compile the guest into the cache first so that
+# none of them has to.
 "$pml" run -e 'return 1' >/dev/null
 
 status=0
