@@ -70,7 +70,8 @@ func (p *personAnswers) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mc
 }
 
 // TestElicitationAcrossLambdaContainers: a 2026-07-28 MCP client (mcp-go)
-// calls execute_code through the API Gateway stand-in as an agent; each
+// calls execute_code through the API Gateway stand-in as an agent whose
+// client the deployment trusts to show a person its questions; each
 // destructive call reaches the client's user as an input_required
 // question, the execute container is stopped before every answer, and a
 // fresh container resumes from DynamoDB (Local) with the state the
@@ -92,7 +93,10 @@ func TestElicitationAcrossLambdaContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := announcements(t, ctx, cfg, m.Endpoint, "pml-approvals")
+	// The deployment trusts the agent's MCP client to put its questions
+	// to a person (PML_TRUSTED_CLIENTS): its form-mode answers decide.
 	s.emu.SetEnv(app.EnvSuspTable+"="+table, app.EnvApprovalKeySecret+"="+aws.ToString(secret.ARN), app.EnvApprovalBus+"=pml-approvals",
+		app.EnvTrustedClients+"="+agentPrincipal,
 		"AWS_ENDPOINT_URL_SECRETS_MANAGER="+m.Endpoint, "AWS_ENDPOINT_URL_EVENTBRIDGE="+m.Endpoint)
 	if _, err := s.emu.Recycle("execute"); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,8 @@ const (
 	EnvSuspTTL           = "PML_SUSPENSION_TTL"      // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
 	EnvApprovers         = "PML_APPROVERS"           // principal patterns that may decide any execution (IAM ARNs, jwt:<iss>#<sub>); CLI too
 	EnvCallerDecides     = "PML_CALLER_DECIDES"      // on: the caller may set allow_destructive and approve its own calls (Lambda default off); CLI: --caller-decides's default
+	EnvTrustedClients    = "PML_TRUSTED_CLIENTS"     // principal patterns whose MCP clients' form-mode elicitation answers count as their user's decision; CLI too
+	EnvSelfApproval      = "PML_SELF_APPROVAL"       // on: a person signed in on the approval page may decide their own principal's executions (off by default); CLI too
 	EnvApprovalKeyFile   = "PML_APPROVAL_KEY_FILE"   // the key sealing elicitation state (default in the user's data directory); CLI too
 	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET" // the Secrets Manager secret holding that key (the deployment)
 	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
@@ -91,7 +93,7 @@ const (
 // clean environment.
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
-	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvApprovalKeyFile,
+	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvTrustedClients, EnvSelfApproval, EnvApprovalKeyFile,
 	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
 	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics}
 

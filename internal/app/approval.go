@@ -44,19 +44,35 @@ const (
 
 // ApprovalFromEnv reads the approval policy and its key and bus as the
 // deployment sets them: PML_APPROVERS, PML_CALLER_DECIDES ("on" lets the
-// caller decide; off unless set), PML_APPROVAL_KEY_SECRET,
-// PML_APPROVAL_KEY_FILE, PML_APPROVAL_BUS.
+// caller decide; off unless set), PML_TRUSTED_CLIENTS, PML_SELF_APPROVAL
+// (off unless set), PML_APPROVAL_KEY_SECRET, PML_APPROVAL_KEY_FILE,
+// PML_APPROVAL_BUS.
 func ApprovalFromEnv(callerDecidesByDefault bool) (ApprovalConfig, error) {
-	approvers, err := approval.ParseApprovers(os.Getenv(EnvApprovers))
-	if err != nil {
-		return ApprovalConfig{}, fault.Wrap(fault.InvalidRequest, err, EnvApprovers)
-	}
-	caller, err := OnOff(EnvCallerDecides, os.Getenv(EnvCallerDecides), callerDecidesByDefault)
+	policy, err := PolicyOf(os.Getenv(EnvApprovers), os.Getenv(EnvTrustedClients))
 	if err != nil {
 		return ApprovalConfig{}, err
 	}
-	return ApprovalConfig{Policy: approval.Policy{Approvers: approvers, CallerDecides: caller},
-		KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus)}, nil
+	if policy.CallerDecides, err = OnOff(EnvCallerDecides, os.Getenv(EnvCallerDecides), callerDecidesByDefault); err != nil {
+		return ApprovalConfig{}, err
+	}
+	if policy.SelfApproval, err = OnOff(EnvSelfApproval, os.Getenv(EnvSelfApproval), false); err != nil {
+		return ApprovalConfig{}, err
+	}
+	return ApprovalConfig{Policy: policy, KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus)}, nil
+}
+
+// PolicyOf reads the principal lists of a policy: approvers and trusted
+// clients, each comma-separated patterns (approval.ParseApprovers).
+func PolicyOf(approvers, trustedClients string) (approval.Policy, error) {
+	a, err := approval.ParseApprovers(approvers)
+	if err != nil {
+		return approval.Policy{}, fault.Wrap(fault.InvalidRequest, err, EnvApprovers)
+	}
+	c, err := approval.ParseApprovers(trustedClients)
+	if err != nil {
+		return approval.Policy{}, fault.Wrap(fault.InvalidRequest, err, EnvTrustedClients)
+	}
+	return approval.Policy{Approvers: a, TrustedClients: c}, nil
 }
 
 // OnOff reads a switch: "on" or "off" (also true/false, 1/0), def when

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 func TestParseApprovers(t *testing.T) {
@@ -29,30 +31,51 @@ func TestParseApprovers(t *testing.T) {
 }
 
 func TestPolicy(t *testing.T) {
-	const owner, agent, ops, other = "jwt:https://idp#agent-7", "jwt:https://idp#agent-7", "arn:aws:iam::1:role/ops-alice", "jwt:https://idp#mallory"
+	const owner, ops, other = "jwt:https://idp#agent-7", "arn:aws:iam::1:role/ops-alice", "jwt:https://idp#mallory"
 	deployed := Policy{Approvers: []string{"arn:aws:iam::1:role/ops-*"}}
+	trusting := Policy{Approvers: deployed.Approvers, TrustedClients: []string{"jwt:https://idp#agent-*"}}
+	self := Policy{Approvers: deployed.Approvers, SelfApproval: true}
 	local := Policy{CallerDecides: true}
+	caller, client, page := execution.ChannelCaller, execution.ChannelClient, execution.ChannelPage
 	tests := []struct {
 		name      string
 		p         Policy
 		principal string
+		channel   execution.Channel
 		approve   bool
-		decide    bool
+		reject    bool
 		consent   bool
 		access    bool
 	}{
-		{"deployed: the agent may reject its own", deployed, agent, false, true, false, true},
-		{"deployed: the agent may not approve its own", deployed, agent, true, false, false, true},
-		{"deployed: an approver approves another's", deployed, ops, true, true, true, true},
-		{"deployed: a stranger may not even reject", deployed, other, false, false, false, false},
-		{"deployed: auth off is nobody", deployed, "", true, false, false, false},
-		{"local: the caller approves its own", local, owner, true, true, true, true},
-		{"local: a stranger still may not", local, other, true, false, true, false},
+		{"deployed: the agent rejects its own", deployed, owner, caller, false, true, false, true},
+		{"deployed: the agent's own client's answer approves nothing", deployed, owner, client, false, true, false, true},
+		{"deployed: the agent signed in as itself approves nothing", deployed, owner, page, false, true, false, true},
+		{"deployed: an approver by credentials", deployed, ops, caller, true, true, true, true},
+		{"deployed: an approver on the page", deployed, ops, page, true, true, true, true},
+		{"deployed: a form answer makes no one an approver", deployed, ops, client, false, true, true, true},
+		{"deployed: a stranger may not even reject", deployed, other, caller, false, false, false, false},
+		{"deployed: a stranger on the page", deployed, other, page, false, false, false, false},
+		{"deployed: auth off is nobody", deployed, "", caller, false, false, false, false},
+		{"trusted client: its user approves", trusting, owner, client, true, true, false, true},
+		{"trusted client: its credentials still do not", trusting, owner, caller, false, true, false, true},
+		{"trusted client: another's session", trusting, other, client, false, false, false, false},
+		{"self-approval: the person on the page", self, owner, page, true, true, false, true},
+		{"self-approval: not by credentials", self, owner, caller, false, true, false, true},
+		{"local: the caller approves its own", local, owner, caller, true, true, true, true},
+		{"local: through its client", local, owner, client, true, true, true, true},
+		{"local: a stranger still may not", local, other, caller, false, false, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.p.MayDecide(tc.principal, owner, tc.approve); got != tc.decide {
-				t.Errorf("MayDecide = %v", got)
+			d := Decider{Principal: tc.principal, Channel: tc.channel}
+			if got := tc.p.MayApprove(d, owner); got != tc.approve {
+				t.Errorf("MayApprove = %v", got)
+			}
+			if got := tc.p.MayReject(d, owner); got != tc.reject {
+				t.Errorf("MayReject = %v", got)
+			}
+			if got := tc.p.MayDecide(d, owner, true); got != tc.approve {
+				t.Errorf("MayDecide(approve) = %v", got)
 			}
 			if got := tc.p.MayConsent(tc.principal); got != tc.consent {
 				t.Errorf("MayConsent = %v", got)
@@ -64,6 +87,63 @@ func TestPolicy(t *testing.T) {
 	}
 	if Policy.IsApprover(Policy{Approvers: []string{"arn:aws:iam::1:role/ops-*"}}, "arn:aws:iam::1:role/ops") {
 		t.Error("a pattern's literal part must match whole")
+	}
+}
+
+// TestMayPublish: publishing a capability version every agent will run is
+// a decision against the agent, weighed as approvals are, with namespace
+// ownership on top.
+func TestMayPublish(t *testing.T) {
+	const agent, alice, ops, bob = "jwt:https://idp#agent-7", "jwt:https://idp#alice", "arn:aws:iam::1:role/ops-1", "jwt:https://idp#bob"
+	deployed := Policy{Approvers: []string{"arn:aws:iam::1:role/ops-*"}}
+	trusting := Policy{Approvers: deployed.Approvers, TrustedClients: []string{agent}}
+	self := Policy{Approvers: deployed.Approvers, SelfApproval: true}
+	local := Policy{CallerDecides: true}
+	caller, client, page := execution.ChannelCaller, execution.ChannelClient, execution.ChannelPage
+	tests := []struct {
+		name    string
+		p       Policy
+		d       Decider
+		author  string
+		owners  []string
+		publish bool
+	}{
+		{"deployed: an agent saves its own into a new namespace", deployed, Decider{agent, caller}, agent, nil, false},
+		{"deployed: an agent overwrites an owned one", deployed, Decider{agent, caller}, agent, []string{alice}, false},
+		{"deployed: even an owner's credentials (an agent may hold them)", deployed, Decider{alice, caller}, alice, []string{alice}, false},
+		{"deployed: an approver saves directly", deployed, Decider{ops, caller}, ops, []string{alice}, true},
+		{"deployed: an approver publishes an agent's draft", deployed, Decider{ops, page}, agent, []string{alice}, true},
+		{"deployed: an approver's form answer is not an approver's decision", deployed, Decider{ops, client}, ops, nil, false},
+		{"deployed: an untrusted client's user", deployed, Decider{agent, client}, agent, nil, false},
+		{"trusted client: its user publishes a new namespace", trusting, Decider{agent, client}, agent, nil, true},
+		{"trusted client: not into another's namespace", trusting, Decider{agent, client}, agent, []string{alice}, false},
+		{"trusted client: into its own", trusting, Decider{agent, client}, agent, []string{agent}, true},
+		{"page: an owner publishes another's draft into its namespace", deployed, Decider{alice, page}, agent, []string{alice}, true},
+		{"page: not into a namespace it does not own", deployed, Decider{bob, page}, agent, []string{alice}, false},
+		{"page: not a new namespace for another's draft", deployed, Decider{bob, page}, agent, nil, false},
+		{"page: its own draft without self-approval", deployed, Decider{alice, page}, alice, nil, false},
+		{"page: its own draft with self-approval", self, Decider{alice, page}, alice, nil, true},
+		{"local: the caller publishes at once", local, Decider{"", caller}, "", nil, true},
+		{"local: over an owned namespace too", local, Decider{"", caller}, "", []string{"jwt:x#y"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.MayPublish(tc.d, tc.author, tc.owners); got != tc.publish {
+				t.Errorf("MayPublish = %v", got)
+			}
+		})
+	}
+}
+
+func TestDecidersNamesNoPrincipal(t *testing.T) {
+	p := Policy{Approvers: []string{"arn:aws:iam::1:role/ops-*"}, TrustedClients: []string{"jwt:https://idp#agent-*"}}
+	for _, s := range []string{p.Deciders(), p.Consenters()} {
+		if strings.Contains(s, "arn:") || strings.Contains(s, "jwt:") || !strings.Contains(s, "an approver") {
+			t.Errorf("%q", s)
+		}
+	}
+	if got := (Policy{}).Deciders(); !strings.Contains(got, "nobody") {
+		t.Errorf("no approver: %q", got)
 	}
 }
 

@@ -1,10 +1,15 @@
 // Package approval decides who may decide: which principals may approve a
 // call that needs a person (a destructive tool, or one a server lists in
-// require_approval), and whether the caller that wrote the script is one of
-// them. Which calls need a person is the tools' and the servers' to say;
-// who decides belongs to the deployment, never to the caller it guards
-// against. The package also mints and checks the tamper-proof state an MCP
-// client carries between an elicitation and its answer (State).
+// require_approval) or publish a capability version every agent will run,
+// and whether the caller that wrote the script is one of them. Which calls
+// need a person is the tools' and the servers' to say; who decides belongs
+// to the deployment, never to the caller it guards against. A decision is
+// weighed by who could have made it (execution.Channel): a form-mode
+// answer is only as human as the client that relayed it, a request with
+// the caller's credentials may be the agent's own, and only a person
+// signed in on the approval page is known to be a person. The package also
+// mints and checks the tamper-proof state an MCP client carries between an
+// elicitation and its answer (State).
 package approval
 
 import (
@@ -12,28 +17,49 @@ import (
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // Policy is a deployment's answer to "who decides". The zero Policy lets
-// nobody but the client's user through elicitation decide: no approver,
-// and the caller may only reject.
+// nobody approve: no approver, no trusted client, and the caller may only
+// reject.
 type Policy struct {
 	// Approvers are principal patterns (an IAM ARN, "jwt:<iss>#<sub>"; a
 	// "*" matches any run of characters) whose holders may decide any
-	// execution's pending calls, and may set allow_destructive.
+	// execution's pending calls and publish any capability, and may set
+	// allow_destructive.
 	Approvers []string
 	// CallerDecides lets the principal that runs a script decide for it:
-	// set allow_destructive, and approve its own suspended calls. On for
-	// local use (pml run, pml serve on loopback: the caller is the person
-	// at the keyboard), off in the deployment, where the caller is an agent.
+	// set allow_destructive, approve its own suspended calls, publish its
+	// own capabilities. On for local use (pml run, pml serve on loopback:
+	// the caller is the person at the keyboard), off in the deployment,
+	// where the caller is an agent.
 	CallerDecides bool
+	// TrustedClients are principal patterns whose MCP clients the
+	// deployment trusts to put a form-mode elicitation before a person (a
+	// dialog the agent cannot answer for itself). Any other client's
+	// answer is no decision: its user is sent to the approval page.
+	TrustedClients []string
+	// SelfApproval lets a person signed in on the approval page decide
+	// what an execution of their own principal asks: for deployments where
+	// an agent acts under its user's identity, and signing in on the page
+	// is what tells the person from the agent. Off by default: a person
+	// principal equal to the caller's is refused.
+	SelfApproval bool
+}
+
+// Decider is who makes a decision, and how it reached the service.
+type Decider struct {
+	Principal string
+	Channel   execution.Channel
 }
 
 // ParseApprovers reads a comma-separated list of principal patterns
-// (PML_APPROVERS): IAM ARNs ("arn:aws:iam::123456789012:role/ops-*") and
-// JWT principals, written "jwt:<iss>#<sub>" or "<iss>#<sub>". Blank
-// entries are skipped; anything else is refused with a message naming it.
+// (PML_APPROVERS, PML_TRUSTED_CLIENTS): IAM ARNs
+// ("arn:aws:iam::123456789012:role/ops-*") and JWT principals, written
+// "jwt:<iss>#<sub>" or "<iss>#<sub>". Blank entries are skipped; anything
+// else is refused with a message naming it.
 func ParseApprovers(list string) ([]string, error) {
 	var out []string
 	for _, p := range strings.Split(list, ",") {
@@ -42,16 +68,16 @@ func ParseApprovers(list string) ([]string, error) {
 		case p == "":
 			continue
 		case p == "*" || p == "jwt:*":
-			return nil, fault.New(fault.InvalidRequest, "approver %q would let anyone decide: name the principals (an IAM ARN, or jwt:<issuer>#<subject>)", p)
+			return nil, fault.New(fault.InvalidRequest, "%q would match anyone: name the principals (an IAM ARN, or jwt:<issuer>#<subject>)", p)
 		case strings.HasPrefix(p, "arn:"):
 		case strings.HasPrefix(p, "jwt:"):
 			if !strings.Contains(p, "#") {
-				return nil, fault.New(fault.InvalidRequest, "approver %q: a JWT principal is jwt:<issuer>#<subject>", p)
+				return nil, fault.New(fault.InvalidRequest, "%q: a JWT principal is jwt:<issuer>#<subject>", p)
 			}
 		case strings.Contains(p, "#"):
 			p = "jwt:" + p
 		default:
-			return nil, fault.New(fault.InvalidRequest, "approver %q is neither an IAM ARN (arn:…) nor a JWT principal (<issuer>#<subject>)", p)
+			return nil, fault.New(fault.InvalidRequest, "%q is neither an IAM ARN (arn:…) nor a JWT principal (<issuer>#<subject>)", p)
 		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
@@ -60,18 +86,28 @@ func ParseApprovers(list string) ([]string, error) {
 	return out, nil
 }
 
-// IsApprover reports whether principal matches one of the approver
-// patterns. The empty principal (auth off) is never an approver.
-func (p Policy) IsApprover(principal string) bool {
+// matches reports whether principal matches one of patterns. The empty
+// principal (auth off) matches none.
+func matches(patterns []string, principal string) bool {
 	if principal == "" {
 		return false
 	}
-	for _, pattern := range p.Approvers {
+	for _, pattern := range patterns {
 		if catalog.MatchGlob(pattern, principal) {
 			return true
 		}
 	}
 	return false
+}
+
+// IsApprover reports whether principal matches one of the approver
+// patterns. The empty principal (auth off) is never an approver.
+func (p Policy) IsApprover(principal string) bool { return matches(p.Approvers, principal) }
+
+// TrustsClient reports whether a form-mode elicitation answered through
+// principal's MCP client counts as its user's decision.
+func (p Policy) TrustsClient(principal string) bool {
+	return p.CallerDecides || matches(p.TrustedClients, principal)
 }
 
 // MayAccess reports whether principal may read or cancel owner's
@@ -81,36 +117,109 @@ func (p Policy) MayAccess(principal, owner string) bool {
 }
 
 // MayConsent reports whether principal may run calls that need approval
-// without asking (allow_destructive).
+// without asking (allow_destructive), or publish its own capability
+// without a draft: consent given up front, with the caller's credentials.
 func (p Policy) MayConsent(principal string) bool {
 	return p.CallerDecides || p.IsApprover(principal)
 }
 
-// MayDecide reports whether principal may decide on owner's suspended
-// execution: an approver may decide anything; the owner may reject, and
-// may approve only where the caller decides. Anyone else may do nothing.
-func (p Policy) MayDecide(principal, owner string, approve bool) bool {
-	switch {
-	case p.IsApprover(principal):
+// MayApprove reports whether d may approve what asker's execution asks (a
+// pending call). Nobody approves their own ask with the credentials they
+// asked with, unless the caller decides; their own MCP client counts only
+// where the deployment trusts it; on the approval page a person approves
+// another's ask as an approver, their own only where the deployment allows
+// self-approval.
+func (p Policy) MayApprove(d Decider, asker string) bool {
+	self := d.Principal == asker
+	switch d.Channel {
+	case execution.ChannelClient:
+		// Only the asker's own client is asked.
+		return self && p.TrustsClient(d.Principal)
+	case execution.ChannelPage:
+		if self {
+			return p.CallerDecides || p.SelfApproval
+		}
+		return p.IsApprover(d.Principal)
+	default:
+		if self {
+			return p.CallerDecides
+		}
+		return p.IsApprover(d.Principal)
+	}
+}
+
+// MayReject reports whether d may reject what asker's execution asks: the
+// asker itself (refusing is always safe), or anyone who may approve it.
+func (p Policy) MayReject(d Decider, asker string) bool {
+	return d.Principal == asker || p.IsApprover(d.Principal) || p.MayApprove(d, asker)
+}
+
+// MayDecide reports whether d may make these decisions on asker's
+// execution: approving needs MayApprove, rejecting MayReject.
+func (p Policy) MayDecide(d Decider, asker string, approve bool) bool {
+	if approve {
+		return p.MayApprove(d, asker)
+	}
+	return p.MayReject(d, asker)
+}
+
+// MayPublish reports whether d may publish a capability version that
+// author wrote (a draft author proposed, or d's own save when d is the
+// author) into a namespace whose owners are owners (none: a namespace
+// nobody has published in). Publishing is a decision that guards against
+// the agent, weighed as approvals are:
+//   - an approver publishes anything, by credentials or on the page (a
+//     form-mode answer makes no one an approver);
+//   - a namespace that has owners takes versions only from them (and the
+//     approvers);
+//   - the author publishing its own code: with its credentials only where
+//     the caller decides (consent, as allow_destructive), through its MCP
+//     client only where that client is trusted, on the page only with
+//     self-approval;
+//   - another author's draft: a person signed in on the page, into a
+//     namespace that person owns.
+func (p Policy) MayPublish(d Decider, author string, owners []string) bool {
+	if d.Channel != execution.ChannelClient && p.IsApprover(d.Principal) {
 		return true
-	case principal != owner:
+	}
+	owns := slices.Contains(owners, d.Principal)
+	if len(owners) > 0 && !owns && !p.CallerDecides {
 		return false
 	}
-	return !approve || p.CallerDecides
+	if d.Principal == author {
+		switch d.Channel {
+		case execution.ChannelClient:
+			return p.TrustsClient(d.Principal)
+		case execution.ChannelPage:
+			return p.CallerDecides || p.SelfApproval
+		default:
+			return p.CallerDecides
+		}
+	}
+	return d.Channel == execution.ChannelPage && (owns || p.CallerDecides)
 }
 
 // Deciders says who may approve under p, for messages that tell a caller
-// whom to ask.
+// whom to ask. It names roles, never principals: the approvers' identities
+// are the deployment's, not the caller's to learn.
 func (p Policy) Deciders() string {
 	var who []string
 	if p.CallerDecides {
 		who = append(who, "the caller")
 	}
 	if len(p.Approvers) > 0 {
-		who = append(who, "an approver ("+strings.Join(p.Approvers, ", ")+")")
+		who = append(who, "an approver")
 	}
-	who = append(who, "the MCP client's user, asked through elicitation")
-	if len(who) == 1 {
+	if p.SelfApproval {
+		who = append(who, "the caller's own person, signed in on the approval page")
+	}
+	if p.CallerDecides || len(p.TrustedClients) > 0 {
+		who = append(who, "the MCP client's user, asked through elicitation")
+	}
+	switch len(who) {
+	case 0:
+		return "nobody under this deployment's policy (it names no approver)"
+	case 1:
 		return who[0]
 	}
 	return strings.Join(who[:len(who)-1], ", ") + " or " + who[len(who)-1]
@@ -122,7 +231,7 @@ func (p Policy) Consenters() string {
 	case p.CallerDecides:
 		return "any caller"
 	case len(p.Approvers) > 0:
-		return "only an approver (" + strings.Join(p.Approvers, ", ") + ")"
+		return "only an approver"
 	}
 	return "no caller"
 }

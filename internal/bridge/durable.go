@@ -179,19 +179,17 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 }
 
 // mayDecide refuses decisions the deployment's policy does not let rr's
-// caller make on owner's execution: FORBIDDEN, told as "another
-// principal's" to anyone who may not decide it at all. Answers the client's
-// user gave through elicitation are decisions of the owner's own session,
-// which the MCP front end checked against the sealed state it asked with.
+// decider make on owner's execution, weighed by the channel they came by
+// (an answer through the owner's MCP client was checked by the MCP front
+// end against the sealed state it asked with): FORBIDDEN, told as
+// "another principal's" to anyone who may not decide it at all.
 func (s *Service) mayDecide(rr execution.ResumeRequest, owner string, decisions map[int]execution.Decision) *fault.Error {
 	approve := false
 	for _, d := range decisions {
 		approve = approve || d.Approve
 	}
 	switch {
-	case rr.Elicited && rr.Principal == owner:
-		return nil
-	case s.policy.MayDecide(rr.Principal, owner, approve):
+	case s.policy.MayDecide(approval.Decider{Principal: rr.Principal, Channel: rr.Channel}, owner, approve):
 		return nil
 	case !s.policy.MayAccess(rr.Principal, owner):
 		return storeFault(rr.ExecutionID, suspend.ErrForbidden)
@@ -422,8 +420,10 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeRequest, owner string, policy approval.Policy, at time.Time) trace.Event {
 	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: rr.Principal}
 	switch {
-	case rr.Elicited:
+	case rr.Channel == execution.ChannelClient:
 		ev.Via = trace.ViaElicitation
+	case rr.Channel == execution.ChannelPage:
+		ev.Via = trace.ViaPage
 	case policy.IsApprover(rr.Principal):
 		ev.Via = trace.ViaApprover
 	case rr.Principal == owner:

@@ -79,9 +79,11 @@ func TestAllowDestructiveIsTheDeploymentsToGive(t *testing.T) {
 }
 
 // TestWhoMayDecide: under the deployed policy the agent that suspended an
-// execution may reject its calls but not approve them; an approver may
-// decide another principal's execution; a stranger learns nothing; the
-// client's user, answering an elicitation on the owner's session, decides.
+// execution may reject its calls but not approve them, by its credentials
+// or through its own MCP client (a form-mode answer is only as human as
+// the client); an approver may decide another principal's execution; a
+// stranger learns nothing; the client's user decides only where the
+// deployment trusts that client.
 func TestWhoMayDecide(t *testing.T) {
 	d := newDurable(t)
 	svc, sink := d.deployedService(nil)
@@ -89,13 +91,20 @@ func TestWhoMayDecide(t *testing.T) {
 	suspendAs := func() string {
 		t.Helper()
 		r := svc.Execute(ctx, execution.Request{Code: approvalScript, Approval: execution.ApprovalSuspend, Principal: agent})
-		if r.Status != execution.StatusSuspended || r.Owner != agent || r.StateVersion != 1 || !strings.Contains(r.Approvers, "an approver (arn:aws:iam::123456789012:role/ops-*)") {
+		// Who may decide is named by role: the approvers' principals are
+		// not the caller's to learn.
+		if r.Status != execution.StatusSuspended || r.Owner != agent || r.StateVersion != 1 || !strings.Contains(r.Approvers, "an approver") ||
+			strings.Contains(r.Approvers, "arn:") {
 			t.Fatalf("want a suspension owned by the agent: %+v %q %d %q", r.Error, r.Owner, r.StateVersion, r.Approvers)
 		}
 		return r.ExecutionID
 	}
 	resume := func(id, principal string, approve, elicited bool) (*execution.Response, *fault.Error) {
-		return svc.Resume(ctx, execution.ResumeRequest{ExecutionID: id, Principal: principal, Elicited: elicited,
+		ch := execution.ChannelCaller
+		if elicited {
+			ch = execution.ChannelClient
+		}
+		return svc.Resume(ctx, execution.ResumeRequest{ExecutionID: id, Principal: principal, Channel: ch,
 			Decisions: map[string]execution.Decision{"2": {Approve: approve, Reason: "checked"}}})
 	}
 
@@ -127,12 +136,26 @@ func TestWhoMayDecide(t *testing.T) {
 	}
 
 	id = suspendAs()
+	// The agent's own client answering "approve": no decision here.
+	if _, ferr := resume(id, agent, true, true); ferr == nil || ferr.Code != fault.Forbidden {
+		t.Fatalf("an untrusted client's form answer approved: %+v", ferr)
+	}
+	// A deployment that trusts the agent's client to show a real dialog.
+	trusting := deployed
+	trusting.TrustedClients = []string{"jwt:https://idp.example#agent-*"}
+	svc = bridge.New(engine, bridge.Options{Policy: trusting, Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}}, Sink: sink,
+		Suspensions: suspend.NewFile(d.dir, suspend.Options{Now: d.clk.Now})})
 	// The approver's run deleted k already: the call runs, and finds none.
 	if out, ferr = resume(id, agent, true, true); ferr != nil || !out.OK || !strings.Contains(string(out.Result), "no key k") {
-		t.Fatalf("the client's user approving through elicitation: %+v %+v", ferr, out)
+		t.Fatalf("a trusted client's user approving through elicitation: %+v %+v", ferr, out)
 	}
 	if ev := lastEvent(sink); ev.Via != trace.ViaElicitation {
 		t.Fatalf("trace of the elicited decision: %+v", ev)
+	}
+	// Its credentials alone still may not.
+	id = suspendAs()
+	if _, ferr := resume(id, agent, true, false); ferr == nil || ferr.Code != fault.Forbidden {
+		t.Fatalf("a trusted client's principal approving by its credentials: %+v", ferr)
 	}
 }
 

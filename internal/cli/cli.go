@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 )
@@ -214,9 +213,9 @@ type serviceFlags struct {
 	// approvers and callerDecides say who decides what needs approval;
 	// callerAuto is what --caller-decides auto means for the command: the
 	// caller decides where it is the person at the keyboard.
-	approvers, callerDecides string
-	callerAuto               bool
-	login                    string
+	approvers, trustedClients, selfApproval, callerDecides string
+	callerAuto                                             bool
+	login                                                  string
 	// metrics is how the command publishes metrics unless PML_METRICS
 	// says otherwise: pml serve serves Prometheus's /metrics.
 	metrics string
@@ -230,22 +229,27 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
 	fs.StringVar(&f.login, "login", "never", "when an MCP server asks for an OAuth login or more scopes: never (fail, saying to run pml mcp login), or headless (fetch the authorization URL without a browser)")
 	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching any run of characters (default $"+app.EnvApprovers+")")
+	fs.StringVar(&f.trustedClients, "trusted-clients", os.Getenv(app.EnvTrustedClients), "principals whose MCP clients show a person a real dialog: their form-mode elicitation answers decide (default $"+app.EnvTrustedClients+")")
+	fs.StringVar(&f.selfApproval, "self-approval", cmp.Or(os.Getenv(app.EnvSelfApproval), "off"), "may a person signed in on the approval page decide their own principal's executions: on or off (default $"+app.EnvSelfApproval+", else off)")
 	fs.StringVar(&f.callerDecides, "caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "auto"), "may the caller set allow_destructive and approve its own suspended calls: on, off, or auto (on for pml run; for pml serve, on when it listens on loopback only) (default $"+app.EnvCallerDecides+", else auto)")
 }
 
 // approvalConfig is who decides, as the flags say.
 func (f *serviceFlags) approvalConfig() (app.ApprovalConfig, error) {
-	approvers, err := approval.ParseApprovers(f.approvers)
+	policy, err := app.PolicyOf(f.approvers, f.trustedClients)
 	if err != nil {
-		return app.ApprovalConfig{}, usagef("--approvers: %v", err)
+		return app.ApprovalConfig{}, usagef("--approvers, --trusted-clients: %v", err)
 	}
-	caller := f.callerAuto
+	policy.CallerDecides = f.callerAuto
 	if f.callerDecides != "auto" {
-		if caller, err = app.OnOff("--caller-decides", f.callerDecides, false); err != nil {
+		if policy.CallerDecides, err = app.OnOff("--caller-decides", f.callerDecides, false); err != nil {
 			return app.ApprovalConfig{}, usageError{err}
 		}
 	}
-	return app.ApprovalConfig{Policy: approval.Policy{Approvers: approvers, CallerDecides: caller}, KeyFile: app.ApprovalKeyFile()}, nil
+	if policy.SelfApproval, err = app.OnOff("--self-approval", f.selfApproval, false); err != nil {
+		return app.ApprovalConfig{}, usageError{err}
+	}
+	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile()}, nil
 }
 
 // appConfig is the wiring the flags ask for. Its errors are usage errors.

@@ -78,6 +78,31 @@ func (d Decision) Word() string {
 	return DecisionReject
 }
 
+// Channel is how a decision reached the service. Who may decide is the
+// deployment's policy (internal/approval), and it weighs an answer by who
+// could have given it: the same principal counts for more when a person
+// had to sign in than when whoever holds the caller's credentials could
+// have sent it.
+type Channel string
+
+// The channels a decision may come by.
+const (
+	// ChannelCaller: a request made with the principal's credentials (the
+	// HTTP API, resume_execution over /mcp, the CLI, a Lambda event) — any
+	// holder of those credentials, an agent included. The zero value: a
+	// front that says nothing claims nothing more.
+	ChannelCaller Channel = ""
+	// ChannelClient: a form-mode elicitation answered through the
+	// caller's own MCP client, checked against the sealed state it was
+	// asked with. Only as human as the client: an agent runtime with an
+	// auto-accepting handler answers too.
+	ChannelClient Channel = "client"
+	// ChannelPage: a person signed in on the approval page (the
+	// deployment's OpenID Connect provider, or pml serve's one-time local
+	// link), deciding there with a CSRF-protected form.
+	ChannelPage Channel = "page"
+)
+
 // ResumeRequest continues a suspended execution with decisions on some or
 // all of its pending calls (an undecided call stays parked).
 type ResumeRequest struct {
@@ -92,11 +117,10 @@ type ResumeRequest struct {
 	Principal   string      `json:"-"`
 	TraceHeader string      `json:"-"`
 	OnEvent     func(Event) `json:"-"`
-	// Elicited is set by the MCP front end when the decisions are the
-	// answers of the client's user to the elicitation it asked, checked
-	// against the sealed state the question carried: the user decides,
-	// whatever the policy lets the calling agent do.
-	Elicited bool `json:"-"`
+	// Channel is how the decisions reached the service, set by the front
+	// end that received them: the approval policy weighs an answer by who
+	// could have given it (ChannelCaller unless a front says otherwise).
+	Channel Channel `json:"-"`
 	// Version, when set, is the version of the execution's stored state
 	// the decisions were asked about: the resume is refused (CONFLICT) if
 	// the execution has moved on, so an answer is used once.

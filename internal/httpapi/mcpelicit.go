@@ -30,7 +30,7 @@ import (
 // execution, the version of its stored state, the principal asked and the
 // calls asked about. The retry resumes that version of that execution, in
 // whichever process or container receives it, as decisions of the client's
-// user (execution.ResumeRequest.Elicited).
+// user (execution.ChannelClient).
 
 // maxQuestionArgs bounds the arguments quoted in a question: the user
 // needs to recognise the call, not to read a document.
@@ -145,7 +145,7 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 		return a.ask(waiting, budget)
 	}
 	rr := execution.ResumeRequest{ExecutionID: st.ExecutionID, Decisions: decisions, CallDetail: callDetail, Principal: principal,
-		TraceHeader: execution.TraceHeader(ctx, ""), Elicited: true, Version: st.Version}
+		TraceHeader: execution.TraceHeader(ctx, ""), Channel: execution.ChannelClient, Version: st.Version}
 	if a.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}

@@ -62,20 +62,27 @@ func decline(mcp.ElicitationParams) *mcp.ElicitationResult {
 	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}
 }
 
+// elicitAgent is the principal elicitServer's callers run as.
+const elicitAgent = "jwt:https://idp.example#agent-7"
+
 // elicitServer is /mcp over a service that suspends, with the deployed
-// policy (the caller decides nothing) and a state key; sessions says
-// whether it keeps MCP sessions, as pml serve does.
+// policy (the caller decides nothing) trusting the callers' MCP client to
+// put its questions to a person, and a state key; every request comes
+// from elicitAgent, as the deployment's authorizer would say. sessions
+// says whether it keeps MCP sessions, as pml serve does.
 func elicitServer(t *testing.T, sessions bool) (*httptest.Server, *bridge.Service) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
-		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: approval.Policy{}})
+		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: approval.Policy{TrustedClients: []string{elicitAgent}}})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: sessions})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
+	}))
 	t.Cleanup(func() {
 		srv.Close()
 		_ = h.Close(context.Background())

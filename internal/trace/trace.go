@@ -114,7 +114,7 @@ type Event struct {
 	Decisions []Decision `json:"decisions,omitempty"`
 	Principal string     `json:"principal,omitempty"`
 	// Via is what the decider was allowed to decide as: ViaElicitation,
-	// ViaApprover or ViaCaller.
+	// ViaPage, ViaApprover or ViaCaller.
 	Via string `json:"via,omitempty"`
 }
 
@@ -127,7 +127,8 @@ const (
 
 // Who decided a resumption, as Event.Via.
 const (
-	ViaElicitation = "elicitation" // the MCP client's user, asked by the server
+	ViaElicitation = "elicitation" // the MCP client's user, asked by the server (form mode)
+	ViaPage        = "page"        // a person signed in on the approval page
 	ViaApprover    = "approver"    // a principal the deployment names an approver
 	ViaCaller      = "caller"      // the principal that ran the script
 )
