@@ -2,6 +2,8 @@ package bridge_test
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,5 +190,30 @@ func TestSuspensionIsAnnounced(t *testing.T) {
 	r = silent.Execute(context.Background(), execution.Request{Code: approvalScript, Approval: execution.ApprovalSuspend, Source: execution.SourceSQS})
 	if r.Error == nil || r.Error.Code != fault.InvalidRequest || !strings.Contains(r.Error.Message, "announces no suspensions") {
 		t.Fatalf("a queued request where nobody is told: %+v", r.Error)
+	}
+}
+
+// TestSuspensionNoticeNamesEveryCall: however many calls wait and however
+// long their arguments, the notice names every one of them, and carries
+// none of their arguments.
+func TestSuspensionNoticeNamesEveryCall(t *testing.T) {
+	d := newDurable(t)
+	var notes notices
+	svc, _ := d.deployedService(&notes)
+	const n = 16 // as many as a run keeps in flight
+	code := `const note = "Routine cleanup. " + " ".repeat(5000);
+await Promise.all(Array.from({length: ` + strconv.Itoa(n) + `}, (_, i) => mcp.demo.kv_delete({note, key: "production_" + i})));`
+	r := svc.Execute(context.Background(), execution.Request{Code: code, Approval: execution.ApprovalSuspend, Principal: agent})
+	if r.Status != execution.StatusSuspended || len(r.Pending) != n || len(notes.got) != 1 {
+		t.Fatalf("want %d pending calls and one notice: %+v %d %d", n, r.Error, len(r.Pending), len(notes.got))
+	}
+	b, _ := json.Marshal(notes.got[0])
+	if len(notes.got[0].Pending) != n || strings.Contains(string(b), "production_") || strings.Contains(string(b), "Routine") {
+		t.Fatalf("the notice does not name every call, or carries arguments: %s", b)
+	}
+	for i, p := range notes.got[0].Pending {
+		if p.CallID != r.Pending[i].CallID || p.Tool != "demo:kv_delete" {
+			t.Fatalf("pending %d in the notice: %+v", i, p)
+		}
 	}
 }
