@@ -130,7 +130,7 @@ func TestAsyncOverHTTP(t *testing.T) {
 	_, _, doc = call(t, "POST", base+"/execute", agent, `{"code": "for (let i = 0; i < 50; i++) await mcp.demo.sleep({ms: 50}); return 1", "async": true}`)
 	id, _ = doc["execution_id"].(string)
 	time.Sleep(120 * time.Millisecond)
-	if status, _, doc := call(t, "DELETE", base+"/executions/"+id, "jwt:https://idp#other", ""); status != 403 {
+	if status, _, doc := call(t, "DELETE", base+"/executions/"+id, "jwt:https://idp#other", ""); status != 404 {
 		t.Fatalf("another principal's DELETE: %d %v", status, doc)
 	}
 	status, hdr, doc = call(t, "DELETE", base+"/executions/"+id, "arn:approver", "")

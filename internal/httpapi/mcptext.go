@@ -141,20 +141,24 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 }
 
 // refusalText is a refused resume for a model: nothing ran.
-func refusalText(id string, e *fault.Error) string {
+func refusalText(id string, e *fault.Error) string { return refusedText("resume", id, e) }
+
+// refusedText is a refused request (what: resume, cancel) for a model.
+func refusedText(what, id string, e *fault.Error) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "resume refused: %s (execution %s); nothing ran\nerror: %s\n", e.Code, id, e.Message)
+	fmt.Fprintf(&b, "%s refused: %s (execution %s); nothing ran\nerror: %s\n", what, e.Code, id, e.Message)
 	if e.Details != nil {
 		if d, err := json.Marshal(e.Details); err == nil {
 			b.WriteString("details: " + string(d) + "\n")
 		}
 	}
-	switch e.Code {
-	case fault.Conflict:
+	switch {
+	case what != "resume":
+	case e.Code == fault.Conflict:
 		b.WriteString("The execution is not waiting for decisions any more: do not retry.\n")
-	case fault.Expired:
+	case e.Code == fault.Expired:
 		b.WriteString("It waited past its expiry and can no longer be resumed: run the code again if it is still needed.\n")
-	case fault.ResumeIncompatible:
+	case e.Code == fault.ResumeIncompatible:
 		b.WriteString("Another version of the sandbox suspended it; this one cannot resume it.\n")
 	}
 	return b.String()

@@ -184,8 +184,8 @@ func jwt(iss, sub string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescri
 
 // TestHTTPAPIResumeIsThePrincipals: through API Gateway, an execution
 // suspended by one principal answers 202, and only that principal (IAM
-// ARN, or JWT issuer and subject) may resume it; everyone else gets 403
-// and cannot claim it.
+// ARN, or JWT issuer and subject) may resume it; everyone else is answered
+// word for word as for an id never issued (404), and cannot claim it.
 func TestHTTPAPIResumeIsThePrincipals(t *testing.T) {
 	h := durableHandler(t)
 	const alice, bob = "arn:aws:iam::123456789012:user/alice", "arn:aws:iam::123456789012:user/bob"
@@ -216,28 +216,36 @@ func TestHTTPAPIResumeIsThePrincipals(t *testing.T) {
 		payload string
 		status  int
 	}{
-		{"another IAM principal", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(bob)), 403},
-		{"no principal", v2("POST", "/executions/"+byAlice+"/resume", approve, nil), 403},
-		{"a JWT", v2("POST", "/executions/"+byAlice+"/resume", approve, jwt("https://issuer.example", alice)), 403},
+		{"another IAM principal", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(bob)), 404},
+		{"no principal", v2("POST", "/executions/"+byAlice+"/resume", approve, nil), 404},
+		{"a JWT", v2("POST", "/executions/"+byAlice+"/resume", approve, jwt("https://issuer.example", alice)), 404},
 		{"a direct invocation", `{"resume": {"execution_id": "` + byAlice + `", "decisions": {"2": "approve"}}}`, 0},
 		{"the same IAM principal", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(alice)), 200},
-		{"another JWT subject", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://issuer.example", "user-2")), 403},
-		{"another JWT issuer", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://other.example", "user-1")), 403},
+		{"another JWT subject", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://issuer.example", "user-2")), 404},
+		{"another JWT issuer", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://other.example", "user-1")), 404},
 		{"the same JWT subject", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://issuer.example", "user-1")), 200},
 		{"unknown id", v2("POST", "/executions/ex_000000000000000000000000/resume", approve, iam(alice)), 404},
 		{"again", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(alice)), 409},
 	}
+	const unknownID = "ex_000000000000000000000000"
+	_, _, unknown := send(t, v2("POST", "/executions/"+unknownID+"/resume", approve, iam(bob)))
+	unknown = strings.ReplaceAll(unknown, unknownID, "ID")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.status == 0 {
-				if r := invoke(t, h, tc.payload); r.Error == nil || r.Error.Code != fault.Forbidden {
-					t.Fatalf("%+v, want FORBIDDEN", r.Error)
+				if r := invoke(t, h, tc.payload); r.Error == nil || r.Error.Code != fault.NotFound || strings.Contains(r.Error.Message, "principal") {
+					t.Fatalf("%+v, want NOT_FOUND as for an unknown id", r.Error)
 				}
 				return
 			}
 			status, r, body := send(t, tc.payload)
 			if status != tc.status {
 				t.Fatalf("%d %s, want %d", status, body, tc.status)
+			}
+			if status == 404 {
+				if b := strings.NewReplacer(byAlice, "ID", byJWT, "ID", unknownID, "ID").Replace(body); b != unknown {
+					t.Fatalf("answered %s; an unknown id is answered %s", b, unknown)
+				}
 			}
 			if status == 200 && (!r.OK || !strings.Contains(string(r.Result), `"deleted":"deleted k"`) && !strings.Contains(string(r.Result), `"code":"TOOL_ERROR"`)) {
 				t.Fatalf("%s", body)
@@ -266,8 +274,8 @@ func TestRESTAPIPrincipal(t *testing.T) {
 		owner, other     who
 		otherStatus, own int
 	}{
-		{"IAM", who{arn: "arn:aws:iam::1:user/a"}, who{arn: "arn:aws:iam::1:user/b"}, 403, 200},
-		{"Cognito", who{sub: "u-1"}, who{sub: "u-2"}, 403, 200},
+		{"IAM", who{arn: "arn:aws:iam::1:user/a"}, who{arn: "arn:aws:iam::1:user/b"}, 404, 200},
+		{"Cognito", who{sub: "u-1"}, who{sub: "u-2"}, 404, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := h(lambdaCtx(t), json.RawMessage(rest("/execute", suspendBody, tc.owner)))
