@@ -321,7 +321,11 @@ func TestApprovalModes(t *testing.T) {
 type approvalSource struct{}
 
 func (approvalSource) Tools(context.Context) ([]catalog.Tool, error) {
-	return []catalog.Tool{{Server: "ext", Name: "send", InputSchema: json.RawMessage(`{"type":"object"}`), Kind: trace.KindMCP, RequireApproval: true}}, nil
+	// Not destructive, as it says: its server's require_approval is what
+	// makes it need a person.
+	notDestructive := false
+	return []catalog.Tool{{Server: "ext", Name: "send", InputSchema: json.RawMessage(`{"type":"object"}`), Kind: trace.KindMCP, RequireApproval: true,
+		Annotations: catalog.Annotations{Destructive: &notDestructive}}}, nil
 }
 
 func (approvalSource) Call(context.Context, catalog.Tool, json.RawMessage, execution.CallOptions) (json.RawMessage, error) {

@@ -76,6 +76,10 @@ func (p *Pool) callTool(ctx context.Context, serverName, toolName string, args j
 	}
 	if e.tool.IsDestructive() {
 		switch {
+		case !s.cfg.AllowDestructive && e.tool.DestructiveByDefault():
+			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools, and this one does not say it is "+
+				"read-only or not destructive (MCP's defaults make it destructive; a deployment whose server under-annotates sets "+
+				"assume_not_destructive in its configuration)", serverName).WithTool(full)
 		case !s.cfg.AllowDestructive:
 			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools", serverName).WithTool(full)
 		case !opt.AllowDestructive:

@@ -688,6 +688,11 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 				t.Title = s.red.String(w.Annotations.Title)
 			}
 		}
+		if a := &t.Annotations; s.cfg.AssumeNotDestructive && a.Destructive == nil && (a.ReadOnly == nil || !*a.ReadOnly) {
+			// The deployment's word for what the server leaves out (MCP's
+			// default would make the tool destructive); shown as a hint.
+			a.Destructive = new(bool)
+		}
 		// A denied tool stays listed here so that a call to it is
 		// FORBIDDEN rather than TOOL_NOT_FOUND; scripts never see it.
 		e := &toolEntry{tool: t}
