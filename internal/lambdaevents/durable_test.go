@@ -304,3 +304,53 @@ func TestRESTAPIPrincipal(t *testing.T) {
 // local is the policy of local use (pml run, pml serve on loopback): the
 // caller is the person at the keyboard and decides.
 var local = approval.Policy{CallerDecides: true}
+
+// TestLambdaAnswersNameNoApprover: under a deployment's policy, the
+// function's answers that tell a caller who decides — a suspension through
+// API Gateway or a direct invocation, a refused approval, a refused
+// allow_destructive — name a role, never a configured principal.
+func TestLambdaAnswersNameNoApprover(t *testing.T) {
+	const agent = "arn:aws:iam::210987654321:user/agent"
+	policy := approval.Policy{Approvers: []string{"arn:aws:iam::123456789012:role/ops-*", "jwt:https://idp.example#alice"},
+		TrustedClients: []string{"jwt:https://idp.example#trusted-*"}}
+	kv := demoserver.New()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	h := func(ctx context.Context, payload json.RawMessage) (any, error) {
+		svc := bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
+			Suspensions: suspend.NewFile(dir, suspend.Options{})})
+		return lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log, Policy: policy}), Service: svc, Logger: log})(ctx, payload)
+	}
+	body := func(payload string) string {
+		t.Helper()
+		out, err := h(lambdaCtx(t), json.RawMessage(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := out.(events.APIGatewayV2HTTPResponse); ok {
+			return r.Body
+		}
+		b, _ := json.Marshal(out)
+		return string(b)
+	}
+	var doc execution.Response
+	suspendedBody := body(v2("POST", "/execute", suspendBody, iam(agent)))
+	_ = json.Unmarshal([]byte(suspendedBody), &doc)
+	id := suspended(t, &doc)
+	answers := map[string]string{
+		"suspended over HTTP":  suspendedBody,
+		"suspended, invoked":   body(suspendBody),
+		"the caller approving": body(v2("POST", "/executions/"+id+"/resume", `{"decisions": {"2": "approve"}}`, iam(agent))),
+		"allow_destructive":    body(v2("POST", "/execute", mustJSON(map[string]any{"code": approvalScript, "allow_destructive": true}), iam(agent))),
+	}
+	if !strings.Contains(suspendedBody, "an approver") || !strings.Contains(answers["the caller approving"], "FORBIDDEN") {
+		t.Fatalf("want a suspension naming the approvers' role, and a refused approval: %s %s", suspendedBody, answers["the caller approving"])
+	}
+	for what, a := range answers {
+		for _, part := range []string{"123456789012", "ops-", "idp.example", "trusted-"} {
+			if strings.Contains(a, part) {
+				t.Errorf("%s names an approver (%q): %s", what, part, a)
+			}
+		}
+	}
+}
