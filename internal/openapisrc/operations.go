@@ -303,6 +303,11 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 		}
 		op.body = b
 	}
+	for _, name := range templateNames(r.path) {
+		if op.pathParam(name) == nil {
+			return nil, fmt.Errorf("path parameter {%s} is not described", name)
+		}
+	}
 	seen := map[string]bool{}
 	for _, p := range props {
 		if seen[p.key] {
@@ -376,6 +381,23 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 	}
 	op.input = argcheck.New(op.Tool.InputSchema)
 	return op, nil
+}
+
+// templateNames lists the {names} of a path template.
+func templateNames(path string) []string {
+	var out []string
+	for {
+		i := strings.IndexByte(path, '{')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(path[i:], '}')
+		if j < 0 {
+			return append(out, path[i+1:])
+		}
+		out = append(out, path[i+1:i+j])
+		path = path[i+j+1:]
+	}
 }
 
 // description is an operation's summary and description.
