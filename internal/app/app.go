@@ -325,10 +325,10 @@ func Logger(w io.Writer, def slog.Level) *slog.Logger { return logging.New(w, de
 // App is a wired service and what it needs closed.
 type App struct {
 	// Service runs executions: the execution service over every source.
-	Service      *bridge.Service
-	Registry     capability.Registry
-	Engine       *guest.Engine
-	Pool         *mcpclient.Pool
+	Service  *bridge.Service
+	Registry capability.Registry
+	Engine   *guest.Engine
+	Pool     *mcpclient.Pool
 	// OpenAPI and Lambda are the sources of OpenAPI services and Lambda
 	// functions, nil when none is configured.
 	OpenAPI      *openapisrc.Source
