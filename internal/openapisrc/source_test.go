@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,9 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
 
 // seen is one request the shop server received.
@@ -364,6 +370,25 @@ func TestUnavailableDocument(t *testing.T) {
 	if fault.CodeOf(err) != fault.Unavailable {
 		t.Errorf("call: %v", err)
 	}
+	// Once the service answers and the wait is over, the next look tries
+	// again (in the background) and the tools arrive.
+	mu.Lock()
+	up = true
+	mu.Unlock()
+	a := src.apis["later"]
+	a.mu.Lock()
+	a.nextTry = time.Now()
+	a.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for src.CheckServer("later") != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("never loaded: %+v", src.Health())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if tools, _ := src.Tools(context.Background()); len(tools) != 1 || tools[0].Name != "get_ok" {
+		t.Errorf("tools %v", tools)
+	}
 
 	// A document the service serves but the bounds refuse fails New.
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -373,5 +398,62 @@ func TestUnavailableDocument(t *testing.T) {
 	_, err = New(context.Background(), []Config{{Name: "evil", Spec: bad.URL + "/openapi.json"}}, Options{Logger: quietLogger()})
 	if fault.CodeOf(err) != fault.InvalidRequest || !errors.Is(err, ErrForeignServer) && !strings.Contains(err.Error(), "another host") {
 		t.Errorf("foreign server: %v", err)
+	}
+}
+
+// TestOAuthClientCredentials: a service behind OAuth 2.1 (RFC 9728
+// challenges) is called with a token the mcpauth client gets by the
+// client-credentials grant, as an MCP server's would be.
+func TestOAuthClientCredentials(t *testing.T) {
+	as := oauthserver.Start(t, oauthserver.Options{Clients: map[string]string{"shop-client": "shop-secret-123456"}})
+	var mux http.ServeMux
+	api := httptest.NewServer(&mux)
+	defer api.Close()
+	resource := api.URL + "/api/"
+	mux.Handle("/", as.Protect(resource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `[{"id": 1, "items": []}]`)
+	})))
+	t.Setenv("SHOP_CLIENT_SECRET", "shop-secret-123456")
+	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: resource,
+		Auth: Auth{Config: mcpauth.Config{Type: mcpauth.TypeClientCredentials, ClientID: "shop-client", ClientSecret: "${env:SHOP_CLIENT_SECRET}"}}})
+	out, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "listOrders"}, nil, execution.CallOptions{})
+	if err != nil || compact(t, out) != `[{"id":1,"items":[]}]` {
+		t.Fatalf("%s, %v", out, err)
+	}
+	if c := as.Counts(); c.ClientCredentials != 1 {
+		t.Errorf("counts %+v, want one client-credentials grant", c)
+	}
+}
+
+// TestSigV4: with auth sigv4 every request is signed for execute-api with
+// the process's AWS credentials (aws-sdk-go-v2's v4 signer).
+func TestSigV4(t *testing.T) {
+	srv := newShop(t)
+	var auth, date string
+	srv.answer = func(w http.ResponseWriter, r *http.Request) bool {
+		auth, date = r.Header.Get("Authorization"), r.Header.Get("X-Amz-Date")
+		return false
+	}
+	cfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG", "")}
+	src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
+		Auth: Auth{Config: mcpauth.Config{Type: AuthSigV4}}, AllowDestructive: true}},
+		Options{Logger: quietLogger(), AWS: func(context.Context) (aws.Config, error) { return cfg, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	allow := execution.CallOptions{Lineage: execution.Lineage{AllowDestructive: true}}
+	if _, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "createOrder"}, json.RawMessage(`{"body": {"items": [{"sku": "a", "qty": 1}]}}`), allow); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") || !strings.Contains(auth, "/eu-west-1/execute-api/aws4_request") || date == "" {
+		t.Errorf("Authorization %q, X-Amz-Date %q", auth, date)
+	}
+	if r := srv.last(t); r.Body != `{"items": [{"sku": "a", "qty": 1}]}` {
+		t.Errorf("the signed request's body: %q", r.Body)
+	}
+	if strings.Contains(fmt.Sprint(src.Health()), "wJalrXUtnFEMI") {
+		t.Error("health shows the secret key")
 	}
 }
