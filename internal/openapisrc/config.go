@@ -123,6 +123,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("server %q: auth sigv4 and an Authorization header: choose one", c.Name)
 		}
 	case mcpauth.TypeOAuth, mcpauth.TypeClientCredentials:
+		if c.BaseURL == "" {
+			// The tokens are bound to the resource they are for, which
+			// must be known before the document is.
+			return fmt.Errorf("server %q: auth %s needs base_url", c.Name, c.Auth.Type)
+		}
 		if err := c.Auth.Config.Validate(); err != nil {
 			return fmt.Errorf("server %q: auth: %w", c.Name, err)
 		}

@@ -307,3 +307,20 @@ func TestDerivedNames(t *testing.T) {
 		t.Errorf("names %v, want %v", names, want)
 	}
 }
+
+// TestHeadersArgumentsCannotSet: header parameters that would let an
+// argument set what HTTP, the credentials or tracing own are left out.
+func TestHeadersArgumentsCannotSet(t *testing.T) {
+	var params []string
+	for _, h := range []string{"Host", "Content-Length", "Transfer-Encoding", "Cookie", "Authorization", "X-Amz-Date", "Traceparent", "X-Tenant"} {
+		params = append(params, `{"name":"`+h+`","in":"header","schema":{"type":"string"}}`)
+	}
+	doc := docHead + `"paths":{"/x":{"get":{"parameters":[` + strings.Join(params, ",") + `],"responses":{"200":{"description":"ok"}}}}}}`
+	d, err := Parse([]byte(doc), nil, "http://x.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := propOrder(t, d.Operations[0].Tool.InputSchema); !reflect.DeepEqual(got, []string{"X-Tenant"}) {
+		t.Errorf("header arguments %v, want only X-Tenant", got)
+	}
+}

@@ -480,12 +480,18 @@ func mergeParams(doc *openapi3.T, item, op openapi3.Parameters) ([]*openapi3.Par
 	return out, nil
 }
 
+// ignoredHeader reports a header parameter left out of the tool: the
+// three OpenAPI says to ignore, and those an argument must not set
+// because HTTP itself, the credentials or the trace context own them.
 func ignoredHeader(name string) bool {
-	switch strings.ToLower(name) {
-	case "accept", "content-type", "authorization":
+	switch n := strings.ToLower(name); n {
+	case "accept", "content-type", "authorization",
+		"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+		"expect", "cookie", "proxy-authorization", "proxy-connection", "traceparent", "tracestate":
 		return true
+	default:
+		return strings.HasPrefix(n, "x-amz-")
 	}
-	return false
 }
 
 // componentName returns the name a "#/components/<kind>/NAME" reference

@@ -201,9 +201,6 @@ func (s *Source) newService(c Config) *service {
 	switch {
 	case c.oauth():
 		sc := mcpclient.ServerConfig{Name: c.Name, URL: c.BaseURL, Auth: c.Auth.Config}
-		if sc.URL == "" {
-			sc.URL = c.Spec
-		}
 		src, err := mcpclient.NewSource(s.ctx, sc, s.opts.CredentialsDir, s.opts.Secrets, s.opts.Agent,
 			&http.Client{Transport: base, Timeout: time.Minute}, s.red.Add, func(o *mcpauth.Options) { o.Logger = log })
 		if err != nil {
