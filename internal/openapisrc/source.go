@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -103,8 +102,13 @@ type Source struct {
 
 // service is one configured OpenAPI service.
 type service struct {
-	src    *Source
-	cfg    Config
+	src *Source
+	cfg Config
+	// red knows what this service is sent (its headers and query values,
+	// resolved; its OAuth tokens): a service that echoes one back in a
+	// result or an error has it masked there. The Source's own redactor
+	// knows every service's, for logs and health.
+	red    *redact.Redactor
 	log    *slog.Logger
 	drops  *catalog.DropLog
 	client *http.Client
@@ -187,8 +191,8 @@ func New(ctx context.Context, cfgs []Config, opts Options) (*Source, error) {
 
 func (s *Source) newService(c Config) *service {
 	log := s.log.With(slog.String("openapi_server", c.Name))
-	a := &service{src: s, cfg: c, log: log, drops: catalog.NewDropLog(log), state: StateUnavailable,
-		lastErr: "not loaded yet", since: time.Now()}
+	a := &service{src: s, cfg: c, red: redact.New(c.secrets()...), log: log, drops: catalog.NewDropLog(log),
+		state: StateUnavailable, lastErr: "not loaded yet", since: time.Now()}
 	var base http.RoundTripper
 	if s.opts.Transport != nil {
 		base = s.opts.Transport
@@ -202,7 +206,7 @@ func (s *Source) newService(c Config) *service {
 	case c.oauth():
 		sc := mcpclient.ServerConfig{Name: c.Name, URL: c.BaseURL, Auth: c.Auth.Config}
 		src, err := mcpclient.NewSource(s.ctx, sc, s.opts.CredentialsDir, s.opts.Secrets, s.opts.Agent,
-			&http.Client{Transport: base, Timeout: time.Minute}, s.red.Add, func(o *mcpauth.Options) { o.Logger = log })
+			&http.Client{Transport: base, Timeout: time.Minute}, a.addSecret, func(o *mcpauth.Options) { o.Logger = log })
 		if err != nil {
 			a.setupErr = fmt.Errorf("auth: %w", err)
 			break
@@ -212,6 +216,12 @@ func (s *Source) newService(c Config) *service {
 		a.client.Transport = &sigV4Transport{base: base, cfg: c.Auth, aws: s.opts.AWS}
 	}
 	return a
+}
+
+// addSecret makes both redactors mask secrets.
+func (a *service) addSecret(secrets ...string) {
+	a.red.Add(secrets...)
+	a.src.red.Add(secrets...)
 }
 
 // fetchErr is a document that could not be fetched now (the network, the
@@ -330,6 +340,10 @@ func (a *service) buildToolSet(doc *Document) *toolSet {
 	for _, op := range doc.Operations {
 		tool := op.Tool
 		tool.Server = a.cfg.Name
+		// As the MCP pool does: a document that quotes a configured
+		// secret does not show it in the catalog.
+		tool.Title, tool.Description = a.red.String(tool.Title), a.red.String(tool.Description)
+		tool.InputSchema, tool.OutputSchema = a.red.JSON(tool.InputSchema), a.red.JSON(tool.OutputSchema)
 		ann := tool.Annotations
 		switch {
 		case matchAny(a.cfg.Destructive, tool.Name):
@@ -467,6 +481,11 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		fe.Message = s.red.String(fe.Message)
 		return nil, fe
 	}
+	// The service's own secrets, wherever it echoed them (the redactor's
+	// JSON form keeps the result valid JSON).
+	if a := s.apis[t.Server]; a != nil {
+		out = a.red.JSON(out)
+	}
 	return out, nil
 }
 
@@ -533,7 +552,7 @@ func (a *service) addCredentials(req *http.Request) error {
 		if strings.ContainsAny(r, "\r\n") {
 			return fmt.Errorf("header %s: resolved value contains a line break", k)
 		}
-		a.src.red.Add(mcpclient.HeaderSecrets(r)...)
+		a.addSecret(mcpclient.HeaderSecrets(r)...)
 		req.Header.Set(k, r)
 	}
 	if len(a.cfg.Query) > 0 {
@@ -543,7 +562,7 @@ func (a *service) addCredentials(req *http.Request) error {
 			if err != nil {
 				return err
 			}
-			a.src.red.Add(r, url.QueryEscape(r))
+			a.addSecret(r)
 			q.Set(k, r)
 		}
 		req.URL.RawQuery = q.Encode()

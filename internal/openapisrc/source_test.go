@@ -457,3 +457,27 @@ func TestSigV4(t *testing.T) {
 		t.Error("health shows the secret key")
 	}
 }
+
+// TestEchoedSecretsMasked: a service that echoes what it is sent does not
+// hand the script its credentials.
+func TestEchoedSecretsMasked(t *testing.T) {
+	srv := newShop(t)
+	srv.answer = func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"headers": r.Header, "query": r.URL.RawQuery})
+		return true
+	}
+	t.Setenv("SHOP_TOKEN", "tok-echo-987654")
+	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
+		Headers: map[string]string{"Authorization": "Bearer ${env:SHOP_TOKEN}"}, Query: map[string]string{"key": "q-secret-555"}})
+	out, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "listOrders"}, nil, execution.CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(out) || strings.Contains(string(out), "tok-echo-987654") || strings.Contains(string(out), "q-secret-555") {
+		t.Errorf("result shows a secret: %s", out)
+	}
+	if !strings.Contains(string(out), "[REDACTED]") {
+		t.Errorf("nothing masked: %s", out)
+	}
+}
