@@ -66,6 +66,20 @@ run() { "$pml" run --config "$work/servers.json" --demo off --login headless -e 
 case $scenario in
   tools_call) run 'return await mcp.s.add_numbers({a: 2, b: 3})' ;;
   sse-retry) run 'return await mcp.s.test_reconnection({})' ;;
+  http-custom-headers)
+    # The suite's own example arguments: each x-mcp-header parameter must go
+    # out as its Mcp-Param-* header, Base64-wrapped where it is not plain
+    # ASCII; a parameter left out sends no header.
+    run 'return [
+      await mcp.s.test_custom_headers({region: "us-west1", priority: 42, verbose: false, debug: true, empty_val: "",
+        method_val: "test-method", float_val: 3.14159, non_ascii_val: "Hello, 世界", whitespace_val: " padded ",
+        leading_space_val: " us-west1", trailing_space_val: "us-west1 ", internal_space_val: "us west 1",
+        control_char_val: "line1\nline2", crlf_val: "line1\r\nline2", tab_val: "\tindented", query: "SELECT * FROM users"}),
+      await mcp.s.test_custom_headers_null({region: "us-east1", priority: 1, query: "SELECT 1"})]' ;;
+  http-invalid-tool-headers)
+    # The tools with broken header bindings are left out of the catalog;
+    # the valid one stays callable.
+    run 'return await mcp.s.valid_tool({region: "us-east1"})' ;;
   json-schema-2020-12-preservation)
     # Echo a tool's input schema as pml lists it: what a script (or an
     # agent reading `pml tools`) sees must be the server's schema, intact.

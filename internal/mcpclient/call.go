@@ -118,13 +118,13 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 
 	params := callParams{Name: e.tool.Name, Arguments: args, Meta: tracectx.Headers(ctx)}
 	gen := c.sessionGen.Load()
-	raw, err := c.send(tctx, string(mcp.MethodToolsCall), params)
+	raw, err := c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
 	s.p.calls.Add(1)
-	if err != nil && errors.Is(err, transport.ErrSessionTerminated) && tctx.Err() == nil {
+	if err != nil && errors.Is(err, transport.ErrSessionTerminated) && !c.modern && tctx.Err() == nil {
 		if rerr := s.reinit(tctx, c, gen); rerr != nil {
 			err = fmt.Errorf("re-initialising the expired session: %w", rerr)
 		} else {
-			raw, err = c.send(tctx, string(mcp.MethodToolsCall), params)
+			raw, err = c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
 			s.p.calls.Add(1)
 		}
 	}
@@ -217,6 +217,9 @@ func (s *remote) unavailable(full string, cause error) *fault.Error {
 // wireResult is a tools/call result; content items stay raw until
 // normalised.
 type wireResult struct {
+	// ResultType is 2026-07-28's: "complete" (or absent), or
+	// "input_required" when the server asks the client something first.
+	ResultType        string            `json:"resultType"`
 	Content           []json.RawMessage `json:"content"`
 	StructuredContent json.RawMessage   `json:"structuredContent"`
 	IsError           bool              `json:"isError"`
@@ -242,6 +245,9 @@ func normalizeResult(raw json.RawMessage, parseText bool) (value json.RawMessage
 	}
 	if r.IsError {
 		return nil, true, errorText(r.Content), nil
+	}
+	if r.ResultType == string(mcp.ResultTypeInputRequired) {
+		return nil, true, "the server asked a question before answering (input_required), and this call has nobody to ask", nil
 	}
 	if len(r.StructuredContent) > 0 && string(r.StructuredContent) != "null" {
 		return r.StructuredContent, false, "", nil
