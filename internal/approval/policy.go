@@ -148,6 +148,36 @@ func (p Policy) MayApprove(d Decider, asker string) bool {
 	}
 }
 
+// MayAnswer reports whether d may answer the question a remote MCP server
+// asked about a call of asker's execution (its elicitation, parked as the
+// call's Pending.Questions). The question is the server's, put to the user
+// of the client that called it: it guards nothing of the deployment's
+// against the agent (the call it belongs to was already allowed to run;
+// the answer only lets the server go on), so its answer follows who that
+// user is rather than who may approve:
+//   - through the asker's own MCP client (a form it put before its user,
+//     as the server wanted): the asker, whether or not the deployment
+//     trusts that client's forms with approvals; another's client never;
+//   - on the approval page: the asker's own person (signing in there is
+//     what tells a person), or an approver;
+//   - with credentials alone: the asker only where the caller decides (the
+//     person at the keyboard), else an approver, as approvals go: whoever
+//     holds an agent's credentials must not answer for its user.
+func (p Policy) MayAnswer(d Decider, asker string) bool {
+	self := d.Principal == asker
+	switch d.Channel {
+	case execution.ChannelClient:
+		return self
+	case execution.ChannelPage:
+		return self || p.IsApprover(d.Principal)
+	default:
+		if self {
+			return p.CallerDecides
+		}
+		return p.IsApprover(d.Principal)
+	}
+}
+
 // MayReject reports whether d may reject what asker's execution asks: the
 // asker itself (refusing is always safe), or anyone who may approve it.
 func (p Policy) MayReject(d Decider, asker string) bool {

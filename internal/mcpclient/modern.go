@@ -12,6 +12,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
 )
 
 // MCP 2026-07-28 on the pool's own requests. mcp-go's client negotiates
@@ -30,11 +33,53 @@ const ModernProtocolVersion = mcp.ProtocolVersion20260728
 // ("immediately stale") must not turn every call into a tools/list.
 const minListTTL = time.Second
 
-// clientCapabilities is what the pool declares: nothing a server could
-// ask of it. It has no model to sample, no file system to offer roots of,
-// and a script's call has nobody at hand to answer a question.
+// clientCapabilities is what the pool declares on 2026-07-28: form-mode
+// elicitation, which a person answers while the call waits parked
+// (question); it has no model to sample and no file system to offer roots
+// of. On 2025-11-25 it declares nothing (initRequest): a server there asks
+// with a request on the call's own stream, held open while it waits, which
+// no suspended execution can answer from another process.
 func clientCapabilities() mcp.ClientCapabilities {
-	return mcp.ClientCapabilities{}
+	return mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}}}
+}
+
+// question reads a tools/call result for a 2026-07-28 input_required
+// answer (SEP-2322): nil when the server answered; the server's
+// elicitation requests and state when it asks; a TOOL_ERROR when it asks
+// for what the pool does not offer (sampling, roots) or says nothing
+// readable.
+func question(raw json.RawMessage, server, tool string) (*execution.Question, *fault.Error) {
+	var r struct {
+		ResultType    string `json:"resultType"`
+		InputRequests map[string]struct {
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		} `json:"inputRequests"`
+		RequestState string `json:"requestState"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || r.ResultType != string(mcp.ResultTypeInputRequired) {
+		return nil, nil
+	}
+	q := &execution.Question{Server: server, Tool: tool, RequestState: r.RequestState, Requests: make(map[string]json.RawMessage, len(r.InputRequests))}
+	for key, ir := range r.InputRequests {
+		switch mcp.MCPMethod(ir.Method) {
+		case mcp.MethodElicitationCreate:
+			var p mcp.ElicitationParams
+			if err := json.Unmarshal(ir.Params, &p); err != nil || p.Message == "" {
+				return nil, fault.New(fault.ToolError, "the server asked question %q without a message", key)
+			}
+			q.Requests[key] = ir.Params
+		case mcp.MethodSamplingCreateMessage:
+			return nil, fault.New(fault.ToolError, "the server asked for a completion from a model (sampling/createMessage) before it would answer: "+
+				"pml offers none, and did not declare the sampling capability")
+		case mcp.MethodListRoots:
+			return nil, fault.New(fault.ToolError, "the server asked for the client's roots (roots/list) before it would answer: "+
+				"a script has no file system to offer, and pml did not declare the roots capability")
+		default:
+			return nil, fault.New(fault.ToolError, "the server asked %q of the client before it would answer, which MCP does not define", ir.Method)
+		}
+	}
+	return q, nil
 }
 
 // withMeta returns params with the 2026-07-28 request metadata added to

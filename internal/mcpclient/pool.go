@@ -34,6 +34,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
@@ -98,6 +99,9 @@ type CallOptions struct {
 	// MaxResultBytes caps the normalised result; zero means the pool's
 	// default. It cannot raise the pool's per-message cap.
 	MaxResultBytes int
+	// Retry sends the call again with the answers to the question the
+	// server asked (the *execution.Question Call returned).
+	Retry *execution.Retry
 }
 
 type options struct {

@@ -206,7 +206,6 @@ func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.To
 func (s *remote) initRequest() mcp.InitializeRequest {
 	var r mcp.InitializeRequest
 	r.Params.ClientInfo = clientInfo
-	r.Params.Capabilities = clientCapabilities()
 	return r
 }
 
