@@ -113,6 +113,12 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 			"a rejected call throws REJECTED in the script, and undecided calls stay pending; "+
 			`cancel_execution {"execution_id": %q} stops the whole execution.\n`, cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example, resp.ExecutionID)
 	}
+	for _, p := range resp.Pending {
+		if p.Reason == execution.PendingQuestion {
+			how = "The calls whose server asked a question were sent, and go on only with the user's answer; no other pending call has run. " + how
+			break
+		}
+	}
 	room := budget - len(status) - len(how)
 	var list, names strings.Builder
 	argsRoom := max(room/max(n, 1)-32, 64)
@@ -120,6 +126,14 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 		fmt.Fprintf(&list, "#%d %s:%s ", p.CallID, p.Server, p.Tool)
 		list.WriteString(strings.TrimSuffix(cut(string(p.Args), argsRoom, fmt.Sprintf("of call #%d's arguments", p.CallID)), "\n") + "\n")
 		fmt.Fprintf(&names, "#%d %s:%s\n", p.CallID, p.Server, p.Tool)
+		if p.Reason == execution.PendingQuestion {
+			// The call ran, and its server asks the user something: the
+			// user's answer, not an approval, lets it go on.
+			q := fmt.Sprintf("  the server asked the user (answer with {\"decision\": \"answer\", \"answers\": {KEY: {\"action\": \"accept\", \"content\": {…}}}}, or reject): %s\n",
+				cut(questionsJSON(p.Questions), argsRoom, fmt.Sprintf("of call #%d's questions", p.CallID)))
+			list.WriteString(q)
+			names.WriteString(q)
+		}
 	}
 	calls := list.String()
 	if len(calls) > room {
