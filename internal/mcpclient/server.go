@@ -3,6 +3,7 @@ package mcpclient
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +112,10 @@ type conn struct {
 	listChanged bool
 
 	nextID atomic.Uint64
+	// idPrefix makes this connection's request ids its own: a call sent
+	// again after a question, from another process, must not reuse the
+	// id the first one had (SEP-2322).
+	idPrefix string
 	// sessionGen counts re-initialisations, so that concurrent calls that
 	// all saw the same expired session re-initialise it only once.
 	sessionGen atomic.Uint64
@@ -166,7 +171,7 @@ func (e *protocolError) Error() string { return "protocol error: " + e.msg }
 // tool, when not nil, is the called tool's definition for its Mcp-Param-*
 // headers.
 func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.Tool) (json.RawMessage, error) {
-	id := mcp.NewRequestId("pml-" + strconv.FormatUint(c.nextID.Add(1), 10))
+	id := mcp.NewRequestId("pml-" + c.idPrefix + strconv.FormatUint(c.nextID.Add(1), 10))
 	var header http.Header
 	if c.modern {
 		p, err := withMeta(params, c.protocol)
@@ -352,7 +357,7 @@ func (s *remote) connectOnce() error {
 // does not speak it gets a fresh transport and the initialize handshake.
 func (s *remote) dial(parent context.Context, kind string, headers map[string]string) (_ *conn, _ *toolList, err error) {
 	ctx, cancel := context.WithCancelCause(parent)
-	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel}
+	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel, idPrefix: rand.Text()[:8] + "-"}
 	// The SSE stream and the GET listener live on ctx, so the connect
 	// deadline cancels ctx from a timer instead of being a deadline on it.
 	timer := time.AfterFunc(s.p.opts.connectTimeout, func() { cancel(errConnectTimeout) })
