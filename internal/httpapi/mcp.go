@@ -24,8 +24,10 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 	// WithLogging declares the logging capability: console output goes to
 	// the client as notifications/message (see mcpProgress).
 	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
-		// Tasks are answered by mcpTasks, from the store of runs: no list.
+		// Tasks are answered by mcpTasks, from the store of runs: no list;
+		// 2026-07-28 clients get the tasks extension (mcptasksv2.go).
 		server.WithTaskCapabilities(false, true, true),
+		server.WithExtensions(map[string]any{tasksExtension: map[string]any{}}),
 		server.WithMetaPropagator(tracectx.MCPMeta{}), // a call's _meta.traceparent: its execution joins that trace
 		server.WithInstructions("Run JavaScript against this deployment's tools with execute_code: "+
 			"the code is the body of an async function; call tools as `await mcp.<server>.<tool>(args)` "+
