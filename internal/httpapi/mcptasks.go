@@ -66,7 +66,7 @@ func (a *api) mcpTasks(next http.Handler) http.Handler {
 			return
 		}
 		if era := eraOf(msg.Params); era.modern {
-			if !a.tasksV2(w, r, msg, era) {
+			if !a.tasksV2(w, r, msg, era, next) {
 				next.ServeHTTP(w, r)
 			}
 			return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -64,7 +65,7 @@ func eraOf(params json.RawMessage) requestEra {
 
 // tasksV2 answers a 2026-07-28 request on the tasks surface, or reports
 // false for mcp-go to serve it.
-func (a *api) tasksV2(w http.ResponseWriter, r *http.Request, msg jsonrpcMessage, era requestEra) bool {
+func (a *api) tasksV2(w http.ResponseWriter, r *http.Request, msg jsonrpcMessage, era requestEra, next http.Handler) bool {
 	method := mcp.MCPMethod(msg.Method)
 	switch method {
 	case mcp.MethodToolsCall:
@@ -78,6 +79,9 @@ func (a *api) tasksV2(w http.ResponseWriter, r *http.Request, msg jsonrpcMessage
 			withoutTaskHint(r, msg)
 			return false
 		}
+	case mcp.MethodServerDiscover:
+		discoverWithoutV1Tasks(w, r, next)
+		return true
 	case mcp.MethodTasksGet, methodTasksUpdate, mcp.MethodTasksCancel:
 	case mcp.MethodTasksResult, mcp.MethodTasksList:
 		writeRPC(w, msg.ID, rpcError{Code: mcp.METHOD_NOT_FOUND, Message: msg.Method + " is not part of the io.modelcontextprotocol/tasks extension: tasks/get answers the result"})
@@ -317,4 +321,29 @@ func withoutTaskHint(r *http.Request, msg jsonrpcMessage) {
 	raw, _ = json.Marshal(body)
 	r.Body = io.NopCloser(bytes.NewReader(raw))
 	r.ContentLength = int64(len(raw))
+}
+
+// discoverWithoutV1Tasks serves server/discover through next, without the
+// 2025-11-25 tasks capability mcp-go puts beside the extension: a
+// 2026-07-28 client learns of tasks from the extension alone (SEP-2663),
+// while 2025-11-25 clients, which initialize, still see theirs.
+func discoverWithoutV1Tasks(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	rec := httptest.NewRecorder()
+	next.ServeHTTP(rec, r)
+	var msg map[string]json.RawMessage
+	var res map[string]json.RawMessage
+	var caps map[string]json.RawMessage
+	body := rec.Body.Bytes()
+	if json.Unmarshal(body, &msg) == nil && json.Unmarshal(msg["result"], &res) == nil && json.Unmarshal(res["capabilities"], &caps) == nil {
+		delete(caps, "tasks")
+		res["capabilities"], _ = json.Marshal(caps)
+		msg["result"], _ = json.Marshal(res)
+		body, _ = json.Marshal(msg)
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.Header().Del("Content-Length")
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body)
 }

@@ -63,7 +63,7 @@ func TestMCPTasksExtension(t *testing.T) {
 	_, disc, e := rpcV2(t, base, agent, "server/discover", map[string]any{}, true, "")
 	caps, _ := disc["capabilities"].(map[string]any)
 	ext, _ := caps["extensions"].(map[string]any)
-	if _, ok := ext["io.modelcontextprotocol/tasks"]; e != nil || !ok {
+	if _, ok := ext["io.modelcontextprotocol/tasks"]; e != nil || !ok || caps["tasks"] != nil {
 		t.Fatalf("server/discover does not advertise the tasks extension: %v %v", disc, e)
 	}
 
