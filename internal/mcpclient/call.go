@@ -47,6 +47,16 @@ func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.
 	out, err := p.callTool(ctx, serverName, toolName, args, opt)
 	var q *execution.Question
 	if errors.As(err, &q) {
+		// The question goes to a person and into the suspension: a
+		// server that quotes a configured secret in it must not show it.
+		for k, raw := range q.Requests {
+			if clean := p.red.String(string(raw)); clean != string(raw) {
+				if !json.Valid([]byte(clean)) {
+					return nil, fault.New(fault.ToolError, "the server asked a question that quotes a secret of its configuration").WithTool(serverName + ":" + toolName)
+				}
+				q.Requests[k] = json.RawMessage(clean)
+			}
+		}
 		return nil, q
 	}
 	if err != nil {

@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 // seenRequest is one JSON-RPC request as a server received it.
@@ -252,5 +256,67 @@ func TestListTTLHonoured(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestQuestionFromAServer: a 2026-07-28 server's input_required comes back
+// as the *execution.Question (elicitations by key, its state), scrubbed of
+// the configured secrets a hostile server quotes in it; the retry carries
+// the answers and the state; sampling is refused with a clear TOOL_ERROR.
+func TestQuestionFromAServer(t *testing.T) {
+	const secret = "q-s3cr3t-header"
+	m := server.NewMCPServer("asks", "1.0", server.WithToolCapabilities(true))
+	var got struct {
+		sync.Mutex
+		state     string
+		responses mcp.InputResponses
+	}
+	m.AddTool(mcp.NewTool("ask", mcp.WithReadOnlyHintAnnotation(true)), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if len(r.Params.InputResponses) > 0 {
+			got.Lock()
+			got.state, got.responses = r.Params.RequestState, r.Params.InputResponses
+			got.Unlock()
+			return mcp.NewToolResultText("thanks"), nil
+		}
+		return server.NewInputRequestBuilder("st-1").Elicit("q", mcp.ElicitationParams{
+			Message:         "you sent " + r.Header.Get("Authorization") + "; go on?",
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
+		}).ToolResult(), nil
+	})
+	m.AddTool(mcp.NewTool("sample", mcp.WithReadOnlyHintAnnotation(true)), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return server.NewInputRequestBuilder("").Sample("s", mcp.CreateMessageParams{MaxTokens: 1}).ToolResult(), nil
+	})
+	rs := newRecordingServer(t, m, nil)
+	p := newTestPool(t, []ServerConfig{{Name: "a", URL: rs.URL, Transport: TransportStreamable, Headers: map[string]string{"Authorization": "Bearer " + secret}}})
+	waitTools(t, p, "a", "ask", "sample")
+
+	_, err := p.Call(context.Background(), "a", "ask", json.RawMessage(`{}`), CallOptions{})
+	var q *execution.Question
+	if !errors.As(err, &q) || q.Server != "a" || q.Tool != "ask" || q.RequestState != "st-1" || len(q.Requests) != 1 {
+		t.Fatalf("want the server's question, got %#v", err)
+	}
+	if strings.Contains(string(q.Requests["q"]), secret) || !strings.Contains(string(q.Requests["q"]), "go on?") {
+		t.Fatalf("question %s: the configured secret must be scrubbed, the rest kept", q.Requests["q"])
+	}
+	// The capability was declared, per request.
+	if caps := rs.requests("tools/call")[0].meta[mcp.MetaKeyClientCapabilities]; !strings.Contains(string(caps), `"elicitation"`) {
+		t.Errorf("client capabilities %s: want elicitation", caps)
+	}
+
+	out, err := p.Call(context.Background(), "a", "ask", json.RawMessage(`{}`), CallOptions{Retry: &execution.Retry{
+		InputResponses: map[string]json.RawMessage{"q": json.RawMessage(`{"action":"accept","content":{"ok":true}}`)}, RequestState: q.RequestState}})
+	if err != nil || string(out) != `"thanks"` {
+		t.Fatalf("retry: %s %v", out, err)
+	}
+	got.Lock()
+	state, ans := got.state, server.ElicitationResponse(got.responses, "q")
+	got.Unlock()
+	if state != "st-1" || ans == nil || ans.Action != mcp.ElicitationResponseActionAccept {
+		t.Fatalf("the server got state %q, answer %+v", state, ans)
+	}
+
+	_, err = p.Call(context.Background(), "a", "sample", json.RawMessage(`{}`), CallOptions{})
+	if codeOf(err) != "TOOL_ERROR" || !strings.Contains(err.Error(), "sampling") {
+		t.Fatalf("sampling: %v; want TOOL_ERROR naming it", err)
 	}
 }
