@@ -73,6 +73,9 @@ const storeTimeout = 10 * time.Second
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source),
 		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes}
+	// The code goes with the image (user data, like it), never into the
+	// record's metadata: whoever decides reads the calls in their context.
+	susp.Source = req.Code
 	s.park(ctx, &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}, st, susp, resp, ex)
 }
 
@@ -212,10 +215,49 @@ func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, 
 	if rec.State != suspend.Suspended {
 		return nil, notWaiting(rec)
 	}
-	resp := &execution.Response{ExecutionID: id, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt,
-		StateVersion: rec.Version, Owner: rec.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
-	resp.Pending = pendingOf(rec.Suspension.Parked)
-	return resp, nil
+	return waitingDoc(rec, s.policy), nil
+}
+
+// waitingDoc is the suspended document of rec, loaded with its
+// suspension.
+func waitingDoc(rec *suspend.Record, policy approval.Policy) *execution.Response {
+	return &execution.Response{ExecutionID: rec.ID, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt, CreatedAt: rec.CreatedAt,
+		UpdatedAt: rec.UpdatedAt, StateVersion: rec.Version, Owner: rec.Principal, Approvers: policy.Deciders(), Logs: []trace.LogEntry{},
+		Pending: pendingOf(rec.Suspension.Parked), Code: rec.Suspension.Source}
+}
+
+// maxListed bounds what ListWaiting reads: an approval page shows the
+// executions that expire soonest, and each costs a read of its state.
+const maxListed = 200
+
+// ListWaiting returns the suspended documents of the executions waiting
+// for decisions now (as Waiting answers each), soonest to expire first,
+// those mayList lets through, at most limit of them: what an approval
+// page lists for the person signed in. It reads the owner before loading
+// a suspension, so nothing another may not see is read whole.
+func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner string) bool) ([]*execution.Response, *fault.Error) {
+	if s.store == nil {
+		return nil, nil
+	}
+	recs, err := s.store.List(ctx, maxListed)
+	if err != nil {
+		return nil, storeFault("", err)
+	}
+	var out []*execution.Response
+	for _, r := range recs {
+		if len(out) == limit {
+			break
+		}
+		if !mayList(r.Principal) {
+			continue
+		}
+		rec, err := s.store.Load(ctx, r.ID)
+		if err != nil || rec.State != suspend.Suspended || rec.Suspension == nil {
+			continue // it moved on meanwhile
+		}
+		out = append(out, waitingDoc(rec, s.policy))
+	}
+	return out, nil
 }
 
 // pendingOf is how a suspended execution's answer names the calls it
@@ -394,6 +436,7 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	ex.CPUMS = st.CPUMS
 
 	if res != nil && res.Suspended != nil {
+		res.Suspended.Source = claimed.Suspension.Source
 		s.park(ctx, claimed, st, res.Suspended, resp, &ex)
 	} else {
 		ex.Events = st.Events

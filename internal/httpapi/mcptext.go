@@ -113,6 +113,11 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 			"a rejected call throws REJECTED in the script, and undecided calls stay pending; "+
 			`cancel_execution {"execution_id": %q} stops the whole execution.\n`, cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example, resp.ExecutionID)
 	}
+	if resp.ApprovalURL != "" {
+		// Where the person decides: a page they sign in to, which no
+		// answer of the model's side stands in for.
+		how += "A person reviews and decides these calls on the approval page: " + resp.ApprovalURL + " (tell the user to open it).\n"
+	}
 	room := budget - len(status) - len(how)
 	var list, names strings.Builder
 	argsRoom := max(room/max(n, 1)-32, 64)

@@ -411,7 +411,9 @@ func TestAggregateStreamMapping(t *testing.T) {
 
 // TestRoutesShareTheAuth: every route has the authorization of POST
 // /execute — the resume route above all, since only the principal API
-// Gateway verified may resume what it suspended.
+// Gateway verified may resume what it suspended — but the approval
+// page's, which a browser reaches with no caller authorization at all
+// (the page signs people in itself), and which are no more than those.
 func TestRoutesShareTheAuth(t *testing.T) {
 	tpl, err := loadFile(realTemplate)
 	if err != nil {
@@ -426,8 +428,16 @@ func TestRoutesShareTheAuth(t *testing.T) {
 	if !strings.Contains(want, "AWS_IAM") || !strings.Contains(want, "JWT") {
 		t.Fatalf("POST /execute's authorization %s does not follow AuthMode", want)
 	}
+	page := httpapi.PageRouteKeys()
 	for id, r := range tpl.resources {
-		if typeOf(r) == "AWS::ApiGatewayV2::Route" && auth(id) != want {
+		if typeOf(r) != "AWS::ApiGatewayV2::Route" {
+			continue
+		}
+		key, _ := propertiesOf(r)["RouteKey"].(string)
+		switch {
+		case slices.Contains(page, key) && auth(id) != `["NONE",null]`:
+			t.Errorf("%s (%s, the approval page's): authorization %s, want NONE", id, key, auth(id))
+		case !slices.Contains(page, key) && auth(id) != want:
 			t.Errorf("%s: authorization %s, want /execute's %s", id, auth(id), want)
 		}
 	}
