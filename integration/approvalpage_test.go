@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,10 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/chromedp/chromedp"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/moto"
+	"github.com/pml-sandbox/pml/internal/testutil/oidcprovider"
 )
 
 // pageScript waits on two destructive calls at once: #3 hides its key
@@ -201,4 +209,159 @@ func TestApprovalPageServeInBrowser(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// mcpCall posts one 2026-07-28 tools/call to base's /mcp as principal, its
+// client declaring form and URL elicitation, and returns the result.
+func mcpCall(t *testing.T, base, principal string, params map[string]any) map[string]any {
+	t.Helper()
+	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}, "url": map[string]any{}}},
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "agent", "version": "1"}}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", params["name"].(string))
+	req.Header.Set(principalHeader, principal)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if i := strings.Index(string(raw), "data: "); i >= 0 {
+		raw = raw[i+6:]
+	}
+	var msg struct {
+		Result map[string]any `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil || msg.Result == nil {
+		t.Fatalf("tools/call: %d %s", resp.StatusCode, raw)
+	}
+	return msg.Result
+}
+
+// TestApprovalPageLambdaInBrowser is the deployed gate: the execute
+// function behind the Lambda emulator and an API Gateway stand-in, the
+// caller an agent with a JWT of the deployment's OpenID provider (on
+// loopback), alice an approver of the same provider. The agent's MCP
+// client, which the deployment does not trust with a form, is sent to the
+// approval page by URL-mode elicitation; in headless Chromium the agent
+// signs in as itself and is offered no approval, and its forged one is
+// refused; alice signs in, rejects one call and approves the other, each
+// decision served by a fresh container; the agent's retry reads the
+// result. The notice on the bus names the page.
+func TestApprovalPageLambdaInBrowser(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	table := s.capTable + "_susp"
+	if err := suspend.CreateTable(ctx, s.db.Client(), table); err != nil {
+		t.Fatal(err)
+	}
+	m := moto.Start(t)
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", "")}
+	secret, err := secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) { o.BaseEndpoint = aws.String(m.Endpoint) }).CreateSecret(ctx,
+		&secretsmanager.CreateSecretInput{Name: aws.String("pml-approval-key"), SecretString: aws.String(strings.Repeat("pAg3", 16))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := announcements(t, ctx, cfg, m.Endpoint, "pml-approvals")
+	base := s.apiGateway(t)
+	idp := oidcprovider.Start(t, oidcprovider.Options{
+		Clients: map[string]oidcprovider.Client{"approval-page": {Secret: "page-secret", RedirectURIs: []string{base + "/approvals/signin/callback"}}},
+		Users:   map[string]string{"alice": "alice-pw", "agent-7": "agent-pw"},
+	})
+	agent, alice := "jwt:"+idp.URL+"#agent-7", "jwt:"+idp.URL+"#alice"
+	s.emu.SetEnv(app.EnvSuspTable+"="+table, app.EnvApprovalKeySecret+"="+aws.ToString(secret.ARN), app.EnvApprovalBus+"=pml-approvals",
+		app.EnvApprovers+"="+alice, app.EnvApprovalURL+"="+base,
+		app.EnvOIDCIssuer+"="+idp.URL, app.EnvOIDCClientID+"=approval-page", app.EnvOIDCClientSecret+"=page-secret",
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER="+m.Endpoint, "AWS_ENDPOINT_URL_EVENTBRIDGE="+m.Endpoint)
+	if _, err := s.emu.Recycle("execute"); err != nil {
+		t.Fatal(err)
+	}
+	recycle := func() {
+		t.Helper()
+		if _, err := s.emu.Recycle("execute"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code := strings.ReplaceAll(pageScript, "mcp.demo.", "mcp.kv.")
+	first := mcpCall(t, base, agent, map[string]any{"name": "execute_code", "arguments": map[string]any{"code": code}})
+	state, _ := first["requestState"].(string)
+	ask, _ := first["inputRequests"].(map[string]any)["approval-page"].(map[string]any)
+	params, _ := ask["params"].(map[string]any)
+	pageURL, _ := params["url"].(string)
+	if first["resultType"] != "input_required" || state == "" || params["mode"] != "url" || !strings.HasPrefix(pageURL, base+"/approvals/ex_") {
+		t.Fatalf("execute_code's first answer %+v", first)
+	}
+	id := strings.TrimPrefix(pageURL, base+"/approvals/")
+	// The agent answers for its user: nothing runs.
+	again := mcpCall(t, base, agent, map[string]any{"name": "execute_code", "arguments": map[string]any{"code": code}, "requestState": state,
+		"inputResponses": map[string]any{"call-3": map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}},
+			"approval-page": map[string]any{"action": "accept"}}})
+	if again["resultType"] != "input_required" {
+		t.Fatalf("the agent's own answers: %+v", again)
+	}
+	recycle()
+
+	browser := newBrowser(t)
+	// The agent signs in as itself.
+	browse(t, browser, "open the page, signed out", chromedp.Navigate(pageURL), visible("#signin"), click("#signin"), visible("#user"))
+	browse(t, browser, "sign in to the provider as the agent",
+		chromedp.SendKeys(chromedp.CSS("#user"), "agent-7"), chromedp.SendKeys(chromedp.CSS("#password"), "agent-pw"),
+		click("#login"), visible("#execution"))
+	if who := textOf(t, browser, "#principal"); who != agent {
+		t.Fatalf("signed in as %q, want %q", who, agent)
+	}
+	offered := read(t, browser, "the approve buttons", chromedp.Evaluate[int](`document.querySelectorAll("button.approve").length`))
+	if offered != 0 || !strings.Contains(textOf(t, browser, "main"), "You asked for these calls") {
+		t.Fatalf("the agent is offered %d approvals of its own calls", offered)
+	}
+	// It turns a reject form into an approval: the policy refuses.
+	read(t, browser, "the forged form", chromedp.Evaluate[bool](`(document.querySelector("#call-4 .reject-form input[name=decision]").value = "approve", true)`))
+	browse(t, browser, "post the forged approval", click("#reject-4"), visible("#message"))
+	if msg := textOf(t, browser, "#message"); !strings.Contains(msg, "not yours") {
+		t.Fatalf("the agent approving on the page: %q", msg)
+	}
+	recycle()
+
+	// Alice signs in and decides.
+	browse(t, browser, "sign out", chromedp.Navigate(base+"/approvals"), visible("#signout"), click("#signout"), visible("#message"))
+	browse(t, browser, "sign in as alice", chromedp.Navigate(pageURL), visible("#signin"), click("#signin"), visible("#user"),
+		chromedp.SendKeys(chromedp.CSS("#user"), "alice"), chromedp.SendKeys(chromedp.CSS("#password"), "alice-pw"),
+		click("#login"), visible("#execution"))
+	if who := textOf(t, browser, "#principal"); who != alice {
+		t.Fatalf("signed in as %q, want %q", who, alice)
+	}
+	if args := textOf(t, browser, "#args-3"); !strings.Contains(args, `"key": "production_customers"`) {
+		t.Fatalf("call #3's arguments: %q", args)
+	}
+	browse(t, browser, "reject #3", chromedp.SendKeys(chromedp.CSS("#reason-3"), "not the customers"), click("#reject-3"), visible("#outcome"))
+	if outcome := textOf(t, browser, "#outcome"); !strings.Contains(outcome, "waits again") {
+		t.Fatalf("reject: %q", outcome)
+	}
+	recycle()
+	browse(t, browser, "approve #4", chromedp.Navigate(pageURL), visible("#approve-4"), click("#approve-4"), visible("#outcome"))
+	if outcome := textOf(t, browser, "#outcome"); !strings.Contains(outcome, "succeeded") {
+		t.Fatalf("approve: %q", outcome)
+	}
+	recycle()
+
+	// The agent's client comes back: the result, as the page decided.
+	last := mcpCall(t, base, agent, map[string]any{"name": "execute_code", "arguments": map[string]any{"code": code}, "requestState": state,
+		"inputResponses": map[string]any{"approval-page": map[string]any{"action": "accept"}}})
+	sc, _ := last["structuredContent"].(map[string]any)
+	r, _ := json.Marshal(sc["result"])
+	if sc["ok"] != true || !strings.Contains(string(r), `"code":"REJECTED"`) || !strings.Contains(string(r), "not the customers") || !strings.Contains(string(r), `"b":{"ok"`) {
+		t.Fatalf("the agent's retry after the page: %+v", last)
+	}
+	for _, n := range receive(t, ctx, cfg, m.Endpoint, queue, 2) {
+		if !strings.Contains(n, pageURL) || !strings.Contains(n, id) || strings.Contains(n, "production_customers") {
+			t.Errorf("notice %s: want the page's URL, never the arguments", n)
+		}
+	}
 }
