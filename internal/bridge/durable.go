@@ -48,6 +48,10 @@ type durableState struct {
 	// Sandboxes is what the runs so far spent of the request's sandbox
 	// budget.
 	Sandboxes int `json:"sandboxes,omitempty"`
+	// Waits names the calls the execution waits for now, without their
+	// arguments (what a suspension notice tells): an approval page lists
+	// it from the record alone, without reading its image.
+	Waits []execution.PendingTool `json:"waits,omitempty"`
 }
 
 // encode is st as Record.Bridge. Its oldest events go when there are too
@@ -90,6 +94,10 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 	}
 	before := st.Events
 	st.Events = append(slices.Clone(st.Events), trace.Event{Type: trace.EventSuspend, At: time.Now().UTC(), Pending: ids})
+	st.Waits = st.Waits[:0]
+	for _, p := range susp.Parked {
+		st.Waits = append(st.Waits, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool})
+	}
 	bridge, err := st.encode()
 	if err == nil {
 		rec.Bridge, rec.Suspension = bridge, susp
@@ -231,11 +239,12 @@ func waitingDoc(rec *suspend.Record, policy approval.Policy) *execution.Response
 // executions that expire soonest, and each costs a read of its state.
 const maxListed = 200
 
-// ListWaiting returns the suspended documents of the executions waiting
-// for decisions now (as Waiting answers each), soonest to expire first,
-// those mayList lets through, at most limit of them: what an approval
-// page lists for the person signed in. It reads the owner before loading
-// a suspension, so nothing another may not see is read whole.
+// ListWaiting returns the executions waiting for decisions now, soonest
+// to expire first, those whose owner mayList lets through, at most limit
+// of them: what an approval page lists for the person signed in. Each is
+// a suspended document without arguments or code (Pending names the
+// calls only), read from the records alone: no image is loaded. Waiting
+// reads one whole.
 func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner string) bool) ([]*execution.Response, *fault.Error) {
 	if s.store == nil {
 		return nil, nil
@@ -252,11 +261,17 @@ func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner
 		if !mayList(r.Principal) {
 			continue
 		}
-		rec, err := s.store.Load(ctx, r.ID)
-		if err != nil || rec.State != suspend.Suspended || rec.Suspension == nil {
-			continue // it moved on meanwhile
+		var st durableState
+		if json.Unmarshal(r.Bridge, &st) != nil {
+			continue
 		}
-		out = append(out, waitingDoc(rec, s.policy))
+		doc := &execution.Response{ExecutionID: r.ID, Status: execution.StatusSuspended, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt,
+			UpdatedAt: r.UpdatedAt, StateVersion: r.Version, Owner: r.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
+		for _, w := range st.Waits {
+			server, tool, _ := strings.Cut(w.Tool, ":")
+			doc.Pending = append(doc.Pending, execution.Pending{CallID: w.CallID, Server: server, Tool: tool, Reason: execution.PendingApproval})
+		}
+		out = append(out, doc)
 	}
 	return out, nil
 }
