@@ -307,6 +307,12 @@ func (s *stack) apiGateway(t *testing.T) string {
 			ev.RequestContext.Authorizer = authorizer(p)
 			r.Header.Del(principalHeader)
 		}
+		// Payload 2.0 carries cookies in a field of their own, not as a
+		// header (the approval page's session).
+		for _, c := range r.Header.Values("Cookie") {
+			ev.Cookies = append(ev.Cookies, strings.Split(c, "; ")...)
+		}
+		r.Header.Del("Cookie")
 		for k := range r.Header {
 			ev.Headers[strings.ToLower(k)] = r.Header.Get(k)
 		}
@@ -331,6 +337,9 @@ func (s *stack) apiGateway(t *testing.T) string {
 		}
 		for k, v := range resp.Headers {
 			w.Header().Set(k, v)
+		}
+		for _, c := range resp.Cookies {
+			w.Header().Add("Set-Cookie", c)
 		}
 		w.WriteHeader(resp.StatusCode)
 		_, _ = io.WriteString(w, resp.Body)

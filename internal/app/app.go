@@ -23,9 +23,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -44,35 +46,41 @@ import (
 // Environment variables. FromEnv reads them all; the pml command reads the
 // ones marked CLI too.
 const (
-	EnvMCPServers        = "PML_MCP_SERVERS"         // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
-	EnvMCPServersParam   = "PML_MCP_SERVERS_PARAM"   // SSM parameter holding the same document
-	EnvCompileCache      = "PML_COMPILE_CACHE_DIR"   // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
-	EnvShippedCache      = "PML_SHIPPED_CACHE_DIR"   // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
-	EnvDemoTools         = "PML_DEMO_TOOLS"          // "on" adds the demo tools in process
-	EnvLogLevel          = logging.EnvLevel          // debug, info, warn, error; CLI too
-	EnvCapTable          = "PML_CAPABILITIES_TABLE"  // DynamoDB capability registry (else the file)
-	EnvCapFunction       = "PML_CAPABILITY_FUNCTION" // capability calls go to this Lambda (else in process)
-	EnvCapFile           = "PML_CAPABILITIES_FILE"   // the file registry (default in the user's data directory); CLI too
-	EnvTracesTable       = "PML_TRACES_TABLE"        // DynamoDB traces (else in memory); CLI: --table's default
-	EnvTraceTTLDays      = "PML_TRACE_TTL_DAYS"      // how long DynamoDB keeps traces
-	EnvTracesFile        = "PML_TRACES_FILE"         // CLI: the trace file (default in the user's data directory)
-	EnvTracesKeep        = "PML_TRACES_KEEP"         // executions an in-memory or file trace store holds (default 10000); CLI too
-	EnvServeToken        = "PML_SERVE_TOKEN"         // CLI: pml serve's bearer token, kept out of `ps`
-	EnvMCPTextBytes      = "PML_MCP_TEXT_BYTES"      // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
-	EnvSuspTable         = "PML_SUSPENSIONS_TABLE"   // DynamoDB store of suspended executions; CLI: --suspensions-table's default
-	EnvSuspDir           = "PML_SUSPENSIONS_DIR"     // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
-	EnvSuspTTL           = "PML_SUSPENSION_TTL"      // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
-	EnvApprovers         = "PML_APPROVERS"           // principal patterns that may decide any execution (IAM ARNs, jwt:<iss>#<sub>); CLI too
-	EnvCallerDecides     = "PML_CALLER_DECIDES"      // on: the caller may set allow_destructive and approve its own calls (Lambda default off); CLI: --caller-decides's default
-	EnvTrustedClients    = "PML_TRUSTED_CLIENTS"     // principal patterns whose MCP clients' form-mode elicitation answers count as their user's decision; CLI too
-	EnvSelfApproval      = "PML_SELF_APPROVAL"       // on: a person signed in on the approval page may decide their own principal's executions (off by default); CLI too
-	EnvApprovalKeyFile   = "PML_APPROVAL_KEY_FILE"   // the key sealing elicitation state (default in the user's data directory); CLI too
-	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET" // the Secrets Manager secret holding that key (the deployment)
-	EnvApprovalBus       = "PML_APPROVAL_BUS"        // the EventBridge bus suspension notices go to
-	EnvMCPCredsDir       = "PML_MCP_CREDENTIALS_DIR" // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
-	EnvStreamREST        = "PML_STREAM_REST_API"     // on: REST API events are answered as streamed responses (the template's REST API streams)
-	EnvTracing           = "PML_TRACING"             // xray, otel or off (default xray where the X-Ray daemon is, else off); CLI too
-	EnvMetrics           = "PML_METRICS"             // emf, prometheus or off (default emf in Lambda, else off; pml serve: prometheus)
+	EnvMCPServers        = "PML_MCP_SERVERS"            // inline {"servers":[...]} (JSON or YAML); CLI: servers before --config and --mcp
+	EnvMCPServersParam   = "PML_MCP_SERVERS_PARAM"      // SSM parameter holding the same document
+	EnvCompileCache      = "PML_COMPILE_CACHE_DIR"      // wazero compilation cache (default /tmp/pml-cache); CLI: --cache-dir's default
+	EnvShippedCache      = "PML_SHIPPED_CACHE_DIR"      // the artifact's precompiled guest (default guest-cache beside the binary); "off" for none
+	EnvDemoTools         = "PML_DEMO_TOOLS"             // "on" adds the demo tools in process
+	EnvLogLevel          = logging.EnvLevel             // debug, info, warn, error; CLI too
+	EnvCapTable          = "PML_CAPABILITIES_TABLE"     // DynamoDB capability registry (else the file)
+	EnvCapFunction       = "PML_CAPABILITY_FUNCTION"    // capability calls go to this Lambda (else in process)
+	EnvCapFile           = "PML_CAPABILITIES_FILE"      // the file registry (default in the user's data directory); CLI too
+	EnvTracesTable       = "PML_TRACES_TABLE"           // DynamoDB traces (else in memory); CLI: --table's default
+	EnvTraceTTLDays      = "PML_TRACE_TTL_DAYS"         // how long DynamoDB keeps traces
+	EnvTracesFile        = "PML_TRACES_FILE"            // CLI: the trace file (default in the user's data directory)
+	EnvTracesKeep        = "PML_TRACES_KEEP"            // executions an in-memory or file trace store holds (default 10000); CLI too
+	EnvServeToken        = "PML_SERVE_TOKEN"            // CLI: pml serve's bearer token, kept out of `ps`
+	EnvMCPTextBytes      = "PML_MCP_TEXT_BYTES"         // execute_code's text answer budget (default 24000); CLI: --mcp-text-bytes's default
+	EnvSuspTable         = "PML_SUSPENSIONS_TABLE"      // DynamoDB store of suspended executions; CLI: --suspensions-table's default
+	EnvSuspDir           = "PML_SUSPENSIONS_DIR"        // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
+	EnvSuspTTL           = "PML_SUSPENSION_TTL"         // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
+	EnvApprovers         = "PML_APPROVERS"              // principal patterns that may decide any execution (IAM ARNs, jwt:<iss>#<sub>); CLI too
+	EnvCallerDecides     = "PML_CALLER_DECIDES"         // on: the caller may set allow_destructive and approve its own calls (Lambda default off); CLI: --caller-decides's default
+	EnvTrustedClients    = "PML_TRUSTED_CLIENTS"        // principal patterns whose MCP clients' form-mode elicitation answers count as their user's decision; CLI too
+	EnvSelfApproval      = "PML_SELF_APPROVAL"          // on: a person signed in on the approval page may decide their own principal's executions (off by default); CLI too
+	EnvApprovalKeyFile   = "PML_APPROVAL_KEY_FILE"      // the key sealing elicitation state (default in the user's data directory); CLI too
+	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET"    // the Secrets Manager secret holding that key (the deployment)
+	EnvApprovalBus       = "PML_APPROVAL_BUS"           // the EventBridge bus suspension notices go to
+	EnvApprovalURL       = "PML_APPROVAL_URL"           // the approval page's external base URL (the deployment: the API's URL); CLI: --approval-url's default
+	EnvOIDCIssuer        = "PML_OIDC_ISSUER"            // the OpenID Connect provider people sign in to the approval page with; CLI too
+	EnvOIDCClientID      = "PML_OIDC_CLIENT_ID"         // the page's client id at that provider; CLI too
+	EnvOIDCClientSecret  = "PML_OIDC_CLIENT_SECRET"     // its client secret (empty: a public client, PKCE alone); CLI too
+	EnvOIDCSecretARN     = "PML_OIDC_CLIENT_SECRET_ARN" // the Secrets Manager secret holding the client secret (the deployment)
+	EnvOIDCRedirectURL   = "PML_OIDC_REDIRECT_URL"      // where the provider sends people back (default: the page's URL + /approvals/signin/callback); CLI too
+	EnvMCPCredsDir       = "PML_MCP_CREDENTIALS_DIR"    // CLI: where MCP OAuth credentials are kept (default in the user's data directory)
+	EnvStreamREST        = "PML_STREAM_REST_API"        // on: REST API events are answered as streamed responses (the template's REST API streams)
+	EnvTracing           = "PML_TRACING"                // xray, otel or off (default xray where the X-Ray daemon is, else off); CLI too
+	EnvMetrics           = "PML_METRICS"                // emf, prometheus or off (default emf in Lambda, else off; pml serve: prometheus)
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -97,7 +105,7 @@ const (
 var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvShippedCache, EnvDemoTools, EnvLogLevel,
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvTrustedClients, EnvSelfApproval, EnvApprovalKeyFile,
-	EnvApprovalKeySecret, EnvApprovalBus, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
+	EnvApprovalKeySecret, EnvApprovalBus, EnvApprovalURL, EnvOIDCIssuer, EnvOIDCClientID, EnvOIDCClientSecret, EnvOIDCSecretARN, EnvOIDCRedirectURL, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
 	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics}
 
 // Where traces go (TraceConfig.Store).
@@ -346,6 +354,7 @@ type App struct {
 	approvalKey approval.Key
 	policy      approval.Policy
 	bus         string
+	page        PageConfig
 	aws         awsConfig
 	log         *slog.Logger
 	closers     []func(context.Context) error
@@ -468,7 +477,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return fail(err)
 	}
-	a.approvalKey, a.policy, a.bus = key, cfg.Approval.Policy, cfg.Approval.Bus
+	a.approvalKey, a.policy, a.bus, a.page = key, cfg.Approval.Policy, cfg.Approval.Bus, cfg.Approval.Page
+	if a.page.OIDC != nil && a.page.OIDC.ClientSecret == "" && a.page.OIDCSecretARN != "" {
+		if a.page.OIDC.ClientSecret, err = a.secretString(ctx, a.page.OIDCSecretARN); err != nil {
+			return fail(fmt.Errorf("the approval page's client secret: %w", err))
+		}
+	}
 	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify, MaxTimeout: cfg.MaxTimeout})
 	a.runner.Executor = a.Service
@@ -486,7 +500,30 @@ func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 	}
 	opts.Traces, opts.Capabilities, opts.Health = a.Traces, a.Capabilities, a.Health
 	opts.StateKey, opts.Policy, opts.Suspends = a.approvalKey, a.policy, a.Suspensions != nil
+	if opts.Approvals == nil {
+		opts.Approvals = a.ApprovalPage(opts.Service, opts.Logger)
+	}
 	return httpapi.New(opts)
+}
+
+// ApprovalPage is the approval page over exec (the executor the HTTP API
+// resumes through), nil where there is nothing to approve on it: no store
+// of suspended executions, or no key to sign its sessions with.
+func (a *App) ApprovalPage(exec execution.Executor, log *slog.Logger) *approvalpage.Page {
+	if a.Suspensions == nil || a.approvalKey == nil {
+		return nil
+	}
+	if log == nil {
+		log = a.log
+	}
+	p, err := approvalpage.New(approvalpage.Options{Service: exec, Lister: a.Service, Policy: a.policy, Key: a.approvalKey,
+		BaseURL: a.page.URL, OIDC: a.page.OIDC, Links: a.page.Links, Logger: log})
+	if err != nil {
+		// The configuration was checked when it was read.
+		log.Error("approval page not served", "err", err)
+		return nil
+	}
+	return p
 }
 
 // AnnouncesSuspensions reports whether suspensions are announced to

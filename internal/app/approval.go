@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -33,6 +35,48 @@ type ApprovalConfig struct {
 	// Bus is the EventBridge bus suspension notices go to; without it
 	// they are only logged.
 	Bus string
+	// Page configures the approval page.
+	Page PageConfig
+	// OnSuspend, when set, is told of every suspension besides the log
+	// and the bus (pml serve prints a sign-in link).
+	OnSuspend func(context.Context, execution.SuspensionNotice)
+}
+
+// PageConfig configures the approval page: where it is, and how people
+// sign in to it.
+type PageConfig struct {
+	// URL is the page's external base URL (PML_APPROVAL_URL): what
+	// suspension notices, answers and URL-mode elicitations link to. Empty
+	// on pml serve: each request's own.
+	URL string
+	// OIDC signs people in through the deployment's provider.
+	OIDC *approvalpage.OIDC
+	// OIDCSecretARN names the Secrets Manager secret holding the client
+	// secret, read at start when OIDC has none.
+	OIDCSecretARN string
+	// Links are pml serve's one-time local sign-in links.
+	Links *approvalpage.LocalLinks
+}
+
+// PageFromEnv reads the page's settings: PML_APPROVAL_URL, PML_OIDC_ISSUER,
+// PML_OIDC_CLIENT_ID, PML_OIDC_CLIENT_SECRET, PML_OIDC_CLIENT_SECRET_ARN,
+// PML_OIDC_REDIRECT_URL.
+func PageFromEnv() (PageConfig, error) {
+	pc := PageConfig{URL: strings.TrimSpace(os.Getenv(EnvApprovalURL)), OIDCSecretARN: os.Getenv(EnvOIDCSecretARN)}
+	if pc.URL != "" {
+		if u, err := url.Parse(pc.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return PageConfig{}, fault.New(fault.InvalidRequest, "%s must be the approval page's base URL, such as https://api.example.com, not %q", EnvApprovalURL, pc.URL)
+		}
+	}
+	issuer, client := strings.TrimSpace(os.Getenv(EnvOIDCIssuer)), strings.TrimSpace(os.Getenv(EnvOIDCClientID))
+	switch {
+	case issuer == "" && client == "":
+		return pc, nil
+	case issuer == "" || client == "":
+		return PageConfig{}, fault.New(fault.InvalidRequest, "sign-in on the approval page needs both %s and %s", EnvOIDCIssuer, EnvOIDCClientID)
+	}
+	pc.OIDC = &approvalpage.OIDC{Issuer: issuer, ClientID: client, ClientSecret: os.Getenv(EnvOIDCClientSecret), RedirectURL: os.Getenv(EnvOIDCRedirectURL)}
+	return pc, nil
 }
 
 // Event of a suspension notice on the bus (EventBridge's source and
@@ -58,7 +102,11 @@ func ApprovalFromEnv(callerDecidesByDefault bool) (ApprovalConfig, error) {
 	if policy.SelfApproval, err = OnOff(EnvSelfApproval, os.Getenv(EnvSelfApproval), false); err != nil {
 		return ApprovalConfig{}, err
 	}
-	return ApprovalConfig{Policy: policy, KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus)}, nil
+	page, err := PageFromEnv()
+	if err != nil {
+		return ApprovalConfig{}, err
+	}
+	return ApprovalConfig{Policy: policy, KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus), Page: page}, nil
 }
 
 // PolicyOf reads the principal lists of a policy: approvers and trusted
@@ -98,15 +146,11 @@ func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Lo
 	var key approval.Key
 	switch {
 	case cfg.KeySecret != "":
-		sm, err := a.aws.secrets(ctx)
+		s, err := a.secretString(ctx, cfg.KeySecret)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("reading the approval state key: %w", err)
 		}
-		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.KeySecret)})
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading the approval state key from secret %s: %w", cfg.KeySecret, err)
-		}
-		if key, err = approval.ParseKey(aws.ToString(out.SecretString)); err != nil {
+		if key, err = approval.ParseKey(s); err != nil {
 			return nil, nil, fmt.Errorf("secret %s: %w", cfg.KeySecret, err)
 		}
 	case cfg.KeyFile != "":
@@ -124,12 +168,18 @@ func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Lo
 		bus = eventbridge.NewFromConfig(awsCfg)
 	}
 	notify := func(ctx context.Context, n execution.SuspensionNotice) {
+		if cfg.Page.URL != "" {
+			n.ApprovalURL = strings.TrimSuffix(cfg.Page.URL, "/") + approvalpage.Prefix + "/" + url.PathEscape(n.ExecutionID)
+		}
+		if cfg.OnSuspend != nil {
+			cfg.OnSuspend(ctx, n)
+		}
 		tools := make([]string, len(n.Pending))
 		for i, p := range n.Pending {
 			tools[i] = p.Tool
 		}
 		log.InfoContext(ctx, "execution suspended", "execution_id", n.ExecutionID, "principal", n.Principal,
-			"pending", tools, "expires_at", n.ExpiresAt.Format(time.RFC3339))
+			"pending", tools, "expires_at", n.ExpiresAt.Format(time.RFC3339), "approval_url", n.ApprovalURL)
 		if bus == nil {
 			return
 		}
@@ -151,4 +201,17 @@ func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Lo
 		}
 	}
 	return key, notify, nil
+}
+
+// secretString reads a Secrets Manager secret's string.
+func (a *App) secretString(ctx context.Context, id string) (string, error) {
+	sm, err := a.aws.secrets(ctx)
+	if err != nil {
+		return "", err
+	}
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
+	if err != nil {
+		return "", fmt.Errorf("reading secret %s: %w", id, err)
+	}
+	return aws.ToString(out.SecretString), nil
 }

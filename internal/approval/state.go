@@ -28,6 +28,10 @@ type State struct {
 	Calls       []int  `json:"c"`
 	// Expires is when the suspended execution expires (Unix seconds).
 	Expires int64 `json:"x"`
+	// Page is set when the person was sent to the approval page
+	// (URL-mode elicitation) rather than asked in a form: the answer to
+	// such a question decides nothing, the page's decisions do.
+	Page bool `json:"u,omitempty"`
 }
 
 // KeyBytes is the size of a state key.

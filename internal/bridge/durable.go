@@ -48,6 +48,10 @@ type durableState struct {
 	// Sandboxes is what the runs so far spent of the request's sandbox
 	// budget.
 	Sandboxes int `json:"sandboxes,omitempty"`
+	// Waits names the calls the execution waits for now, without their
+	// arguments (what a suspension notice tells): an approval page lists
+	// it from the record alone, without reading its image.
+	Waits []execution.PendingTool `json:"waits,omitempty"`
 }
 
 // encode is st as Record.Bridge. Its oldest events go when there are too
@@ -73,6 +77,9 @@ const storeTimeout = 10 * time.Second
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source),
 		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes}
+	// The code goes with the image (user data, like it), never into the
+	// record's metadata: whoever decides reads the calls in their context.
+	susp.Source = req.Code
 	s.park(ctx, &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}, st, susp, resp, ex)
 }
 
@@ -87,6 +94,10 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 	}
 	before := st.Events
 	st.Events = append(slices.Clone(st.Events), trace.Event{Type: trace.EventSuspend, At: time.Now().UTC(), Pending: ids})
+	st.Waits = st.Waits[:0]
+	for _, p := range susp.Parked {
+		st.Waits = append(st.Waits, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool})
+	}
 	bridge, err := st.encode()
 	if err == nil {
 		rec.Bridge, rec.Suspension = bridge, susp
@@ -222,10 +233,56 @@ func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, 
 	if rec.State != suspend.Suspended {
 		return nil, notWaiting(rec)
 	}
-	resp := &execution.Response{ExecutionID: id, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt,
-		StateVersion: rec.Version, Owner: rec.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
-	resp.Pending = pendingOf(rec.Suspension.Parked)
-	return resp, nil
+	return waitingDoc(rec, s.policy), nil
+}
+
+// waitingDoc is the suspended document of rec, loaded with its
+// suspension.
+func waitingDoc(rec *suspend.Record, policy approval.Policy) *execution.Response {
+	return &execution.Response{ExecutionID: rec.ID, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt, CreatedAt: rec.CreatedAt,
+		UpdatedAt: rec.UpdatedAt, StateVersion: rec.Version, Owner: rec.Principal, Approvers: policy.Deciders(), Logs: []trace.LogEntry{},
+		Pending: pendingOf(rec.Suspension.Parked), Code: rec.Suspension.Source}
+}
+
+// maxListed bounds what ListWaiting reads: an approval page shows the
+// executions that expire soonest, and each costs a read of its state.
+const maxListed = 200
+
+// ListWaiting returns the executions waiting for decisions now, soonest
+// to expire first, those whose owner mayList lets through, at most limit
+// of them: what an approval page lists for the person signed in. Each is
+// a suspended document without arguments or code (Pending names the
+// calls only), read from the records alone: no image is loaded. Waiting
+// reads one whole.
+func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner string) bool) ([]*execution.Response, *fault.Error) {
+	if s.store == nil {
+		return nil, nil
+	}
+	recs, err := s.store.List(ctx, maxListed)
+	if err != nil {
+		return nil, storeFault("", err)
+	}
+	var out []*execution.Response
+	for _, r := range recs {
+		if len(out) == limit {
+			break
+		}
+		if !mayList(r.Principal) {
+			continue
+		}
+		var st durableState
+		if json.Unmarshal(r.Bridge, &st) != nil {
+			continue
+		}
+		doc := &execution.Response{ExecutionID: r.ID, Status: execution.StatusSuspended, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt,
+			UpdatedAt: r.UpdatedAt, StateVersion: r.Version, Owner: r.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
+		for _, w := range st.Waits {
+			server, tool, _ := strings.Cut(w.Tool, ":")
+			doc.Pending = append(doc.Pending, execution.Pending{CallID: w.CallID, Server: server, Tool: tool, Reason: execution.PendingApproval})
+		}
+		out = append(out, doc)
+	}
+	return out, nil
 }
 
 // pendingOf is how a suspended execution's answer names the calls it
@@ -415,6 +472,7 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	ex.CPUMS = st.CPUMS
 
 	if res != nil && res.Suspended != nil {
+		res.Suspended.Source = claimed.Suspension.Source
 		s.park(ctx, claimed, st, res.Suspended, resp, &ex)
 	} else {
 		ex.Events = st.Events

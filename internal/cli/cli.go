@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
@@ -220,6 +222,11 @@ type serviceFlags struct {
 	// metrics is how the command publishes metrics unless PML_METRICS
 	// says otherwise: pml serve serves Prometheus's /metrics.
 	metrics string
+	// page is the approval page's configuration (pml serve); its local
+	// links, when set, sign in the person at the keyboard, whom the
+	// policy then names an approver.
+	page      app.PageConfig
+	onSuspend func(context.Context, execution.SuspensionNotice)
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -250,7 +257,12 @@ func (f *serviceFlags) approvalConfig() (app.ApprovalConfig, error) {
 	if policy.SelfApproval, err = app.OnOff("--self-approval", f.selfApproval, false); err != nil {
 		return app.ApprovalConfig{}, usageError{err}
 	}
-	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile()}, nil
+	if f.page.Links != nil {
+		// Whoever opens a link the server printed on its own terminal
+		// is the person at its keyboard: they approve here.
+		policy.Approvers = append(policy.Approvers, approvalpage.LocalPrincipal)
+	}
+	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile(), Page: f.page, OnSuspend: f.onSuspend}, nil
 }
 
 // appConfig is the wiring the flags ask for. Its errors are usage errors.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/admission"
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/demoserver"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
 
@@ -33,6 +36,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; beyond loopback it needs --token")
 	noDemo := fs.Bool("no-demo-server", false, "do not start the built-in demo MCP server")
 	textBytes := fs.Int("mcp-text-bytes", 0, "budget in bytes of execute_code's text answer over MCP (default $"+app.EnvMCPTextBytes+", else 24000)")
+	approvalURL := fs.String("approval-url", os.Getenv(app.EnvApprovalURL), "the approval page's base URL as browsers reach it, e.g. behind a reverse proxy (default $"+app.EnvApprovalURL+", else the URL each request came by)")
 	sf.register(fs)
 	gf.register(fs)
 	bf.register(fs)
@@ -67,8 +71,27 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	}
 	// On loopback the caller is the person at the keyboard; beyond it,
 	// anyone with the token could be an agent.
+	loopback := false
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
-		sf.callerAuto = true
+		sf.callerAuto, loopback = true, true
+	}
+	if sf.page, err = app.PageFromEnv(); err != nil {
+		return ExitUsage, usageError{err}
+	}
+	sf.page.URL = strings.TrimSuffix(*approvalURL, "/")
+	pageBase := cmp.Or(sf.page.URL, bannerURL(ln.Addr()))
+	var page *approvalpage.Page
+	if loopback {
+		// The approval page's one-time links: printed here, on the
+		// terminal of whoever started the server, for them alone.
+		sf.page.Links = approvalpage.NewLocalLinks()
+		sf.onSuspend = func(_ context.Context, n execution.SuspensionNotice) {
+			if page != nil {
+				fmt.Fprintf(errOut, "pml serve: execution %s waits for approval: %s\n  sign in to decide (one use, within %v): %s&next=%s\n",
+					n.ExecutionID, page.ExecutionURL(pageBase, n.ExecutionID), approvalpage.LinkTTL, page.SignInLink(pageBase),
+					url.QueryEscape(approvalpage.Prefix+"/"+n.ExecutionID))
+			}
+		}
 	}
 
 	// The demo MCP server gives a first run something real to call: a
@@ -101,7 +124,9 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	// Asynchronous executions run on goroutines of this process, each
 	// within the budget as any execution.
 	exec := a.Executor(budget.Admit(a.Service), nil)
+	page = a.ApprovalPage(exec, log)
 	api := a.HTTPHandler(httpapi.Options{
+		Approvals:    page,
 		Service:      exec,
 		Logger:       log,
 		Guard:        guard,
@@ -114,6 +139,14 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	handler := budget.RetryAfter(api)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	printBanner(errOut, bannerURL(ln.Addr()), guard.Token != "")
+	if page != nil {
+		if link := page.SignInLink(pageBase); link != "" {
+			fmt.Fprintf(errOut, "  Approval page: %s%s (sign in once with %s: one use, within %v; a new link is printed whenever an execution waits)\n",
+				pageBase, approvalpage.Prefix, link, approvalpage.LinkTTL)
+		} else {
+			fmt.Fprintf(errOut, "  Approval page: %s%s\n", pageBase, approvalpage.Prefix)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

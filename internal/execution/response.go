@@ -73,6 +73,10 @@ type Response struct {
 	// Approvers says, for a suspended execution, who may decide its
 	// pending calls under the deployment's policy.
 	Approvers string `json:"approvers,omitempty"`
+	// ApprovalURL is, for a suspended execution, its page on the
+	// approval page, where a person signs in and decides (set by the
+	// front end that serves the page).
+	ApprovalURL string `json:"approval_url,omitempty"`
 	// CancelRequested is set on a running execution someone cancelled: it
 	// ends CANCELLED at its next step.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
@@ -88,6 +92,9 @@ type Response struct {
 	// Owner is the principal a suspended execution belongs to (set by the
 	// host, never sent).
 	Owner string `json:"-"`
+	// Code is a suspended execution's script as its caller wrote it, for
+	// whoever decides its pending calls (Executor.Waiting; never sent).
+	Code string `json:"-"`
 }
 
 // SuspensionNotice announces that an execution waits for decisions, to
@@ -101,6 +108,9 @@ type SuspensionNotice struct {
 	// Pending names each call waiting, as call id and "server:tool".
 	Pending   []PendingTool `json:"pending"`
 	ExpiresAt time.Time     `json:"expires_at"`
+	// ApprovalURL is the approval page of the execution, where a person
+	// signs in and decides (where the deployment names its page's URL).
+	ApprovalURL string `json:"approval_url,omitempty"`
 }
 
 // PendingTool is a pending call without its arguments.

@@ -75,6 +75,10 @@ type Suspension struct {
 	Limits Limits        `json:"limits"`
 	// Suspends counts the times this run has been suspended.
 	Suspends int `json:"suspends"`
+	// Source is the script as its caller wrote it, kept by the host for
+	// whoever decides the parked calls (the approval page shows it); the
+	// engine never reads it.
+	Source string `json:"source,omitempty"`
 }
 
 // Pending lists the parked calls, for the caller to decide on.

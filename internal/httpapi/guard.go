@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -130,6 +131,14 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 			g.log.InfoContext(r.Context(), "request refused", "reason", "host", "host", r.Host)
 			writeError(w, http.StatusForbidden, fault.New(fault.Forbidden,
 				"the Host %q is not a loopback name or an allowed host (pml serve --allowed-host)", r.Host))
+			return
+		}
+		if approvalpage.IsPagePath(r.URL.Path) {
+			// The approval page is for browsers: it signs its people in
+			// (the token is for API clients, which a browser is not) and
+			// refuses cross-origin forms itself. The Host check above
+			// still keeps a rebinding page out.
+			next.ServeHTTP(w, r)
 			return
 		}
 		if origins := r.Header.Values("Origin"); len(origins) > 0 {

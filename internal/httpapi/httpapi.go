@@ -17,11 +17,13 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -115,6 +117,12 @@ type Options struct {
 	// (pml serve's Prometheus endpoint). It is not a route of RouteKeys:
 	// the Lambda has none, its metrics are logged (CloudWatch EMF).
 	Metrics http.Handler
+	// Approvals, when set, is the approval page, served at its routes
+	// (approvalpage.RouteKeys), where a signed-in person decides; a
+	// suspended execution's answer names its URL, and an MCP client the
+	// deployment does not trust with a form is sent there (URL-mode
+	// elicitation).
+	Approvals *approvalpage.Page
 }
 
 type api struct {
@@ -152,6 +160,9 @@ func New(opts Options) *Handler {
 		opts.StreamHeartbeat = 15 * time.Second
 	}
 	a := &api{Options: opts}
+	if opts.Approvals != nil {
+		a.Service = pageLinks{Executor: opts.Service, a: a}
+	}
 	a.mcp = a.mcpHandler()
 	mux := http.NewServeMux()
 	for _, r := range routes {
@@ -180,7 +191,11 @@ type route struct {
 	handler      func(*api) http.Handler
 }
 
-var routes = []route{
+// routes are the API's routes: the caller's (every one API Gateway
+// authorizes as the deployment's AuthMode says), then the approval page's
+// (PageRouteKeys: a browser signs no request, the page signs people in
+// itself).
+var routes = append([]route{
 	{"POST /execute", "POST /execute", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.execute)) }},
 	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
 	{"DELETE /executions/{id}", "DELETE /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.cancelExecution) }},
@@ -194,6 +209,29 @@ var routes = []route{
 	// why there is none; here every other method gets the same answer,
 	// but for DELETE, which ends a session where there are sessions.
 	{"GET /mcp", "/mcp", func(a *api) http.Handler { return a.mcpOtherMethods() }},
+}, pageRoutes()...)
+
+// pageRoutes routes the approval page's routes to it.
+func pageRoutes() []route {
+	out := make([]route, len(approvalpage.RouteKeys))
+	for i, k := range approvalpage.RouteKeys {
+		out[i] = route{key: k, pattern: k, handler: func(a *api) http.Handler { return a.approvalPage() }}
+	}
+	return out
+}
+
+// PageRouteKeys are the approval page's routes: template.yaml routes them
+// without the caller authorization of RouteKeys' others.
+func PageRouteKeys() []string { return slices.Clone(approvalpage.RouteKeys) }
+
+// approvalPage is the page, or an answer saying there is none.
+func (a *api) approvalPage() http.Handler {
+	if a.Approvals != nil {
+		return a.Approvals
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this server has no approval page (it keeps no suspended executions, or no approval key)"))
+	})
 }
 
 // RouteKeys are the routes the API serves, as API Gateway route keys
@@ -304,7 +342,8 @@ func (a *api) middleware(next http.Handler) http.Handler {
 		}()
 		// A caller's W3C trace context: the execution's span nests under
 		// it (X-Ray's header is read where the request is built).
-		next.ServeHTTP(sw, r.WithContext(tracectx.FromHeader(r.Context(), r.Header)))
+		ctx := tracectx.FromHeader(r.Context(), r.Header)
+		next.ServeHTTP(sw, r.WithContext(pageBase(ctx, approvalpage.RequestBase(r))))
 	})
 }
 
@@ -432,6 +471,9 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		// their arguments, which traces never keep.
 		if waiting, ferr := a.Service.Waiting(r.Context(), id); ferr == nil {
 			doc["pending"], doc["expires_at"], doc["approvers"] = waiting.Pending, waiting.ExpiresAt, waiting.Approvers
+			if waiting.ApprovalURL != "" {
+				doc["approval_url"] = waiting.ApprovalURL
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, doc)

@@ -194,7 +194,7 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	resp := a.Service.Execute(ctx, req)
 	a.flush(ctx)
 	if ask && resp.Suspended() {
-		return a.ask(resp, budget), nil
+		return a.ask(ctx, resp, budget), nil
 	}
 	return a.executionResult(resp, budget), nil
 }

@@ -53,33 +53,26 @@ var decisionSchema = map[string]any{
 	"required": []string{"decision"},
 }
 
-// clientCanElicit reports whether the MCP client of this request declared
-// the elicitation capability: a 2026-07-28 request in its own _meta; an
-// older client at initialize, which only a session remembers (pml serve:
-// a stateless endpoint forgets it, and answers with the document).
-func clientCanElicit(ctx context.Context) bool {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil
-	}
-	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
-		return s.GetClientCapabilities().Elicitation != nil
-	}
-	return false
-}
-
 // canAsk reports whether this request's suspended calls can be put to the
-// client's user.
-func (a *api) canAsk(ctx context.Context) bool {
-	return a.StateKey != nil && a.Suspends && clientCanElicit(ctx)
-}
+// client's user: in a form, where the deployment trusts the client's
+// answer, else on the approval page (askMode).
+func (a *api) canAsk(ctx context.Context) bool { return a.askMode(ctx) != askNone }
 
 func elicitID(callID int) string { return "call-" + strconv.Itoa(callID) }
 
 // ask puts resp's pending calls to the client's user: an input_required
-// result with one elicitation per call and the sealed state. If the state
-// cannot be sealed the document is answered instead, as to a client that
-// cannot be asked.
-func (a *api) ask(resp *execution.Response, budget int) *mcp.CallToolResult {
+// result with one elicitation per call and the sealed state, in a form
+// where the deployment trusts the client to show one to a person, else
+// pointing them at the approval page (askPage). If the state cannot be
+// sealed the document is answered instead, as to a client that cannot be
+// asked.
+func (a *api) ask(ctx context.Context, resp *execution.Response, budget int) *mcp.CallToolResult {
+	switch a.askMode(ctx) {
+	case askPage:
+		return a.askPage(ctx, resp, budget)
+	case askNone, askDoc:
+		return a.executionResult(resp, budget)
+	}
 	st := approval.State{ExecutionID: resp.ExecutionID, Version: resp.StateVersion, Principal: resp.Owner, Expires: resp.ExpiresAt.Unix()}
 	b := server.NewInputRequestBuilder("")
 	for _, p := range resp.Pending {
@@ -141,6 +134,10 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 		return a.refusal("", fault.New(fault.InvalidRequest, "requestState is not one this server issued, or was changed: %v", err))
 	case st.Principal != principal:
 		return a.refusal(st.ExecutionID, fault.New(fault.Forbidden, "this requestState was issued to another principal"))
+	case st.Page:
+		// The person was sent to the approval page: only what was
+		// decided there counts, whatever the answers say.
+		return a.afterPage(ctx, r, st, budget)
 	}
 	decisions := map[string]execution.Decision{}
 	for _, id := range st.Calls {
@@ -156,7 +153,7 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 		if ferr != nil {
 			return a.refusal(st.ExecutionID, ferr)
 		}
-		return a.ask(waiting, budget)
+		return a.ask(ctx, waiting, budget)
 	}
 	rr := execution.ResumeRequest{ExecutionID: st.ExecutionID, Decisions: decisions, CallDetail: callDetail, Principal: principal,
 		TraceHeader: execution.TraceHeader(ctx, ""), Channel: execution.ChannelClient, Version: st.Version}
@@ -169,7 +166,7 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 	}
 	a.flush(ctx)
 	if resp.Suspended() && a.canAsk(ctx) {
-		return a.ask(resp, budget)
+		return a.ask(ctx, resp, budget)
 	}
 	return a.executionResult(resp, budget)
 }

@@ -73,13 +73,14 @@ const elicitAgent = "jwt:https://idp.example#agent-7"
 func elicitServer(t *testing.T, sessions bool) (*httptest.Server, *bridge.Service) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	policy := approval.Policy{TrustedClients: []string{elicitAgent}}
 	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
-		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: approval.Policy{TrustedClients: []string{elicitAgent}}})
+		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: sessions})
+	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: sessions, Policy: policy})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
 	}))

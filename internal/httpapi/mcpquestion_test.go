@@ -50,13 +50,14 @@ func TestRemoteQuestionReachesThePerson(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = pool.Close() })
+			policy := approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{elicitAgent}}
 			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Logger: log,
-				Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{elicitAgent}}})
+				Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 			key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: tc.sessions})
+			h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: tc.sessions, Policy: policy})
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
 			}))

@@ -119,6 +119,11 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 			break
 		}
 	}
+	if resp.ApprovalURL != "" {
+		// Where the person decides: a page they sign in to, which no
+		// answer of the model's side stands in for.
+		how += "A person reviews and decides these calls on the approval page: " + resp.ApprovalURL + " (tell the user to open it).\n"
+	}
 	room := budget - len(status) - len(how)
 	argsRoom := max(room/max(n, 1)-32, 64)
 	list := func(args func(json.RawMessage) string) string {

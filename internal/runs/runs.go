@@ -153,7 +153,29 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	}
 	ctx, done := s.track(ctx, req.ExecutionID, req.Principal)
 	defer done()
-	return s.Executor.Execute(ctx, req)
+	resp := s.Executor.Execute(ctx, req)
+	if resp.Suspended() && s.opts.Store != nil && req.Parent == nil {
+		s.keep(ctx, req.Principal, resp)
+	}
+	return resp
+}
+
+// keep records a synchronous execution that suspended as a run, so that
+// however it is resumed — by an approver on the approval page, in another
+// process — its caller can read how it ended (Status: GET
+// /executions/{id}, tasks/get, an MCP client's retry after the page).
+// Best effort: without it the execution still waits and resumes, and its
+// trace tells what ran.
+func (s *Service) keep(ctx context.Context, principal string, resp *execution.Response) {
+	doc, err := json.Marshal(resp)
+	if err == nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		err = s.opts.Store.Keep(sctx, &suspend.Run{ID: resp.ExecutionID, Principal: principal, Body: doc, ExpiresAt: resp.ExpiresAt})
+		cancel()
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "suspended execution's document not kept", "execution_id", resp.ExecutionID, "err", err)
+	}
 }
 
 // Resume implements execution.Executor: the resumed run is cancellable

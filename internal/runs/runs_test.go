@@ -304,6 +304,38 @@ func TestAsyncSuspends(t *testing.T) {
 	}
 }
 
+// TestSyncSuspensionKept: an execution that suspended while its caller
+// waited is kept as a run, so that when an approver resumes it in
+// another process its caller reads how it ended; a stranger reads
+// nothing of it.
+func TestSyncSuspensionKept(t *testing.T) {
+	d := newDeployment(t)
+	if _, err := d.kv.Call(context.Background(), "kv_set", json.RawMessage(`{"key": "k", "value": 1}`)); err != nil {
+		t.Fatal(err)
+	}
+	s := d.process(t, runs.Options{})
+	first := s.Execute(context.Background(), execution.Request{Code: enginetest.ApprovalScript, Approval: execution.ApprovalSuspend, Principal: owner})
+	if !first.Suspended() {
+		t.Fatalf("not suspended: %+v", first)
+	}
+	doc, ferr := s.Status(context.Background(), first.ExecutionID, owner)
+	if ferr != nil || doc.Status != execution.StatusSuspended || len(doc.Pending) != 1 {
+		t.Fatalf("the suspended document: %+v %+v", doc, ferr)
+	}
+	if _, ferr := s.Status(context.Background(), first.ExecutionID, stranger); ferr == nil || ferr.Code != fault.NotFound {
+		t.Fatalf("a stranger reads it: %v", ferr)
+	}
+	other := d.process(t, runs.Options{})
+	if out, ferr := other.Resume(context.Background(), execution.ResumeRequest{ExecutionID: first.ExecutionID, Principal: approver,
+		Decisions: map[string]execution.Decision{"2": {Approve: true}}}); ferr != nil || !out.OK {
+		t.Fatalf("resume: %+v %+v", out, ferr)
+	}
+	doc, ferr = s.Status(context.Background(), first.ExecutionID, owner)
+	if ferr != nil || doc.Status != execution.StatusCompleted || !doc.OK || !strings.Contains(string(doc.Result), "deleted k") {
+		t.Fatalf("after the approver's resume, the caller reads %+v %+v", doc, ferr)
+	}
+}
+
 // TestAbandonedRun: a run whose runner died reads as failed once its lease
 // has passed, and is never started again.
 func TestAbandonedRun(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
@@ -412,7 +413,9 @@ func TestAggregateStreamMapping(t *testing.T) {
 
 // TestRoutesShareTheAuth: every route has the authorization of POST
 // /execute — the resume route above all, since only the principal API
-// Gateway verified may resume what it suspended.
+// Gateway verified may resume what it suspended — but the approval
+// page's, which a browser reaches with no caller authorization at all
+// (the page signs people in itself), and which are no more than those.
 func TestRoutesShareTheAuth(t *testing.T) {
 	tpl, err := loadFile(realTemplate)
 	if err != nil {
@@ -427,8 +430,16 @@ func TestRoutesShareTheAuth(t *testing.T) {
 	if !strings.Contains(want, "AWS_IAM") || !strings.Contains(want, "JWT") {
 		t.Fatalf("POST /execute's authorization %s does not follow AuthMode", want)
 	}
+	page := httpapi.PageRouteKeys()
 	for id, r := range tpl.resources {
-		if typeOf(r) == "AWS::ApiGatewayV2::Route" && auth(id) != want {
+		if typeOf(r) != "AWS::ApiGatewayV2::Route" {
+			continue
+		}
+		key, _ := propertiesOf(r)["RouteKey"].(string)
+		switch {
+		case slices.Contains(page, key) && auth(id) != `["NONE",null]`:
+			t.Errorf("%s (%s, the approval page's): authorization %s, want NONE", id, key, auth(id))
+		case !slices.Contains(page, key) && auth(id) != want:
 			t.Errorf("%s: authorization %s, want /execute's %s", id, auth(id), want)
 		}
 	}
@@ -543,6 +554,24 @@ func TestApprovalPolicy(t *testing.T) {
 	if vars["PML_CALLER_DECIDES"] != "off" || vars["PML_APPROVAL_KEY_SECRET"] == nil || vars["PML_APPROVAL_BUS"] == nil || vars["PML_APPROVERS"] == nil {
 		t.Errorf("the execute function's approval settings: %v", vars)
 	}
+	// The approval page: its URL (the HTTP API's, whose routes serve it),
+	// and who signs in to it.
+	for _, name := range []string{app.EnvApprovalURL, app.EnvOIDCIssuer, app.EnvOIDCClientID, app.EnvOIDCSecretARN} {
+		if vars[name] == nil {
+			t.Errorf("the execute function is not given %s", name)
+		}
+	}
+	if u, _ := json.Marshal(vars[app.EnvApprovalURL]); !strings.Contains(string(u), "${HttpApi}.execute-api") {
+		t.Errorf("%s is %s; want the HTTP API's URL", app.EnvApprovalURL, u)
+	}
+	client := propertiesOf(tpl.resources["ApprovalUserPoolClient"])
+	if b, _ := json.Marshal(client["CallbackURLs"]); client["GenerateSecret"] != false || !strings.Contains(string(b), "/approvals/signin/callback") ||
+		fmt.Sprint(client["AllowedOAuthFlows"]) != "[code]" {
+		t.Errorf("the approval page's app client: %v", client)
+	}
+	if pool := propertiesOf(tpl.resources["ApprovalUserPool"]); fmt.Sprint(pool["AdminCreateUserConfig"]) != "map[AllowAdminCreateUserOnly:true]" {
+		t.Errorf("the approvers' user pool lets anyone sign up: %v", pool["AdminCreateUserConfig"])
+	}
 }
 
 // TestSecretsPolicy: both functions may do to the MCP credential secrets
@@ -562,6 +591,14 @@ func TestSecretsPolicy(t *testing.T) {
 		touches := slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })
 		if !touches || st.resource == `{"Ref":"ApprovalStateKey"}` {
 			// The approval state key is TestApprovalPolicy's.
+			continue
+		}
+		if st.resource == `{"Ref":"ApprovalOidcClientSecretArn"}` {
+			// The approval page's client secret: read by the execute
+			// function alone, only when the parameter names one.
+			if st.fn != "ExecuteFunction" || st.cond != "HasApprovalOidcSecret" || !slices.Equal(st.actions, []string{"secretsmanager:GetSecretValue"}) {
+				t.Errorf("%s: %v on the approval page's client secret (condition %q); want the execute function's GetSecretValue, when it is set", st.fn, st.actions, st.cond)
+			}
 			continue
 		}
 		if conditional := st.cond == "HasMcpCredentialSecrets"; st.resource != `{"Ref":"McpCredentialSecrets"}` || !conditional {

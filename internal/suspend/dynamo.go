@@ -29,6 +29,7 @@ type DynamoAPI interface {
 //
 //	pk SUSP#<id>  sk meta                   the record's metadata
 //	pk SUSP#<id>  sk chunk#<key>#0000…      its suspension, ≤ 350 KiB a chunk
+//	pk SUSP#~waiting  sk <id>              a hint that <id> waits (List)
 //
 // Chunks are binary attributes, written (BatchWriteItem) under a key
 // unique to the write before the metadata is made to point at them with a
@@ -46,6 +47,14 @@ const (
 	suspensionPrefix = "SUSP#"
 	runPrefix        = "RUN#"
 )
+
+// waitingPartition is the partition (after the prefix) of the hints List
+// reads: one item per suspended execution, written when it is saved and
+// deleted once List finds it finished (else its ttl removes it). '~' is
+// not a character of an id, so no execution's partition is named so. One
+// partition takes every suspension's write: thousands a second, far more
+// than people approve.
+const waitingPartition = "~waiting"
 
 // chunkSize keeps a chunk item (its data plus about 100 bytes of keys and
 // ttl) well under DynamoDB's 400 KB item limit; a Query page (1 MB) reads
@@ -175,6 +184,50 @@ func (d *dynamoBackend) deleteBody(ctx context.Context, id string, ref *bodyRef)
 		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: d.itemKey(id, chunkSK(ref.Key, i))}}
 	}
 	return d.batchWrite(ctx, reqs)
+}
+
+func (d *dynamoBackend) waiting(ctx context.Context) ([]string, error) {
+	var ids []string
+	var start map[string]types.AttributeValue
+	for {
+		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(d.table),
+			KeyConditionExpression:    aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: d.prefix + waitingPartition}},
+			ProjectionExpression:      aws.String("sk"),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range out.Items {
+			if sk, ok := it["sk"].(*types.AttributeValueMemberS); ok {
+				ids = append(ids, sk.Value)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return ids, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+func (d *dynamoBackend) waitingKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: d.prefix + waitingPartition},
+		"sk": &types.AttributeValueMemberS{Value: id},
+	}
+}
+
+func (d *dynamoBackend) markWaiting(ctx context.Context, id string, expires time.Time) error {
+	item := d.waitingKey(id)
+	item["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Add(ttlGrace).Unix(), 10)}
+	_, err := d.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(d.table), Item: item})
+	return err
+}
+
+func (d *dynamoBackend) unmarkWaiting(ctx context.Context, id string) error {
+	return d.batchWrite(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: d.waitingKey(id)}}})
 }
 
 // maxBatchTries bounds the attempts at one batch whose items DynamoDB

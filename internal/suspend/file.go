@@ -136,6 +136,28 @@ func (f *fileBackend) deleteBody(_ context.Context, id string, ref *bodyRef) err
 	return os.Remove(f.bodyPath(id, ref.Key))
 }
 
+// waiting lists every record of the directory: it is its own index.
+func (f *fileBackend) waiting(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(f.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && validID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func (f *fileBackend) markWaiting(context.Context, string, time.Time) error { return nil }
+
+func (f *fileBackend) unmarkWaiting(context.Context, string) error { return nil }
+
 // writeAtomic replaces dir/name durably: a claim that was acknowledged
 // must survive a crash, or the execution could be claimed again after it.
 func (f *fileBackend) writeAtomic(name string, data []byte) error {

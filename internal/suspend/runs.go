@@ -77,6 +77,13 @@ type Runs interface {
 	// Create records r queued at version 1 with its request in r.Body;
 	// ErrConflict if the id exists. It updates r as Save does.
 	Create(ctx context.Context, r *Run) error
+	// Keep records r, an execution that ran while its caller waited and
+	// suspended, as a suspended run at version 1 with its document in
+	// r.Body, kept until r.ExpiresAt: from then on it is polled, settled
+	// and cancelled as an asynchronous one that suspended, so whoever
+	// resumes it, its caller can read how it ended. ErrConflict if the id
+	// exists. It updates r as Save does.
+	Keep(ctx context.Context, r *Run) error
 	// Load returns the run with its body. A running one found past its
 	// lease is failed (CodeRunAbandoned) first. ErrNotFound, ErrExpired.
 	Load(ctx context.Context, id string) (*Run, error)
@@ -157,6 +164,37 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	}
 	if sw, ok := c.b.(sweeper); ok {
 		sw.sweep(ctx, now)
+	}
+	*r = *next.run()
+	r.Body = nil
+	return nil
+}
+
+// Keep implements Runs.
+func (rc *runCore) Keep(ctx context.Context, r *Run) error {
+	c := rc.c
+	if !validID(r.ID) {
+		return fmt.Errorf("suspend: run id %q: %w", r.ID, ErrInvalid)
+	}
+	if len(r.Body) == 0 {
+		return fmt.Errorf("suspend: run %s has no document: %w", r.ID, ErrInvalid)
+	}
+	now := c.now()
+	expires := r.ExpiresAt
+	if !expires.After(now) {
+		expires = now.Add(c.opts.TTL)
+	}
+	next := &meta{ID: r.ID, Version: 1, State: Suspended, Principal: r.Principal, CreatedAt: now, UpdatedAt: now, ExpiresAt: expires}
+	ref, err := c.writeChecked(ctx, r.ID, 1, r.Body, next.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("suspend: writing run %s: %w", r.ID, err)
+	}
+	next.Body = ref
+	if err := c.b.put(ctx, next, 0); errors.Is(err, errStale) {
+		_ = c.b.deleteBody(ctx, r.ID, ref)
+		return fmt.Errorf("suspend: run %s exists: %w", r.ID, ErrConflict)
+	} else if err != nil {
+		return fmt.Errorf("suspend: recording run %s: %w", r.ID, err)
 	}
 	*r = *next.run()
 	r.Body = nil

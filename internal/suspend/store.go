@@ -2,6 +2,7 @@ package suspend
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -67,6 +69,14 @@ type backend interface {
 	// deleteBody removes a blob. Callers ignore its error: an orphan blob
 	// is garbage, never read again (DynamoDB's TTL removes it eventually).
 	deleteBody(ctx context.Context, id string, ref *bodyRef) error
+	// waiting lists the ids of the records that may be suspended: every
+	// one that is, and perhaps some that are not any more.
+	waiting(ctx context.Context) ([]string, error)
+	// markWaiting notes that id is suspended until expires, for waiting;
+	// unmarkWaiting that it is finished. Both are hints: a record's own
+	// state is the truth.
+	markWaiting(ctx context.Context, id string, expires time.Time) error
+	unmarkWaiting(ctx context.Context, id string) error
 }
 
 var (
@@ -282,6 +292,9 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	if prev != nil && prev.Body != nil {
 		_ = c.b.deleteBody(ctx, r.ID, prev.Body)
 	}
+	// Best effort: a record saved but not listed is still resumed by id,
+	// and told to approvers by the suspension notice.
+	_ = c.b.markWaiting(ctx, r.ID, next.ExpiresAt)
 	if sw, ok := c.b.(sweeper); ok && prev == nil {
 		sw.sweep(ctx, now)
 	}
@@ -436,4 +449,41 @@ func (c *core) Finish(ctx context.Context, id string, version int, state State, 
 		return nil
 	}
 	return fmt.Errorf("suspend: finishing %s: it kept changing: %w", id, ErrConflict)
+}
+
+// List implements Store.
+func (c *core) List(ctx context.Context, limit int) ([]*Record, error) {
+	ids, err := c.b.waiting(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("suspend: listing suspended executions: %w", err)
+	}
+	now := c.now()
+	var out []*Record
+	for _, id := range ids {
+		if !validID(id) {
+			continue
+		}
+		m, err := c.b.get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("suspend: reading %s: %w", id, err)
+		}
+		switch {
+		case m == nil:
+			_ = c.b.unmarkWaiting(ctx, id)
+		case m.State == Suspended && !m.expired(now):
+			out = append(out, m.record())
+		case m.State == Done || m.State == Failed || m.expired(now):
+			// Final: it waits for nothing any more. A record being
+			// resumed may suspend again (and mark itself anew), so its
+			// hint stays.
+			_ = c.b.unmarkWaiting(ctx, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Record) int {
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }

@@ -149,6 +149,11 @@ type Store interface {
 	// or, when retrying after a storage error, the first attempt did
 	// finish it: the *StateError shows the state at version+1).
 	Finish(ctx context.Context, id string, version int, state State, code fault.Code) error
+	// List returns the records that wait for decisions now (Suspended and
+	// not expired), soonest to expire first, at most limit of them (0: no
+	// limit), without their suspensions: what an approval page lists.
+	// Load each to read it whole.
+	List(ctx context.Context, limit int) ([]*Record, error)
 }
 
 // The errors a Store returns, to test with errors.Is. Other errors are

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -541,6 +542,75 @@ func TestImageOnlyWhileNeeded(t *testing.T) {
 		}
 		if n := bodies(); n != 0 {
 			t.Fatalf("%d body items after finishing", n)
+		}
+	})
+}
+
+// TestList: what waits is listed, soonest to expire first, and nothing
+// else — not a finished execution, not one being resumed, not an expired
+// one; one that suspends again is listed again; a second store over the
+// same storage (another process) sees the same.
+func TestList(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s suspend.Store, clk *clock, loc location) {
+		ctx := context.Background()
+		ids := func(s suspend.Store, limit int) []string {
+			t.Helper()
+			recs, err := s.List(ctx, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, r := range recs {
+				if r.Suspension != nil || r.State != suspend.Suspended {
+					t.Fatalf("listed %+v: want metadata of a suspended record", r)
+				}
+				out = append(out, r.ID+"/"+r.Principal)
+			}
+			return out
+		}
+		if got := ids(s, 0); len(got) != 0 {
+			t.Fatalf("empty store lists %v", got)
+		}
+		for i, p := range []string{"alice", "bob", "carol"} {
+			r := &suspend.Record{ID: "ex_" + string(rune('1'+i)), Principal: p, Bridge: json.RawMessage(bridgeData), Suspension: suspension(1<<10, uint64(i))}
+			if err := s.Save(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			clk.Add(time.Minute)
+		}
+		other := loc.open(suspend.Options{Now: clk.Now})
+		if got, want := fmt.Sprint(ids(other, 0)), "[ex_1/alice ex_2/bob ex_3/carol]"; got != want {
+			t.Fatalf("listed %s, want %s", got, want)
+		}
+		if got, want := fmt.Sprint(ids(s, 2)), "[ex_1/alice ex_2/bob]"; got != want {
+			t.Fatalf("limit 2 listed %s, want %s", got, want)
+		}
+		// ex_1 is resumed and finished; ex_2 is being resumed.
+		c1, err := s.Claim(ctx, "ex_1", 1, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(ctx, "ex_1", c1.Version, suspend.Done, ""); err != nil {
+			t.Fatal(err)
+		}
+		c2, err := s.Claim(ctx, "ex_2", 1, "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fmt.Sprint(ids(s, 0)), "[ex_3/carol]"; got != want {
+			t.Fatalf("after a finish and a claim, listed %s, want %s", got, want)
+		}
+		// ex_2 suspends again: it waits anew, and now expires last.
+		c2.Suspension = suspension(1<<10, 9)
+		if err := s.Save(ctx, c2); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fmt.Sprint(ids(other, 0)), "[ex_3/carol ex_2/bob]"; got != want {
+			t.Fatalf("after ex_2 suspended again, listed %s, want %s", got, want)
+		}
+		clk.Add(suspend.DefaultTTL)
+		if got := ids(s, 0); len(got) != 0 {
+			t.Fatalf("a day later, expired records are listed: %v", got)
 		}
 	})
 }

@@ -1,0 +1,533 @@
+// Package approvalpage is the approval page: where a person — not the
+// caller, nor whatever answers for its MCP client — decides what waits for
+// a person. Someone signs in (through the deployment's OpenID Connect
+// provider, or, on pml serve, with a one-time link printed on its
+// terminal), sees the decisions that wait for them, reads each pending
+// call in full — every argument, the tool's description and annotations,
+// the script around the call, who asked and until when — and approves or
+// rejects it with a form. The decision resumes the execution through the
+// same executor as every front end, as execution.ChannelPage under the
+// person's principal, and the deployment's one policy (internal/approval)
+// weighs it.
+//
+// The page is server-rendered HTML (html/template: every value is text),
+// sends no script at all, and is sent with a strict Content-Security-Policy
+// and frame-ancestors 'none'. Sessions are signed, expiring cookies
+// (HttpOnly, SameSite=Strict, Secure and __Host- over HTTPS); every form
+// carries a token bound to the session, cross-origin posts are refused
+// (net/http's CrossOriginProtection), and a decision names the version of
+// the execution it was shown, so a replayed form is refused once the
+// execution has moved on.
+//
+// Other kinds of decision (capability drafts awaiting publication) join
+// the list by registering a Provider.
+package approvalpage
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Prefix is the path every route of the page is under.
+const Prefix = "/approvals"
+
+// RouteKeys are the page's routes, as API Gateway route keys (and
+// ServeMux patterns). A deployment routes them without the API's caller
+// authorization: the page signs people in itself, and a browser cannot
+// sign a request or send a bearer token.
+var RouteKeys = []string{
+	"GET " + Prefix,
+	"GET " + Prefix + "/{id}",
+	"POST " + Prefix + "/{id}",
+	"GET " + Prefix + "/signin",
+	"GET " + Prefix + "/signin/callback",
+	"POST " + Prefix + "/signout",
+}
+
+// IsPagePath reports whether path is one of the page's.
+func IsPagePath(path string) bool {
+	return path == Prefix || strings.HasPrefix(path, Prefix+"/")
+}
+
+// Lister lists suspended executions for the page (bridge.Service): the
+// suspended documents of those whose owner mayList lets through, soonest
+// to expire first, at most limit.
+type Lister interface {
+	ListWaiting(ctx context.Context, limit int, mayList func(owner string) bool) ([]*execution.Response, *fault.Error)
+}
+
+// Provider is one kind of decision that waits for people. The list page
+// shows every provider's items for the person signed in; each item links
+// to a page of its own (the executions' is this package's; another kind
+// serves its own through Page.Handle).
+type Provider interface {
+	// Kind names the decisions, as the list's heading ("Tool calls").
+	Kind() string
+	// Waiting lists what person may decide now, most urgent first, at
+	// most limit items.
+	Waiting(ctx context.Context, person approval.Decider, limit int) ([]Item, error)
+}
+
+// Item is one decision on the list.
+type Item struct {
+	// Path is the item's page, under Prefix ("/approvals/ex_…").
+	Path string
+	// Title and Summary say what is asked, in a line each.
+	Title, Summary string
+	// Owner is whose ask it is; Asked and Expires when it was asked and
+	// until when it waits.
+	Owner          string
+	Asked, Expires time.Time
+	// MayApprove is whether the person may approve it (else only reject).
+	MayApprove bool
+}
+
+// Options configure a Page. Service, Policy and Key are required.
+type Options struct {
+	// Service reads what a suspended execution waits for and resumes it,
+	// the same executor every front end uses.
+	Service execution.Executor
+	// Lister lists suspended executions; without one the list shows the
+	// other providers' items only.
+	Lister Lister
+	// Policy is the deployment's one policy: it weighs a decision made
+	// here as execution.ChannelPage.
+	Policy approval.Policy
+	// Key signs page sessions, sign-in flows and form tokens (keys
+	// derived from it, one per use): the deployment's approval state key.
+	Key approval.Key
+	// BaseURL is the page's external base ("https://api.example.com",
+	// "https://id.execute-api.region.amazonaws.com/v1"): what links, the
+	// provider's redirect and an MCP client's URL elicitation name. Empty:
+	// derived from each request (pml serve).
+	BaseURL string
+	// OIDC, when set, signs people in through the deployment's provider.
+	OIDC *OIDC
+	// Links, when set, are the one-time local links of pml serve: whoever
+	// opens one signs in as LocalPrincipal.
+	Links *LocalLinks
+	// Providers are more kinds of decisions for the list.
+	Providers []Provider
+	Logger    *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Page is the approval page: an http.Handler serving RouteKeys.
+type Page struct {
+	opts      Options
+	log       *slog.Logger
+	mux       *http.ServeMux
+	keys      keys
+	cookies   cookies
+	signin    *signin
+	providers []Provider
+	cop       *http.CrossOriginProtection
+}
+
+// New returns the page.
+func New(opts Options) (*Page, error) {
+	if opts.Service == nil {
+		return nil, errors.New("approvalpage: no executor")
+	}
+	if len(opts.Key) < approval.KeyBytes {
+		return nil, errors.New("approvalpage: no key to sign sessions with")
+	}
+	if opts.BaseURL != "" {
+		u, err := url.Parse(opts.BaseURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return nil, errors.New("approvalpage: the base URL must be an http(s) URL without query or fragment, e.g. https://api.example.com/v1")
+		}
+		opts.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Page{opts: opts, log: opts.Logger, mux: http.NewServeMux(), keys: deriveKeys(opts.Key),
+		cookies: cookies{secure: strings.HasPrefix(opts.BaseURL, "https://")}}
+	if opts.OIDC != nil {
+		if opts.OIDC.Issuer == "" || opts.OIDC.ClientID == "" {
+			return nil, errors.New("approvalpage: sign-in needs the provider's issuer and the page's client id")
+		}
+		p.signin = &signin{cfg: *opts.OIDC}
+	}
+	if opts.Lister != nil {
+		p.providers = append(p.providers, callsProvider{p})
+	}
+	p.providers = append(p.providers, opts.Providers...)
+	p.cop = http.NewCrossOriginProtection()
+	if opts.BaseURL != "" {
+		// The page's own origin, as the browser names it, which the Host
+		// header behind a proxy or API Gateway may not.
+		u, _ := url.Parse(opts.BaseURL)
+		if err := p.cop.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
+			return nil, err
+		}
+	}
+	p.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.fail(w, r, http.StatusForbidden, "This form was sent from another site: it is refused.")
+	}))
+	p.mux.HandleFunc("GET "+Prefix, p.list)
+	p.mux.HandleFunc("GET "+Prefix+"/{id}", p.execution)
+	p.mux.Handle("POST "+Prefix+"/{id}", p.cop.Handler(http.HandlerFunc(p.decide)))
+	p.mux.HandleFunc("GET "+Prefix+"/signin", p.signinPage)
+	p.mux.HandleFunc("GET "+Prefix+"/signin/callback", p.callback)
+	p.mux.Handle("POST "+Prefix+"/signout", p.cop.Handler(http.HandlerFunc(p.signout)))
+	return p, nil
+}
+
+// ServeHTTP implements http.Handler: every answer carries the page's
+// security headers.
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// The local link's token and execution ids stay out of Referer.
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if p.cookies.secure {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
+	// ServeMux, not the handler it finds, serves the request: only it
+	// sets the path's values.
+	if _, pattern := p.mux.Handler(r); pattern == "" {
+		p.fail(w, r, http.StatusNotFound, "There is no such page.")
+		return
+	}
+	p.mux.ServeHTTP(w, r)
+}
+
+// Handle serves another kind of decision's page under Prefix (pattern
+// "GET /approvals/drafts/{name}"): it gets the page's headers; its
+// handlers read the person with Person and check forms with CheckForm.
+// A POST pattern is wrapped in the cross-origin protection.
+func (p *Page) Handle(pattern string, h http.Handler) {
+	if strings.HasPrefix(pattern, http.MethodPost+" ") {
+		h = p.cop.Handler(h)
+	}
+	p.mux.Handle(pattern, h)
+}
+
+// Person returns who is signed in on the page, as a decider on the page
+// channel.
+func (p *Page) Person(r *http.Request) (approval.Decider, bool) {
+	s, ok := p.readSession(r)
+	return approval.Decider{Principal: s.Principal, Channel: execution.ChannelPage}, ok
+}
+
+// CheckForm reports whether a posted form carries the signed-in session's
+// token (after r.ParseForm).
+func (p *Page) CheckForm(r *http.Request) bool {
+	s, ok := p.readSession(r)
+	return ok && p.csrfOK(s, r.PostFormValue("csrf"))
+}
+
+// ExecutionURL is the page of execution id, under base (the request's
+// base URL when the page has none configured: BaseURL).
+func (p *Page) ExecutionURL(base, id string) string {
+	if p.opts.BaseURL != "" {
+		base = p.opts.BaseURL
+	}
+	return base + Prefix + "/" + url.PathEscape(id)
+}
+
+// Configured reports whether the page has a base URL of its own.
+func (p *Page) Configured() bool { return p.opts.BaseURL != "" }
+
+// SignInLink is the one-time local sign-in URL for a new token, under
+// base; "" without local links.
+func (p *Page) SignInLink(base string) string {
+	if p.opts.Links == nil {
+		return ""
+	}
+	if p.opts.BaseURL != "" {
+		base = p.opts.BaseURL
+	}
+	return base + Prefix + "/signin?link=" + p.opts.Links.Mint()
+}
+
+func (p *Page) now() time.Time { return p.opts.Now() }
+
+// baseURL is the page's external base for r.
+func (p *Page) baseURL(r *http.Request) string {
+	if p.opts.BaseURL != "" {
+		return p.opts.BaseURL
+	}
+	return RequestBase(r)
+}
+
+// RequestBase is the base URL a request reached this server by
+// (scheme and Host), for a server that has none configured.
+func RequestBase(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// path is a page path as the browser must request it: under the base
+// URL's path (an API Gateway stage, "/v1"), which the request path here
+// does not show.
+func (p *Page) path(rel string) string {
+	if p.opts.BaseURL == "" {
+		return rel
+	}
+	u, _ := url.Parse(p.opts.BaseURL)
+	return strings.TrimSuffix(u.Path, "/") + rel
+}
+
+// safeNext keeps a post-sign-in destination on the page: a path under
+// Prefix, nothing that could leave the site.
+func safeNext(next string) string {
+	if next == "" || !strings.HasPrefix(next, Prefix) || strings.ContainsAny(next, "\\\r\n") || strings.HasPrefix(next, "//") {
+		return Prefix
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || !IsPagePath(u.Path) {
+		return Prefix
+	}
+	return next
+}
+
+// signinPage starts a sign-in: a one-time local link (?link=), else the
+// provider, else it says how to sign in.
+func (p *Page) signinPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	next := safeNext(q.Get("next"))
+	if token := q.Get("link"); token != "" {
+		if p.opts.Links == nil || !p.opts.Links.Redeem(token) {
+			p.fail(w, r, http.StatusUnauthorized, "This sign-in link is not valid: it was used already, has expired (links last 10 minutes), "+
+				"or was printed by another server. pml serve prints a new one when it starts and whenever an execution waits.")
+			return
+		}
+		if err := p.startSession(w, LocalPrincipal, "link"); err != nil {
+			p.fail(w, r, http.StatusInternalServerError, "The session could not be started.")
+			return
+		}
+		p.log.InfoContext(r.Context(), "signed in on the approval page", "principal", LocalPrincipal, "via", "link")
+		p.landing(w, r, LocalPrincipal, next)
+		return
+	}
+	if p.signin != nil {
+		p.signinStart(w, r, next)
+		return
+	}
+	msg := "This server signs no one in through a provider."
+	if p.opts.Links != nil {
+		msg = "Open the one-time sign-in link pml serve printed on its terminal (it prints a new one when it starts and whenever an execution waits)."
+	}
+	p.render(w, r, http.StatusUnauthorized, "message", pageData{Title: "Sign in", Message: msg})
+}
+
+func (p *Page) callback(w http.ResponseWriter, r *http.Request) {
+	if p.signin == nil {
+		p.fail(w, r, http.StatusNotFound, "This server signs no one in through a provider.")
+		return
+	}
+	p.signinCallback(w, r)
+}
+
+// landing answers a sign-in: a page that moves on to next by itself. Not
+// a redirect: the session cookie is SameSite=Strict, and a browser does
+// not send it on a redirect chain that began on the provider's site; a
+// navigation this page starts is the site's own.
+func (p *Page) landing(w http.ResponseWriter, r *http.Request, principal, next string) {
+	p.render(w, r, http.StatusOK, "landing", pageData{Title: "Signed in", Principal: principal, Next: p.path(next)})
+}
+
+func (p *Page) signout(w http.ResponseWriter, r *http.Request) {
+	s, ok := p.readSession(r)
+	_ = r.ParseForm()
+	if ok && !p.csrfOK(s, r.PostFormValue("csrf")) {
+		p.fail(w, r, http.StatusForbidden, "This form does not carry this session's token: it is refused.")
+		return
+	}
+	p.cookies.clear(w, p.cookies.sessionName(), true)
+	p.render(w, r, http.StatusOK, "message", pageData{Title: "Signed out", Message: "You are signed out."})
+}
+
+// person is who is signed in, or answers the request with a sign-in
+// prompt (401) and reports false.
+func (p *Page) person(w http.ResponseWriter, r *http.Request) (session, bool) {
+	s, ok := p.readSession(r)
+	if !ok {
+		next := r.URL.Path
+		p.render(w, r, http.StatusUnauthorized, "message", pageData{Title: "Sign in", Message: "Sign in to see what waits for your decision.",
+			SignIn: p.path(Prefix + "/signin?next=" + url.QueryEscape(next))})
+	}
+	return s, ok
+}
+
+func (p *Page) decider(s session) approval.Decider {
+	return approval.Decider{Principal: s.Principal, Channel: execution.ChannelPage}
+}
+
+// maxListItems bounds each provider's part of the list.
+const maxListItems = 50
+
+func (p *Page) list(w http.ResponseWriter, r *http.Request) {
+	s, ok := p.person(w, r)
+	if !ok {
+		return
+	}
+	d := p.decider(s)
+	data := pageData{Title: "Waiting for a decision", Session: &s, CSRF: p.csrfToken(s)}
+	for _, pr := range p.providers {
+		items, err := pr.Waiting(r.Context(), d, maxListItems)
+		g := group{Kind: pr.Kind()}
+		if err != nil {
+			p.log.WarnContext(r.Context(), "approval list", "kind", pr.Kind(), "err", err)
+			g.Error = "This list could not be read now."
+		}
+		for _, it := range items {
+			it.Path = p.path(it.Path)
+			g.Items = append(g.Items, it)
+		}
+		data.Groups = append(data.Groups, g)
+	}
+	p.render(w, r, http.StatusOK, "list", data)
+}
+
+// fail answers with a message page.
+func (p *Page) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	p.render(w, r, status, "message", pageData{Title: http.StatusText(status), Message: msg})
+}
+
+// callsProvider lists suspended executions whose pending calls the person
+// may decide.
+type callsProvider struct{ p *Page }
+
+func (c callsProvider) Kind() string { return "Tool calls" }
+
+func (c callsProvider) Waiting(ctx context.Context, person approval.Decider, limit int) ([]Item, error) {
+	pol := c.p.opts.Policy
+	docs, ferr := c.p.opts.Lister.ListWaiting(ctx, limit, func(owner string) bool {
+		return pol.MayApprove(person, owner) || pol.MayReject(person, owner)
+	})
+	if ferr != nil {
+		return nil, ferr
+	}
+	items := make([]Item, 0, len(docs))
+	for _, d := range docs {
+		var tools []string
+		for _, pc := range d.Pending {
+			tools = append(tools, "#"+strconv.Itoa(pc.CallID)+" "+pc.Server+"."+pc.Tool)
+		}
+		items = append(items, Item{Path: Prefix + "/" + url.PathEscape(d.ExecutionID), Title: "Execution " + d.ExecutionID,
+			Summary: strings.Join(tools, ", "), Owner: d.Owner, Asked: d.CreatedAt, Expires: d.ExpiresAt,
+			MayApprove: pol.MayApprove(person, d.Owner)})
+	}
+	return items, nil
+}
+
+// mayDecide reports whether the person may act on owner's ask at all.
+func (p *Page) mayDecide(d approval.Decider, owner string) bool {
+	return p.opts.Policy.MayApprove(d, owner) || p.opts.Policy.MayReject(d, owner)
+}
+
+// notWaiting is the answer for an execution that does not wait for this
+// person: the same for every reason, so ids cannot be probed.
+func (p *Page) notWaiting(w http.ResponseWriter, r *http.Request) {
+	p.fail(w, r, http.StatusNotFound, "No execution waits for your decision under this id: it may have been decided already, "+
+		"have expired, belong to someone you do not decide for, or never have existed.")
+}
+
+func (p *Page) execution(w http.ResponseWriter, r *http.Request) {
+	s, ok := p.person(w, r)
+	if !ok {
+		return
+	}
+	d := p.decider(s)
+	doc, ferr := p.opts.Service.Waiting(r.Context(), r.PathValue("id"))
+	if ferr != nil || !p.mayDecide(d, doc.Owner) {
+		p.notWaiting(w, r)
+		return
+	}
+	p.render(w, r, http.StatusOK, "execution", p.executionView(r.Context(), s, doc))
+}
+
+// flushTimeout bounds writing traces after a decision ran the execution
+// on.
+const flushTimeout = 5 * time.Second
+
+func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
+	s, ok := p.person(w, r)
+	if !ok {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		p.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	if !p.csrfOK(s, r.PostFormValue("csrf")) {
+		p.log.InfoContext(r.Context(), "approval form refused", "reason", "csrf", "principal", s.Principal)
+		p.fail(w, r, http.StatusForbidden, "This form does not carry this session's token: it is refused. Reload the page and decide again.")
+		return
+	}
+	id := r.PathValue("id")
+	call, err1 := strconv.Atoi(r.PostFormValue("call"))
+	version, err2 := strconv.Atoi(r.PostFormValue("version"))
+	word, reason := r.PostFormValue("decision"), strings.TrimSpace(r.PostFormValue("reason"))
+	if err1 != nil || err2 != nil || call < 1 || version < 1 || (word != execution.DecisionApprove && word != execution.DecisionReject) || len(reason) > execution.MaxReasonBytes {
+		p.fail(w, r, http.StatusBadRequest, "The form is not one this page sent: it names no call, version or decision, or its reason is over "+
+			strconv.Itoa(execution.MaxReasonBytes)+" bytes.")
+		return
+	}
+	dec := execution.Decision{Approve: word == execution.DecisionApprove, Reason: reason}
+	if !dec.Approve && reason == "" {
+		dec.Reason = "rejected on the approval page"
+	}
+	rr := execution.ResumeRequest{ExecutionID: id, Decisions: map[string]execution.Decision{strconv.Itoa(call): dec},
+		CallDetail: execution.CallDetailSummary, Principal: s.Principal, Channel: execution.ChannelPage, Version: version}
+	resp, ferr := p.opts.Service.Resume(r.Context(), rr)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), flushTimeout)
+	if err := p.opts.Service.Flush(fctx); err != nil {
+		p.log.WarnContext(r.Context(), "trace flush failed", "err", err)
+	}
+	cancel()
+	if ferr != nil {
+		p.log.InfoContext(r.Context(), "approval refused", "execution_id", id, "call_id", call, "decision", word, "principal", s.Principal, "code", string(ferr.Code))
+		status, msg := refusal(ferr)
+		p.fail(w, r, status, msg)
+		return
+	}
+	p.log.InfoContext(r.Context(), "decided on the approval page", "execution_id", id, "call_id", call, "decision", word, "principal", s.Principal)
+	p.render(w, r, http.StatusOK, "decided", decidedView(s, p.csrfToken(s), id, call, dec, resp, p.path(Prefix+"/"+url.PathEscape(id)), p.path(Prefix)))
+}
+
+// refusal is what the person is told when a decision was refused: nothing
+// ran.
+func refusal(ferr *fault.Error) (int, string) {
+	switch ferr.Code {
+	case fault.Conflict:
+		return http.StatusConflict, "This decision was not taken: the execution has moved on since this page was shown (the call was decided already, " +
+			"or the form was sent twice). Open the execution again to see what waits now."
+	case fault.Forbidden:
+		return http.StatusForbidden, "This decision is not yours to take under this deployment's policy: " + ferr.Message
+	case fault.Expired:
+		return http.StatusGone, "The execution expired before this decision: its calls will never run."
+	case fault.InvalidRequest:
+		return http.StatusBadRequest, "This decision was not taken: " + ferr.Message
+	case fault.NotFound:
+		return http.StatusNotFound, "No execution waits for a decision under this id."
+	case fault.ResumeIncompatible:
+		return http.StatusConflict, "This server runs another build of the sandbox than the one that suspended the execution: decide it where that build runs."
+	}
+	return http.StatusServiceUnavailable, "The decision could not be taken now (" + string(ferr.Code) + "); try again."
+}
