@@ -15,20 +15,24 @@ const (
 	refuseScopes
 	refuseScopeCount
 	refuseAmbiguous
-	refuseRepeats
 	refuseComments
 	refuseFolds
 )
 
-// result is what a scan found: the refusal and its byte offset, and the
-// deepest nesting seen (for tests and measurement).
+// result is what a scan found: the refusal and its byte offset, the
+// names declared again, and the deepest nesting seen (for tests and
+// measurement).
 type result struct {
 	refused refusal
 	at      int
-	name    string // the name declared again, for refuseRepeats
-	depth   int
-	scopes  int
-	opened  int // blocks, function bodies and arrows, in the reading that read most
+	// repeats counts names declared again in their scope; repeatAt and
+	// repeatName are the first of them.
+	repeats    int
+	repeatAt   int
+	repeatName string
+	depth      int
+	scopes     int
+	opened     int // blocks, function bodies and arrows, in the reading that read most
 }
 
 // Frame kinds. Angles and ternaries are tentative: a `<` may be a
@@ -146,7 +150,8 @@ type reading struct {
 	callClose bool  // it closed what looked like a call's arguments
 	castNext  bool  // it closed type arguments or a comparison: a < here may start a type assertion
 	bindNext  bool  // a word (or a pattern) here is a name a let, const or class declares
-	keyNext   bool  // a word or string here is an object literal's key
+	keyNext   bool  // a word or string here is a property's or class member's name (or a modifier before it)
+	headFirst bool  // it opened a statement head's paren: a let here declares (for (let …))
 	pending   decl  // the name just read, declared unless (or only if) a : follows
 	indent    bool  // it was if/for/while/with: the statement indents its body
 	bodyNext  bool  // it ended the head of a statement that indents its body
@@ -186,10 +191,12 @@ type declKey struct {
 type declSeen struct{ count, at int32 }
 
 // maxRepeats is how many names declared again in their scope the code
-// may hold before it is refused. Each is an error in every parser (a
-// SyntaxError), but esbuild builds each error's note by scanning back to
+// may hold and still be read by esbuild. Each is an error in every parser
+// (a SyntaxError), but esbuild builds each error's note by scanning back to
 // the first declaration: many of them cost it quadratic time (`let a;`
-// 36,000 times, 256 KiB: about 25 s of CPU).
+// 36,000 times, 256 KiB: about 25 s of CPU). The other parsers stop at the
+// first, so past the bound the code only never reaches esbuild (see
+// Report.KeepFromEsbuild).
 const maxRepeats = 8
 
 // maxCommentScan bounds how far esbuild scans back, in all, from the
@@ -282,7 +289,7 @@ func scan(code string, lim Limits) result {
 		res.scopes = max(res.scopes, int(r.maxScopes))
 		res.opened = max(res.opened, r.opened)
 		if r.refused != refuseNone {
-			res.refused, res.at, res.name = r.refused, r.at, s.repeatName
+			res.refused, res.at = r.refused, r.at
 			return res
 		}
 		if fork != nil {
@@ -303,6 +310,7 @@ func scan(code string, lim Limits) result {
 			}
 		}
 	}
+	res.repeats, res.repeatAt, res.repeatName = s.repeats, s.repeatAt, s.repeatName
 	return res
 }
 
@@ -321,7 +329,7 @@ func (r *reading) same(q *reading) bool {
 		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
 		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
 		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
-		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.pending != q.pending ||
+		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.headFirst != q.headFirst || r.pending != q.pending ||
 		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.accessor != q.accessor {
 		return false
 	}
@@ -406,7 +414,7 @@ func (r *reading) open() {
 }
 
 // declare records a let, const or class name declared in a scope, and
-// refuses past maxRepeats names declared again.
+// counts the names declared again.
 func (r *reading) declare(scope uint32, name string, at int) {
 	s := r.s
 	if s.decls == nil {
@@ -427,9 +435,6 @@ func (r *reading) declare(scope uint32, name string, at int) {
 		s.repeatAt, s.repeatName = at, name
 	}
 	s.repeats++
-	if s.repeats > maxRepeats && r.refused == refuseNone {
-		r.refused, r.at = refuseRepeats, s.repeatAt
-	}
 }
 
 // declScope is the scope a name declared here belongs to.
@@ -451,6 +456,7 @@ func (r *reading) pattern(k uint8) {
 	r.cur.scope = scope
 	r.exprStart()
 	r.bindNext = true
+	r.keyNext = k == kBrace
 }
 
 // push opens a frame of kind k.
@@ -642,10 +648,10 @@ func (r *reading) token(c byte) *reading {
 	code := r.code
 	start := r.i
 	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi =
-		false, false, false, false, false, false, false, false, false, false, false, false, false
+	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi, headFirst :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst =
+		false, false, false, false, false, false, false, false, false, false, false, false, false, false
 	if asi && newline {
 		// `return` (and the others) then a line break: a new statement may
 		// start here (a block, a label), or the expression go on. Both
@@ -663,7 +669,9 @@ func (r *reading) token(c byte) *reading {
 		r.cur.flags |= fDecl | fLex
 		bind = true
 	}
-	if bind && (c == '[' || c == '{') {
+	if bind && (c == '[' || c == '{') && !(key && r.cur.kind == kBrace && r.cur.flags&fPattern != 0) {
+		// A nested pattern (a `[` at an object pattern's key is a computed
+		// key instead: an expression).
 		r.i++
 		k := kBracket
 		if c == '{' {
@@ -697,6 +705,9 @@ func (r *reading) token(c byte) *reading {
 				f |= fIndent
 			}
 			r.push(kParen, f)
+			r.exprStart()
+			r.headFirst = true
+			return nil
 		case r.operand:
 			r.cur.unary++ // a call
 			r.push(kParen, fList|fCall)
@@ -727,6 +738,7 @@ func (r *reading) token(c byte) *reading {
 			} else {
 				r.push(kBrace, fList)
 				r.exprStart()
+				r.keyNext = true
 			}
 		case r.brace == braceObject:
 			r.push(kBrace, fList)
@@ -775,6 +787,10 @@ func (r *reading) token(c byte) *reading {
 			// declaration, after which a / starts a regular expression.
 			r.operandEnd()
 			r.slash = slashEither
+			// A method's body (or a static block) in a class body, not a
+			// function in a field's initializer: a member's name follows.
+			r.keyNext = closed.flags&fBlock != 0 && r.cur.flags&fClass != 0 &&
+				r.cur.right == 0 && r.cur.unary == 0 && r.cur.seq == 0
 		case c == ')' && closed.flags&fList == 0 && closed.strs > 0:
 			r.literal(int(closed.strs)) // a group of literals folds into one
 		default:
@@ -791,7 +807,7 @@ func (r *reading) token(c byte) *reading {
 		r.template = true
 	case '\'', '"':
 		r.skipString(c)
-		if key && !r.dead && r.code[start+1:r.i-1] == "__proto__" {
+		if key && !r.dead && r.objectLiteral() && r.code[start+1:r.i-1] == "__proto__" {
 			r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: "__proto__", at: start}
 		}
 		r.literal(r.i - start)
@@ -870,6 +886,7 @@ func (r *reading) token(c byte) *reading {
 		switch {
 		case r.cur.flags&(fLex|fPattern|fEnum) != 0:
 			r.bindNext = true
+			r.keyNext = r.cur.kind == kBrace && r.cur.flags&fPattern != 0
 		case r.cur.kind == kBrace && r.cur.flags&fList != 0:
 			r.keyNext = true
 		}
@@ -882,6 +899,8 @@ func (r *reading) token(c byte) *reading {
 		r.stmtBegin()
 		r.ended = true
 		r.list = false
+		// A TypeScript member list's next member.
+		r.keyNext = r.cur.kind == kBrace && r.cur.flags&(fList|fEnum|fPattern) == fList
 	case '=':
 		switch {
 		case r.i+1 < len(code) && code[r.i+1] == '>':
@@ -951,7 +970,11 @@ func (r *reading) token(c byte) *reading {
 			r.i++
 			r.assign(true)
 		default:
+			// A generator's star before a member's name: the name
+			// follows.
+			member := key || r.cur.flags&fClass != 0 && r.stmtStart
 			r.binary(true)
+			r.keyNext = member
 		}
 	case '%', '^':
 		r.i++
@@ -988,7 +1011,7 @@ func (r *reading) token(c byte) *reading {
 			r.operandEnd()
 			break
 		}
-		r.word(newline, ended, head, indent, property, bind, key)
+		r.word(newline, ended, head, indent, property, bind, key, headFirst)
 		switch code[start:r.i] {
 		case "return", "break", "continue", "yield", "await", "of":
 			r.asi = !property
@@ -1159,8 +1182,10 @@ func (r *reading) divide() {
 	r.binary(true)
 }
 
-// word reads an identifier or keyword.
-func (r *reading) word(newline, ended, head, indent, property, bind, key bool) {
+// word reads an identifier or keyword. key says a property's or a class
+// member's name may be here; headFirst that the word opens a statement's
+// head (`for (let`).
+func (r *reading) word(newline, ended, head, indent, property, bind, key, headFirst bool) {
 	code := r.code
 	j := r.i
 	for j < len(code) {
@@ -1202,12 +1227,10 @@ done:
 		r.pending = decl{set: true, scope: r.declScope(), name: w, at: at}
 		r.operandEnd()
 		return
-	case bind && !r.continues(w) && w != "await" && w != "yield":
+	case bind && !r.continues(w) && !notAName(w):
 		r.declare(r.declScope(), w, at)
 		r.operandEnd()
 		return
-	case key && w == "__proto__":
-		r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: w, at: at}
 	}
 	if !r.continues(w) && ((r.operand && newline) || ended) {
 		// A line break after an operand before a word that cannot go on
@@ -1220,9 +1243,14 @@ done:
 	wasOperand := r.operand
 	acc := r.accessor
 	r.accessor = 0
-	if r.cur.flags&fClass != 0 && w[0] == '#' {
-		// A private member of this class body (a getter and a setter may
-		// share a name).
+	inClass := r.cur.flags&fClass != 0
+	if key || inClass && atStart && !r.continues(w) {
+		r.memberName(w, at, acc, inClass)
+		return
+	}
+	if inClass && w[0] == '#' && wasOperand {
+		// A private member after a decorator (`@d #a`); one where an
+		// operand starts is a brand check (`#a in o`), no declaration.
 		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
 	}
 	switch w {
@@ -1310,7 +1338,9 @@ done:
 		}
 	case "let":
 		r.operandEnd() // `let` is also an identifier
-		r.declNext = true
+		// A declaration where a statement (or a for head) starts; an
+		// identifier elsewhere (`x = let[0]`, sloppy code).
+		r.declNext = atStart || headFirst
 	case "function", "class":
 		r.exprStart()
 		r.brace = braceBlock
@@ -1336,6 +1366,56 @@ done:
 			r.accessor = acc // a modifier between
 		}
 	}
+}
+
+// memberName reads w as a property's name in an object literal or a
+// TypeScript member list, or a class member's name: no keyword is one
+// there (test262's `{ get const() {}, set class(v) {} }`). A modifier
+// before the name (get, set, async, static…) leaves the name to follow.
+// acc is the accessor a get or set before it made.
+func (r *reading) memberName(w string, at int, acc uint8, inClass bool) {
+	switch {
+	case inClass && w[0] == '#':
+		// A private member of this class body (a getter and a setter may
+		// share a name).
+		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
+	case !inClass && w == "__proto__" && r.objectLiteral():
+		r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: w, at: at}
+	}
+	r.operandEnd()
+	switch w {
+	case "get", "set", "async", "static", "accessor", "declare", "readonly", "public", "private", "protected", "abstract", "override":
+		r.keyNext = true
+		if inClass {
+			switch w {
+			case "get":
+				r.accessor = 1
+			case "set":
+				r.accessor = 2
+			default:
+				r.accessor = acc // a modifier between
+			}
+		}
+	}
+}
+
+// objectLiteral reports whether the innermost frame is an object literal
+// (or a TypeScript member list), where a `__proto__:` key may not repeat.
+func (r *reading) objectLiteral() bool {
+	return r.cur.kind == kBrace && r.cur.flags&(fList|fPattern|fEnum) == fList
+}
+
+// notAName reports the words no declaration can name: reserved words (in
+// sloppy code too) and let (`const enum E`, where esbuild reads an enum).
+func notAName(w string) bool {
+	switch w {
+	case "await", "yield", "let", "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete",
+		"do", "else", "enum", "export", "extends", "false", "finally", "for", "function", "if", "import", "in",
+		"instanceof", "new", "null", "return", "super", "switch", "this", "throw", "true", "try", "typeof", "var",
+		"void", "while", "with":
+		return true
+	}
+	return false
 }
 
 // reserved reports the words that can never be a label.
