@@ -114,17 +114,30 @@ type Report struct {
 	// parser's, and JavaScript is the engine's to judge.
 	Repeats  int
 	Repeated *fault.Error
+
+	// paramsTooLong, when set, refuses code whose argument or parameter
+	// lists repeat names so far apart, and so often, that esbuild would
+	// take quadratic time measuring each back to its first (where they
+	// are parameters). Calls may repeat names, and so may sloppy code's
+	// simple parameters: it is no syntax error, and not among Repeats.
+	paramsTooLong *fault.Error
 }
 
-// KeepFromEsbuild returns Repeated when the code declares names again
-// more than maxRepeats times, else nil. Each is a syntax error in every
-// parser, and the others stop at the first; esbuild reports every one with
-// a note it measures back to the first declaration, which many of them
-// make quadratic. Such code must not reach esbuild (internal/script
-// refuses it as TypeScript, and lets the engine judge it as JavaScript).
+// KeepFromEsbuild returns why esbuild must not read the code, or nil: a
+// SyntaxError when the code declares names again more than maxRepeats
+// times (each is a syntax error in every parser, and the others stop at
+// the first; esbuild reports every one with a note it measures back to
+// the first declaration, which many of them make quadratic), or a
+// LIMIT_EXCEEDED "code_size" when argument or parameter lists repeat
+// names too far apart too often (see maxParamScan). internal/script
+// refuses such code as TypeScript, and lets the engine judge it as
+// JavaScript.
 func (r Report) KeepFromEsbuild() *fault.Error {
-	if r.Repeats > maxRepeats {
+	switch {
+	case r.Repeats > maxRepeats:
 		return r.Repeated
+	case r.paramsTooLong != nil:
+		return r.paramsTooLong
 	}
 	return nil
 }
@@ -146,6 +159,11 @@ func Scan(code string, l Limits) (Report, *fault.Error) {
 	r := scan(code, l)
 	if r.refused == refuseNone {
 		rep := Report{Repeats: r.repeats}
+		if r.paramScan > maxParamScan {
+			line, col := position(code, r.paramAt)
+			rep.paramsTooLong = fault.Limitf(fault.LimitCodeSize, "code repeats names in one argument or parameter list too often, too far apart, for TypeScript (from line %d, column %d)", line, col)
+			rep.paramsTooLong.Details = map[string]int{"line": line, "column": col}
+		}
 		if r.repeats > 0 {
 			line, col := position(code, r.repeatAt)
 			rep.Repeated = &fault.Error{Code: fault.ScriptError,

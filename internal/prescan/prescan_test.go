@@ -227,6 +227,19 @@ func TestRepeatedDeclarations(t *testing.T) {
 		{"class A {" + rep("#a() {}\n", 20) + "}", "#a"},
 		{"class A {" + rep("async *#a() {}", 20) + "}", "#a"},
 		{rep("let [a] = x;\n", 20), "a"},
+		// A var or function of a let's name (esbuild notes each back to
+		// the let: 36 KB of `var a;` took it 2.7 s).
+		{"let a;" + rep("var a;", 20), "a"},
+		{"let a;" + rep("{ var a }", 20), "a"},
+		{"let a;" + rep("var [a] = x; var {b: a} = x;", 10), "a"},
+		{"{ let a; " + rep("{ for (var a of x); }", 20) + "}", "a"},
+		{"let a;" + rep("function a() {}", 20), "a"},
+		{"class a {}" + rep("function* a() {}", 20), "a"},
+		{"let a;" + rep("async function a() {}", 20), "a"},
+		{rep("var a;", 20) + "let a;" + rep("let a;", 10), "a"},
+		// esbuild declares await and yield as names, each an error.
+		{"let " + rep("await, ", 20) + "a", "await"},
+		{"let " + rep("yield, ", 20) + "a", "yield"},
 		{rep("for (let [a] of x);\n", 1) + rep("let a;", 20), "a"},
 	} {
 		r, e := Scan(c.code, Limits{})
@@ -283,6 +296,19 @@ func TestRepeatedDeclarations(t *testing.T) {
 		numbered("let {[a]: {[a]: b#}} = x;\n", 20),
 		"const {" + numbered("'__proto__': a#, ", 20) + "} = x",
 		rep("const enum E {}\n", 20), // enums merge; "enum" is no name
+		// Vars and functions may repeat; a var stays in its function.
+		rep("var a; function a() {} var [a] = x; var {a} = x;\n", 20),
+		"let a;" + rep("function f() { var a }", 20),
+		"let a;" + rep("x = function () { var a }", 20),
+		"let a;" + rep("x = () => { var a }", 20),
+		"let a;" + rep("x = { m() { var a } }", 20),
+		"let a;" + rep("x = class { m() { var a } };", 20),
+		"let a;" + rep("x = function* () { var a };", 20),
+		"let a;" + rep("x = async function f() { var a };", 20),
+		"var a;" + rep("{ let a }", 20),
+		rep("function f() { let a } function f() { var a }\n", 20),
+		"let a;" + rep("x = function a() {};", 20),
+		"let a;" + rep("{ function a() {} }", 20),
 		"var let = [0];" + rep("x = let[a];\n", 20),
 		"var let = [0];" + rep("f(let[a]);\n", 20),
 		"interface I { const: number, " + rep("a: string, ", 20) + "}",
@@ -302,6 +328,34 @@ func numbered(s string, n int) string {
 		b.WriteString(strings.ReplaceAll(s, "#", fmt.Sprint(i)))
 	}
 	return b.String()
+}
+
+// TestRepeatedParameters: a parameter list repeating a name thousands of
+// times, far apart, is kept from esbuild (which measures each back to the
+// first: quadratic) as LIMIT_EXCEEDED code_size; calls repeating names the
+// way real code does are not.
+func TestRepeatedParameters(t *testing.T) {
+	for _, code := range []string{
+		"function f(" + rep("a, ", 4000) + "a) {}",
+		"x = {m(" + rep("a, ", 4000) + "a) {}}",
+		"class A { m(" + rep("a, ", 4000) + "a): (x: T) => U {} }",
+	} {
+		r, e := Scan(code, Limits{})
+		k := r.KeepFromEsbuild()
+		if e != nil || k == nil || k.Code != fault.LimitExceeded || k.Limit != fault.LimitCodeSize || r.Repeats != 0 {
+			t.Errorf("Scan(%.40q…) = %v, %v (%d repeats); want code_size, and no declaration repeated", code, k, e, r.Repeats)
+		}
+	}
+	for _, code := range []string{
+		rep("f(a, a, b, a);\n", 5000),
+		"f(" + rep("a, ", 500) + "a)",
+		rep("function f(a, b) {}\n", 2000),
+		"x = [" + rep("{id: 1, name: 'x'}, ", 3000) + "]",
+	} {
+		if r, e := Scan(code, Limits{MaxBytes: 1 << 20}); e != nil || r.KeepFromEsbuild() != nil {
+			t.Errorf("Scan(%.40q…) = %v, %v; want nothing", code, r.KeepFromEsbuild(), e)
+		}
+	}
 }
 
 // keywordAccessors is the object test262's

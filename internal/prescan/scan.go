@@ -30,9 +30,13 @@ type result struct {
 	repeats    int
 	repeatAt   int
 	repeatName string
-	depth      int
-	scopes     int
-	opened     int // blocks, function bodies and arrows, in the reading that read most
+	// paramScan is how far back esbuild would measure, in all, the names
+	// argument and parameter lists repeat; paramAt is the first repeat.
+	paramScan int
+	paramAt   int
+	depth     int
+	scopes    int
+	opened    int // blocks, function bodies and arrows, in the reading that read most
 }
 
 // Frame kinds. Angles and ternaries are tentative: a `<` may be a
@@ -51,20 +55,24 @@ const (
 
 // Frame flags.
 const (
-	fHead    = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
-	fBlock               // a brace that opens a block or a function or class body (a scope)
-	fStmt                // a brace that is a statement's body: its close ends that statement
-	fList                // commas separate items (arguments, elements, members), not operands
-	fDecl                // a let/const/var list is pending: its commas separate declarations
-	fCase                // a case or default is pending its colon
-	fPrefix              // an angle where an operand starts: a type assertion or generic arrow
-	fCall                // a paren after an operand: arguments, or a method's parameters
-	fIndent              // a head paren whose statement indents its body (if, for, while, with)
-	fLex                 // the pending declaration list is let or const: its names may not repeat
-	fPattern             // a destructuring pattern of a let or const declaration
-	fEnum                // an enum's members: their names may not repeat
-	fClass               // a class body: its private names may not repeat
-	fLabel               // an angle after a word at a statement's start: `a<T>:` is a label in TypeScript
+	fHead     = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
+	fBlock                // a brace that opens a block or a function or class body (a scope)
+	fStmt                 // a brace that is a statement's body: its close ends that statement
+	fList                 // commas separate items (arguments, elements, members), not operands
+	fDecl                 // a let/const/var list is pending: its commas separate declarations
+	fCase                 // a case or default is pending its colon
+	fPrefix               // an angle where an operand starts: a type assertion or generic arrow
+	fCall                 // a paren after an operand: arguments, or a method's parameters
+	fIndent               // a head paren whose statement indents its body (if, for, while, with)
+	fLex                  // the pending declaration list is let or const: its names may not repeat
+	fPattern              // a destructuring pattern of a let or const declaration
+	fEnum                 // an enum's members: their names may not repeat
+	fClass                // a class body: its private names may not repeat
+	fLabel                // an angle after a word at a statement's start: `a<T>:` is a label in TypeScript
+	fVar                  // the pending declaration list is var (or this is a pattern of one): its names belong to the function
+	fFunc                 // a brace that is a function's body (or the wrapper's): where var names stop
+	fParams               // a paren after function (its *, its name): its parameters, a body follows
+	fFuncDecl             // a function or class declaration's body (or the function's parameters): its } ends a statement
 )
 
 // What a `/` reads as after the previous token.
@@ -84,7 +92,7 @@ const (
 // level is one open frame with the chains counted inside it.
 type level struct {
 	kind  uint8
-	flags uint16
+	flags uint32
 	// id names the frame as a scope of declarations; scope is, in a
 	// pattern, the id of the frame its names are declared in.
 	id, scope uint32
@@ -144,6 +152,7 @@ type reading struct {
 	list      bool  // it was enum or interface: the next { is a list of members
 	enumNext  bool  // that list is an enum's
 	classNext bool  // it was class (or its name, heritage): the next { is its body
+	classDecl bool  // and that class is declared: its } ends a statement
 	accessor  uint8 // it was get (1) or set (2)
 	asi       bool  // it was return, break, continue, yield, await or of: a line break may end the statement
 	declNext  bool  // it was let: a binding here makes a declaration list
@@ -152,6 +161,13 @@ type reading struct {
 	bindNext  bool  // a word (or a pattern) here is a name a let, const or class declares
 	keyNext   bool  // a word or string here is a property's or class member's name (or a modifier before it)
 	headFirst bool  // it opened a statement head's paren: a let here declares (for (let …))
+	fnBody    bool  // it was => or a function's parameters: a { here is a function's body
+	params    bool  // it was function, its * or its name: a ( here opens its parameters
+	item      bool  // it opened a call's parens or separated its items: a word here may be a parameter's name
+	funcName  bool  // it was function (or its *) at a statement: a word here is the function's name
+	modifier  bool  // it was async, declare or export at a statement's start: a function here is declared
+	declName  bool  // it named a function declaration: its parameters follow
+	declBody  bool  // it closed a function declaration's parameters: its body follows
 	pending   decl  // the name just read, declared unless (or only if) a : follows
 	indent    bool  // it was if/for/while/with: the statement indents its body
 	bodyNext  bool  // it ended the head of a statement that indents its body
@@ -176,6 +192,7 @@ type reading struct {
 // object literal's __proto__ only is.
 type decl struct {
 	set, keyOnly bool
+	hoist        bool // a var's: declared up to its function
 	scope        uint32
 	name         string
 	at           int
@@ -188,7 +205,10 @@ type declKey struct {
 	name  string
 }
 
-type declSeen struct{ count, at int32 }
+// lex counts the let, const and class declarations (and other names that
+// may not repeat), vars the var and function ones, which may repeat among
+// themselves.
+type declSeen struct{ lex, vars, at int32 }
 
 // maxRepeats is how many names declared again in their scope the code
 // may hold and still be read by esbuild. Each is an error in every parser
@@ -198,6 +218,12 @@ type declSeen struct{ count, at int32 }
 // first, so past the bound the code only never reaches esbuild (see
 // Report.KeepFromEsbuild).
 const maxRepeats = 8
+
+// maxParamScan bounds how far back esbuild measures, in all, from the
+// names argument or parameter lists repeat to their first (see param):
+// it spends about 25 ns a byte on them (a list of 4,000 repeats, 24 MB
+// measured, took 0.6 s), so 4 MiB is about 0.1 s.
+const maxParamScan = 4 << 20
 
 // maxCommentScan bounds how far esbuild scans back, in all, from the
 // block comments in the code to the start of their lines: it does so for
@@ -229,8 +255,15 @@ type scanner struct {
 	repeats    int
 	repeatAt   int
 	repeatName string
-	readings   []*reading
-	free       []*reading // readings that ended, for their stacks' reuse
+	// params are the names each call's items hold (by the call's frame):
+	// where each was first read, and last. paramScan adds up, for every
+	// name an item repeats, how far back its first is; paramAt is where
+	// the first repeat is.
+	params    map[declKey][2]int32
+	paramScan int
+	paramAt   int
+	readings  []*reading
+	free      []*reading // readings that ended, for their stacks' reuse
 	// hashing is on while there is more than one reading: each level's
 	// hash then identifies the frames below it, so readings that meet
 	// again are compared in constant time. seed makes the hashes
@@ -248,7 +281,7 @@ func scan(code string, lim Limits) result {
 	// as depth 0.
 	r.stack = make([]level, 0, 64)
 	r.stack = append(r.stack, level{kind: kTop, flags: fBlock}, level{kind: kParen})
-	r.cur = level{kind: kBrace, flags: fBlock, id: 1}
+	r.cur = level{kind: kBrace, flags: fBlock | fFunc, id: 1}
 	s.nextID = 2
 
 	res := result{}
@@ -311,6 +344,7 @@ func scan(code string, lim Limits) result {
 		}
 	}
 	res.repeats, res.repeatAt, res.repeatName = s.repeats, s.repeatAt, s.repeatName
+	res.paramScan, res.paramAt = s.paramScan, s.paramAt
 	return res
 }
 
@@ -329,8 +363,8 @@ func (r *reading) same(q *reading) bool {
 		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
 		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
 		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
-		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.headFirst != q.headFirst || r.pending != q.pending ||
-		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.accessor != q.accessor {
+		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.headFirst != q.headFirst || r.fnBody != q.fnBody || r.params != q.params || r.modifier != q.modifier || r.declName != q.declName || r.declBody != q.declBody || r.item != q.item || r.funcName != q.funcName || r.pending != q.pending ||
+		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.classDecl != q.classDecl || r.accessor != q.accessor {
 		return false
 	}
 	for j := len(r.stack) - 1; j >= 0; j-- {
@@ -413,28 +447,101 @@ func (r *reading) open() {
 	}
 }
 
-// declare records a let, const or class name declared in a scope, and
-// counts the names declared again.
+// declare records a let, const or class name (or another that may not
+// repeat) declared in a scope, and counts the names declared again.
 func (r *reading) declare(scope uint32, name string, at int) {
+	r.record(scope, name, at, true)
+}
+
+// declareKind declares a name as its declaration list has it: a var's up
+// to its function (declareVar), others in scope.
+func (r *reading) declareKind(scope uint32, name string, at int, hoist bool) {
+	if hoist {
+		r.declareVar(scope, name, at)
+		return
+	}
+	r.declare(scope, name, at)
+}
+
+// declareVar records a var name declared in scope and in every scope
+// around it up to its function's, where it belongs: a let, const or class
+// of the same name in any of them (before or after) is a name declared
+// again, another var is not.
+func (r *reading) declareVar(scope uint32, name string, at int) {
+	r.record(scope, name, at, false)
+	if r.cur.id == scope && r.cur.flags&fFunc != 0 {
+		return
+	}
+	for j := len(r.stack) - 1; j >= 0; j-- {
+		l := &r.stack[j]
+		if l.id != scope {
+			r.record(l.id, name, at, false)
+		}
+		if l.flags&fFunc != 0 {
+			return
+		}
+	}
+}
+
+// record counts a declaration of name in scope, lexical (let, const,
+// class) or not (var, function), and a name declared again: a lexical one
+// after any other, a var or function after a lexical one.
+func (r *reading) record(scope uint32, name string, at int, lexical bool) {
 	s := r.s
 	if s.decls == nil {
 		s.decls = make(map[declKey]declSeen)
 	}
 	k := declKey{scope, name}
 	v := s.decls[k]
-	if v.count > 0 && v.at == int32(at) {
+	if v.lex+v.vars > 0 && v.at == int32(at) {
 		return // another reading's view of the same declaration
 	}
-	v.count++
+	again := v.lex > 0 || lexical && v.vars > 0
+	if lexical {
+		v.lex++
+	} else {
+		v.vars++
+	}
 	v.at = int32(at)
 	s.decls[k] = v
-	if v.count < 2 {
+	if !again {
 		return
 	}
 	if s.repeats == 0 {
 		s.repeatAt, s.repeatName = at, name
 	}
 	s.repeats++
+}
+
+// param records a name among a call's items, which may be a function's
+// parameters (`m(a, b) {`, `function f(a, b): T {`): a name they repeat is
+// an error esbuild notes back to the first, measuring the distance each
+// time, which a long list of repeats makes quadratic (a 12 KB list took it
+// 0.6 s). Calls may repeat names, so what counts is that distance, in
+// all, not the repeats. (Arrow functions' and anonymous functions'
+// parameters are bounded already: their commas count as nesting.)
+func (r *reading) param(name string, at int) {
+	if notAName(name) || name == "this" {
+		return
+	}
+	s := r.s
+	if s.params == nil {
+		s.params = make(map[declKey][2]int32)
+	}
+	k := declKey{r.cur.id, name}
+	v, seen := s.params[k]
+	switch {
+	case !seen:
+		s.params[k] = [2]int32{int32(at), int32(at)}
+		return
+	case v[1] == int32(at):
+		return // another reading's view of the same item
+	}
+	s.params[k] = [2]int32{v[0], int32(at)}
+	if s.paramScan == 0 {
+		s.paramAt = at
+	}
+	s.paramScan += at - int(v[0])
 }
 
 // declScope is the scope a name declared here belongs to.
@@ -448,7 +555,7 @@ func (r *reading) declScope() uint32 {
 // pattern opens a destructuring pattern of a declaration.
 func (r *reading) pattern(k uint8) {
 	scope := r.declScope()
-	flags := uint16(fList | fPattern)
+	flags := uint32(fList|fPattern) | r.cur.flags&fVar // a var's pattern: its names belong to the function
 	if k == kBrace {
 		flags |= fBlock // counted as a scope, as an object literal would not be: the larger reading
 	}
@@ -460,7 +567,7 @@ func (r *reading) pattern(k uint8) {
 }
 
 // push opens a frame of kind k.
-func (r *reading) push(k uint8, flags uint16) {
+func (r *reading) push(k uint8, flags uint32) {
 	scope := r.cur.scopes()
 	if flags&fBlock != 0 || k == kAngle {
 		scope++
@@ -564,7 +671,7 @@ func (r *reading) endStatement() {
 	r.dropTentative()
 	r.endExpr()
 	r.cur.seq, r.cur.stmt, r.cur.dos, r.cur.heads = 0, 0, 0, 0
-	r.cur.flags &^= fDecl | fLex | fCase
+	r.cur.flags &^= fDecl | fLex | fVar | fCase
 	r.list = false
 }
 
@@ -648,10 +755,10 @@ func (r *reading) token(c byte) *reading {
 	code := r.code
 	start := r.i
 	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi, headFirst :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst =
-		false, false, false, false, false, false, false, false, false, false, false, false, false, false
+	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi, headFirst, fnBody, funcName, params, item, modifier, declName, declBody :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst, r.fnBody, r.funcName, r.params, r.item, r.modifier, r.declName, r.declBody
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst, r.fnBody, r.funcName, r.params, r.item, r.modifier, r.declName, r.declBody =
+		false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
 	if asi && newline {
 		// `return` (and the others) then a line break: a new statement may
 		// start here (a block, a label), or the expression go on. Both
@@ -662,7 +769,7 @@ func (r *reading) token(c byte) *reading {
 	if p := r.pending; p.set {
 		r.pending.set = false
 		if (c == ':') == p.keyOnly {
-			r.declare(p.scope, p.name, p.at)
+			r.declareKind(p.scope, p.name, p.at, p.hoist)
 		}
 	}
 	if declNext && (isWordStart(c) || c == '[' || c == '{' || c >= utf8.RuneSelf) {
@@ -700,7 +807,7 @@ func (r *reading) token(c byte) *reading {
 		r.i++
 		switch {
 		case head:
-			f := uint16(fHead)
+			f := uint32(fHead)
 			if indent {
 				f |= fIndent
 			}
@@ -710,7 +817,16 @@ func (r *reading) token(c byte) *reading {
 			return nil
 		case r.operand:
 			r.cur.unary++ // a call
-			r.push(kParen, fList|fCall)
+			f := uint32(fList | fCall)
+			if declName {
+				f |= fFuncDecl
+			}
+			r.push(kParen, f)
+			r.exprStart()
+			r.item = true
+			return nil
+		case params:
+			r.push(kParen, fParams) // an anonymous function's (its commas counted, as before)
 		default:
 			r.push(kParen, 0)
 		}
@@ -748,7 +864,18 @@ func (r *reading) token(c byte) *reading {
 			r.push(kBrace, fBlock|fStmt)
 			r.stmtBegin()
 		case r.classNext:
-			r.push(kBrace, fBlock|fClass)
+			f := uint32(fBlock | fClass)
+			if r.classDecl {
+				f |= fFuncDecl
+			}
+			r.push(kBrace, f)
+			r.stmtBegin()
+		case callClose || fnBody:
+			f := uint32(fBlock | fFunc) // a function's body
+			if declBody {
+				f |= fFuncDecl
+			}
+			r.push(kBrace, f)
 			r.stmtBegin()
 		default:
 			r.push(kBrace, fBlock)
@@ -779,7 +906,9 @@ func (r *reading) token(c byte) *reading {
 		case c == ')' && closed.flags&fHead != 0:
 			r.stmtBegin()
 			r.bodyNext = closed.flags&fIndent != 0
-		case c == '}' && closed.flags&fStmt != 0:
+		case c == '}' && closed.flags&(fStmt|fFuncDecl) != 0:
+			// A block statement, or a function declaration: the
+			// statement ends.
 			r.stmtBegin()
 			r.ended = true
 		case c == '}':
@@ -796,6 +925,8 @@ func (r *reading) token(c byte) *reading {
 		default:
 			r.operandEnd()
 			r.callClose = c == ')' && closed.flags&fCall != 0
+			r.fnBody = closed.flags&fParams != 0
+			r.declBody = closed.flags&fFuncDecl != 0
 		}
 	case '`':
 		r.i++
@@ -878,13 +1009,14 @@ func (r *reading) token(c byte) *reading {
 	case ',':
 		r.i++
 		r.endExpr()
+		r.item = r.cur.kind == kParen && r.cur.flags&fCall != 0
 		if r.cur.flags&(fList|fDecl) == 0 && r.cur.kind != kAngle {
 			r.cur.seq++ // the comma operator
 			r.check()
 		}
 		r.exprStart()
 		switch {
-		case r.cur.flags&(fLex|fPattern|fEnum) != 0:
+		case r.cur.flags&(fLex|fVar|fPattern|fEnum) != 0:
 			r.bindNext = true
 			r.keyNext = r.cur.kind == kBrace && r.cur.flags&fPattern != 0
 		case r.cur.kind == kBrace && r.cur.flags&fList != 0:
@@ -895,7 +1027,7 @@ func (r *reading) token(c byte) *reading {
 		r.dropTentative()
 		r.endExpr()
 		r.cur.seq = 0
-		r.cur.flags &^= fDecl | fLex | fCase
+		r.cur.flags &^= fDecl | fLex | fVar | fCase
 		r.stmtBegin()
 		r.ended = true
 		r.list = false
@@ -911,6 +1043,7 @@ func (r *reading) token(c byte) *reading {
 			r.check()
 			r.exprStart()
 			r.brace = braceBlock
+			r.fnBody = true
 		case r.i+1 < len(code) && code[r.i+1] == '=':
 			r.i += 2
 			if r.i < len(code) && code[r.i] == '=' {
@@ -975,6 +1108,7 @@ func (r *reading) token(c byte) *reading {
 			member := key || r.cur.flags&fClass != 0 && r.stmtStart
 			r.binary(true)
 			r.keyNext = member
+			r.funcName, r.params = funcName, params // function* name
 		}
 	case '%', '^':
 		r.i++
@@ -1011,7 +1145,13 @@ func (r *reading) token(c byte) *reading {
 			r.operandEnd()
 			break
 		}
-		r.word(newline, ended, head, indent, property, bind, key, headFirst)
+		r.word(newline, ended, head, indent, property, bind, key, headFirst, funcName, modifier)
+		if item && r.cur.kind == kParen && r.cur.flags&fCall != 0 {
+			r.param(code[start:r.i], start)
+		}
+		if params && r.operand {
+			r.params = true // the function's name: its parameters follow
+		}
 		switch code[start:r.i] {
 		case "return", "break", "continue", "yield", "await", "of":
 			r.asi = !property
@@ -1078,7 +1218,7 @@ func (r *reading) angles(cast bool) {
 		r.i++
 		n++
 	}
-	flags := uint16(0)
+	flags := uint32(0)
 	if r.operand && !cast {
 		r.cur.unary = 0 // a binary operator, or type arguments
 	} else {
@@ -1184,8 +1324,9 @@ func (r *reading) divide() {
 
 // word reads an identifier or keyword. key says a property's or a class
 // member's name may be here; headFirst that the word opens a statement's
-// head (`for (let`).
-func (r *reading) word(newline, ended, head, indent, property, bind, key, headFirst bool) {
+// head (`for (let`); funcName that it names a function declaration;
+// modifier that a statement began with async, declare or export.
+func (r *reading) word(newline, ended, head, indent, property, bind, key, headFirst, funcName, modifier bool) {
 	code := r.code
 	j := r.i
 	for j < len(code) {
@@ -1224,12 +1365,21 @@ done:
 	switch {
 	case bind && r.cur.flags&fPattern != 0 && r.cur.kind == kBrace:
 		// A key, unless no : follows.
-		r.pending = decl{set: true, scope: r.declScope(), name: w, at: at}
+		r.pending = decl{set: true, hoist: r.cur.flags&fVar != 0, scope: r.declScope(), name: w, at: at}
 		r.operandEnd()
 		return
 	case bind && !r.continues(w) && !notAName(w):
-		r.declare(r.declScope(), w, at)
+		r.declareKind(r.declScope(), w, at, r.cur.flags&fVar != 0)
+		if w != "await" && w != "yield" {
+			r.operandEnd()
+			return
+		}
+		// esbuild declares them (and says they cannot be names), which
+		// counts; the operator reading is the larger one.
+	case funcName && !notAName(w):
+		r.record(r.cur.id, w, at, false) // in its block, not beyond
 		r.operandEnd()
+		r.declName = true
 		return
 	}
 	if !r.continues(w) && ((r.operand && newline) || ended) {
@@ -1320,10 +1470,10 @@ done:
 		}
 		r.exprStart()
 	case "in", "instanceof":
-		r.cur.flags &^= fDecl | fLex
+		r.cur.flags &^= fDecl | fLex | fVar
 		r.binary(true)
 	case "of":
-		r.cur.flags &^= fDecl | fLex
+		r.cur.flags &^= fDecl | fLex | fVar
 		r.binary(true)
 		r.slash = slashEither // `of` is also an identifier
 	case "as", "satisfies":
@@ -1334,8 +1484,10 @@ done:
 		r.exprStart()
 		if w == "const" {
 			r.cur.flags |= fLex
-			r.bindNext = true
+		} else {
+			r.cur.flags |= fVar
 		}
+		r.bindNext = true
 	case "let":
 		r.operandEnd() // `let` is also an identifier
 		// A declaration where a statement (or a for head) starts; an
@@ -1344,12 +1496,19 @@ done:
 	case "function", "class":
 		r.exprStart()
 		r.brace = braceBlock
-		// A class declaration's name, also after decorators.
+		// A class or function declaration's name, also after decorators
+		// (or async, declare, export).
 		r.bindNext = w == "class" && (atStart || wasOperand && stmt)
+		r.funcName = w == "function" && (atStart || modifier)
+		r.params = w == "function"
 		r.classNext = w == "class"
+		r.classDecl = r.bindNext
 	case "enum", "interface":
 		r.operandEnd()
 		r.list, r.enumNext = true, w == "enum"
+	case "async", "declare", "export":
+		r.operandEnd()
+		r.modifier = atStart || modifier // `export declare async function f`
 	default:
 		r.operandEnd()
 	}
@@ -1407,9 +1566,10 @@ func (r *reading) objectLiteral() bool {
 
 // notAName reports the words no declaration can name: reserved words (in
 // sloppy code too) and let (`const enum E`, where esbuild reads an enum).
+// await and yield are not among them: esbuild declares them all the same.
 func notAName(w string) bool {
 	switch w {
-	case "await", "yield", "let", "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete",
+	case "let", "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete",
 		"do", "else", "enum", "export", "extends", "false", "finally", "for", "function", "if", "import", "in",
 		"instanceof", "new", "null", "return", "super", "switch", "this", "throw", "true", "try", "typeof", "var",
 		"void", "while", "with":
