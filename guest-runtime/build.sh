@@ -71,10 +71,6 @@ tar -C "$work" -xJf "$tarball"
 src=$work/quickjs-$QJS_VERSION
 [ -f "$src/quickjs.c" ] || die "unexpected tarball layout: $src/quickjs.c missing"
 
-# Atomics need OS threads, which wasm32-wasi does not have.
-awk 'prev ~ /^#if !defined\(EMSCRIPTEN\)$/ && $0 ~ /^#define CONFIG_ATOMICS$/ { print "#ifndef __wasi__"; print; print "#endif"; prev=$0; next } { print; prev=$0 }' \
-  "$src/quickjs.c" >"$src/quickjs.c.new" && mv "$src/quickjs.c.new" "$src/quickjs.c"
-grep -q '^#ifndef __wasi__$' "$src/quickjs.c" || die "could not patch CONFIG_ATOMICS out of quickjs.c"
 
 # After each automatic collection QuickJS sets the next at 1.5x the live
 # heap, which can lie past the run's memory limit: with 45 of 64 MiB live,
@@ -88,6 +84,34 @@ awk '{ print } prev ~ /rt->malloc_gc_threshold = rt->malloc_state.malloc_size \+
 # dtoa.c includes <setjmp.h> without using it; wasi-libc has none.
 mkdir -p "$work/shim"
 : >"$work/shim/setjmp.h"
+
+# Atomics (CONFIG_ATOMICS, on in quickjs.c): the guest is one thread, so
+# every Atomics operation is a plain load or store (clang lowers C11
+# atomics so without the wasm threads feature), and quickjs.c's pthread
+# calls guard nothing. wasi-libc has no <pthread.h>: this one makes the
+# mutexes no-ops. Atomics.wait never blocks: the runtime cannot (QuickJS's
+# can_block is false unless JS_SetCanBlock says otherwise, and the glue
+# never does), so it throws a TypeError before it would wait, as the
+# standard has an agent that cannot suspend do; the condition variables are
+# never waited on, and trap if they were.
+cat >"$work/shim/pthread.h" <<'SHIM'
+#ifndef PML_PTHREAD_SHIM_H
+#define PML_PTHREAD_SHIM_H
+#include <time.h>
+typedef struct { int unused; } pthread_mutex_t;
+typedef struct { int unused; } pthread_cond_t;
+typedef struct { int unused; } pthread_condattr_t;
+#define PTHREAD_MUTEX_INITIALIZER { 0 }
+static inline int pthread_mutex_lock(pthread_mutex_t *m) { (void)m; return 0; }
+static inline int pthread_mutex_unlock(pthread_mutex_t *m) { (void)m; return 0; }
+static inline int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a) { (void)c; (void)a; return 0; }
+static inline int pthread_cond_destroy(pthread_cond_t *c) { (void)c; return 0; }
+static inline int pthread_cond_signal(pthread_cond_t *c) { (void)c; return 0; }
+static inline int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) { (void)c; (void)m; __builtin_trap(); }
+static inline int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t) { (void)c; (void)m; (void)t; __builtin_trap(); }
+#endif
+SHIM
+grep -q '^#define CONFIG_ATOMICS$' "$src/quickjs.c" || die "quickjs.c no longer defines CONFIG_ATOMICS: see the pthread shim above"
 
 # The prelude becomes a C array so the guest needs no file system.
 {

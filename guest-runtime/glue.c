@@ -19,7 +19,8 @@
  * bookkeeping.
  *
  * Exports: pml_init, pml_run, pml_resume, pml_inbox (where the host writes
- * an answer), pml_alloc, pml_free.
+ * an answer), pml_alloc, pml_free, and pml_parse (compile without running;
+ * at the end of this file).
  *
  * Host imports (module "pml"):
  *   start_call(tool_index, args) -> id     starts a tool call; never blocks
@@ -405,4 +406,58 @@ __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_
         return emit_exception();
     JS_FreeValue(ctx, s);
     return step();
+}
+
+/* ---- Parsing without running: pml_parse -------------------------------
+ *
+ * The host reads every script before the guest does (internal/prescan
+ * bounds its cost, internal/analysis lists its tools) and must never refuse
+ * one QuickJS reads. pml_parse gives the host's tests QuickJS's own verdict
+ * to hold those checks to: it compiles the script exactly as pml_run wraps
+ * it and runs none of it, not even the wrapper. It returns an output
+ * document like pml_run's: {"ok":true,"value":null} when the code is one
+ * function body; the engine's SyntaxError otherwise, or a ScriptError when
+ * the code closes the wrapper's body and goes on at top level (which
+ * pml_run would run, and the host refuses). Limits as for pml_run; the
+ * host traps past the deadline or the memory limit as in a run. */
+__attribute__((export_name("pml_parse"))) int64_t pml_parse(const char *code, int32_t code_len, int32_t mem_limit,
+                                                           int32_t stack_size) {
+    JS_UpdateStackTop(rt);
+    JS_SetMaxStackSize(rt, (size_t)stack_size);
+    JS_SetInterruptHandler(rt, interrupt_handler, NULL);
+    script_mem_limit = mem_limit;
+    if (mem_limit > 0)
+        JS_SetMemoryLimit(rt, (size_t)mem_limit);
+
+    /* pml_run's wrapper, byte for byte. */
+    static const char head[] = "(async function (args) {";
+    static const char tail[] = "\n})";
+    size_t src_len = sizeof(head) - 1 + (size_t)code_len + sizeof(tail) - 1;
+    char *src = malloc(src_len + 1);
+    if (!src)
+        return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory loading the script\"}}");
+    memcpy(src, head, sizeof(head) - 1);
+    memcpy(src + sizeof(head) - 1, code, code_len);
+    memcpy(src + sizeof(head) - 1 + code_len, tail, sizeof(tail));
+
+    JSValue obj = JS_Eval(ctx, src, src_len, "main.js", JS_EVAL_TYPE_GLOBAL | JS_EVAL_FLAG_COMPILE_ONLY);
+    free(src);
+    if (JS_IsException(obj))
+        return emit_exception();
+    /* The program compiled; it is the wrapper alone when its first function
+     * (the wrapper: functions the program defines after it come later in
+     * its constant pool) ends at the wrapper's last brace. Its source is
+     * kept from `async` to that brace: all but the outer parentheses. */
+    int whole = 0;
+    if (JS_VALUE_GET_TAG(obj) == JS_TAG_FUNCTION_BYTECODE) {
+        JSFunctionBytecode *b = JS_VALUE_GET_PTR(obj);
+        if (b->cpool_count > 0 && JS_VALUE_GET_TAG(b->cpool[0]) == JS_TAG_FUNCTION_BYTECODE) {
+            JSFunctionBytecode *fn = JS_VALUE_GET_PTR(b->cpool[0]);
+            whole = fn->has_debug && fn->debug.source_len == (int)src_len - 2;
+        }
+    }
+    JS_FreeValue(ctx, obj);
+    if (!whole)
+        return emit_static("{\"ok\":false,\"error\":{\"code\":\"SCRIPT_ERROR\",\"message\":\"SyntaxError: the code closes the function body it is wrapped in\"}}");
+    return emit_static("{\"ok\":true,\"value\":null}");
 }

@@ -18,7 +18,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 pml=${PML:-$root/bin/pml}
 export PML="$pml"
-cache=${PML_CACHE:-$HOME/.cache/pml}
 legs=("$@")
 [ ${#legs[@]} -gt 0 ] || legs=(client server)
 
@@ -29,22 +28,7 @@ node=$(scripts/node22.sh)
 export PATH="$(dirname "$node"):$PATH"
 
 # The suite, installed once per lockfile into the cache.
-lock_sum=$(sha256sum conformance/package-lock.json | cut -c1-16)
-suite_dir=$cache/conformance-$lock_sum
-suite=$suite_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js
-mkdir -p "$cache"
-(
-  flock 9
-  if [ ! -f "$suite" ]; then
-    command -v npm >/dev/null || fail "npm is not installed (needed once to fetch the suite)"
-    tmp=$(mktemp -d "$suite_dir.tmp.XXXXXX")
-    cp conformance/package.json conformance/package-lock.json "$tmp/"
-    (cd "$tmp" && npm ci --no-audit --no-fund --loglevel=error >&2) || { rm -rf "$tmp"; fail "npm ci of the conformance suite failed"; }
-    rm -rf "$suite_dir"
-    mv -T "$tmp" "$suite_dir"
-  fi
-) 9>"$suite_dir.lock"
-[ -f "$suite" ] || fail "$suite missing after install"
+suite=$(scripts/conformance-suite.sh)
 
 out=${CONFORMANCE_OUT:-$(mktemp -d)}
 mkdir -p "$out"

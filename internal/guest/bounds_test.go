@@ -48,6 +48,9 @@ var escapes = []struct{ name, code string }{
 	{"BigInt arithmetic", "const x = 3n ** 300000n; return String(x * x).length"},
 	{"string growth caught in a loop", "let s = 'x'; for (;;) { try { s += s } catch (e) { s = 'x' } }"},
 	{"a result nested 200,000 deep", "let o = null; for (let i = 0; i < 200000; i++) o = {o}; return o"},
+	{"a tight Atomics.add loop", "const a = new Int32Array(new SharedArrayBuffer(4)); for (;;) Atomics.add(a, 0, 1)"},
+	{"Atomics on a plain buffer", "const a = new BigInt64Array(2); for (;;) Atomics.compareExchange(a, 1, Atomics.load(a, 1), 1n)"},
+	{"Atomics.wait with a huge timeout, retried", "const a = new Int32Array(new SharedArrayBuffer(4)); for (;;) { try { Atomics.wait(a, 0, 0, 1e12) } catch (e) {} }"},
 }
 
 // TestDeadlineIsAbsolute runs every escape against a short deadline: each

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"unsafe"
@@ -46,6 +47,10 @@ type mappedMemory struct {
 	// pagemap buffer each time was most of a run's garbage.
 	entries []byte
 	dirty   []int
+	// table reads the page table's entries (pagemap's format); nil reads
+	// the process's own, /proc/self/pagemap. Tests put a reader here that
+	// reports pages swapped out, which this machine may have no swap to do.
+	table io.ReaderAt
 }
 
 // allocator returns the memory allocator for new instances: mapped memory,
@@ -253,20 +258,25 @@ var pagemap = sync.OnceValue(func() *os.File {
 })
 
 // dirtyPages lists the pages (of pageSize bytes) of the first size bytes of
-// the memory that the runs since the last reset wrote, from the kernel's
-// page table (/proc/self/pagemap): a page of the image that was written is
-// an anonymous private copy, one only read is still the file's, and one
-// never touched is not present; past the image, every present page was
-// touched. The second result is false when the kernel would not say
+// the memory that the runs since the last reset may have written, from the
+// kernel's page table (/proc/self/pagemap): every page but those whose
+// entry proves them unwritten (see pageWritten) — a page of the image only
+// read is still the file's, one never touched has no entry. A written page
+// the kernel swapped out has no page either, but a swap entry: it is
+// listed. The second result is false when the kernel would not say
 // (pagemap unreadable), and the caller must compare contents instead.
 // The list is the memory's own buffer, valid until the next call.
 func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 	if m.mapping == nil || m.image == 0 || size > len(m.mapping) || os.Getpagesize() != pageSize {
 		return nil, false
 	}
-	f := pagemap()
-	if f == nil {
-		return nil, false
+	var table io.ReaderAt = m.table
+	if table == nil {
+		f := pagemap()
+		if f == nil {
+			return nil, false
+		}
+		table = f
 	}
 	n := (size + pageSize - 1) / pageSize
 	if cap(m.entries) < n*8 {
@@ -274,24 +284,41 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 	}
 	entries := m.entries[:n*8]
 	base := uintptr(unsafe.Pointer(&m.mapping[0]))
-	if _, err := f.ReadAt(entries, int64(base/pageSize*8)); err != nil {
+	if _, err := table.ReadAt(entries, int64(base/pageSize*8)); err != nil {
 		return nil, false
 	}
-	const (
-		present  = 1 << 63
-		fileOrSh = 1 << 61
-	)
 	out := m.dirty[:0]
 	for i := range n {
-		e := binary.LittleEndian.Uint64(entries[i*8:])
-		if e&present == 0 {
-			continue
+		if pageWritten(binary.LittleEndian.Uint64(entries[i*8:]), i*pageSize < m.image) {
+			out = append(out, i)
 		}
-		if i*pageSize < m.image && e&fileOrSh != 0 {
-			continue // still the image's own page
-		}
-		out = append(out, i)
 	}
 	m.dirty = out
 	return out, true
+}
+
+// Bits of a /proc/self/pagemap entry (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pmPresent = 1 << 63 // a page is mapped
+	pmSwapped = 1 << 62 // a swap entry: swapped out, or migrating
+	pmFile    = 1 << 61 // the mapped page is a file's (or shared anonymous)
+)
+
+// pageWritten reports whether a page may hold bytes other than the
+// image's (zeros past it), from its page-table entry. Only two entries
+// prove it does not. An empty one: the memory is a private mapping, whose
+// written copies live nowhere but behind their entry, so with none the next
+// access reads the (sealed) image, or zeros past it. And, in the image, a
+// present page of the file: the image's own page, never copied, because
+// never written. Anything else may hold a run's bytes: a present anonymous
+// copy, and a swap entry, which is a page written and then swapped out (or
+// migrating) — not present, yet its bytes come back on the next access.
+func pageWritten(e uint64, inImage bool) bool {
+	switch {
+	case e&(pmPresent|pmSwapped) == 0:
+		return false
+	case inImage && e&pmPresent != 0 && e&pmFile != 0:
+		return false
+	}
+	return true
 }

@@ -42,6 +42,9 @@ type instance struct {
 	// The exports a run calls, kept so a reused instance keeps their call
 	// stacks.
 	run, resume, inbox, alloc api.Function
+	// parse compiles a script without running it (Engine.Parse); nil in a
+	// guest built without it.
+	parse api.Function
 	// Globals the build exports (loopcheck.awk) so a used instance can be
 	// checked and reset.
 	budget       api.MutableGlobal
@@ -169,6 +172,7 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 	in.resume = m.ExportedFunction("pml_resume")
 	in.inbox = m.ExportedFunction("pml_inbox")
 	in.alloc = m.ExportedFunction("pml_alloc")
+	in.parse = m.ExportedFunction("pml_parse")
 	in.budget, _ = m.ExportedGlobal("pml_budget").(api.MutableGlobal)
 	in.stackPointer = m.ExportedGlobal("pml_stack_pointer")
 	if in.run == nil || in.resume == nil || in.inbox == nil || in.alloc == nil || in.budget == nil || in.stackPointer == nil {

@@ -28,24 +28,11 @@ type outputDoc struct {
 // run calls pml_run on a fresh instance and decodes its answer.
 func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	mod, alloc := in.mod, in.alloc
-	// QuickJS's parsers need a NUL after the text, so every buffer gets one.
-	put := func(b []byte) (uint32, error) {
-		r, err := alloc.Call(ctx, uint64(len(b)+1))
-		if err != nil {
-			return 0, err
-		}
-		p := uint32(r[0])
-		if p == 0 || !mod.Memory().Write(p, b) || !mod.Memory().WriteByte(p+uint32(len(b)), 0) {
-			return 0, errors.New("guest allocation failed")
-		}
-		return p, nil
-	}
-	cfgPtr, err := put(cfg)
+	cfgPtr, err := put(ctx, in, cfg)
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "loading the configuration")
 	}
-	codePtr, err := put([]byte(x.req.Code))
+	codePtr, err := put(ctx, in, []byte(x.req.Code))
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
 	}
@@ -56,6 +43,20 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 		return nil, x.trapError(err)
 	}
 	return x.drive(ctx, in, int64(ret[0]))
+}
+
+// put copies b into a new buffer of the guest's, followed by a NUL
+// (QuickJS's parsers need one after the text), and returns its address.
+func put(ctx context.Context, in *instance, b []byte) (uint32, error) {
+	r, err := in.alloc.Call(ctx, uint64(len(b)+1))
+	if err != nil {
+		return 0, err
+	}
+	p := uint32(r[0])
+	if p == 0 || !in.mod.Memory().Write(p, b) || !in.mod.Memory().WriteByte(p+uint32(len(b)), 0) {
+		return 0, errors.New("guest allocation failed")
+	}
+	return p, nil
 }
 
 // drive carries a started run on from the guest's last answer (ret, what

@@ -37,6 +37,14 @@
 // syntax error. Strings, comments, regular expressions and template text
 // are skipped as the parsers' lexers skip them, so brackets inside them
 // never count.
+//
+// # Cost, not syntax
+//
+// Check refuses code for what it would cost, never for what it means: code
+// the engine parses within the bounds passes. Scan also counts the names
+// the code declares again in their scope, which only esbuild pays for
+// (Report.KeepFromEsbuild); where a name goes (keys, class members,
+// patterns' keys), a keyword is read as the name it is there.
 package prescan
 
 import (
@@ -89,10 +97,55 @@ type Limits struct {
 // the parsers wrap it in) is within the limits, else a LIMIT_EXCEEDED
 // error: limit "code_size" when it is too large, "code_depth" when it
 // nests too deeply, with the line and column (1-based, in characters) in
-// its message and in Details {line, column, bound}.
+// its message and in Details {line, column, bound}. It judges cost, never
+// syntax: code within the limits passes whatever it means.
 func Check(code string, l Limits) *fault.Error {
+	_, err := Scan(code, l)
+	return err
+}
+
+// Report is what Scan learnt of code within the limits.
+type Report struct {
+	// Repeats counts the names the code declares again in their scope
+	// (let, const, class, enum members, private members, object
+	// literals' __proto__ keys), and Repeated is the first of them as the
+	// SyntaxError it is, with its line and column (nil when none). It is
+	// no verdict on the code: the scan's reading of declarations is not a
+	// parser's, and JavaScript is the engine's to judge.
+	Repeats  int
+	Repeated *fault.Error
+
+	// paramsTooLong, when set, refuses code whose argument or parameter
+	// lists repeat names so far apart, and so often, that esbuild would
+	// take quadratic time measuring each back to its first (where they
+	// are parameters). Calls may repeat names, and so may sloppy code's
+	// simple parameters: it is no syntax error, and not among Repeats.
+	paramsTooLong *fault.Error
+}
+
+// KeepFromEsbuild returns why esbuild must not read the code, or nil: a
+// SyntaxError when the code declares names again more than maxRepeats
+// times (each is a syntax error in every parser, and the others stop at
+// the first; esbuild reports every one with a note it measures back to
+// the first declaration, which many of them make quadratic), or a
+// LIMIT_EXCEEDED "code_size" when argument or parameter lists repeat
+// names too far apart too often (see maxParamScan). internal/script
+// refuses such code as TypeScript, and lets the engine judge it as
+// JavaScript.
+func (r Report) KeepFromEsbuild() *fault.Error {
+	switch {
+	case r.Repeats > maxRepeats:
+		return r.Repeated
+	case r.paramsTooLong != nil:
+		return r.paramsTooLong
+	}
+	return nil
+}
+
+// Scan is Check, with what it learnt of code within the limits.
+func Scan(code string, l Limits) (Report, *fault.Error) {
 	if l.MaxBytes > 0 && len(code) > l.MaxBytes {
-		return fault.Limitf(fault.LimitCodeSize, "code is %d bytes; the limit is %d", len(code), l.MaxBytes)
+		return Report{}, fault.Limitf(fault.LimitCodeSize, "code is %d bytes; the limit is %d", len(code), l.MaxBytes)
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultMaxDepth
@@ -105,7 +158,19 @@ func Check(code string, l Limits) *fault.Error {
 	}
 	r := scan(code, l)
 	if r.refused == refuseNone {
-		return nil
+		rep := Report{Repeats: r.repeats}
+		if r.paramScan > maxParamScan {
+			line, col := position(code, r.paramAt)
+			rep.paramsTooLong = fault.Limitf(fault.LimitCodeSize, "code repeats names in one argument or parameter list too often, too far apart, for TypeScript (from line %d, column %d)", line, col)
+			rep.paramsTooLong.Details = map[string]int{"line": line, "column": col}
+		}
+		if r.repeats > 0 {
+			line, col := position(code, r.repeatAt)
+			rep.Repeated = &fault.Error{Code: fault.ScriptError,
+				Message: fmt.Sprintf("SyntaxError: %q has already been declared (line %d, column %d)", r.repeatName, line, col),
+				Details: map[string]int{"line": line, "column": col}}
+		}
+		return rep, nil
 	}
 	line, col := position(code, r.at)
 	var e *fault.Error
@@ -125,17 +190,11 @@ func Check(code string, l Limits) *fault.Error {
 	case refuseFolds:
 		e = fault.Limitf(fault.LimitCodeSize, "code joins too much string literal text with + in one expression (line %d, column %d): join an array, or write one literal", line, col)
 		e.Details = map[string]int{"line": line, "column": col}
-	case refuseRepeats:
-		// A syntax error in every parser, but one whose errors esbuild
-		// reports in quadratic time.
-		e = &fault.Error{Code: fault.ScriptError,
-			Message: fmt.Sprintf("SyntaxError: %q has already been declared (line %d, column %d)", r.name, line, col),
-			Details: map[string]int{"line": line, "column": col}}
 	default:
 		e = fault.Limitf(fault.LimitCodeDepth, "code is too ambiguous to bound its nesting at line %d, column %d (too many ways to read its '/')", line, col)
 		e.Details = map[string]int{"line": line, "column": col}
 	}
-	return e
+	return Report{}, e
 }
 
 // position returns the 1-based line and character column of byte offset

@@ -200,8 +200,10 @@ func TestCommaSequences(t *testing.T) {
 
 // TestRepeatedDeclarations: a name a let, const or class declares again in
 // its scope is a syntax error, which esbuild reports in quadratic time
-// when there are many: past a few, the code is refused as the syntax
-// error it is, at the first. Declarations that may repeat do not count.
+// when there are many: past a few, Scan reports the first (for the code to
+// be kept from esbuild), while Check, which judges cost only, passes it.
+// Names declared again are counted; past 8, the code is kept from esbuild.
+// Declarations that may repeat do not count.
 func TestRepeatedDeclarations(t *testing.T) {
 	for _, c := range []struct{ code, name string }{
 		{rep("let a;\n", 20), "a"},
@@ -221,16 +223,40 @@ func TestRepeatedDeclarations(t *testing.T) {
 		{"class A {" + rep("#a = 1;", 20) + "}", "#a"},
 		{"class A {" + rep("static #a = 1;", 20) + "}", "#a"},
 		{"class A {" + rep("get #a() {}", 20) + "}", "get #a"},
-		{"let a;\n" + rep("let a;\n", 20) + rep("(", 300), "a"}, // before the depth
+		{"class A {" + rep("@d #a;", 20) + "}", "#a"},
+		{"class A {" + rep("#a() {}\n", 20) + "}", "#a"},
+		{"class A {" + rep("async *#a() {}", 20) + "}", "#a"},
+		{rep("let [a] = x;\n", 20), "a"},
+		// A var or function of a let's name (esbuild notes each back to
+		// the let: 36 KB of `var a;` took it 2.7 s).
+		{"let a;" + rep("var a;", 20), "a"},
+		{"let a;" + rep("{ var a }", 20), "a"},
+		{"let a;" + rep("var [a] = x; var {b: a} = x;", 10), "a"},
+		{"{ let a; " + rep("{ for (var a of x); }", 20) + "}", "a"},
+		{"let a;" + rep("function a() {}", 20), "a"},
+		{"class a {}" + rep("function* a() {}", 20), "a"},
+		{"let a;" + rep("async function a() {}", 20), "a"},
+		{rep("var a;", 20) + "let a;" + rep("let a;", 10), "a"},
+		// esbuild declares await and yield as names, each an error.
+		{"let " + rep("await, ", 20) + "a", "await"},
+		{"let " + rep("yield, ", 20) + "a", "yield"},
+		{rep("for (let [a] of x);\n", 1) + rep("let a;", 20), "a"},
 	} {
-		e := Check(c.code, Limits{})
-		if e == nil || e.Code != fault.ScriptError || !strings.Contains(e.Message, fmt.Sprintf("%q has already been declared", c.name)) {
-			t.Errorf("Check(%.50q…) = %v, want a SyntaxError for %q", c.code, e, c.name)
+		r, e := Scan(c.code, Limits{})
+		if k := r.KeepFromEsbuild(); e != nil || k == nil || k.Code != fault.ScriptError ||
+			!strings.Contains(k.Message, fmt.Sprintf("%q has already been declared", c.name)) {
+			t.Errorf("Scan(%.50q…) = %v, %v; want a SyntaxError for %q", c.code, k, e, c.name)
+		}
+		if e := Check(c.code, Limits{}); e != nil {
+			t.Errorf("Check(%.50q…) = %v, want nil: it judges cost, not syntax", c.code, e)
 		}
 	}
-	e := Check("let x = 1;\n  let a;"+rep(" let a;", 20), Limits{})
-	if d, _ := e.Details.(map[string]int); d["line"] != 2 || d["column"] != 14 {
-		t.Errorf("details = %v, want the first repeat, line 2 column 14", e.Details)
+	r, _ := Scan("let x = 1;\n  let a;"+rep(" let a;", 20), Limits{})
+	if d, _ := r.Repeated.Details.(map[string]int); d["line"] != 2 || d["column"] != 14 || r.Repeats != 20 {
+		t.Errorf("%d repeats, the first at %v; want 20, the first at line 2 column 14", r.Repeats, r.Repeated.Details)
+	}
+	if _, e := Scan(rep("let a;\n", 20)+rep("(", 300), Limits{}); e == nil || e.Limit != fault.LimitCodeDepth {
+		t.Errorf("Scan of repeats, then nesting past the bound = %v, want code_depth", e)
 	}
 	for _, code := range []string{
 		rep("var a;\n", 1000),
@@ -249,12 +275,101 @@ func TestRepeatedDeclarations(t *testing.T) {
 		"class A {" + rep("get #a() {} set #a(v) {}", 1) + rep("m() { return this.#a + this.#a }", 20) + "}",
 		rep("x = class { #a = 1; m() { return #a in this } }\n", 20),
 		rep("{ const a = 1 }", 20),
+		// Keywords are names where a property's name goes: in object
+		// literals (test262's language/reserved-words/ident-name-keyword-accessor.js
+		// was refused as "get" declared again), class bodies, patterns'
+		// keys and TypeScript's member lists.
+		"var o = {" + keywordAccessors + "}",
+		"x = {const: 1, " + rep("a: 1, ", 20) + "}",
+		"x = {let: 1, " + rep("a: 1, ", 20) + "}",
+		"x = {get const() {}, " + rep("a: 1, ", 20) + "}",
+		"x = {set let(v) {}, " + rep("get: 1, set: 1, ", 20) + "}",
+		"x = {async *const() {}, *let() {}, " + rep("a: 1, ", 20) + "}",
+		"class A {" + rep("const\n a() {}\n", 20) + "}",
+		"class A {" + rep("class\n a() {}\n", 20) + "}",
+		"class A {" + rep("let\n a() {}\n", 20) + "}",
+		"class A {" + rep("static const() {} a() {}", 20) + "}",
+		"class A { const() {} " + rep("a() {} ", 20) + "}",
+		"class A { #a; " + rep("static b = #a in o; ", 20) + "}",
+		"class A { #a; " + rep("c = d && #a in o\n", 20) + "}",
+		numbered("const {[a]: b#} = x;\n", 20),
+		numbered("let {[a]: {[a]: b#}} = x;\n", 20),
+		"const {" + numbered("'__proto__': a#, ", 20) + "} = x",
+		rep("const enum E {}\n", 20), // enums merge; "enum" is no name
+		// Vars and functions may repeat; a var stays in its function.
+		rep("var a; function a() {} var [a] = x; var {a} = x;\n", 20),
+		"let a;" + rep("function f() { var a }", 20),
+		"let a;" + rep("x = function () { var a }", 20),
+		"let a;" + rep("x = () => { var a }", 20),
+		"let a;" + rep("x = { m() { var a } }", 20),
+		"let a;" + rep("x = class { m() { var a } };", 20),
+		"let a;" + rep("x = function* () { var a };", 20),
+		"let a;" + rep("x = async function f() { var a };", 20),
+		"var a;" + rep("{ let a }", 20),
+		rep("function f() { let a } function f() { var a }\n", 20),
+		"let a;" + rep("x = function a() {};", 20),
+		"let a;" + rep("{ function a() {} }", 20),
+		"var let = [0];" + rep("x = let[a];\n", 20),
+		"var let = [0];" + rep("f(let[a]);\n", 20),
+		"interface I { const: number, " + rep("a: string, ", 20) + "}",
+		"interface I { const: number; " + rep("a: string; ", 20) + "}",
+		"type T = { const: number, " + rep("a: string, ", 20) + "}",
 	} {
-		if e := Check(code, Limits{}); e != nil {
-			t.Errorf("Check(%.60q…) = %v, want nil", code, e)
+		if r, e := Scan(code, Limits{}); e != nil || r.Repeats != 0 {
+			t.Errorf("Scan(%.60q…) = %v, %v; want nothing declared again", code, r.Repeated, e)
 		}
 	}
 }
+
+// numbered repeats s n times, with # in the i-th copy replaced by i.
+func numbered(s string, n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString(strings.ReplaceAll(s, "#", fmt.Sprint(i)))
+	}
+	return b.String()
+}
+
+// TestRepeatedParameters: a parameter list repeating a name thousands of
+// times, far apart, is kept from esbuild (which measures each back to the
+// first: quadratic) as LIMIT_EXCEEDED code_size; calls repeating names the
+// way real code does are not.
+func TestRepeatedParameters(t *testing.T) {
+	for _, code := range []string{
+		"function f(" + rep("a, ", 4000) + "a) {}",
+		"x = {m(" + rep("a, ", 4000) + "a) {}}",
+		"class A { m(" + rep("a, ", 4000) + "a): (x: T) => U {} }",
+	} {
+		r, e := Scan(code, Limits{})
+		k := r.KeepFromEsbuild()
+		if e != nil || k == nil || k.Code != fault.LimitExceeded || k.Limit != fault.LimitCodeSize || r.Repeats != 0 {
+			t.Errorf("Scan(%.40q…) = %v, %v (%d repeats); want code_size, and no declaration repeated", code, k, e, r.Repeats)
+		}
+	}
+	for _, code := range []string{
+		rep("f(a, a, b, a);\n", 5000),
+		"f(" + rep("a, ", 500) + "a)",
+		rep("function f(a, b) {}\n", 2000),
+		"x = [" + rep("{id: 1, name: 'x'}, ", 3000) + "]",
+	} {
+		if r, e := Scan(code, Limits{MaxBytes: 1 << 20}); e != nil || r.KeepFromEsbuild() != nil {
+			t.Errorf("Scan(%.40q…) = %v, %v; want nothing", code, r.KeepFromEsbuild(), e)
+		}
+	}
+}
+
+// keywordAccessors is the object test262's
+// language/reserved-words/ident-name-keyword-accessor.js builds: a getter
+// and a setter named by every keyword and reserved word.
+var keywordAccessors = func() string {
+	var b strings.Builder
+	for _, k := range strings.Fields("await break case catch class const continue debugger default delete do else enum export " +
+		"extends false finally for function if import in instanceof new null return super switch this throw true try typeof " +
+		"var void while with yield let static implements interface package private protected public") {
+		fmt.Fprintf(&b, "set %s(v) { test = %q }, get %s() { return %q },\n", k, k, k, k)
+	}
+	return b.String()
+}()
 
 // TestCommentsOnLongLines: esbuild scans back to a line's start for every
 // block comment before an expression, so many on one long line cost it

@@ -15,20 +15,28 @@ const (
 	refuseScopes
 	refuseScopeCount
 	refuseAmbiguous
-	refuseRepeats
 	refuseComments
 	refuseFolds
 )
 
-// result is what a scan found: the refusal and its byte offset, and the
-// deepest nesting seen (for tests and measurement).
+// result is what a scan found: the refusal and its byte offset, the
+// names declared again, and the deepest nesting seen (for tests and
+// measurement).
 type result struct {
 	refused refusal
 	at      int
-	name    string // the name declared again, for refuseRepeats
-	depth   int
-	scopes  int
-	opened  int // blocks, function bodies and arrows, in the reading that read most
+	// repeats counts names declared again in their scope; repeatAt and
+	// repeatName are the first of them.
+	repeats    int
+	repeatAt   int
+	repeatName string
+	// paramScan is how far back esbuild would measure, in all, the names
+	// argument and parameter lists repeat; paramAt is the first repeat.
+	paramScan int
+	paramAt   int
+	depth     int
+	scopes    int
+	opened    int // blocks, function bodies and arrows, in the reading that read most
 }
 
 // Frame kinds. Angles and ternaries are tentative: a `<` may be a
@@ -47,20 +55,24 @@ const (
 
 // Frame flags.
 const (
-	fHead    = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
-	fBlock               // a brace that opens a block or a function or class body (a scope)
-	fStmt                // a brace that is a statement's body: its close ends that statement
-	fList                // commas separate items (arguments, elements, members), not operands
-	fDecl                // a let/const/var list is pending: its commas separate declarations
-	fCase                // a case or default is pending its colon
-	fPrefix              // an angle where an operand starts: a type assertion or generic arrow
-	fCall                // a paren after an operand: arguments, or a method's parameters
-	fIndent              // a head paren whose statement indents its body (if, for, while, with)
-	fLex                 // the pending declaration list is let or const: its names may not repeat
-	fPattern             // a destructuring pattern of a let or const declaration
-	fEnum                // an enum's members: their names may not repeat
-	fClass               // a class body: its private names may not repeat
-	fLabel               // an angle after a word at a statement's start: `a<T>:` is a label in TypeScript
+	fHead     = 1 << iota // a paren after if/while/for/with/switch/catch: a statement follows it
+	fBlock                // a brace that opens a block or a function or class body (a scope)
+	fStmt                 // a brace that is a statement's body: its close ends that statement
+	fList                 // commas separate items (arguments, elements, members), not operands
+	fDecl                 // a let/const/var list is pending: its commas separate declarations
+	fCase                 // a case or default is pending its colon
+	fPrefix               // an angle where an operand starts: a type assertion or generic arrow
+	fCall                 // a paren after an operand: arguments, or a method's parameters
+	fIndent               // a head paren whose statement indents its body (if, for, while, with)
+	fLex                  // the pending declaration list is let or const: its names may not repeat
+	fPattern              // a destructuring pattern of a let or const declaration
+	fEnum                 // an enum's members: their names may not repeat
+	fClass                // a class body: its private names may not repeat
+	fLabel                // an angle after a word at a statement's start: `a<T>:` is a label in TypeScript
+	fVar                  // the pending declaration list is var (or this is a pattern of one): its names belong to the function
+	fFunc                 // a brace that is a function's body (or the wrapper's): where var names stop
+	fParams               // a paren after function (its *, its name): its parameters, a body follows
+	fFuncDecl             // a function or class declaration's body (or the function's parameters): its } ends a statement
 )
 
 // What a `/` reads as after the previous token.
@@ -80,7 +92,7 @@ const (
 // level is one open frame with the chains counted inside it.
 type level struct {
 	kind  uint8
-	flags uint16
+	flags uint32
 	// id names the frame as a scope of declarations; scope is, in a
 	// pattern, the id of the frame its names are declared in.
 	id, scope uint32
@@ -140,13 +152,22 @@ type reading struct {
 	list      bool  // it was enum or interface: the next { is a list of members
 	enumNext  bool  // that list is an enum's
 	classNext bool  // it was class (or its name, heritage): the next { is its body
+	classDecl bool  // and that class is declared: its } ends a statement
 	accessor  uint8 // it was get (1) or set (2)
 	asi       bool  // it was return, break, continue, yield, await or of: a line break may end the statement
 	declNext  bool  // it was let: a binding here makes a declaration list
 	callClose bool  // it closed what looked like a call's arguments
 	castNext  bool  // it closed type arguments or a comparison: a < here may start a type assertion
 	bindNext  bool  // a word (or a pattern) here is a name a let, const or class declares
-	keyNext   bool  // a word or string here is an object literal's key
+	keyNext   bool  // a word or string here is a property's or class member's name (or a modifier before it)
+	headFirst bool  // it opened a statement head's paren: a let here declares (for (let …))
+	fnBody    bool  // it was => or a function's parameters: a { here is a function's body
+	params    bool  // it was function, its * or its name: a ( here opens its parameters
+	item      bool  // it opened a call's parens or separated its items: a word here may be a parameter's name
+	funcName  bool  // it was function (or its *) at a statement: a word here is the function's name
+	modifier  bool  // it was async, declare or export at a statement's start: a function here is declared
+	declName  bool  // it named a function declaration: its parameters follow
+	declBody  bool  // it closed a function declaration's parameters: its body follows
 	pending   decl  // the name just read, declared unless (or only if) a : follows
 	indent    bool  // it was if/for/while/with: the statement indents its body
 	bodyNext  bool  // it ended the head of a statement that indents its body
@@ -171,6 +192,7 @@ type reading struct {
 // object literal's __proto__ only is.
 type decl struct {
 	set, keyOnly bool
+	hoist        bool // a var's: declared up to its function
 	scope        uint32
 	name         string
 	at           int
@@ -183,14 +205,25 @@ type declKey struct {
 	name  string
 }
 
-type declSeen struct{ count, at int32 }
+// lex counts the let, const and class declarations (and other names that
+// may not repeat), vars the var and function ones, which may repeat among
+// themselves.
+type declSeen struct{ lex, vars, at int32 }
 
 // maxRepeats is how many names declared again in their scope the code
-// may hold before it is refused. Each is an error in every parser (a
-// SyntaxError), but esbuild builds each error's note by scanning back to
+// may hold and still be read by esbuild. Each is an error in every parser
+// (a SyntaxError), but esbuild builds each error's note by scanning back to
 // the first declaration: many of them cost it quadratic time (`let a;`
-// 36,000 times, 256 KiB: about 25 s of CPU).
+// 36,000 times, 256 KiB: about 25 s of CPU). The other parsers stop at the
+// first, so past the bound the code only never reaches esbuild (see
+// Report.KeepFromEsbuild).
 const maxRepeats = 8
+
+// maxParamScan bounds how far back esbuild measures, in all, from the
+// names argument or parameter lists repeat to their first (see param):
+// it spends about 25 ns a byte on them (a list of 4,000 repeats, 24 MB
+// measured, took 0.6 s), so 4 MiB is about 0.1 s.
+const maxParamScan = 4 << 20
 
 // maxCommentScan bounds how far esbuild scans back, in all, from the
 // block comments in the code to the start of their lines: it does so for
@@ -222,8 +255,15 @@ type scanner struct {
 	repeats    int
 	repeatAt   int
 	repeatName string
-	readings   []*reading
-	free       []*reading // readings that ended, for their stacks' reuse
+	// params are the names each call's items hold (by the call's frame):
+	// where each was first read, and last. paramScan adds up, for every
+	// name an item repeats, how far back its first is; paramAt is where
+	// the first repeat is.
+	params    map[declKey][2]int32
+	paramScan int
+	paramAt   int
+	readings  []*reading
+	free      []*reading // readings that ended, for their stacks' reuse
 	// hashing is on while there is more than one reading: each level's
 	// hash then identifies the frames below it, so readings that meet
 	// again are compared in constant time. seed makes the hashes
@@ -241,7 +281,7 @@ func scan(code string, lim Limits) result {
 	// as depth 0.
 	r.stack = make([]level, 0, 64)
 	r.stack = append(r.stack, level{kind: kTop, flags: fBlock}, level{kind: kParen})
-	r.cur = level{kind: kBrace, flags: fBlock, id: 1}
+	r.cur = level{kind: kBrace, flags: fBlock | fFunc, id: 1}
 	s.nextID = 2
 
 	res := result{}
@@ -282,7 +322,7 @@ func scan(code string, lim Limits) result {
 		res.scopes = max(res.scopes, int(r.maxScopes))
 		res.opened = max(res.opened, r.opened)
 		if r.refused != refuseNone {
-			res.refused, res.at, res.name = r.refused, r.at, s.repeatName
+			res.refused, res.at = r.refused, r.at
 			return res
 		}
 		if fork != nil {
@@ -303,6 +343,8 @@ func scan(code string, lim Limits) result {
 			}
 		}
 	}
+	res.repeats, res.repeatAt, res.repeatName = s.repeats, s.repeatAt, s.repeatName
+	res.paramScan, res.paramAt = s.paramScan, s.paramAt
 	return res
 }
 
@@ -321,8 +363,8 @@ func (r *reading) same(q *reading) bool {
 		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
 		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
 		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
-		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.pending != q.pending ||
-		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.accessor != q.accessor {
+		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.headFirst != q.headFirst || r.fnBody != q.fnBody || r.params != q.params || r.modifier != q.modifier || r.declName != q.declName || r.declBody != q.declBody || r.item != q.item || r.funcName != q.funcName || r.pending != q.pending ||
+		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.classDecl != q.classDecl || r.accessor != q.accessor {
 		return false
 	}
 	for j := len(r.stack) - 1; j >= 0; j-- {
@@ -405,31 +447,101 @@ func (r *reading) open() {
 	}
 }
 
-// declare records a let, const or class name declared in a scope, and
-// refuses past maxRepeats names declared again.
+// declare records a let, const or class name (or another that may not
+// repeat) declared in a scope, and counts the names declared again.
 func (r *reading) declare(scope uint32, name string, at int) {
+	r.record(scope, name, at, true)
+}
+
+// declareKind declares a name as its declaration list has it: a var's up
+// to its function (declareVar), others in scope.
+func (r *reading) declareKind(scope uint32, name string, at int, hoist bool) {
+	if hoist {
+		r.declareVar(scope, name, at)
+		return
+	}
+	r.declare(scope, name, at)
+}
+
+// declareVar records a var name declared in scope and in every scope
+// around it up to its function's, where it belongs: a let, const or class
+// of the same name in any of them (before or after) is a name declared
+// again, another var is not.
+func (r *reading) declareVar(scope uint32, name string, at int) {
+	r.record(scope, name, at, false)
+	if r.cur.id == scope && r.cur.flags&fFunc != 0 {
+		return
+	}
+	for j := len(r.stack) - 1; j >= 0; j-- {
+		l := &r.stack[j]
+		if l.id != scope {
+			r.record(l.id, name, at, false)
+		}
+		if l.flags&fFunc != 0 {
+			return
+		}
+	}
+}
+
+// record counts a declaration of name in scope, lexical (let, const,
+// class) or not (var, function), and a name declared again: a lexical one
+// after any other, a var or function after a lexical one.
+func (r *reading) record(scope uint32, name string, at int, lexical bool) {
 	s := r.s
 	if s.decls == nil {
 		s.decls = make(map[declKey]declSeen)
 	}
 	k := declKey{scope, name}
 	v := s.decls[k]
-	if v.count > 0 && v.at == int32(at) {
+	if v.lex+v.vars > 0 && v.at == int32(at) {
 		return // another reading's view of the same declaration
 	}
-	v.count++
+	again := v.lex > 0 || lexical && v.vars > 0
+	if lexical {
+		v.lex++
+	} else {
+		v.vars++
+	}
 	v.at = int32(at)
 	s.decls[k] = v
-	if v.count < 2 {
+	if !again {
 		return
 	}
 	if s.repeats == 0 {
 		s.repeatAt, s.repeatName = at, name
 	}
 	s.repeats++
-	if s.repeats > maxRepeats && r.refused == refuseNone {
-		r.refused, r.at = refuseRepeats, s.repeatAt
+}
+
+// param records a name among a call's items, which may be a function's
+// parameters (`m(a, b) {`, `function f(a, b): T {`): a name they repeat is
+// an error esbuild notes back to the first, measuring the distance each
+// time, which a long list of repeats makes quadratic (a 12 KB list took it
+// 0.6 s). Calls may repeat names, so what counts is that distance, in
+// all, not the repeats. (Arrow functions' and anonymous functions'
+// parameters are bounded already: their commas count as nesting.)
+func (r *reading) param(name string, at int) {
+	if notAName(name) || name == "this" {
+		return
 	}
+	s := r.s
+	if s.params == nil {
+		s.params = make(map[declKey][2]int32)
+	}
+	k := declKey{r.cur.id, name}
+	v, seen := s.params[k]
+	switch {
+	case !seen:
+		s.params[k] = [2]int32{int32(at), int32(at)}
+		return
+	case v[1] == int32(at):
+		return // another reading's view of the same item
+	}
+	s.params[k] = [2]int32{v[0], int32(at)}
+	if s.paramScan == 0 {
+		s.paramAt = at
+	}
+	s.paramScan += at - int(v[0])
 }
 
 // declScope is the scope a name declared here belongs to.
@@ -443,7 +555,7 @@ func (r *reading) declScope() uint32 {
 // pattern opens a destructuring pattern of a declaration.
 func (r *reading) pattern(k uint8) {
 	scope := r.declScope()
-	flags := uint16(fList | fPattern)
+	flags := uint32(fList|fPattern) | r.cur.flags&fVar // a var's pattern: its names belong to the function
 	if k == kBrace {
 		flags |= fBlock // counted as a scope, as an object literal would not be: the larger reading
 	}
@@ -451,10 +563,11 @@ func (r *reading) pattern(k uint8) {
 	r.cur.scope = scope
 	r.exprStart()
 	r.bindNext = true
+	r.keyNext = k == kBrace
 }
 
 // push opens a frame of kind k.
-func (r *reading) push(k uint8, flags uint16) {
+func (r *reading) push(k uint8, flags uint32) {
 	scope := r.cur.scopes()
 	if flags&fBlock != 0 || k == kAngle {
 		scope++
@@ -558,7 +671,7 @@ func (r *reading) endStatement() {
 	r.dropTentative()
 	r.endExpr()
 	r.cur.seq, r.cur.stmt, r.cur.dos, r.cur.heads = 0, 0, 0, 0
-	r.cur.flags &^= fDecl | fLex | fCase
+	r.cur.flags &^= fDecl | fLex | fVar | fCase
 	r.list = false
 }
 
@@ -642,10 +755,10 @@ func (r *reading) token(c byte) *reading {
 	code := r.code
 	start := r.i
 	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi =
-		false, false, false, false, false, false, false, false, false, false, false, false, false
+	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi, headFirst, fnBody, funcName, params, item, modifier, declName, declBody :=
+		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst, r.fnBody, r.funcName, r.params, r.item, r.modifier, r.declName, r.declBody
+	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst, r.fnBody, r.funcName, r.params, r.item, r.modifier, r.declName, r.declBody =
+		false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
 	if asi && newline {
 		// `return` (and the others) then a line break: a new statement may
 		// start here (a block, a label), or the expression go on. Both
@@ -656,14 +769,16 @@ func (r *reading) token(c byte) *reading {
 	if p := r.pending; p.set {
 		r.pending.set = false
 		if (c == ':') == p.keyOnly {
-			r.declare(p.scope, p.name, p.at)
+			r.declareKind(p.scope, p.name, p.at, p.hoist)
 		}
 	}
 	if declNext && (isWordStart(c) || c == '[' || c == '{' || c >= utf8.RuneSelf) {
 		r.cur.flags |= fDecl | fLex
 		bind = true
 	}
-	if bind && (c == '[' || c == '{') {
+	if bind && (c == '[' || c == '{') && !(key && r.cur.kind == kBrace && r.cur.flags&fPattern != 0) {
+		// A nested pattern (a `[` at an object pattern's key is a computed
+		// key instead: an expression).
 		r.i++
 		k := kBracket
 		if c == '{' {
@@ -692,14 +807,26 @@ func (r *reading) token(c byte) *reading {
 		r.i++
 		switch {
 		case head:
-			f := uint16(fHead)
+			f := uint32(fHead)
 			if indent {
 				f |= fIndent
 			}
 			r.push(kParen, f)
+			r.exprStart()
+			r.headFirst = true
+			return nil
 		case r.operand:
 			r.cur.unary++ // a call
-			r.push(kParen, fList|fCall)
+			f := uint32(fList | fCall)
+			if declName {
+				f |= fFuncDecl
+			}
+			r.push(kParen, f)
+			r.exprStart()
+			r.item = true
+			return nil
+		case params:
+			r.push(kParen, fParams) // an anonymous function's (its commas counted, as before)
 		default:
 			r.push(kParen, 0)
 		}
@@ -727,6 +854,7 @@ func (r *reading) token(c byte) *reading {
 			} else {
 				r.push(kBrace, fList)
 				r.exprStart()
+				r.keyNext = true
 			}
 		case r.brace == braceObject:
 			r.push(kBrace, fList)
@@ -736,7 +864,18 @@ func (r *reading) token(c byte) *reading {
 			r.push(kBrace, fBlock|fStmt)
 			r.stmtBegin()
 		case r.classNext:
-			r.push(kBrace, fBlock|fClass)
+			f := uint32(fBlock | fClass)
+			if r.classDecl {
+				f |= fFuncDecl
+			}
+			r.push(kBrace, f)
+			r.stmtBegin()
+		case callClose || fnBody:
+			f := uint32(fBlock | fFunc) // a function's body
+			if declBody {
+				f |= fFuncDecl
+			}
+			r.push(kBrace, f)
 			r.stmtBegin()
 		default:
 			r.push(kBrace, fBlock)
@@ -767,7 +906,9 @@ func (r *reading) token(c byte) *reading {
 		case c == ')' && closed.flags&fHead != 0:
 			r.stmtBegin()
 			r.bodyNext = closed.flags&fIndent != 0
-		case c == '}' && closed.flags&fStmt != 0:
+		case c == '}' && closed.flags&(fStmt|fFuncDecl) != 0:
+			// A block statement, or a function declaration: the
+			// statement ends.
 			r.stmtBegin()
 			r.ended = true
 		case c == '}':
@@ -775,11 +916,17 @@ func (r *reading) token(c byte) *reading {
 			// declaration, after which a / starts a regular expression.
 			r.operandEnd()
 			r.slash = slashEither
+			// A method's body (or a static block) in a class body, not a
+			// function in a field's initializer: a member's name follows.
+			r.keyNext = closed.flags&fBlock != 0 && r.cur.flags&fClass != 0 &&
+				r.cur.right == 0 && r.cur.unary == 0 && r.cur.seq == 0
 		case c == ')' && closed.flags&fList == 0 && closed.strs > 0:
 			r.literal(int(closed.strs)) // a group of literals folds into one
 		default:
 			r.operandEnd()
 			r.callClose = c == ')' && closed.flags&fCall != 0
+			r.fnBody = closed.flags&fParams != 0
+			r.declBody = closed.flags&fFuncDecl != 0
 		}
 	case '`':
 		r.i++
@@ -791,7 +938,7 @@ func (r *reading) token(c byte) *reading {
 		r.template = true
 	case '\'', '"':
 		r.skipString(c)
-		if key && !r.dead && r.code[start+1:r.i-1] == "__proto__" {
+		if key && !r.dead && r.objectLiteral() && r.code[start+1:r.i-1] == "__proto__" {
 			r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: "__proto__", at: start}
 		}
 		r.literal(r.i - start)
@@ -862,14 +1009,16 @@ func (r *reading) token(c byte) *reading {
 	case ',':
 		r.i++
 		r.endExpr()
+		r.item = r.cur.kind == kParen && r.cur.flags&fCall != 0
 		if r.cur.flags&(fList|fDecl) == 0 && r.cur.kind != kAngle {
 			r.cur.seq++ // the comma operator
 			r.check()
 		}
 		r.exprStart()
 		switch {
-		case r.cur.flags&(fLex|fPattern|fEnum) != 0:
+		case r.cur.flags&(fLex|fVar|fPattern|fEnum) != 0:
 			r.bindNext = true
+			r.keyNext = r.cur.kind == kBrace && r.cur.flags&fPattern != 0
 		case r.cur.kind == kBrace && r.cur.flags&fList != 0:
 			r.keyNext = true
 		}
@@ -878,10 +1027,12 @@ func (r *reading) token(c byte) *reading {
 		r.dropTentative()
 		r.endExpr()
 		r.cur.seq = 0
-		r.cur.flags &^= fDecl | fLex | fCase
+		r.cur.flags &^= fDecl | fLex | fVar | fCase
 		r.stmtBegin()
 		r.ended = true
 		r.list = false
+		// A TypeScript member list's next member.
+		r.keyNext = r.cur.kind == kBrace && r.cur.flags&(fList|fEnum|fPattern) == fList
 	case '=':
 		switch {
 		case r.i+1 < len(code) && code[r.i+1] == '>':
@@ -892,6 +1043,7 @@ func (r *reading) token(c byte) *reading {
 			r.check()
 			r.exprStart()
 			r.brace = braceBlock
+			r.fnBody = true
 		case r.i+1 < len(code) && code[r.i+1] == '=':
 			r.i += 2
 			if r.i < len(code) && code[r.i] == '=' {
@@ -951,7 +1103,12 @@ func (r *reading) token(c byte) *reading {
 			r.i++
 			r.assign(true)
 		default:
+			// A generator's star before a member's name: the name
+			// follows.
+			member := key || r.cur.flags&fClass != 0 && r.stmtStart
 			r.binary(true)
+			r.keyNext = member
+			r.funcName, r.params = funcName, params // function* name
 		}
 	case '%', '^':
 		r.i++
@@ -988,7 +1145,13 @@ func (r *reading) token(c byte) *reading {
 			r.operandEnd()
 			break
 		}
-		r.word(newline, ended, head, indent, property, bind, key)
+		r.word(newline, ended, head, indent, property, bind, key, headFirst, funcName, modifier)
+		if item && r.cur.kind == kParen && r.cur.flags&fCall != 0 {
+			r.param(code[start:r.i], start)
+		}
+		if params && r.operand {
+			r.params = true // the function's name: its parameters follow
+		}
 		switch code[start:r.i] {
 		case "return", "break", "continue", "yield", "await", "of":
 			r.asi = !property
@@ -1055,7 +1218,7 @@ func (r *reading) angles(cast bool) {
 		r.i++
 		n++
 	}
-	flags := uint16(0)
+	flags := uint32(0)
 	if r.operand && !cast {
 		r.cur.unary = 0 // a binary operator, or type arguments
 	} else {
@@ -1159,8 +1322,11 @@ func (r *reading) divide() {
 	r.binary(true)
 }
 
-// word reads an identifier or keyword.
-func (r *reading) word(newline, ended, head, indent, property, bind, key bool) {
+// word reads an identifier or keyword. key says a property's or a class
+// member's name may be here; headFirst that the word opens a statement's
+// head (`for (let`); funcName that it names a function declaration;
+// modifier that a statement began with async, declare or export.
+func (r *reading) word(newline, ended, head, indent, property, bind, key, headFirst, funcName, modifier bool) {
 	code := r.code
 	j := r.i
 	for j < len(code) {
@@ -1199,15 +1365,22 @@ done:
 	switch {
 	case bind && r.cur.flags&fPattern != 0 && r.cur.kind == kBrace:
 		// A key, unless no : follows.
-		r.pending = decl{set: true, scope: r.declScope(), name: w, at: at}
+		r.pending = decl{set: true, hoist: r.cur.flags&fVar != 0, scope: r.declScope(), name: w, at: at}
 		r.operandEnd()
 		return
-	case bind && !r.continues(w) && w != "await" && w != "yield":
-		r.declare(r.declScope(), w, at)
+	case bind && !r.continues(w) && !notAName(w):
+		r.declareKind(r.declScope(), w, at, r.cur.flags&fVar != 0)
+		if w != "await" && w != "yield" {
+			r.operandEnd()
+			return
+		}
+		// esbuild declares them (and says they cannot be names), which
+		// counts; the operator reading is the larger one.
+	case funcName && !notAName(w):
+		r.record(r.cur.id, w, at, false) // in its block, not beyond
 		r.operandEnd()
+		r.declName = true
 		return
-	case key && w == "__proto__":
-		r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: w, at: at}
 	}
 	if !r.continues(w) && ((r.operand && newline) || ended) {
 		// A line break after an operand before a word that cannot go on
@@ -1220,9 +1393,14 @@ done:
 	wasOperand := r.operand
 	acc := r.accessor
 	r.accessor = 0
-	if r.cur.flags&fClass != 0 && w[0] == '#' {
-		// A private member of this class body (a getter and a setter may
-		// share a name).
+	inClass := r.cur.flags&fClass != 0
+	if key || inClass && atStart && !r.continues(w) {
+		r.memberName(w, at, acc, inClass)
+		return
+	}
+	if inClass && w[0] == '#' && wasOperand {
+		// A private member after a decorator (`@d #a`); one where an
+		// operand starts is a brand check (`#a in o`), no declaration.
 		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
 	}
 	switch w {
@@ -1292,10 +1470,10 @@ done:
 		}
 		r.exprStart()
 	case "in", "instanceof":
-		r.cur.flags &^= fDecl | fLex
+		r.cur.flags &^= fDecl | fLex | fVar
 		r.binary(true)
 	case "of":
-		r.cur.flags &^= fDecl | fLex
+		r.cur.flags &^= fDecl | fLex | fVar
 		r.binary(true)
 		r.slash = slashEither // `of` is also an identifier
 	case "as", "satisfies":
@@ -1306,20 +1484,31 @@ done:
 		r.exprStart()
 		if w == "const" {
 			r.cur.flags |= fLex
-			r.bindNext = true
+		} else {
+			r.cur.flags |= fVar
 		}
+		r.bindNext = true
 	case "let":
 		r.operandEnd() // `let` is also an identifier
-		r.declNext = true
+		// A declaration where a statement (or a for head) starts; an
+		// identifier elsewhere (`x = let[0]`, sloppy code).
+		r.declNext = atStart || headFirst
 	case "function", "class":
 		r.exprStart()
 		r.brace = braceBlock
-		// A class declaration's name, also after decorators.
+		// A class or function declaration's name, also after decorators
+		// (or async, declare, export).
 		r.bindNext = w == "class" && (atStart || wasOperand && stmt)
+		r.funcName = w == "function" && (atStart || modifier)
+		r.params = w == "function"
 		r.classNext = w == "class"
+		r.classDecl = r.bindNext
 	case "enum", "interface":
 		r.operandEnd()
 		r.list, r.enumNext = true, w == "enum"
+	case "async", "declare", "export":
+		r.operandEnd()
+		r.modifier = atStart || modifier // `export declare async function f`
 	default:
 		r.operandEnd()
 	}
@@ -1336,6 +1525,57 @@ done:
 			r.accessor = acc // a modifier between
 		}
 	}
+}
+
+// memberName reads w as a property's name in an object literal or a
+// TypeScript member list, or a class member's name: no keyword is one
+// there (test262's `{ get const() {}, set class(v) {} }`). A modifier
+// before the name (get, set, async, static…) leaves the name to follow.
+// acc is the accessor a get or set before it made.
+func (r *reading) memberName(w string, at int, acc uint8, inClass bool) {
+	switch {
+	case inClass && w[0] == '#':
+		// A private member of this class body (a getter and a setter may
+		// share a name).
+		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
+	case !inClass && w == "__proto__" && r.objectLiteral():
+		r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: w, at: at}
+	}
+	r.operandEnd()
+	switch w {
+	case "get", "set", "async", "static", "accessor", "declare", "readonly", "public", "private", "protected", "abstract", "override":
+		r.keyNext = true
+		if inClass {
+			switch w {
+			case "get":
+				r.accessor = 1
+			case "set":
+				r.accessor = 2
+			default:
+				r.accessor = acc // a modifier between
+			}
+		}
+	}
+}
+
+// objectLiteral reports whether the innermost frame is an object literal
+// (or a TypeScript member list), where a `__proto__:` key may not repeat.
+func (r *reading) objectLiteral() bool {
+	return r.cur.kind == kBrace && r.cur.flags&(fList|fPattern|fEnum) == fList
+}
+
+// notAName reports the words no declaration can name: reserved words (in
+// sloppy code too) and let (`const enum E`, where esbuild reads an enum).
+// await and yield are not among them: esbuild declares them all the same.
+func notAName(w string) bool {
+	switch w {
+	case "let", "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete",
+		"do", "else", "enum", "export", "extends", "false", "finally", "for", "function", "if", "import", "in",
+		"instanceof", "new", "null", "return", "super", "switch", "this", "throw", "true", "try", "typeof", "var",
+		"void", "while", "with":
+		return true
+	}
+	return false
 }
 
 // reserved reports the words that can never be a label.

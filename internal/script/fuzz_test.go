@@ -119,6 +119,12 @@ func FuzzPrepareNesting(f *testing.F) {
 		{enc("return "), enc("a", ","), nil, enc("a")},
 		{enc("return "), enc("new "), nil, enc("a")},
 		{nil, enc("l:"), nil, enc(";")},
+		// Names where keywords are names: class members, object keys.
+		{nil, enc("class ", "{", "static ", "get ", "(", ")", "{", "return "), enc("}", "}"), nil},
+		{enc("return "), enc("{", "get ", "new ", "(", ")", "{", "return "), enc("}", "}"), nil},
+		{nil, enc("class ", "{", "a", "=", "(", ")", "=>", "{"), enc("}", "}"), nil},
+		{nil, enc("class ", "{", "a", "(", ")", "{", "}", "typeof ", "=", "("), enc(")", "}"), nil},
+		{enc("return "), enc("{", "let ", ":", "("), enc(")", "}"), nil},
 	}
 	for _, s := range seeds {
 		f.Add(s.prefix, s.unit, s.closer, s.suffix, uint16(6000), false)

@@ -95,7 +95,9 @@ func Prepare(code, lang string) (*Prepared, error) {
 // (limit "code_depth", see internal/prescan), and for TypeScript whose
 // stripped JavaScript is over l.CodeBytes; ScriptError for TypeScript
 // that does not parse (with lang LangTS) and for code that leaves the
-// function body it is wrapped in.
+// function body it is wrapped in. JavaScript the engine parses within the
+// bounds is never refused (FuzzPrepareAgreesWithEngine,
+// TestCorpusAgreesWithEngine).
 func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 	if ferr := execution.CheckLang(lang); ferr != nil {
 		return nil, ferr
@@ -105,10 +107,15 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 	}
 	// The parsers below recurse on nesting and cost more than linear time
 	// in it: bound both before any of them sees the code.
-	if ferr := prescan.Check(code, prescan.Limits{MaxBytes: l.CodeBytes}); ferr != nil {
+	scan, ferr := prescan.Scan(code, prescan.Limits{MaxBytes: l.CodeBytes})
+	if ferr != nil {
 		return nil, ferr
 	}
 	if lang == LangTS {
+		if ferr := scan.KeepFromEsbuild(); ferr != nil {
+			// esbuild would take quadratic time to report it.
+			return nil, ferr
+		}
 		ts, ferr := stripTypes(code, l.CodeBytes)
 		if ferr != nil {
 			return nil, ferr
@@ -119,10 +126,12 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 	if err != nil || p.Checked {
 		return p, err
 	}
-	if lang == LangAuto {
+	if lang == LangAuto && scan.KeepFromEsbuild() == nil {
 		// Not JavaScript the parser reads: perhaps TypeScript.
 		// esbuild reading it settles it: what runs is its JavaScript,
-		// checked if the analysis parser reads that.
+		// checked if the analysis parser reads that. (Code that declares
+		// names again past the pre-scan's bound never reaches esbuild:
+		// as JavaScript it is the engine's to judge.)
 		ts, ferr := stripTypes(code, l.CodeBytes)
 		if ferr == nil {
 			return analyse(ts.js, ts)

@@ -248,3 +248,45 @@ func TestPrepareBoundsFirst(t *testing.T) {
 		t.Fatalf("Prepare of 300 KiB: %v, want code_size", err)
 	}
 }
+
+// TestRedeclarationsKeptFromEsbuild: code filled with names declared again
+// (each of which esbuild reports with a note it measures back to the
+// first: 36 KB of `let a; var a; var a…` took it 2.7 s, quadratic in the
+// size), or with a parameter list repeating a name (12 KB took it 0.6 s),
+// never reaches esbuild. As TypeScript it is refused by the pre-scan, not
+// by esbuild; as JavaScript it is left, unread, to the engine, which stops
+// at the first.
+func TestRedeclarationsKeptFromEsbuild(t *testing.T) {
+	const size = 64 << 10
+	fill := func(head, unit, tail string) string {
+		return head + strings.Repeat(unit, (size-len(head)-len(tail))/len(unit)) + tail
+	}
+	for _, code := range []string{
+		fill("let a;", "let a;", ""),
+		fill("let a;", "var a;", ""),
+		fill("let a;", "{ var a }", ""),
+		fill("let a;", "function a() {}", ""),
+		fill("class a {}", "function* a() {}", ""),
+		fill("let ", "await, ", "a"),
+		fill("let ", "yield, ", "a"),
+		fill("'use strict'; (function f(", "a, ", "a) {})"),
+		fill("x = { m(", "a, ", "a) {} }"),
+		fill("class A { m(", "a, ", "a): void {} }"),
+		fill("class A {", "#a;", "}"),
+		fill("x = {", "__proto__: 1, ", "}"),
+	} {
+		_, err := PrepareWithLimits(code, LangTS, Limits{CodeBytes: size})
+		fe := fault.As(err)
+		if fe == nil || strings.Contains(fe.Message, "The symbol") || strings.Contains(fe.Message, "cannot be bound") ||
+			!(fe.Code == fault.ScriptError && strings.Contains(fe.Message, "has already been declared") ||
+				fe.Code == fault.LimitExceeded && strings.Contains(fe.Message, "argument or parameter list")) {
+			t.Errorf("TypeScript %.40q…: %v, want the pre-scan's SyntaxError", code, err)
+		}
+		// As JavaScript it runs as it is (the analysis parser reads some
+		// of it: it is lenient with private names and __proto__).
+		p, err := PrepareWithLimits(code, LangAuto, Limits{CodeBytes: size})
+		if err != nil || p.TypeScript || p.Code != code {
+			t.Errorf("%.40q…: %v (TypeScript %v), want it to run as it is", code, err, p != nil && p.TypeScript)
+		}
+	}
+}
