@@ -240,7 +240,9 @@ func (p Policy) Publishers(author string, owners []string) string {
 	if p.MayPublish(Decider{author, execution.ChannelPage}, author, owners) {
 		who = append(who, "the author's own person, signed in on the approval page")
 	}
-	if slices.ContainsFunc(owners, func(o string) bool { return o != author && p.MayPublish(Decider{o, execution.ChannelPage}, author, owners) }) {
+	if slices.ContainsFunc(owners, func(o string) bool {
+		return o != author && p.MayPublish(Decider{o, execution.ChannelPage}, author, owners)
+	}) {
 		who = append(who, "an owner of the namespace, signed in on the approval page")
 	}
 	if p.MayPublish(Decider{author, execution.ChannelClient}, author, owners) {

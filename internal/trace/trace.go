@@ -84,9 +84,9 @@ type Execution struct {
 	Provenance        []string `json:"provenance,omitempty"`
 	// Pins are the capability versions the execution's calls were pinned
 	// to (its request's, and those it inherited).
-	Pins  map[string]int `json:"pins,omitempty"`
-	Depth int            `json:"depth,omitempty"`
-	TraceID           string     `json:"trace_id,omitempty"`
+	Pins    map[string]int `json:"pins,omitempty"`
+	Depth   int            `json:"depth,omitempty"`
+	TraceID string         `json:"trace_id,omitempty"`
 	// TraceHeader is the full X-Ray header the execution ran under (root,
 	// parent, sampling), for sinks that link to the caller's segment.
 	TraceHeader string `json:"-"`
