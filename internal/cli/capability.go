@@ -17,6 +17,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
+// capabilityUsage is what pml capability says when it is called wrong.
 const capabilityUsage = `usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE] [--pins JSON] [--provenance EX_ID,...]
        pml capability list
        pml capability show NAME[@VERSION]
@@ -28,7 +29,7 @@ const capabilityUsage = `usage: pml capability save NAME FILE.js [--description 
 save publishes a new version where the caller decides (the default here: the
 caller is the person at the keyboard), else keeps a draft (exit 3) that
 publish publishes; --caller-decides off (or PML_CALLER_DECIDES=off) applies
-the deployed policy.`
+the deployed policy`
 
 func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
 	usage := usageError{errors.New(capabilityUsage)}
