@@ -123,7 +123,9 @@ func TestCapabilityPublishingOnLambda(t *testing.T) {
 		t.Fatal(err)
 	}
 	untrusted := &publisher{}
-	agentClient := mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(untrusted)), "")
+	// A cold container may outlast mcp-go's 5 s server/discover probe
+	// (see TestElicitationAcrossLambdaContainers): wait for it.
+	agentClient := mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(untrusted), client.WithDiscoverTimeout(time.Minute)), "")
 	res, mdoc := mcpSave(t, agentClient, map[string]any{"name": "math:sum", "code": "return 'also mine'"})
 	if res.IsError || mdoc["status"] != "draft" || len(untrusted.asked) != 0 {
 		t.Fatalf("the agent's save_capability: %+v, asked %d", mdoc, len(untrusted.asked))
@@ -179,7 +181,7 @@ func TestCapabilityPublishingOnLambda(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := &publisher{}
-	res, mdoc = mcpSave(t, mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(user)), ""), map[string]any{"name": "notes:add", "code": "return args.a + args.b"})
+	res, mdoc = mcpSave(t, mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(user), client.WithDiscoverTimeout(time.Minute)), ""), map[string]any{"name": "notes:add", "code": "return args.a + args.b"})
 	nc, _ := mdoc["capability"].(map[string]any)
 	if res.IsError || mdoc["status"] != "published" || nc["via"] != "elicitation" || len(user.asked) != 1 || !strings.Contains(user.asked[0], "return args.a + args.b") {
 		t.Fatalf("published through the client's user: %+v, asked %q", mdoc, user.asked)
