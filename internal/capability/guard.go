@@ -204,7 +204,7 @@ func (g *Guard) draft(ctx context.Context, author string, p Proposal) (Outcome, 
 }
 
 func draftMessage(d Draft, who string, again bool) string {
-	what := "kept as draft"
+	what := "is kept as draft"
 	if again {
 		what = "already waits as draft"
 	}
