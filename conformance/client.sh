@@ -62,8 +62,10 @@ case $scenario in
     # The suite's fixed client ID metadata document URL.
     auth='{"client_metadata_url": "https://conformance-test.local/client-metadata.json"}' ;;
 esac
+# The suite's tools say nothing about themselves, which MCP's defaults make
+# destructive: a user of such a server says it under-annotates.
 cat >"$work/servers.json" <<JSON
-{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "auth": $auth}]}
+{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "assume_not_destructive": true, "auth": $auth}]}
 JSON
 
 

@@ -26,10 +26,14 @@ import (
 
 // gate has one tool, gate:wait, whose calls return when the test opens
 // the gate.
+var readOnly = true
+
 type gate struct{ open chan struct{} }
 
 func (gate) Tools(context.Context) ([]catalog.Tool, error) {
-	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP}}, nil
+	// Read-only, as it says: MCP's defaults make a tool that says nothing
+	// destructive.
+	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP, Annotations: catalog.Annotations{ReadOnly: &readOnly}}}, nil
 }
 
 func (g gate) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
