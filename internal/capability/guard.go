@@ -132,7 +132,7 @@ func (g *Guard) Submit(ctx context.Context, d approval.Decider, author string, p
 	case err != nil:
 		return Outcome{}, err
 	}
-	return g.published(saved), nil
+	return g.published(saved, d.Principal), nil
 }
 
 // Propose keeps what author proposes as a draft, whoever could publish
@@ -151,18 +151,19 @@ func (g *Guard) Propose(ctx context.Context, author string, p Proposal) (Outcome
 	case err != nil:
 		return Outcome{}, err
 	}
-	return g.published(saved), nil
+	return g.published(saved, author), nil
 }
 
-// published is the outcome of a save that published (or found) saved.
-func (g *Guard) published(saved Saved) Outcome {
-	c := saved.Capability
+// published is the outcome of a save that published (or found) saved, as
+// viewer may see it (Shown).
+func (g *Guard) published(saved Saved, viewer string) Outcome {
+	if !saved.Existing && g.Index != nil {
+		g.Index.Saved(saved.Capability)
+	}
+	c := g.Shown(saved.Capability, viewer)
 	if saved.Existing {
 		return Outcome{Status: OutcomeExisting, Capability: &c,
 			Message: fmt.Sprintf("%s version %d is equivalent (the same code, whitespace and comments aside, description, input schema and pins): no new version", c.Name, c.Version)}
-	}
-	if g.Index != nil {
-		g.Index.Saved(c)
 	}
 	return Outcome{Status: OutcomePublished, Capability: &c, Message: fmt.Sprintf("published %s version %d", c.Name, c.Version)}
 }
@@ -248,7 +249,7 @@ func (g *Guard) PublishDraft(ctx context.Context, d approval.Decider, id string)
 	if err != nil {
 		return Outcome{}, err
 	}
-	out := g.published(saved)
+	out := g.published(saved, d.Principal)
 	out.Draft = &dr
 	dr.Status, dr.Version = DraftPublished, saved.Version
 	if saved.Existing {

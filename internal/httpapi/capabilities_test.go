@@ -280,3 +280,30 @@ func TestSaveCapabilityUntrustedClient(t *testing.T) {
 		t.Fatal("published with a tampered state")
 	}
 }
+
+// TestPublishQuestionShowsTheCodeWhole: the code is shown whole, with
+// characters that reorder text on screen escaped, or not at all: a cut
+// would let the agent put what the person reads before what runs.
+func TestPublishQuestionShowsTheCodeWhole(t *testing.T) {
+	srv, _ := capServer(t, false)
+	tail := "await mcp.demo.kv_delete({key: 'everything'})"
+	for _, tc := range []struct {
+		name, code string
+		shown      bool
+	}{
+		{"direction controls", "return 1 // \u202e}) ;1 nruter\n" + tail, true},
+		{"too long to show", "// looks harmless\nlet a = 0;\n" + strings.Repeat("a += 1;\n", 1200) + tail, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &person{answer: decline}
+			_, doc := saveCapability(t, elicitingClient(t, srv.URL+"/mcp", "", p, nil), map[string]any{"name": "q:" + strings.ReplaceAll(tc.name, " ", "_"), "code": tc.code})
+			if len(p.asked) != 1 {
+				t.Fatalf("asked %d times: %+v", len(p.asked), doc)
+			}
+			msg := p.asked[0].Message
+			if strings.ContainsRune(msg, '\u202e') || strings.Contains(msg, tail) != tc.shown || (!tc.shown && !strings.Contains(msg, "too long to show")) {
+				t.Fatalf("the question:\n%s", msg)
+			}
+		})
+	}
+}

@@ -33,8 +33,10 @@ import (
 // publishElicitID names the one question of a draft's input_required.
 const publishElicitID = "publish"
 
-// maxQuestionCode bounds the code quoted in a question.
-const maxQuestionCode = 4000
+// maxQuestionCode bounds the code a question shows. Code is shown whole or
+// not at all: a cut would let the agent put what the person reads first
+// and what runs after it.
+const maxQuestionCode = 8192
 
 // publishSchema is what the user is asked for about a draft.
 var publishSchema = map[string]any{
@@ -63,18 +65,19 @@ func (a *api) askPublish(d capability.Draft) *mcp.CallToolResult {
 }
 
 // publishQuestion is what the user is asked about a draft: the code in
-// full (up to a bound), since publishing it makes it what every caller
-// of the name runs.
+// full, since publishing it makes it what every caller of the name runs
+// (characters that reorder text on screen escaped), or, past a bound,
+// where to read it.
 func publishQuestion(d capability.Draft) string {
-	code := d.Code
+	code := escapeControls(d.Code)
 	if len(code) > maxQuestionCode {
-		code = truncateUTF8(code, maxQuestionCode) + fmt.Sprintf("\n… (%d more bytes)", len(d.Code)-maxQuestionCode)
+		code = fmt.Sprintf("(%d bytes, too long to show here: reject it unless you have read it, with GET /capabilities/drafts/%s or pml capability drafts %s)", len(d.Code), d.ID, d.ID)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "An agent wants to publish capability %s: once published, every script that calls mcp.%s runs this code with its own tools. Nothing is published yet.\n",
 		d.Name, strings.Replace(d.Name, ":", ".", 1))
 	if d.Description != "" {
-		fmt.Fprintf(&b, "Description: %s\n", d.Description)
+		fmt.Fprintf(&b, "Description: %s\n", escapeControls(d.Description))
 	}
 	if len(d.Pins) > 0 {
 		pins, _ := json.Marshal(d.Pins)
