@@ -307,3 +307,36 @@ func TestPublishQuestionShowsTheCodeWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestNoCapabilityAnswerNamesAnApprover: what the capability routes and
+// tools tell an agent — its draft, the refusal to publish it, the version
+// an approver published (saved again, listed, read as a draft), the
+// question put to its client's user — names the approvers by role, never
+// by principal.
+func TestNoCapabilityAnswerNamesAnApprover(t *testing.T) {
+	srv, _ := capServer(t, false)
+	caps := srv.URL + "/capabilities"
+	answers := map[string]map[string]any{}
+	_, answers["a draft"] = sendAs(t, otherAgent, "POST", caps, `{"name": "math:sum", "code": "return 1"}`)
+	id := draftID(answers["a draft"])
+	_, answers["the agent publishing"] = sendAs(t, otherAgent, "POST", caps+"/drafts/"+id+"/publish", `{}`)
+	if status, doc := sendAs(t, approver, "POST", caps+"/drafts/"+id+"/publish", `{}`); status != http.StatusCreated {
+		t.Fatalf("the approver publishing: %d %+v", status, doc)
+	}
+	_, answers["the draft, published"] = sendAs(t, otherAgent, "GET", caps+"/drafts/"+id, "")
+	_, answers["the list"] = sendAs(t, otherAgent, "GET", caps, "")
+	_, answers["an equivalent save"] = sendAs(t, otherAgent, "POST", caps, `{"name": "math:sum", "code": "return 1 // again"}`)
+	_, answers["an overwrite"] = sendAs(t, otherAgent, "POST", caps, `{"name": "math:sum", "code": "return 2"}`)
+	p := &person{answer: decline}
+	_, answers["save_capability, declined"] = saveCapability(t, elicitingClient(t, srv.URL+"/mcp", "", p, nil), map[string]any{"name": "notes:x", "code": "return 1"})
+	answers["the question"] = map[string]any{"asked": p.asked}
+	for what, doc := range answers {
+		b, _ := json.Marshal(doc)
+		if strings.Contains(string(b), "assumed-role/ops") {
+			t.Errorf("%s names an approver: %s", what, b)
+		}
+	}
+	if !strings.Contains(answers["a draft"]["message"].(string), "an approver") {
+		t.Errorf("the draft does not say who may publish it: %+v", answers["a draft"])
+	}
+}
