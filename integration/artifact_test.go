@@ -60,7 +60,7 @@ func TestArtifact(t *testing.T) {
 			caches = append(caches, filepath.Join(tmp, "pml-cache"))
 			return []string{"TMPDIR=" + tmp, app.EnvCompileCache + "=" + filepath.Join(tmp, "pml-cache"),
 				app.EnvDemoTools + "=on", app.EnvLogLevel + "=info", app.EnvCapFile + "=" + capsFile,
-				app.EnvCapFunction + "=capability",
+				app.EnvCapFunction + "=capability", app.EnvApprovers + "=" + approversEnv,
 				"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local"}
 		}
 		// One process each, so each has one cache directory to inspect.
@@ -83,7 +83,7 @@ func TestArtifact(t *testing.T) {
 		}
 		t.Logf("execute: first response %v after process start", time.Since(start).Round(time.Millisecond))
 
-		save, _ := json.Marshal(httpEvent("POST", "/capabilities", `{"name": "math:dbl", "code": "return args.x * 2"}`))
+		save, _ := json.Marshal(approverEvent("POST", "/capabilities", `{"name": "math:dbl", "code": "return args.x * 2"}`))
 		if out, fnErr, err := emu.Invoke(ctx, "execute", save); err != nil || fnErr || !bytes.Contains(out, []byte(`"statusCode":201`)) {
 			t.Fatalf("saving a capability: %s %v %v", out, fnErr, err)
 		}

@@ -24,7 +24,7 @@ func TestCapabilityBoundsOverInvoke(t *testing.T) {
 		"b:wide": "return (await Promise.all(Array.from({length: args.n}, () => mcp.b.leaf({})))).length",
 		"iso:x":  "return await mcp.text.word_count({text: 'a b'})",
 	} {
-		if _, err := reg.Save(ctx, capability.Capability{Name: name, Code: code}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: name, Code: code}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,7 +48,7 @@ func decodeHTTP(t *testing.T, raw json.RawMessage) (events.APIGatewayV2HTTPRespo
 // the aggregate binary count co-occurrence from the table's stream.
 func TestHTTPEventThroughBothFunctions(t *testing.T) {
 	s := newStack(t)
-	save := httpEvent("POST", "/capabilities", `{"name": "loud:shout", "code": "return await mcp.text.transform_text({text: args.text, op: 'upper'})", "description": "Upper-case a text"}`)
+	save := approverEvent("POST", "/capabilities", `{"name": "loud:shout", "code": "return await mcp.text.transform_text({text: args.text, op: 'upper'})", "description": "Upper-case a text"}`)
 	if resp, _ := decodeHTTP(t, s.invoke(t, "execute", save, "")); resp.StatusCode != 201 {
 		t.Fatalf("saving the capability: %+v", resp)
 	}

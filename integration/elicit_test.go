@@ -157,9 +157,10 @@ func TestElicitationAcrossLambdaContainers(t *testing.T) {
 	}
 }
 
-// announcements makes bus on moto with a rule sending every suspension
-// notice to a queue, and returns the queue's URL.
-func announcements(t *testing.T, ctx context.Context, cfg aws.Config, endpoint, bus string) string {
+// announcements makes bus on moto with a rule sending every notice of
+// detailTypes (default: suspension notices) to a queue, and returns the
+// queue's URL.
+func announcements(t *testing.T, ctx context.Context, cfg aws.Config, endpoint, bus string, detailTypes ...string) string {
 	t.Helper()
 	ev := eventbridge.NewFromConfig(cfg, func(o *eventbridge.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	q := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
@@ -174,7 +175,11 @@ func announcements(t *testing.T, ctx context.Context, cfg aws.Config, endpoint, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	pattern := fmt.Sprintf(`{"source": [%q], "detail-type": [%q]}`, app.NoticeSource, app.NoticeDetailType)
+	if len(detailTypes) == 0 {
+		detailTypes = []string{app.NoticeDetailType}
+	}
+	types, _ := json.Marshal(detailTypes)
+	pattern := fmt.Sprintf(`{"source": [%q], "detail-type": %s}`, app.NoticeSource, types)
 	if _, err := ev.PutRule(ctx, &eventbridge.PutRuleInput{Name: aws.String("to-approvers"), EventBusName: aws.String(bus), EventPattern: aws.String(pattern)}); err != nil {
 		t.Fatal(err)
 	}

@@ -260,6 +260,15 @@ func httpEvent(method, path, body string) events.APIGatewayV2HTTPRequest {
 	return ev
 }
 
+// approverEvent is httpEvent signed by approverPrincipal, as API Gateway's
+// authorizer would say: under the deployed policy only an approver's save
+// publishes a capability at once.
+func approverEvent(method, path, body string) events.APIGatewayV2HTTPRequest {
+	ev := httpEvent(method, path, body)
+	ev.RequestContext.Authorizer = authorizer(approverPrincipal)
+	return ev
+}
+
 // principalHeader tells the API Gateway stand-in who the caller is, as its
 // authorizer would have verified: an IAM ARN, or jwt:<iss>#<sub>.
 const principalHeader = "X-Test-Principal"

@@ -34,7 +34,7 @@ func TestScriptShapes(t *testing.T) {
 		t.Skip("PML_SHAPES (runs per shape) is unset")
 	}
 	s := newStack(t)
-	save := httpEvent("POST", "/capabilities", `{"name": "math:dbl", "code": "return args.x * 2"}`)
+	save := approverEvent("POST", "/capabilities", `{"name": "math:dbl", "code": "return args.x * 2"}`)
 	if resp, _ := decodeHTTP(t, s.invoke(t, "execute", save, "")); resp.StatusCode != 201 {
 		t.Fatalf("saving the capability: %+v", resp)
 	}

@@ -43,7 +43,7 @@ func TestOpenTelemetryAcrossFunctions(t *testing.T) {
 		env:     []string{app.EnvTracing + "=otel", "OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.Endpoint()},
 		logs:    logs,
 	})
-	save := httpEvent("POST", "/capabilities", `{"name": "relay:echo", "code": "return await mcp.probe.echo({text: args.text})"}`)
+	save := approverEvent("POST", "/capabilities", `{"name": "relay:echo", "code": "return await mcp.probe.echo({text: args.text})"}`)
 	if resp, _ := decodeHTTP(t, s.invoke(t, "execute", save, "")); resp.StatusCode != 201 {
 		t.Fatalf("saving the capability: %+v", resp)
 	}

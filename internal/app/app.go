@@ -343,7 +343,10 @@ type App struct {
 	Lambda       *lambdasrc.Source
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities
-	Sink         trace.Sink
+	// Guard publishes capabilities as the policy decides: every save and
+	// every draft's publication goes through it.
+	Guard *capability.Guard
+	Sink  trace.Sink
 	// Suspensions is the store of suspended executions, nil when there is
 	// none; Runs the store of asynchronous executions beside it.
 	Suspensions suspend.Store
@@ -484,9 +487,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
-		Policy: cfg.Approval.Policy, Notify: notify, MaxTimeout: cfg.MaxTimeout})
+		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout})
 	a.runner.Executor = a.Service
-	a.Capabilities = capabilityAPI{reg: a.Registry, index: index}
+	a.Guard = &capability.Guard{Registry: a.Registry, Policy: cfg.Approval.Policy, Notify: notify.drafted, Index: index}
+	a.Capabilities = a.Guard
 	return a, nil
 }
 

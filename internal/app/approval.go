@@ -17,6 +17,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -80,10 +81,14 @@ func PageFromEnv() (PageConfig, error) {
 }
 
 // Event of a suspension notice on the bus (EventBridge's source and
-// detail-type): what a rule that alerts approvers matches on.
+// detail-type): what a rule that alerts approvers matches on. A
+// capability draft is announced with DraftDetailType
+// (capability.DraftNotice: its name, author and code hash, never its
+// code, which may hold what its author should not have written down).
 const (
 	NoticeSource     = "pml.sandbox"
 	NoticeDetailType = "Execution suspended"
+	DraftDetailType  = "Capability draft proposed"
 )
 
 // ApprovalFromEnv reads the approval policy and its key and bus as the
@@ -141,66 +146,82 @@ func OnOff(name, v string, def bool) (bool, error) {
 // approval.key in the user's data directory.
 func ApprovalKeyFile() string { return userdata.Path(EnvApprovalKeyFile, "approval.key") }
 
-// openApproval loads the state key and makes the notifier cfg asks for.
-func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Logger) (approval.Key, func(context.Context, execution.SuspensionNotice), error) {
+// notifiers are what openApproval makes: how suspensions and capability
+// drafts are announced.
+type notifiers struct {
+	suspended func(context.Context, execution.SuspensionNotice)
+	drafted   func(context.Context, capability.DraftNotice)
+}
+
+// openApproval loads the state key and makes the notifiers cfg asks for.
+func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Logger) (approval.Key, notifiers, error) {
 	var key approval.Key
 	switch {
 	case cfg.KeySecret != "":
 		s, err := a.secretString(ctx, cfg.KeySecret)
 		if err != nil {
-			return nil, nil, fmt.Errorf("reading the approval state key: %w", err)
+			return nil, notifiers{}, fmt.Errorf("reading the approval state key: %w", err)
 		}
 		if key, err = approval.ParseKey(s); err != nil {
-			return nil, nil, fmt.Errorf("secret %s: %w", cfg.KeySecret, err)
+			return nil, notifiers{}, fmt.Errorf("secret %s: %w", cfg.KeySecret, err)
 		}
 	case cfg.KeyFile != "":
 		var err error
 		if key, err = approval.LoadKeyFile(cfg.KeyFile); err != nil {
-			return nil, nil, fmt.Errorf("approval state key %s: %w", cfg.KeyFile, err)
+			return nil, notifiers{}, fmt.Errorf("approval state key %s: %w", cfg.KeyFile, err)
 		}
 	}
 	var bus *eventbridge.Client
 	if cfg.Bus != "" {
 		awsCfg, err := a.aws.load(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, notifiers{}, err
 		}
 		bus = eventbridge.NewFromConfig(awsCfg)
 	}
-	notify := func(ctx context.Context, n execution.SuspensionNotice) {
-		if cfg.Page.URL != "" {
-			n.ApprovalURL = strings.TrimSuffix(cfg.Page.URL, "/") + approvalpage.Prefix + "/" + url.PathEscape(n.ExecutionID)
-		}
-		if cfg.OnSuspend != nil {
-			cfg.OnSuspend(ctx, n)
-		}
-		tools := make([]string, len(n.Pending))
-		for i, p := range n.Pending {
-			tools[i] = p.Tool
-		}
-		log.InfoContext(ctx, "execution suspended", "execution_id", n.ExecutionID, "principal", n.Principal,
-			"pending", tools, "expires_at", n.ExpiresAt.Format(time.RFC3339), "approval_url", n.ApprovalURL)
+	// put sends one event; the answer must not wait on the bus for long,
+	// and a lost notice is logged (the caller logged the same), never the
+	// request's failure.
+	put := func(ctx context.Context, detailType string, detail any, attrs ...any) {
 		if bus == nil {
 			return
 		}
-		detail, _ := json.Marshal(n)
-		// The answer must not wait on the bus for long; a lost notice is
-		// logged (the line above says the same), never the execution's
-		// failure.
+		body, _ := json.Marshal(detail)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		out, err := bus.PutEvents(pctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
-			EventBusName: aws.String(cfg.Bus), Source: aws.String(NoticeSource), DetailType: aws.String(NoticeDetailType),
-			Detail: aws.String(string(detail)), Resources: []string{},
+			EventBusName: aws.String(cfg.Bus), Source: aws.String(NoticeSource), DetailType: aws.String(detailType),
+			Detail: aws.String(string(body)), Resources: []string{},
 		}}})
 		if err == nil && out.FailedEntryCount > 0 {
 			err = fmt.Errorf("%s: %s", aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage))
 		}
 		if err != nil {
-			log.WarnContext(ctx, "suspension notice not sent", "execution_id", n.ExecutionID, "bus", cfg.Bus, "err", err)
+			log.WarnContext(ctx, "notice not sent", append(attrs, "detail_type", detailType, "bus", cfg.Bus, "err", err)...)
 		}
 	}
-	return key, notify, nil
+	return key, notifiers{
+		suspended: func(ctx context.Context, n execution.SuspensionNotice) {
+			if cfg.Page.URL != "" {
+				n.ApprovalURL = strings.TrimSuffix(cfg.Page.URL, "/") + approvalpage.Prefix + "/" + url.PathEscape(n.ExecutionID)
+			}
+			if cfg.OnSuspend != nil {
+				cfg.OnSuspend(ctx, n)
+			}
+			tools := make([]string, len(n.Pending))
+			for i, p := range n.Pending {
+				tools[i] = p.Tool
+			}
+			log.InfoContext(ctx, "execution suspended", "execution_id", n.ExecutionID, "principal", n.Principal,
+				"pending", tools, "expires_at", n.ExpiresAt.Format(time.RFC3339), "approval_url", n.ApprovalURL)
+			put(ctx, NoticeDetailType, n, "execution_id", n.ExecutionID)
+		},
+		drafted: func(ctx context.Context, n capability.DraftNotice) {
+			log.InfoContext(ctx, "capability draft proposed", "draft_id", n.DraftID, "name", n.Name, "author", n.Author,
+				"code_hash", n.CodeHash, "expires_at", n.ExpiresAt.Format(time.RFC3339))
+			put(ctx, DraftDetailType, n, "draft_id", n.DraftID)
+		},
+	}, nil
 }
 
 // secretString reads a Secrets Manager secret's string.

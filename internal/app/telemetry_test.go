@@ -42,7 +42,7 @@ func TestOpenTelemetryTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close(ctx)
-	if _, err := a.Registry.Save(ctx, capability.Capability{Name: "relay:echo", Code: "return await mcp.probe.echo({text: args.text})"}); err != nil {
+	if _, err := a.Registry.Save(ctx, capability.Capability{Name: "relay:echo", Code: "return await mcp.probe.echo({text: args.text})"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	const caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

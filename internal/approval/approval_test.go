@@ -180,6 +180,19 @@ func TestState(t *testing.T) {
 	if _, err := Key(nil).Seal(s); err == nil {
 		t.Error("sealing without a key")
 	}
+	// A draft's state names the draft and no execution; a state naming
+	// both, or neither, is not one this key seals for a question.
+	d := State{Draft: "cd_0123", Principal: s.Principal, Expires: s.Expires}
+	token, _ = k.Seal(d)
+	if back, err := k.Open(token, now); err != nil || back.Draft != "cd_0123" || back.ExecutionID != "" {
+		t.Fatalf("draft state %+v %v", back, err)
+	}
+	for _, bad := range []State{{Principal: "p", Expires: s.Expires}, {ExecutionID: "ex_1", Draft: "cd_0123", Expires: s.Expires}} {
+		token, _ := k.Seal(bad)
+		if _, err := k.Open(token, now); !errors.Is(err, ErrTampered) {
+			t.Errorf("%+v: %v, want ErrTampered", bad, err)
+		}
+	}
 }
 
 func TestLoadKeyFile(t *testing.T) {
@@ -251,6 +264,39 @@ func TestMayAnswer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.p.MayAnswer(Decider{Principal: tc.principal, Channel: tc.channel}, owner); got != tc.want {
 				t.Errorf("MayAnswer = %v; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPublishers: who may publish a draft is named by role, never by
+// principal, and only roles MayPublish lets through.
+func TestPublishers(t *testing.T) {
+	const agent, alice = "jwt:https://idp#agent-7", "jwt:https://idp#alice"
+	approvers := []string{"arn:aws:iam::1:role/ops-*"}
+	tests := []struct {
+		name   string
+		p      Policy
+		author string
+		owners []string
+		want   string
+	}{
+		{"deployed, a new namespace", Policy{Approvers: approvers}, agent, nil, "an approver"},
+		{"deployed, another's namespace", Policy{Approvers: approvers}, agent, []string{alice}, "an approver or an owner of the namespace, signed in on the approval page"},
+		{"a trusted client, its own namespace", Policy{Approvers: approvers, TrustedClients: []string{agent}}, agent, []string{agent}, "an approver or the MCP client's user, asked through elicitation"},
+		{"a trusted client, another's namespace", Policy{Approvers: approvers, TrustedClients: []string{agent}}, agent, []string{alice}, "an approver or an owner of the namespace, signed in on the approval page"},
+		{"self-approval", Policy{Approvers: approvers, SelfApproval: true}, agent, nil, "an approver or the author's own person, signed in on the approval page"},
+		{"no approver", Policy{}, agent, nil, "nobody under this deployment's policy (it names no approver)"},
+		{"local", Policy{CallerDecides: true}, "", nil, "the caller, the author's own person, signed in on the approval page or the MCP client's user, asked through elicitation"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.p.Publishers(tc.author, tc.owners)
+			if got != tc.want {
+				t.Errorf("Publishers = %q; want %q", got, tc.want)
+			}
+			if strings.Contains(got, "arn:") || strings.Contains(got, "jwt:") {
+				t.Errorf("Publishers names a principal: %q", got)
 			}
 		})
 	}

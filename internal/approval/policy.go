@@ -237,6 +237,38 @@ func (p Policy) Deciders() string {
 	return strings.Join(who[:len(who)-1], ", ") + " or " + who[len(who)-1]
 }
 
+// Publishers says who may publish author's draft into a namespace owned
+// by owners under p, for messages that tell an author whom to ask. Like
+// Deciders it names roles, never principals; each role is one MayPublish
+// lets through, so the two cannot disagree.
+func (p Policy) Publishers(author string, owners []string) string {
+	var who []string
+	if len(p.Approvers) > 0 {
+		who = append(who, "an approver")
+	}
+	if p.MayPublish(Decider{author, execution.ChannelCaller}, author, owners) {
+		who = append(who, "the caller")
+	}
+	if p.MayPublish(Decider{author, execution.ChannelPage}, author, owners) {
+		who = append(who, "the author's own person, signed in on the approval page")
+	}
+	if slices.ContainsFunc(owners, func(o string) bool {
+		return o != author && p.MayPublish(Decider{o, execution.ChannelPage}, author, owners)
+	}) {
+		who = append(who, "an owner of the namespace, signed in on the approval page")
+	}
+	if p.MayPublish(Decider{author, execution.ChannelClient}, author, owners) {
+		who = append(who, "the MCP client's user, asked through elicitation")
+	}
+	switch len(who) {
+	case 0:
+		return "nobody under this deployment's policy (it names no approver)"
+	case 1:
+		return who[0]
+	}
+	return strings.Join(who[:len(who)-1], ", ") + " or " + who[len(who)-1]
+}
+
 // Consenters says who may set allow_destructive under p.
 func (p Policy) Consenters() string {
 	switch {

@@ -17,15 +17,20 @@ import (
 // State is what an MCP client carries between an elicitation and its
 // answer (the requestState of an input_required result): the suspended
 // execution the question is about, the version of its stored state, the
-// principal it was asked for and the calls it asks about. It is sealed
-// with the deployment's key, so a client can neither read it as anything
-// but opaque nor change it, and it names one version, so once that version
-// has been resumed the same state is refused (CONFLICT): no replay.
+// principal it was asked for and the calls it asks about — or the
+// capability draft it asks to publish. It is sealed with the deployment's
+// key, so a client can neither read it as anything but opaque nor change
+// it, and it names one version (one pending draft), so once that version
+// has been resumed (the draft closed) the same state is refused
+// (CONFLICT): no replay.
 type State struct {
-	ExecutionID string `json:"e"`
-	Version     int    `json:"v"`
+	ExecutionID string `json:"e,omitempty"`
+	Version     int    `json:"v,omitempty"`
 	Principal   string `json:"p"`
-	Calls       []int  `json:"c"`
+	Calls       []int  `json:"c,omitempty"`
+	// Draft is the capability draft the question asks to publish (then
+	// ExecutionID is empty).
+	Draft string `json:"d,omitempty"`
 	// Expires is when the suspended execution expires (Unix seconds).
 	Expires int64 `json:"x"`
 	// Page is set when the person was sent to the approval page
@@ -84,7 +89,7 @@ func (k Key) Open(token string, now time.Time) (State, error) {
 		return State{}, ErrTampered
 	}
 	var s State
-	if err := json.Unmarshal(body, &s); err != nil || s.ExecutionID == "" {
+	if err := json.Unmarshal(body, &s); err != nil || (s.ExecutionID == "") == (s.Draft == "") {
 		return State{}, ErrTampered
 	}
 	if now.Unix() >= s.Expires {

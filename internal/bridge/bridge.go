@@ -396,6 +396,9 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	if ferr := s.unresolved(ctx, req, refs, ts); ferr != nil {
 		return fail(ferr)
 	}
+	if ferr := s.checkPins(ctx, req); ferr != nil {
+		return fail(ferr)
+	}
 
 	gtools := make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
 	for _, t := range ts.visible {
@@ -422,6 +425,26 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	res := s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
 	return s.response(res, req, host, start), res
+}
+
+// checkPins asks the sources that version their tools whether a root
+// request's pins exist, before any sandbox starts: a pin to a missing
+// version fails the request rather than a call in the middle of its run.
+// A capability run's pins were checked where they were set (the root's
+// here, a capability's own when it was saved).
+func (s *Service) checkPins(ctx context.Context, req *execution.Request) *fault.Error {
+	if req.Parent != nil || len(req.Capabilities) == 0 {
+		return nil
+	}
+	for _, src := range s.sources {
+		if pc, ok := src.(execution.PinChecker); ok {
+			if err := pc.CheckPins(ctx, req.Capabilities); err != nil {
+				return fault.As(err)
+			}
+			return nil
+		}
+	}
+	return fault.New(fault.InvalidRequest, "capabilities pins versions, and this service has no capability registry")
 }
 
 // hook connects the engine's callbacks to the request's: the park
@@ -495,7 +518,8 @@ func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, 
 	if req.Parent != nil {
 		c.ParentCallID = req.Parent.CallID
 	}
-	c.ChildExecutionID = host.childOf(c.CallID)
+	ch := host.childOf(c.CallID)
+	c.ChildExecutionID, c.Version = ch.executionID, ch.version
 	return c
 }
 
@@ -589,8 +613,10 @@ func (s *Service) execRecord(ctx context.Context, req *execution.Request, resp *
 		ex.ParentExecutionID = p.ExecutionID
 		ex.ParentCallID = p.CallID
 		ex.Capability = p.Capability
+		ex.CapabilityVersion, ex.Provenance = p.Version, p.Provenance
 		ex.Depth = p.Depth()
 	}
+	ex.Pins = req.Pins()
 	return ex
 }
 

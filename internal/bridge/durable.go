@@ -38,6 +38,9 @@ type durableState struct {
 	Tools         []string `json:"tools,omitempty"`
 	ParseJSONText bool     `json:"parse_json_text,omitempty"`
 	Source        string   `json:"source,omitempty"`
+	// Capabilities are the request's pinned versions: the resumed run
+	// calls what the first one would have.
+	Capabilities map[string]int `json:"capabilities,omitempty"`
 	// For the trace record, which every run rewrites whole.
 	CodeHash  string        `json:"code_hash"`
 	CodeBytes int           `json:"code_bytes"`
@@ -75,7 +78,7 @@ const storeTimeout = 10 * time.Second
 // suspended saves the first run of req, which has suspended, and makes
 // resp its StatusSuspended answer.
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
-	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source),
+	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source), Capabilities: req.Capabilities,
 		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes}
 	// The code goes with the image (user data, like it), never into the
 	// record's metadata: whoever decides reads the calls in their context.
@@ -378,7 +381,7 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	resp.DurationMS = st.RunMS
 	resp.Sandboxes = st.Sandboxes
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: rec.Principal, DurationMS: st.RunMS,
+		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities,
 		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
 	s.record(ctx, ex, resp)
 	return resp, nil
@@ -420,12 +423,12 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	// The request as it was, but for its code: the image holds what the
 	// run needs of it. It belongs to the principal that suspended it,
 	// whoever decides.
-	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend,
+	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend, Capabilities: st.Capabilities,
 		CallDetail: rr.CallDetail, ExecutionID: id, Principal: claimed.Principal, Source: execution.Source(st.Source),
 		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
 	ctx = s.startSpan(ctx, &req, start)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader}
+		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities}
 	st.Events = append(st.Events, resumeEvent(decisions, rr, claimed.Principal, s.policy, start))
 
 	var resp *execution.Response

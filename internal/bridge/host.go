@@ -37,8 +37,8 @@ type toolHost struct {
 	approved map[int]bool
 
 	mu       sync.Mutex
-	children map[int]string // call id → child execution id (capability runs)
-	descend  []trace.Call   // the calls those child executions made
+	children map[int]child // call id → the capability run it started
+	descend  []trace.Call  // the calls those child executions made
 
 	rmu sync.Mutex
 	// resolved are the tools resolved as the script reached them, and
@@ -104,7 +104,7 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		Lineage:       h.req.CallLineage(c.ID, approved || retry != nil),
 		ParseJSONText: h.req.ParseJSONText,
 		Sandboxes:     h.budget,
-		OnChild:       func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
+		OnChild:       func(id string, version int, calls []trace.Call) { h.setChild(c.ID, id, version, calls) },
 		Retry:         retry,
 	})
 	if q, ok := isQuestion(err); ok {
@@ -134,13 +134,20 @@ func needsApproval(full string, t catalog.Tool, req *execution.Request) *fault.E
 		`approval "suspend" to ask for it, or allow_destructive to run it without asking`, full).WithTool(full)
 }
 
-func (h *toolHost) setChild(callID int, execID string, calls []trace.Call) {
+// child is the capability run a call started: its execution and the
+// capability version it ran.
+type child struct {
+	executionID string
+	version     int
+}
+
+func (h *toolHost) setChild(callID int, execID string, version int, calls []trace.Call) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.children == nil {
-		h.children = map[int]string{}
+		h.children = map[int]child{}
 	}
-	h.children[callID] = execID
+	h.children[callID] = child{execID, version}
 	h.descend = append(h.descend, calls...)
 }
 
@@ -153,7 +160,7 @@ func (h *toolHost) descendantCalls() []trace.Call {
 	return out
 }
 
-func (h *toolHost) childOf(callID int) string {
+func (h *toolHost) childOf(callID int) child {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.children[callID]

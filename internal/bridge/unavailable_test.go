@@ -46,7 +46,7 @@ func newShadowFixture(t *testing.T, kvURL string) *shadowFixture {
 	ctx := context.Background()
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "capabilities.json"))
 	for _, name := range []string{"kv:kv_get", "math:double"} {
-		if _, err := reg.Save(ctx, capability.Capability{Name: name, Code: "return 1"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: name, Code: "return 1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,3 +130,14 @@ func BenchmarkCapabilitiesAtScale(b *testing.B) {
 }
 
 const benchOneCall = "return await mcp.math.sum({xs: [1, 2, 3]})"
+
+// BenchmarkNormalize measures what a save pays to compare its code with
+// the name's versions (capability.Normalize: esbuild's parse and minified
+// print), on a capability of about 1 KB.
+func BenchmarkNormalize(b *testing.B) {
+	code := strings.Repeat("// fetch and sum\nconst r = await mcp.demo.add({a: args.a, b: 2});\nif (r > 10) { return r / 2 } // halve\n", 10) + "return 0"
+	b.SetBytes(int64(len(code)))
+	for b.Loop() {
+		capability.Normalize(code)
+	}
+}

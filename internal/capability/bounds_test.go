@@ -29,7 +29,7 @@ func TestSaveRefusesUnboundedSchemas(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := reg.Save(context.Background(), capability.Capability{Name: "b:x", Code: "return 1", InputSchema: json.RawMessage(tt.schema)})
+			_, err := reg.Save(context.Background(), capability.Capability{Name: "b:x", Code: "return 1", InputSchema: json.RawMessage(tt.schema)}, nil)
 			if tt.want == nil {
 				if err != nil {
 					t.Fatal(err)

@@ -102,12 +102,12 @@ func TestDynamoDBRequestsPerExecution(t *testing.T) {
 	db, table, counter := countedTable(t)
 	reg := capability.NewDynamoRegistry(db, table)
 	for i := range 200 {
-		if _, err := reg.Save(ctx, capability.Capability{Name: fmt.Sprintf("fill%d:x%d", i%20, i), Code: "return 1", Description: "filler"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: fmt.Sprintf("fill%d:x%d", i%20, i), Code: "return 1", Description: "filler"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, code := range []string{"return 0", "return args.xs.reduce((a, b) => a + b, 0)"} {
-		if _, err := reg.Save(ctx, capability.Capability{Name: "math:sum", Code: code}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: "math:sum", Code: code}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,14 +195,14 @@ func twoProcesses(t *testing.T, interval time.Duration, f func(t *testing.T, wri
 func TestSavedElsewhereCallableAtOnce(t *testing.T) {
 	twoProcesses(t, time.Hour, func(t *testing.T, writer capability.Registry, reader *proc) {
 		ctx := context.Background()
-		if _, err := writer.Save(ctx, capability.Capability{Name: "old:one", Code: "return 1"}); err != nil {
+		if _, err := writer.Save(ctx, capability.Capability{Name: "old:one", Code: "return 1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		// Load the reader's index before the save it must not need.
 		if r := reader.run(`return (await tools.list()).length`); !r.OK {
 			t.Fatal(r.Error)
 		}
-		if _, err := writer.Save(ctx, capability.Capability{Name: "fresh:add", Code: "return args.a + args.b"}); err != nil {
+		if _, err := writer.Save(ctx, capability.Capability{Name: "fresh:add", Code: "return args.a + args.b"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, code := range []string{
@@ -214,7 +214,7 @@ func TestSavedElsewhereCallableAtOnce(t *testing.T) {
 				t.Fatalf("%s: %s %+v", code, r.Result, r.Error)
 			}
 		}
-		if _, err := writer.Save(ctx, capability.Capability{Name: "fresh:add", Code: "return 10 * (args.a + args.b)"}); err != nil {
+		if _, err := writer.Save(ctx, capability.Capability{Name: "fresh:add", Code: "return 10 * (args.a + args.b)"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if r := reader.run(`return await mcp.fresh.add({a: 2, b: 3})`); !r.OK || string(r.Result) != "50" {
@@ -252,7 +252,7 @@ func TestVisibleToSearchWithinTheInterval(t *testing.T) {
 		if got := search(); len(got) != 0 {
 			t.Fatalf("found before the save: %v", got)
 		}
-		if _, err := writer.Save(ctx, capability.Capability{Name: "zoo:zebra", Code: "return 1", Description: "counts zebra stripes"}); err != nil {
+		if _, err := writer.Save(ctx, capability.Capability{Name: "zoo:zebra", Code: "return 1", Description: "counts zebra stripes"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		saved := time.Now()
@@ -285,7 +285,7 @@ func (failingRegistry) HasNamespace(context.Context, string) (bool, error) { ret
 // TOOL_NOT_FOUND; code naming no capability runs as ever.
 func TestRegistryDownIsUnavailable(t *testing.T) {
 	base := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
-	if _, err := base.Save(context.Background(), capability.Capability{Name: "m:x", Code: "return 1"}); err != nil {
+	if _, err := base.Save(context.Background(), capability.Capability{Name: "m:x", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	p := newProc(t, failingRegistry{base}, time.Hour)
@@ -306,7 +306,7 @@ func TestRegistryDownIsUnavailable(t *testing.T) {
 func TestDynamicLookupsAreBounded(t *testing.T) {
 	db, table, counter := countedTable(t)
 	reg := capability.NewDynamoRegistry(db, table)
-	if _, err := reg.Save(context.Background(), capability.Capability{Name: "m:x", Code: "return 1"}); err != nil {
+	if _, err := reg.Save(context.Background(), capability.Capability{Name: "m:x", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	p := newProc(t, reg, time.Hour)

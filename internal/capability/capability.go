@@ -16,6 +16,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/script"
 )
@@ -29,12 +30,53 @@ type Capability struct {
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 	Code        string          `json:"code"`
 	CreatedAt   time.Time       `json:"created_at"` // of version 1
-	UpdatedAt   time.Time       `json:"updated_at"` // of this version
+	UpdatedAt   time.Time       `json:"updated_at"` // of this version: when it was published
 	// Calls counts the calls of every version, as of the last batch a
 	// Counter wrote; a pinned version read from DynamoDB carries the count
 	// it was saved with.
 	Calls int64 `json:"calls"`
+
+	// What callers may trust about this version, set by the registry when
+	// it is published and never changed after (versions are immutable:
+	// no store has a path that rewrites one). Versions published before
+	// these existed have them empty.
+
+	// Pins are the versions of the capabilities this version's code
+	// calls, pinned when it was saved: its calls run those versions, not
+	// the heads (unless the request above pinned the name first).
+	Pins map[string]int `json:"pins,omitempty"`
+	// Provenance are the executions the code came from, as its author
+	// said when saving or proposing it (execution ids; informational).
+	Provenance []string `json:"provenance,omitempty"`
+	// Author is the principal that wrote the code (saved or proposed it),
+	// Publisher the one whose decision published it, and Via how that
+	// decision came (ViaCaller, ViaApprover, ViaClient, ViaPage). Listings
+	// show the principals to approvers and to the principals themselves
+	// only (Shown).
+	Author    string `json:"author,omitempty"`
+	Publisher string `json:"publisher,omitempty"`
+	Via       string `json:"via,omitempty"`
+	// Draft is the draft this version was published from, if any.
+	Draft string `json:"draft,omitempty"`
+	// CodeHash is "sha256:" and the hex SHA-256 of Code as stored; a run
+	// refuses a version whose code no longer matches it.
+	CodeHash string `json:"code_hash,omitempty"`
+	// Equivalence identifies what the version does: a hash of its code
+	// with whitespace and comments normalised away (Normalize), its
+	// description, input schema and pins. Saving a capability equivalent
+	// to one of its versions answers that version.
+	Equivalence string `json:"equivalence,omitempty"`
 }
+
+// How a version's publication was decided (Capability.Via): the policy's
+// channels (execution.Channel), with an approver's own credentials named
+// apart from the author's.
+const (
+	ViaCaller   = "caller"      // the author with its own credentials, where the caller decides
+	ViaApprover = "approver"    // an approver's credentials
+	ViaClient   = "elicitation" // the author's MCP client's user, asked through elicitation
+	ViaPage     = "page"        // a person signed in on the approval page
+)
 
 // Namespace is the part before the colon (the `mcp.<namespace>` object).
 func (c Capability) Namespace() string { ns, _, _ := strings.Cut(c.Name, ":"); return ns }
@@ -43,14 +85,31 @@ func (c Capability) Namespace() string { ns, _, _ := strings.Cut(c.Name, ":"); r
 func (c Capability) Action() string { _, a, _ := strings.Cut(c.Name, ":"); return a }
 
 // Registry stores capabilities. Saving a name again makes a new version;
-// Get with version 0 returns the latest.
+// Get with version 0 returns the latest. A version, once saved, never
+// changes: no method rewrites one.
 //
 // An execution never lists the registry: it resolves the names its code
 // references (Lookup), and discovery reads an Index kept per process,
 // refreshed through Changes. Reading a latest version never reads older
 // ones.
+//
+// Who may publish is not the registry's to decide (see Guard), but it
+// keeps what the decision needs: each namespace's owner, recorded by the
+// first publication in it, and the drafts waiting for someone to publish
+// them. Save checks the owners and writes in one step, so two publishers
+// can never both take a namespace, nor one publish past an owner recorded
+// meanwhile.
 type Registry interface {
-	Save(ctx context.Context, c Capability) (Capability, error)
+	// Save publishes c as its name's next version, as c.Publisher, and
+	// records c.Publisher as the namespace's owner if it has none (an
+	// anonymous publisher, where auth is off, owns nothing). allow,
+	// when not nil, is asked with the namespace's owners as they are at
+	// the write, and its error refuses the save (nothing written). A
+	// version equivalent to c (Capability.Equivalence) already saved is
+	// answered instead of a new one (Saved.Existing). When c.Draft names a
+	// draft, the draft must be pending and is marked published by the
+	// same write.
+	Save(ctx context.Context, c Capability, allow Allow) (Saved, error)
 	// Get returns one version of name; version 0 is the latest.
 	Get(ctx context.Context, name string, version int) (Capability, error)
 	// Lookup returns the latest version of each of names that exists, by
@@ -70,6 +129,31 @@ type Registry interface {
 	// AddCalls adds n to the call count of each name (a Counter's batch).
 	// Names that no longer exist are skipped.
 	AddCalls(ctx context.Context, counts map[string]int64) error
+	// Owners returns the principals that own namespace ns (none before
+	// anything was published in it by this release).
+	Owners(ctx context.Context, ns string) ([]string, error)
+
+	// PutDraft stores a new draft (its ID must be new).
+	PutDraft(ctx context.Context, d Draft) error
+	// GetDraft returns a draft, pending or closed, until it expires;
+	// NOT_FOUND after.
+	GetDraft(ctx context.Context, id string) (Draft, error)
+	// Drafts returns every draft that has not expired, oldest first.
+	Drafts(ctx context.Context) ([]Draft, error)
+	// CloseDraft marks a pending draft rejected or withdrawn (status)
+	// by principal; CONFLICT when it is no longer pending.
+	CloseDraft(ctx context.Context, id, status, principal, reason string) (Draft, error)
+}
+
+// Allow decides, as a save is written, whether it may publish into a
+// namespace owned by owners; its error refuses the save.
+type Allow func(owners []string) error
+
+// Saved is what Registry.Save answers: the version published, or the
+// equivalent one that already was (Existing).
+type Saved struct {
+	Capability
+	Existing bool `json:"existing,omitempty"`
 }
 
 // Changes is what Registry.Changes returns.
@@ -148,6 +232,27 @@ func Validate(c Capability) error {
 	if len(c.InputSchema) > 0 {
 		if err := argcheck.Compile(c.InputSchema); err != nil {
 			return fault.Wrap(fault.InvalidRequest, err, "capability "+c.Name+": input_schema")
+		}
+	}
+	if err := checkPins(c.Name, c.Pins); err != nil {
+		return err
+	}
+	return checkProvenance(c.Name, c.Provenance)
+}
+
+// checkPins checks the pins a capability is saved with: capability names
+// and versions, never its own name (a capability calling itself is a
+// cycle, whatever the version).
+func checkPins(name string, pins map[string]int) error {
+	if ferr := execution.CheckPins(pins); ferr != nil {
+		return fault.Wrap(fault.InvalidRequest, ferr, "capability "+name+": pins")
+	}
+	for p := range pins {
+		if _, _, err := ParseName(p); err != nil {
+			return fault.Wrap(fault.InvalidRequest, err, "capability "+name+": pins")
+		}
+		if p == name {
+			return fault.New(fault.InvalidRequest, "capability %s pins itself", name)
 		}
 	}
 	return nil

@@ -66,7 +66,7 @@ func newWorld(t *testing.T, caps map[string]string) *world {
 	log := slog.New(slog.DiscardHandler)
 	w.svc, w.runner = inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log}, nil)
 	for name, code := range caps {
-		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}); err != nil {
+		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}, nil); err != nil {
 			t.Fatalf("save %s: %v", name, err)
 		}
 	}
@@ -177,7 +177,7 @@ func TestSixteenParallelCapabilityCallsEachOwnSandbox(t *testing.T) {
 func TestArgumentsValidatedAgainstTheInputSchema(t *testing.T) {
 	w := newWorld(t, nil)
 	_, err := w.reg.Save(context.Background(), capability.Capability{Name: "math:sq", Code: "return args.x * args.x",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}`)})
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}`)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestRegistryVersions(t *testing.T) {
 	registries(t, func(t *testing.T, reg capability.Registry) {
 		ctx := context.Background()
 		for i, code := range []string{"return 1", "return 2", "return 3"} {
-			c, err := reg.Save(ctx, capability.Capability{Name: "v:x", Code: code, Description: fmt.Sprint("v", i+1)})
+			c, err := reg.Save(ctx, capability.Capability{Name: "v:x", Code: code, Description: fmt.Sprint("v", i+1)}, nil)
 			if err != nil || c.Version != i+1 || c.ID != fmt.Sprintf("cap:v:x@%d", i+1) {
 				t.Fatalf("save %d: %+v %v", i, c, err)
 			}
@@ -241,7 +241,7 @@ func TestRegistryVersions(t *testing.T) {
 			{Name: "a:b", Code: "return 1", InputSchema: json.RawMessage(`{"type": 5}`)},
 			{Name: "a:b", Code: "  "},
 		} {
-			if _, err := reg.Save(ctx, bad); err == nil {
+			if _, err := reg.Save(ctx, bad, nil); err == nil {
 				t.Errorf("saved a bad capability %+v", bad)
 			}
 		}
@@ -256,7 +256,7 @@ func TestConcurrentSavesNeverShareAVersion(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := reg.Save(context.Background(), capability.Capability{Name: "c:x", Code: fmt.Sprintf("return %d", i)})
+				c, err := reg.Save(context.Background(), capability.Capability{Name: "c:x", Code: fmt.Sprintf("return %d", i)}, nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -319,7 +319,7 @@ func TestChildRunNeverOutlivesItsCaller(t *testing.T) {
 // invocation, so the capability function refuses alike.
 func TestApprovalInsideACapabilityIsRefused(t *testing.T) {
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
-	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:wipe", Code: `return await mcp.demo.kv_delete({key: "k"})`}); err != nil {
+	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:wipe", Code: `return await mcp.demo.kv_delete({key: "k"})`}, nil); err != nil {
 		t.Fatal(err)
 	}
 	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: slog.New(slog.DiscardHandler),

@@ -45,7 +45,7 @@ func TestCounterBatches(t *testing.T) {
 	base := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	defer base.Close()
 	for _, n := range []string{"c:a", "c:b"} {
-		if _, err := base.Save(ctx, capability.Capability{Name: n, Code: "return 1"}); err != nil {
+		if _, err := base.Save(ctx, capability.Capability{Name: n, Code: "return 1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,7 +84,7 @@ func TestCounterWritesWhenThePeriodEnds(t *testing.T) {
 	ctx := context.Background()
 	base := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	defer base.Close()
-	if _, err := base.Save(ctx, capability.Capability{Name: "c:a", Code: "return 1"}); err != nil {
+	if _, err := base.Save(ctx, capability.Capability{Name: "c:a", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	reg := &batchRegistry{Registry: base}

@@ -84,6 +84,15 @@ type item struct {
 	CreatedAt   string `dynamodbav:"created_at"`
 	UpdatedAt   string `dynamodbav:"updated_at"`
 	Calls       int64  `dynamodbav:"calls"`
+	// What a version records of its publication (Capability's fields).
+	Pins        map[string]int `dynamodbav:"pins,omitempty"`
+	Provenance  []string       `dynamodbav:"provenance,omitempty"`
+	Author      string         `dynamodbav:"author,omitempty"`
+	Publisher   string         `dynamodbav:"publisher,omitempty"`
+	Via         string         `dynamodbav:"via,omitempty"`
+	Draft       string         `dynamodbav:"draft,omitempty"`
+	CodeHash    string         `dynamodbav:"code_hash,omitempty"`
+	Equivalence string         `dynamodbav:"equivalence,omitempty"`
 	// LPK and Changed are set on LATEST items only: the keys of
 	// LatestIndex.
 	LPK     string `dynamodbav:"lpk,omitempty"`
@@ -99,14 +108,22 @@ func nsKey(ns string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "NS#" + ns}, "sk": &types.AttributeValueMemberS{Value: "NS"}}
 }
 
+// optionalAttrs are the item's attributes a version may lack: a LATEST
+// item moved to such a version loses them.
+var optionalAttrs = []string{"description", "input_schema", "pins", "provenance", "author", "publisher", "via", "draft", "code_hash", "equivalence"}
+
 func toItem(c Capability, sk string) item {
 	return item{PK: pk(c.Name), SK: sk, Name: c.Name, Version: c.Version, ID: c.ID, Description: c.Description,
 		InputSchema: string(c.InputSchema), Code: c.Code, CreatedAt: c.CreatedAt.Format(time.RFC3339Nano),
-		UpdatedAt: c.UpdatedAt.Format(time.RFC3339Nano), Calls: c.Calls}
+		UpdatedAt: c.UpdatedAt.Format(time.RFC3339Nano), Calls: c.Calls,
+		Pins: c.Pins, Provenance: c.Provenance, Author: c.Author, Publisher: c.Publisher, Via: c.Via, Draft: c.Draft,
+		CodeHash: c.CodeHash, Equivalence: c.Equivalence}
 }
 
 func fromItem(it item) Capability {
-	c := Capability{Name: it.Name, Version: it.Version, ID: it.ID, Description: it.Description, Code: it.Code, Calls: it.Calls}
+	c := Capability{Name: it.Name, Version: it.Version, ID: it.ID, Description: it.Description, Code: it.Code, Calls: it.Calls,
+		Pins: it.Pins, Provenance: it.Provenance, Author: it.Author, Publisher: it.Publisher, Via: it.Via, Draft: it.Draft,
+		CodeHash: it.CodeHash, Equivalence: it.Equivalence}
 	if it.InputSchema != "" {
 		c.InputSchema = json.RawMessage(it.InputSchema)
 	}
@@ -138,54 +155,220 @@ func (r *DynamoRegistry) get(ctx context.Context, name, sk string) (*item, error
 	return &it, nil
 }
 
-// Save implements Registry. The LATEST item is updated rather than
-// replaced, so that call counts added meanwhile (AddCalls) are kept.
-func (r *DynamoRegistry) Save(ctx context.Context, c Capability) (Capability, error) {
+// Save implements Registry. The version's item is put only where none is
+// (a version is never rewritten), the LATEST item is updated rather than
+// replaced (so that call counts added meanwhile are kept) on the condition
+// that it is still the version read, and the namespace's item on the
+// condition that its owners are still those allow was asked about: one
+// transaction, retried from the reads when another save won a condition.
+func (r *DynamoRegistry) Save(ctx context.Context, c Capability, allow Allow) (Saved, error) {
 	if err := Validate(c); err != nil {
-		return Capability{}, err
+		return Saved{}, err
 	}
+	stamp(&c)
 	for attempt := 0; attempt < 8; attempt++ {
-		latest, err := r.get(ctx, c.Name, latestPK)
-		if err != nil {
-			return Capability{}, err
-		}
 		now := time.Now().UTC()
-		next := c
-		next.Version, next.CreatedAt, next.UpdatedAt, next.Calls = 1, now, now, 0
-		cond := "attribute_not_exists(pk)"
-		values := map[string]types.AttributeValue{}
-		if latest != nil {
-			prev := fromItem(*latest)
-			next.Version, next.CreatedAt, next.Calls = prev.Version+1, prev.CreatedAt, prev.Calls
-			cond = "version = :prev"
-			values[":prev"] = &types.AttributeValueMemberN{Value: fmt.Sprint(prev.Version)}
+		var draft Draft
+		if c.Draft != "" {
+			d, err := r.GetDraft(ctx, c.Draft)
+			if err != nil && fault.CodeOf(err) != fault.NotFound {
+				return Saved{}, err
+			}
+			if err := publishable(c, d, err == nil, now); err != nil {
+				return Saved{}, err
+			}
+			draft = d
 		}
-		next.ID = ID(next.Name, next.Version)
-		vItem, err := attributevalue.MarshalMap(toItem(next, versionSK(next.Version)))
+		prev, existing, err := r.equivalent(ctx, c)
 		if err != nil {
-			return Capability{}, fault.Wrap(fault.Internal, err, "encoding capability")
+			return Saved{}, err
 		}
-		update, err := latestUpdate(next, now, cond, values)
+		if existing && c.Draft == "" {
+			// Nothing is published: no decision to check.
+			return Saved{Capability: prev, Existing: true}, nil
+		}
+		owners, rev, err := r.namespace(ctx, c.Namespace())
 		if err != nil {
-			return Capability{}, err
+			return Saved{}, err
 		}
-		update.TableName, update.Key = aws.String(r.table), key(next.Name, latestPK)
-		nsItem := nsKey(next.Namespace())
-		_, err = r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-			{Put: &types.Put{TableName: aws.String(r.table), Item: vItem, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-			{Update: update},
-			{Put: &types.Put{TableName: aws.String(r.table), Item: nsItem}},
-		}})
+		if allow != nil {
+			if err := allow(slices.Clone(owners)); err != nil {
+				return Saved{}, err
+			}
+		}
+		out := Saved{Capability: prev, Existing: true}
+		var writes []types.TransactWriteItem
+		if !existing {
+			next, w, err := r.versionWrites(ctx, c, now)
+			if err != nil {
+				return Saved{}, err
+			}
+			out, writes = Saved{Capability: next}, w
+		}
+		writes = append(writes, types.TransactWriteItem{Update: r.namespaceUpdate(c.Namespace(), c.Publisher, owners, rev, !existing, now)})
+		if c.Draft != "" {
+			u, err := r.draftUpdate(closed(draft, DraftPublished, c.Publisher, "", out.Version, now))
+			if err != nil {
+				return Saved{}, err
+			}
+			writes = append(writes, types.TransactWriteItem{Update: u})
+		}
+		_, err = r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: writes})
 		if err == nil {
-			return next, nil
+			return out, nil
 		}
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
-			return Capability{}, fault.Wrap(fault.Unavailable, err, "saving capability "+c.Name)
+			return Saved{}, fault.Wrap(fault.Unavailable, err, "saving capability "+c.Name)
 		}
-		// Another save took this version first: read again and retry.
+		// Another save took this version, the namespace or the draft
+		// first: read again and retry.
 	}
-	return Capability{}, fault.New(fault.Unavailable, "saving capability %s: too many concurrent saves", c.Name)
+	return Saved{}, fault.New(fault.Unavailable, "saving capability %s: too many concurrent saves", c.Name)
+}
+
+// versionWrites are the writes that publish c as its name's next version:
+// its V# item, put only where none is, and the LATEST item moved to it on
+// the condition that it is still the version read.
+func (r *DynamoRegistry) versionWrites(ctx context.Context, c Capability, now time.Time) (Capability, []types.TransactWriteItem, error) {
+	latest, err := r.get(ctx, c.Name, latestPK)
+	if err != nil {
+		return Capability{}, nil, err
+	}
+	next := c
+	next.Version, next.CreatedAt, next.UpdatedAt, next.Calls = 1, now, now, 0
+	cond := "attribute_not_exists(pk)"
+	values := map[string]types.AttributeValue{}
+	if latest != nil {
+		prev := fromItem(*latest)
+		next.Version, next.CreatedAt, next.Calls = prev.Version+1, prev.CreatedAt, prev.Calls
+		cond = "version = :prev"
+		values[":prev"] = &types.AttributeValueMemberN{Value: fmt.Sprint(prev.Version)}
+	}
+	next.ID = ID(next.Name, next.Version)
+	put, err := r.putVersion(next)
+	if err != nil {
+		return Capability{}, nil, err
+	}
+	update, err := latestUpdate(next, now, cond, values)
+	if err != nil {
+		return Capability{}, nil, err
+	}
+	update.TableName, update.Key = aws.String(r.table), key(next.Name, latestPK)
+	return next, []types.TransactWriteItem{{Put: put}, {Update: update}}, nil
+}
+
+// putVersion is the put of a version's item, which holds only where the
+// item does not exist: no write rewrites a version.
+func (r *DynamoRegistry) putVersion(c Capability) (*types.Put, error) {
+	vItem, err := attributevalue.MarshalMap(toItem(c, versionSK(c.Version)))
+	if err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "encoding capability")
+	}
+	return &types.Put{TableName: aws.String(r.table), Item: vItem, ConditionExpression: aws.String("attribute_not_exists(pk)")}, nil
+}
+
+// equivalent finds a version of c's name equivalent to c: one Query of
+// the versions' equivalences (projected), and a GetItem of the one that
+// matches (and of each version saved before equivalences were recorded,
+// whose equivalence is computed from it).
+func (r *DynamoRegistry) equivalent(ctx context.Context, c Capability) (Capability, bool, error) {
+	in := &dynamodb.QueryInput{
+		TableName:              aws.String(r.table),
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :v)"),
+		ProjectionExpression:   aws.String("version, equivalence"),
+		ConsistentRead:         aws.Bool(true),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: pk(c.Name)},
+			":v":  &types.AttributeValueMemberS{Value: "V#"},
+		},
+	}
+	for {
+		page, err := r.db.Query(ctx, in)
+		if err != nil {
+			return Capability{}, false, fault.Wrap(fault.Unavailable, err, "reading the versions of capability "+c.Name)
+		}
+		for _, raw := range page.Items {
+			var v struct {
+				Version     int    `dynamodbav:"version"`
+				Equivalence string `dynamodbav:"equivalence"`
+			}
+			if err := attributevalue.UnmarshalMap(raw, &v); err != nil {
+				return Capability{}, false, fault.Wrap(fault.Internal, err, "decoding a capability version")
+			}
+			if v.Equivalence != "" && v.Equivalence != c.Equivalence {
+				continue
+			}
+			it, err := r.get(ctx, c.Name, versionSK(v.Version))
+			if err != nil || it == nil {
+				return Capability{}, false, err
+			}
+			if found, ok := equivalentOf(c, []Capability{fromItem(*it)}); ok {
+				return found, true, nil
+			}
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return Capability{}, false, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// nsItem is a namespace's item: it exists once something was published
+// in the namespace (mcp[ns] finds it) and, since owners are recorded,
+// holds them with a revision the writes that rely on them are
+// conditioned on.
+type nsItem struct {
+	Owners    []string `dynamodbav:"owners,omitempty"`
+	OwnersRev int      `dynamodbav:"owners_rev,omitempty"`
+}
+
+// namespace reads ns's owners and their revision (0: none recorded).
+func (r *DynamoRegistry) namespace(ctx context.Context, ns string) ([]string, int, error) {
+	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: nsKey(ns), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("owners, owners_rev")})
+	if err != nil {
+		return nil, 0, fault.Wrap(fault.Unavailable, err, "reading capability namespace "+ns)
+	}
+	var it nsItem
+	if out.Item != nil {
+		if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+			return nil, 0, fault.Wrap(fault.Internal, err, "decoding capability namespace "+ns)
+		}
+	}
+	return it.Owners, it.OwnersRev, nil
+}
+
+// namespaceUpdate writes ns's item on the condition that its owners are
+// still those read (revision rev); publishing into a namespace without
+// owners records publisher as its owner (an anonymous publisher, where
+// auth is off, owns nothing).
+func (r *DynamoRegistry) namespaceUpdate(ns, publisher string, owners []string, rev int, publishing bool, now time.Time) *types.Update {
+	u := &types.Update{TableName: aws.String(r.table), Key: nsKey(ns),
+		UpdateExpression:          aws.String("SET #ns = :ns"),
+		ExpressionAttributeNames:  map[string]string{"#ns": "ns", "#rev": "owners_rev"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":ns": &types.AttributeValueMemberS{Value: ns}},
+	}
+	if rev > 0 {
+		u.ConditionExpression = aws.String("#rev = :rev")
+		u.ExpressionAttributeValues[":rev"] = &types.AttributeValueMemberN{Value: strconv.Itoa(rev)}
+		return u
+	}
+	u.ConditionExpression = aws.String("attribute_not_exists(#rev)")
+	if publishing && len(owners) == 0 && publisher != "" {
+		u.UpdateExpression = aws.String("SET #ns = :ns, #owners = :owners, #rev = :one, #since = :since")
+		u.ExpressionAttributeNames["#owners"], u.ExpressionAttributeNames["#since"] = "owners", "since"
+		u.ExpressionAttributeValues[":owners"] = &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: publisher}}}
+		u.ExpressionAttributeValues[":one"] = &types.AttributeValueMemberN{Value: "1"}
+		u.ExpressionAttributeValues[":since"] = &types.AttributeValueMemberS{Value: now.Format(time.RFC3339Nano)}
+	}
+	return u
+}
+
+// Owners implements Registry: a GetItem of the namespace's item.
+func (r *DynamoRegistry) Owners(ctx context.Context, ns string) ([]string, error) {
+	owners, _, err := r.namespace(ctx, ns)
+	return owners, err
 }
 
 // latestUpdate is the update that makes the LATEST item next: every field
@@ -213,7 +396,7 @@ func latestUpdate(next Capability, now time.Time, cond string, values map[string
 	names["#calls"] = "calls"
 	expr := "SET " + strings.Join(set, ", ")
 	var remove []string
-	for _, k := range []string{"description", "input_schema"} {
+	for _, k := range optionalAttrs {
 		if _, ok := fields[k]; !ok {
 			names["#"+k] = k
 			remove = append(remove, "#"+k)
@@ -456,7 +639,12 @@ func (r *DynamoRegistry) stamp(ctx context.Context, name string) (bool, error) {
 					":now": &types.AttributeValueMemberS{Value: time.Now().UTC().Format(changedLayout)},
 				},
 			}},
-			{Put: &types.Put{TableName: aws.String(r.table), Item: nsKey(c.Namespace())}},
+			// An update, not a put: the item may hold the namespace's
+			// owners, which a put would erase.
+			{Update: &types.Update{TableName: aws.String(r.table), Key: nsKey(c.Namespace()),
+				UpdateExpression:          aws.String("SET #ns = :ns"),
+				ExpressionAttributeNames:  map[string]string{"#ns": "ns"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":ns": &types.AttributeValueMemberS{Value: c.Namespace()}}}},
 		}})
 		var tce *types.TransactionCanceledException
 		if err == nil {

@@ -58,3 +58,15 @@ func SeedDynamo(ctx context.Context, db *dynamodb.Client, table string, caps []C
 	}
 	return nil
 }
+
+// PutVersion writes c's version item as Save writes a new one (the same
+// conditional put, alone in a transaction): what a rewrite of an existing
+// version would have to go through.
+func PutVersion(ctx context.Context, r *DynamoRegistry, c Capability) error {
+	put, err := r.putVersion(c)
+	if err != nil {
+		return err
+	}
+	_, err = r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Put: put}}})
+	return err
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +46,16 @@ type FileRegistry struct {
 
 type fileDoc struct {
 	Capabilities map[string][]Capability `json:"capabilities"` // name → versions, oldest first
+	// Namespaces are the owners of each namespace published in since
+	// owners were recorded.
+	Namespaces map[string]fileNamespace `json:"namespaces,omitempty"`
+	// Drafts are the drafts not yet expired, by id.
+	Drafts map[string]Draft `json:"drafts,omitempty"`
+}
+
+type fileNamespace struct {
+	Owners []string  `json:"owners"`
+	Since  time.Time `json:"since"` // the first publication that recorded them
 }
 
 // fileView is a loaded definitions file, indexed.
@@ -220,14 +231,18 @@ func (r *FileRegistry) lock() (unlock func(), err error) {
 	}, nil
 }
 
-// Save implements Registry.
-func (r *FileRegistry) Save(_ context.Context, c Capability) (Capability, error) {
-	if err := Validate(c); err != nil {
-		return Capability{}, err
-	}
+// errNoWrite ends an update that found nothing to change.
+var errNoWrite = errors.New("nothing to write")
+
+// update changes the definitions file: under the flock, f changes a copy
+// of the document as it is in the file (the maps copied, their values
+// shared: f replaces what it changes, never edits it in place), which
+// then replaces the file; drafts expired at now are dropped on the way.
+// f's errNoWrite leaves the file alone.
+func (r *FileRegistry) update(f func(doc *fileDoc, now time.Time) error) error {
 	unlock, err := r.lock()
 	if err != nil {
-		return Capability{}, err
+		return err
 	}
 	defer unlock()
 	r.mu.Lock()
@@ -236,30 +251,198 @@ func (r *FileRegistry) Save(_ context.Context, c Capability) (Capability, error)
 	// the file's content.
 	v, _, err := r.fresh()
 	if err != nil {
-		return Capability{}, err
+		return err
 	}
-	versions := v.doc.Capabilities[c.Name]
 	now := time.Now().UTC()
-	c.Version = len(versions) + 1
-	c.ID = ID(c.Name, c.Version)
-	c.CreatedAt, c.UpdatedAt, c.Calls = now, now, 0
-	if len(versions) > 0 {
-		c.CreatedAt = versions[0].CreatedAt
-		c.Calls = versions[len(versions)-1].Calls
+	doc := fileDoc{Capabilities: maps.Clone(v.doc.Capabilities), Namespaces: maps.Clone(v.doc.Namespaces), Drafts: maps.Clone(v.doc.Drafts)}
+	if doc.Namespaces == nil {
+		doc.Namespaces = map[string]fileNamespace{}
 	}
-	doc := fileDoc{Capabilities: make(map[string][]Capability, len(v.doc.Capabilities)+1)}
-	for name, vs := range v.doc.Capabilities {
-		doc.Capabilities[name] = vs
+	if doc.Drafts == nil {
+		doc.Drafts = map[string]Draft{}
 	}
-	doc.Capabilities[c.Name] = append(slices.Clip(versions), c)
+	if err := f(&doc, now); err != nil {
+		if errors.Is(err, errNoWrite) {
+			return nil
+		}
+		return err
+	}
+	maps.DeleteFunc(doc.Drafts, func(_ string, d Draft) bool { return !now.Before(d.ExpiresAt) })
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return Capability{}, err
+		return err
 	}
 	if err := atomicfile.Write(r.path, out); err != nil {
-		return Capability{}, fmt.Errorf("capabilities: %w", err)
+		return fmt.Errorf("capabilities: %w", err)
 	}
-	return c, nil
+	return nil
+}
+
+// Save implements Registry: the owners are read, checked, and the version
+// appended under the flock, in one replacement of the file.
+func (r *FileRegistry) Save(_ context.Context, c Capability, allow Allow) (Saved, error) {
+	if err := Validate(c); err != nil {
+		return Saved{}, err
+	}
+	stamp(&c)
+	var out Saved
+	err := r.update(func(doc *fileDoc, now time.Time) error {
+		var draft Draft
+		if c.Draft != "" {
+			d, ok := doc.Drafts[c.Draft]
+			if err := publishable(c, d, ok, now); err != nil {
+				return err
+			}
+			draft = d
+		}
+		versions := doc.Capabilities[c.Name]
+		prev, existing := equivalentOf(c, versions)
+		if existing && c.Draft == "" {
+			// Nothing is published: no decision to check.
+			out = Saved{Capability: prev, Existing: true}
+			return errNoWrite
+		}
+		ns := c.Namespace()
+		owners := doc.Namespaces[ns].Owners
+		if allow != nil {
+			if err := allow(slices.Clone(owners)); err != nil {
+				return err
+			}
+		}
+		if existing {
+			out = Saved{Capability: prev, Existing: true}
+		} else {
+			c.Version = len(versions) + 1
+			c.ID = ID(c.Name, c.Version)
+			c.CreatedAt, c.UpdatedAt, c.Calls = now, now, 0
+			if len(versions) > 0 {
+				c.CreatedAt = versions[0].CreatedAt
+				c.Calls = versions[len(versions)-1].Calls
+			}
+			doc.Capabilities[c.Name] = append(slices.Clip(versions), c)
+			if len(owners) == 0 && c.Publisher != "" {
+				// An anonymous publisher (auth off) owns nothing.
+				doc.Namespaces[ns] = fileNamespace{Owners: []string{c.Publisher}, Since: now}
+			}
+			out = Saved{Capability: c}
+		}
+		if c.Draft != "" {
+			doc.Drafts[c.Draft] = closed(draft, DraftPublished, c.Publisher, "", out.Version, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return Saved{}, err
+	}
+	return out, nil
+}
+
+// publishable checks that the draft c is published from (d, found when
+// ok) is pending at now and proposes what c is.
+func publishable(c Capability, d Draft, ok bool, now time.Time) error {
+	switch {
+	case !ok || !now.Before(d.ExpiresAt):
+		return fault.New(fault.NotFound, "no draft %s (it may have expired)", c.Draft)
+	case d.Status != DraftPending:
+		return fault.New(fault.Conflict, "draft %s is %s already", c.Draft, d.Status)
+	case d.Name != c.Name || d.CodeHash != c.CodeHash:
+		return fault.New(fault.Conflict, "draft %s proposes another capability or code than the one being published", c.Draft)
+	}
+	return nil
+}
+
+// closed is d closed with status by principal at now.
+func closed(d Draft, status, principal, reason string, version int, now time.Time) Draft {
+	d.Status, d.ClosedBy, d.Reason, d.Version = status, principal, reason, version
+	d.ClosedAt = &now
+	return d
+}
+
+// Owners implements Registry.
+func (r *FileRegistry) Owners(_ context.Context, ns string) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, _, err := r.fresh()
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(v.doc.Namespaces[ns].Owners), nil
+}
+
+// PutDraft implements Registry.
+func (r *FileRegistry) PutDraft(_ context.Context, d Draft) error {
+	if err := CheckDraftID(d.ID); err != nil {
+		return err
+	}
+	return r.update(func(doc *fileDoc, _ time.Time) error {
+		if _, dup := doc.Drafts[d.ID]; dup {
+			return fault.New(fault.Conflict, "draft %s exists", d.ID)
+		}
+		doc.Drafts[d.ID] = d
+		return nil
+	})
+}
+
+// GetDraft implements Registry.
+func (r *FileRegistry) GetDraft(_ context.Context, id string) (Draft, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, _, err := r.fresh()
+	if err != nil {
+		return Draft{}, err
+	}
+	d, ok := v.doc.Drafts[id]
+	if !ok || !time.Now().Before(d.ExpiresAt) {
+		return Draft{}, fault.New(fault.NotFound, "no draft %s (it may have expired)", id)
+	}
+	return d, nil
+}
+
+// Drafts implements Registry.
+func (r *FileRegistry) Drafts(_ context.Context) ([]Draft, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, _, err := r.fresh()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := []Draft{}
+	for _, d := range v.doc.Drafts {
+		if now.Before(d.ExpiresAt) {
+			out = append(out, d)
+		}
+	}
+	sortDrafts(out)
+	return out, nil
+}
+
+// sortDrafts sorts drafts oldest first (then by id).
+func sortDrafts(ds []Draft) {
+	slices.SortFunc(ds, func(a, b Draft) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// CloseDraft implements Registry.
+func (r *FileRegistry) CloseDraft(_ context.Context, id, status, principal, reason string) (Draft, error) {
+	var out Draft
+	err := r.update(func(doc *fileDoc, now time.Time) error {
+		d, ok := doc.Drafts[id]
+		switch {
+		case !ok || !now.Before(d.ExpiresAt):
+			return fault.New(fault.NotFound, "no draft %s (it may have expired)", id)
+		case d.Status != DraftPending:
+			return fault.New(fault.Conflict, "draft %s is %s already", id, d.Status)
+		}
+		out = closed(d, status, principal, reason, 0, now)
+		doc.Drafts[id] = out
+		return nil
+	})
+	return out, err
 }
 
 // Get implements Registry.
@@ -387,13 +570,18 @@ func (r *FileRegistry) AddCalls(_ context.Context, counts map[string]int64) erro
 	return nil
 }
 
-// SeedFile writes a registry file at path holding caps, each as its
-// version 1, replacing what was there: a registry of any size made at
+// SeedFile writes a new registry file at path holding caps, each as its
+// version 1 published by its Publisher: a registry of any size made at
 // once, for benchmarks and bulk imports (Save would rewrite the file once
-// per capability). Every capability is validated as Save validates it.
+// per capability). Every capability is validated as Save validates it. A
+// file already at path is refused, never replaced: versions are not
+// rewritten.
 func SeedFile(path string, caps []Capability) error {
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		return fault.New(fault.Conflict, "capabilities: %s exists; seeding makes a new registry only", path)
+	}
 	now := time.Now().UTC()
-	doc := fileDoc{Capabilities: make(map[string][]Capability, len(caps))}
+	doc := fileDoc{Capabilities: make(map[string][]Capability, len(caps)), Namespaces: map[string]fileNamespace{}}
 	for _, c := range caps {
 		if err := Validate(c); err != nil {
 			return err
@@ -401,8 +589,13 @@ func SeedFile(path string, caps []Capability) error {
 		if _, dup := doc.Capabilities[c.Name]; dup {
 			return fault.New(fault.InvalidRequest, "capability %s given twice", c.Name)
 		}
-		c.Version, c.ID, c.CreatedAt, c.UpdatedAt, c.Calls = 1, ID(c.Name, 1), now, now, 0
+		// The equivalence is left to a later save to compute (it costs
+		// a parse): a seed of thousands stays quick.
+		c.Version, c.ID, c.CreatedAt, c.UpdatedAt, c.Calls, c.CodeHash = 1, ID(c.Name, 1), now, now, 0, CodeHash(c.Code)
 		doc.Capabilities[c.Name] = []Capability{c}
+		if _, owned := doc.Namespaces[c.Namespace()]; !owned && c.Publisher != "" {
+			doc.Namespaces[c.Namespace()] = fileNamespace{Owners: []string{c.Publisher}, Since: now}
+		}
 	}
 	out, err := json.Marshal(doc)
 	if err != nil {

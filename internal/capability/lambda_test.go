@@ -67,7 +67,7 @@ func (e *ctxExecutor) Execute(ctx context.Context, req execution.Request) *execu
 func TestTraceContextCrossesIntoTheCapabilityFunction(t *testing.T) {
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	reg := capability.NewFileRegistry(t.TempDir() + "/caps.json")
-	if _, err := reg.Save(context.Background(), capability.Capability{Name: "iso:x", Code: "return 1"}); err != nil {
+	if _, err := reg.Save(context.Background(), capability.Capability{Name: "iso:x", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, tp := range []string{parent, ""} {

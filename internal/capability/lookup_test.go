@@ -38,11 +38,11 @@ func TestRegistryByName(t *testing.T) {
 		for i := range 120 {
 			name := fmt.Sprintf("n%d:a%d", i%3, i)
 			names = append(names, name)
-			if _, err := reg.Save(ctx, capability.Capability{Name: name, Code: fmt.Sprintf("return %d", i)}); err != nil {
+			if _, err := reg.Save(ctx, capability.Capability{Name: name, Code: fmt.Sprintf("return %d", i)}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := reg.Save(ctx, capability.Capability{Name: "n0:a0", Code: "return 'v2'", Description: "second"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: "n0:a0", Code: "return 'v2'", Description: "second"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		got, err := reg.Lookup(ctx, append(slices.Clone(names), "n0:missing", "nons:x", "n1:a1"))
@@ -73,7 +73,7 @@ func TestRegistryByName(t *testing.T) {
 		if err := reg.AddCalls(ctx, map[string]int64{"n1:a1": 2}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := reg.Save(ctx, capability.Capability{Name: "n1:a1", Code: "return 'again'"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: "n1:a1", Code: "return 'again'"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		c, err := reg.Get(ctx, "n1:a1", 0)
@@ -84,7 +84,7 @@ func TestRegistryByName(t *testing.T) {
 			t.Fatalf("Lookup calls = %d; want 5", got["n1:a1"].Calls)
 		}
 		// A description removed by a later save is gone from the latest.
-		if _, err := reg.Save(ctx, capability.Capability{Name: "n0:a0", Code: "return 3"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: "n0:a0", Code: "return 3"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := reg.Get(ctx, "n0:a0", 0); c.Description != "" || c.Version != 3 {
@@ -103,7 +103,7 @@ func TestRegistryChanges(t *testing.T) {
 	registries(t, func(t *testing.T, reg capability.Registry) {
 		ctx := context.Background()
 		for _, n := range []string{"a:one", "a:two"} {
-			if _, err := reg.Save(ctx, capability.Capability{Name: n, Code: "return 1"}); err != nil {
+			if _, err := reg.Save(ctx, capability.Capability{Name: n, Code: "return 1"}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -111,7 +111,7 @@ func TestRegistryChanges(t *testing.T) {
 		if err != nil || !ch.Full || len(ch.Caps) != 2 || ch.Next == "" {
 			t.Fatalf("first Changes: %+v, %v", ch, err)
 		}
-		if _, err := reg.Save(ctx, capability.Capability{Name: "b:three", Code: "return 3"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: "b:three", Code: "return 3"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		next, err := reg.Changes(ctx, ch.Next)
@@ -141,7 +141,7 @@ func TestIndexFreshness(t *testing.T) {
 		if tools, err := ix.Tools(ctx); err != nil || len(tools) != 0 {
 			t.Fatalf("empty index: %v %v", tools, err)
 		}
-		if _, err := writer.Save(ctx, capability.Capability{Name: "f:new", Code: "return 1", Description: "fresh"}); err != nil {
+		if _, err := writer.Save(ctx, capability.Capability{Name: "f:new", Code: "return 1", Description: "fresh"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		// The file registry's index checks the file on every read.
@@ -160,7 +160,7 @@ func TestIndexFreshness(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "caps.json")
 		reg := capability.NewFileRegistry(path)
 		defer reg.Close()
-		if _, err := reg.Save(ctx, capability.Capability{Name: "h:one", Code: "return 1"}); err != nil {
+		if _, err := reg.Save(ctx, capability.Capability{Name: "h:one", Code: "return 1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := reg.Lookup(ctx, []string{"h:one"}); len(got) != 1 {
@@ -182,7 +182,7 @@ func TestIndexFreshness(t *testing.T) {
 			t.Fatalf("empty index: %v %v", tools, err)
 		}
 		saved := time.Now()
-		if _, err := writer.Save(ctx, capability.Capability{Name: "d:new", Code: "return 1"}); err != nil {
+		if _, err := writer.Save(ctx, capability.Capability{Name: "d:new", Code: "return 1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := reader.Lookup(ctx, []string{"d:new"}); err != nil || len(got) != 1 {
@@ -222,7 +222,7 @@ func TestIndexAsksAtMostOncePerInterval(t *testing.T) {
 	ctx := context.Background()
 	db, table := newTable(t)
 	base := capability.NewDynamoRegistry(db, table)
-	if _, err := base.Save(ctx, capability.Capability{Name: "i:one", Code: "return 1"}); err != nil {
+	if _, err := base.Save(ctx, capability.Capability{Name: "i:one", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	reg := &countingRegistry{Registry: base}
@@ -266,7 +266,7 @@ func (g *gatedRegistry) Changes(ctx context.Context, mark string) (capability.Ch
 func TestReadersDoNotWaitForARefresh(t *testing.T) {
 	ctx := context.Background()
 	base := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
-	if _, err := base.Save(ctx, capability.Capability{Name: "i:one", Code: "return 1"}); err != nil {
+	if _, err := base.Save(ctx, capability.Capability{Name: "i:one", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	reg := &gatedRegistry{Registry: base, entered: make(chan struct{}), release: make(chan struct{})}

@@ -34,7 +34,7 @@ func TestRemoteQuestionInsideACapabilityIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
-	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:drop", Code: `return await mcp.ask.confirm_delete({item: "old"})`}); err != nil {
+	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:drop", Code: `return await mcp.ask.confirm_delete({item: "old"})`}, nil); err != nil {
 		t.Fatal(err)
 	}
 	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Logger: slog.New(slog.DiscardHandler),

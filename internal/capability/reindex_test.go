@@ -46,7 +46,7 @@ func TestReindexBringsOldCapabilitiesIn(t *testing.T) {
 	for _, n := range old {
 		putOldCapability(t, db, table, n, 7)
 	}
-	if _, err := reg.Save(ctx, capability.Capability{Name: "new:one", Code: "return 1"}); err != nil {
+	if _, err := reg.Save(ctx, capability.Capability{Name: "new:one", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -94,7 +94,7 @@ func TestReindexBringsOldCapabilitiesIn(t *testing.T) {
 		t.Fatalf("a second Reindex = %+v, %v; want nothing to do", again, err)
 	}
 	// A save after Reindex moves the item on as usual.
-	if saved, err := reg.Save(ctx, capability.Capability{Name: "old:a", Code: "return 8"}); err != nil || saved.Version != 2 || saved.Calls != 7 {
+	if saved, err := reg.Save(ctx, capability.Capability{Name: "old:a", Code: "return 8"}, nil); err != nil || saved.Version != 2 || saved.Calls != 7 {
 		t.Fatalf("saving old:a again: %+v, %v", saved, err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// Reserve returns reg with Save refusing, with INVALID_REQUEST, every
+// Reserve returns reg with Save (and PutDraft) refusing, with INVALID_REQUEST, every
 // capability whose namespace is one of namespaces: the names of the
 // configured MCP servers. A server's mcp.<name>.* belongs to the server;
 // a capability saved as "kv:kv_get" would otherwise be offered in its
@@ -30,11 +30,20 @@ type reserved struct {
 func (r reserved) Unwrap() Registry { return r.Registry }
 
 // Save implements Registry.
-func (r reserved) Save(ctx context.Context, c Capability) (Capability, error) {
+func (r reserved) Save(ctx context.Context, c Capability, allow Allow) (Saved, error) {
 	if err := CheckNamespace(c.Name, r.namespaces); err != nil {
-		return Capability{}, err
+		return Saved{}, err
 	}
-	return r.Registry.Save(ctx, c)
+	return r.Registry.Save(ctx, c, allow)
+}
+
+// PutDraft implements Registry: a draft that could never be published is
+// refused as a save would be.
+func (r reserved) PutDraft(ctx context.Context, d Draft) error {
+	if err := CheckNamespace(d.Name, r.namespaces); err != nil {
+		return err
+	}
+	return r.Registry.PutDraft(ctx, d)
 }
 
 // CheckNamespace returns INVALID_REQUEST when name's namespace is one of

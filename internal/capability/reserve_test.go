@@ -14,17 +14,17 @@ func TestReserveRefusesServerNamespaces(t *testing.T) {
 	ctx := context.Background()
 	base := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	// Saved before the server was configured: still readable afterwards.
-	if _, err := base.Save(ctx, capability.Capability{Name: "kv:old", Code: "return 1"}); err != nil {
+	if _, err := base.Save(ctx, capability.Capability{Name: "kv:old", Code: "return 1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	reg := capability.Reserve(base, "kv", "fs")
 	for _, name := range []string{"kv:kv_get", "fs:read", "kv:old"} {
-		_, err := reg.Save(ctx, capability.Capability{Name: name, Code: "return 1"})
+		_, err := reg.Save(ctx, capability.Capability{Name: name, Code: "return 1"}, nil)
 		if fault.CodeOf(err) != fault.InvalidRequest || !strings.Contains(err.Error(), "configured MCP server") {
 			t.Errorf("Save(%s): %v; want INVALID_REQUEST naming the reason", name, err)
 		}
 	}
-	if _, err := reg.Save(ctx, capability.Capability{Name: "kvx:get", Code: "return 1"}); err != nil {
+	if _, err := reg.Save(ctx, capability.Capability{Name: "kvx:get", Code: "return 1"}, nil); err != nil {
 		t.Errorf("a namespace that merely starts like a server's: %v", err)
 	}
 	caps, err := reg.List(ctx)

@@ -3,7 +3,9 @@ package capability
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -171,16 +173,9 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	if depth > s.maxDepth {
 		return nil, fault.Limitf(fault.LimitDepth, "capabilities nest at most %d deep: %s", s.maxDepth, strings.Join(append(chain, name), " → ")).WithTool(name)
 	}
-	var c Capability
-	if got, ok := s.latestOf(name); ok {
-		c = got
-	} else {
-		got, err := s.reg.Get(ctx, name, 0)
-		if err != nil {
-			return nil, fault.As(err).WithTool(name)
-		}
-		c = got
-		s.remember(c)
+	c, err := s.version(ctx, name, opt.Pins)
+	if err != nil {
+		return nil, fault.As(err).WithTool(name)
 	}
 	args, ferr := s.validator(c).Check(args)
 	if ferr != nil {
@@ -219,7 +214,7 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	}
 	budget.Settle(reserved, 1+resp.Sandboxes)
 	if opt.OnChild != nil && resp.ExecutionID != "" {
-		opt.OnChild(resp.ExecutionID, resp.Calls)
+		opt.OnChild(resp.ExecutionID, c.Version, resp.Calls)
 	}
 	if !resp.OK {
 		return nil, childError(name, resp.Error)
@@ -228,6 +223,49 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 		return json.RawMessage("null"), nil
 	}
 	return resp.Result, nil
+}
+
+// version is the version of name a call runs: the one pins pin (read
+// once per process: versions never change), else the newest this process
+// resolved, which the calling execution resolved first.
+func (s *Source) version(ctx context.Context, name string, pins map[string]int) (Capability, error) {
+	if v, ok := pins[name]; ok {
+		c, err := s.reg.Get(ctx, name, v)
+		if fault.CodeOf(err) == fault.NotFound {
+			return Capability{}, pinMissing(name, v)
+		}
+		return c, err
+	}
+	if c, ok := s.latestOf(name); ok {
+		return c, nil
+	}
+	c, err := s.reg.Get(ctx, name, 0)
+	if err != nil {
+		return Capability{}, err
+	}
+	s.remember(c)
+	return c, nil
+}
+
+// pinMissing is the error of a pin to a version that does not exist.
+func pinMissing(name string, version int) *fault.Error {
+	return &fault.Error{Code: fault.InvalidRequest, Tool: name,
+		Message: fmt.Sprintf("capabilities pins %s version %d, which does not exist", name, version),
+		Details: map[string]any{"capability": name, "version": version}}
+}
+
+// CheckPins implements execution.PinChecker: every pinned version exists
+// (one read per pin, none again in this process: versions never change).
+func (s *Source) CheckPins(ctx context.Context, pins map[string]int) error {
+	for _, name := range slices.Sorted(maps.Keys(pins)) {
+		if _, _, err := ParseName(name); err != nil {
+			return fault.Wrap(fault.InvalidRequest, err, "capabilities")
+		}
+		if _, err := s.version(ctx, name, pins); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // childError keeps the child's code and names the capability, so a caller
@@ -353,10 +391,17 @@ func (r *Runner) Run(ctx context.Context, inv execution.Invocation) (*execution.
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckCode(c); err != nil {
+		return nil, err
+	}
 	req, ferr := inv.Request(c.Code)
 	if ferr != nil {
 		return nil, ferr
 	}
+	// The version's own pins apply to its calls, below what the callers
+	// above pinned (execution.Request.Pins); traces name the version.
+	req.Capabilities = c.Pins
+	req.Parent.Version, req.Parent.Provenance = c.Version, c.Provenance
 	if !tracectx.Has(ctx) {
 		// From another process (the capability function): the calling
 		// span came in the lineage.

@@ -1,40 +1,76 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
+// capabilityUsage is what pml capability says when it is called wrong.
+const capabilityUsage = `usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE] [--pins JSON] [--provenance EX_ID,...]
+       pml capability list
+       pml capability show NAME[@VERSION]
+       pml capability drafts [DRAFT_ID] [--all]
+       pml capability publish DRAFT_ID
+       pml capability reject DRAFT_ID [--reason TEXT]
+       pml capability reindex [--table NAME] [--endpoint URL]
+
+save publishes a new version where the caller decides (the default here: the
+caller is the person at the keyboard), else keeps a draft (exit 3) that
+publish publishes; --caller-decides off (or PML_CALLER_DECIDES=off) applies
+the deployed policy`
+
 func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
-	usage := usagef("usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE]\n       pml capability list\n       pml capability show NAME[@VERSION]\n       pml capability reindex [--table NAME] [--endpoint URL]")
+	usage := usageError{errors.New(capabilityUsage)}
 	if len(args) == 0 {
 		return ExitUsage, usage
 	}
 	if args[0] == "reindex" {
 		return reindexCmd(ctx, args[1:], out, errOut)
 	}
-	file := app.CapabilitiesFile()
-	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, logger(errOut))
+	fs := newFlagSet("capability "+args[0], errOut)
+	callerDecides := fs.String("caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "on"), "may the caller (you, here) publish its own capabilities at once: on or off (default $"+app.EnvCallerDecides+", else on)")
+	var (
+		desc, schema, pins, provenance, reason *string
+		all                                    *bool
+	)
+	switch args[0] {
+	case "save":
+		desc = fs.String("description", "", "what the capability does (shown to agents by tools.search)")
+		schema = fs.String("schema", "", "JSON Schema of the arguments, inline or @file")
+		pins = fs.String("pins", "", `versions of the capabilities the code calls that it runs, as JSON: {"math:sum": 2}`)
+		provenance = fs.String("provenance", "", "the execution ids the code came from, comma-separated")
+	case "drafts":
+		all = fs.Bool("all", false, "closed drafts too (they are kept until they expire)")
+	case "reject":
+		reason = fs.String("reason", "", "why the draft is rejected (kept with it)")
+	case "list", "show", "publish":
+	default:
+		return ExitUsage, usage
+	}
+	if err := parse(fs, args[1:]); err != nil {
+		return ExitUsage, err
+	}
+	pos := fs.Args()
+	guard, file, err := localGuard(ctx, *callerDecides, errOut)
 	if err != nil {
 		return ExitFailed, err
 	}
+	// The person at the keyboard, with the credentials of this machine.
+	me := approval.Decider{Channel: execution.ChannelCaller}
 	switch args[0] {
 	case "save":
-		fs := newFlagSet("capability save", errOut)
-		desc := fs.String("description", "", "what the capability does (shown to agents by tools.search)")
-		schema := fs.String("schema", "", "JSON Schema of the arguments, inline or @file")
-		if err := parse(fs, args[1:]); err != nil {
-			return ExitUsage, err
-		}
-		pos := fs.Args()
 		if len(pos) != 2 {
 			return ExitUsage, usage
 		}
@@ -42,26 +78,30 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 		if err != nil {
 			return ExitUsage, err
 		}
-		c := capability.Capability{Name: pos[0], Code: code, Description: *desc}
+		p := capability.Proposal{Name: pos[0], Code: code, Description: *desc}
 		if *schema != "" {
-			raw := []byte(*schema)
-			if p, ok := strings.CutPrefix(*schema, "@"); ok {
-				if raw, err = os.ReadFile(p); err != nil {
-					return ExitUsage, usageError{err}
-				}
+			if p.InputSchema, err = jsonFlag("--schema", *schema); err != nil {
+				return ExitUsage, err
 			}
-			if !json.Valid(raw) {
-				return ExitUsage, usagef("--schema is not valid JSON")
-			}
-			c.InputSchema = raw
 		}
-		saved, err := reg.Save(ctx, c)
+		if *pins != "" {
+			if err := json.Unmarshal([]byte(*pins), &p.Pins); err != nil {
+				return ExitUsage, usagef(`--pins is {"namespace:action": version, ...}: %v`, err)
+			}
+		}
+		if *provenance != "" {
+			p.Provenance = strings.Split(*provenance, ",")
+		}
+		o, err := guard.Submit(ctx, me, me.Principal, p)
 		if err != nil {
 			return ExitFailed, badInput(err)
 		}
-		return ExitOK, writeJSON(out, saved)
+		return outcome(o, out, errOut)
 	case "list":
-		list, err := reg.List(ctx)
+		if len(pos) != 0 {
+			return ExitUsage, usage
+		}
+		list, err := guard.Registry.List(ctx)
 		if err != nil {
 			return ExitFailed, err
 		}
@@ -70,20 +110,106 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 		}
 		return ExitOK, writeJSON(out, map[string]any{"capabilities": list, "file": file})
 	case "show":
-		if len(args) != 2 {
+		if len(pos) != 1 {
 			return ExitUsage, usage
 		}
-		name, version, err := capability.ParseRef(args[1])
+		name, version, err := capability.ParseRef(pos[0])
 		if err != nil {
 			return ExitUsage, usageError{err}
 		}
-		c, err := reg.Get(ctx, name, version)
+		c, err := guard.Registry.Get(ctx, name, version)
 		if err != nil {
 			return ExitFailed, err
 		}
 		return ExitOK, writeJSON(out, c)
+	case "drafts":
+		switch len(pos) {
+		case 0:
+			drafts, err := guard.Drafts(ctx, me.Principal, *all)
+			if err != nil {
+				return ExitFailed, err
+			}
+			for i := range drafts {
+				drafts[i].Code = "" // drafts lists; drafts ID gives the code
+			}
+			return ExitOK, writeJSON(out, map[string]any{"drafts": drafts, "file": file})
+		case 1:
+			d, err := guard.Draft(ctx, me.Principal, pos[0])
+			if err != nil {
+				return ExitFailed, badInput(err)
+			}
+			return ExitOK, writeJSON(out, d)
+		}
+		return ExitUsage, usage
+	case "publish":
+		if len(pos) != 1 {
+			return ExitUsage, usage
+		}
+		o, err := guard.PublishDraft(ctx, me, pos[0])
+		if err != nil {
+			return ExitFailed, badInput(err)
+		}
+		return outcome(o, out, errOut)
+	case "reject":
+		if len(pos) != 1 {
+			return ExitUsage, usage
+		}
+		d, err := guard.RejectDraft(ctx, me, pos[0], *reason)
+		if err != nil {
+			return ExitFailed, badInput(err)
+		}
+		return ExitOK, writeJSON(out, d)
 	}
 	return ExitUsage, usage
+}
+
+// localGuard is the guard over the local file registry, under the policy
+// the environment describes with the caller deciding unless callerDecides
+// says off.
+func localGuard(ctx context.Context, callerDecides string, errOut io.Writer) (*capability.Guard, string, error) {
+	cfg, err := app.ApprovalFromEnv(true)
+	if err != nil {
+		return nil, "", usageError{err}
+	}
+	if cfg.Policy.CallerDecides, err = app.OnOff("--caller-decides", callerDecides, true); err != nil {
+		return nil, "", usageError{err}
+	}
+	file := app.CapabilitiesFile()
+	log := logger(errOut)
+	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, log)
+	if err != nil {
+		return nil, "", err
+	}
+	return &capability.Guard{Registry: reg, Policy: cfg.Policy}, file, nil
+}
+
+// jsonFlag reads a flag's JSON, inline or @file.
+func jsonFlag(name, v string) (json.RawMessage, error) {
+	raw := []byte(v)
+	if p, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if raw, err = os.ReadFile(p); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	if !json.Valid(raw) {
+		return nil, usagef("%s is not valid JSON", name)
+	}
+	return raw, nil
+}
+
+// outcome prints a save's or a publication's outcome: exit 0 when a
+// version is published (or an equivalent one was), 3 when it waits as a
+// draft, its message on stderr.
+func outcome(o capability.Outcome, out, errOut io.Writer) (int, error) {
+	fmt.Fprintln(errOut, o.Message)
+	if err := writeJSON(out, o); err != nil {
+		return ExitFailed, err
+	}
+	if o.Status == capability.OutcomeDraft {
+		return ExitSuspended, nil
+	}
+	return ExitOK, nil
 }
 
 // reindexCmd brings the capabilities an earlier release saved in a

@@ -30,6 +30,7 @@ type output struct {
 	Calls []struct {
 		Server, Tool string
 		OK           bool
+		Version      int `json:"version"`
 	} `json:"calls"`
 	ExecutionID string  `json:"execution_id"`
 	DurationMS  float64 `json:"duration_ms"`
@@ -175,6 +176,69 @@ func TestCapabilityAndTraceCommands(t *testing.T) {
 	}
 	if code := cli.Main(context.Background(), []string{"capability", "save", "bad", script}, &out, &errOut); code != 2 {
 		t.Fatalf("saving a bad name exits %d", code)
+	}
+}
+
+// TestCapabilityDraftsLocally: under the deployed policy
+// (PML_CALLER_DECIDES=off) pml capability save keeps a draft (exit 3),
+// which pml capability publish publishes where the caller decides; a run
+// pinned to version 1 keeps it once version 2 is published.
+func TestCapabilityDraftsLocally(t *testing.T) {
+	t.Setenv(app.EnvCapFile, filepath.Join(t.TempDir(), "capabilities.json"))
+	dir := t.TempDir()
+	write := func(name, code string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(code), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	main := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := cli.Main(context.Background(), args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := main("capability", "save", "loc:mul", write("v1.js", "return 1"), "--provenance", "ex_1,ex_2"); code != 0 || !strings.Contains(out, `"status": "published"`) {
+		t.Fatalf("save under the local default: %d %s %s", code, out, errOut)
+	}
+
+	t.Setenv(app.EnvCallerDecides, "off")
+	code, out, errOut := main("capability", "save", "loc:mul", write("v2.js", "return 2"))
+	if code != cli.ExitSuspended || !strings.Contains(out, `"status": "draft"`) || !strings.Contains(errOut, "pml capability publish") {
+		t.Fatalf("save under the deployed policy: %d %s %s", code, out, errOut)
+	}
+	var o struct {
+		Draft struct {
+			ID string `json:"id"`
+		} `json:"draft"`
+	}
+	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Draft.ID == "" {
+		t.Fatalf("%s: %v", out, err)
+	}
+	if code, out, _ := main("capability", "drafts"); code != 0 || !strings.Contains(out, o.Draft.ID) || strings.Contains(out, "return 2") {
+		t.Fatalf("drafts: %d %s", code, out)
+	}
+	if code, out, _ := main("capability", "drafts", o.Draft.ID); code != 0 || !strings.Contains(out, "return 2") {
+		t.Fatalf("drafts ID: %d %s", code, out)
+	}
+	if code, _, errOut := main("capability", "publish", o.Draft.ID); code != cli.ExitFailed || !strings.Contains(errOut, "FORBIDDEN") {
+		t.Fatalf("publish under the deployed policy: %d %s", code, errOut)
+	}
+	if code, out, errOut := main("capability", "publish", o.Draft.ID, "--caller-decides", "on"); code != 0 || !strings.Contains(out, `"version": 2`) {
+		t.Fatalf("publish where the caller decides: %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := main("capability", "show", "loc:mul@1"); code != 0 || !strings.Contains(out, `"ex_2"`) || !strings.Contains(out, `"code_hash": "sha256:`) {
+		t.Fatalf("show version 1: %d %s", code, out)
+	}
+	exit, r, stderr := pml(t, "run", "--pin", "loc:mul@1", "-e", "return await mcp.loc.mul({})")
+	if exit != 0 || string(r.Result) != "1" || r.Calls[0].Version != 1 {
+		t.Fatalf("pinned run: %d %+v %s", exit, r, stderr)
+	}
+	if exit, r, _ := pml(t, "run", "-e", "return await mcp.loc.mul({})"); exit != 0 || string(r.Result) != "2" {
+		t.Fatalf("unpinned run: %d %+v", exit, r)
+	}
+	if exit, _, _ := pml(t, "run", "--pin", "loc:mul", "-e", "return 1"); exit != cli.ExitUsage {
+		t.Fatalf("--pin without a version exits %d", exit)
 	}
 }
 

@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 )
 
@@ -28,6 +31,8 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		async    = fs.Bool("async", false, "start the script and print its document (status running, its id) at once: it runs on in a process of its own; pml status ID shows it")
 		startRun = fs.String("start-run", "", "run the queued asynchronous execution ID (what pml run --async starts; not for use by hand)")
 	)
+	var pins pinFlag
+	fs.Var(&pins, "pin", "run this version of a capability wherever the script, or a capability it calls, calls it: NAME@VERSION (math:sum@2); repeatable, or comma-separated")
 	sf.callerAuto = true // the caller is the person at the keyboard
 	sf.register(fs)
 	fs.Usage = func() {
@@ -54,6 +59,9 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		Approval: *approval, AllowDestructive: *destruct, ParseJSONText: *parseTxt, Source: execution.SourceCLI}
 	if *argsJSON != "" {
 		req.Args = json.RawMessage(*argsJSON)
+	}
+	if len(pins) > 0 {
+		req.Capabilities = pins
 	}
 	if *tools != "" {
 		for _, p := range strings.Split(*tools, ",") {
@@ -138,4 +146,30 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// pinFlag collects --pin NAME@VERSION (repeatable, or comma-separated).
+type pinFlag map[string]int
+
+func (p *pinFlag) String() string {
+	var out []string
+	for name, v := range *p {
+		out = append(out, fmt.Sprintf("%s@%d", name, v))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+func (p *pinFlag) Set(v string) error {
+	if *p == nil {
+		*p = pinFlag{}
+	}
+	for _, ref := range strings.Split(v, ",") {
+		name, version, err := capability.ParseRef(strings.TrimSpace(ref))
+		if err != nil || version == 0 {
+			return usagef("--pin is NAME@VERSION (math:sum@2), not %q", ref)
+		}
+		(*p)[name] = version
+	}
+	return nil
 }

@@ -42,6 +42,9 @@ type Lineage struct {
 	// request's allow_destructive, or an approval): the source lets a
 	// destructive tool run, and a run the call starts inherits it.
 	AllowDestructive bool `json:"allow_destructive,omitempty"`
+	// Pins are the capability versions the call, and every run below it,
+	// runs (Request.Pins): the request's, then each capability's own.
+	Pins map[string]int `json:"pins,omitempty"`
 }
 
 // Depth is how many capability runs the calling execution is below its
@@ -58,6 +61,11 @@ type Parent struct {
 	// Sandboxes is the run's share of the request tree's sandbox budget:
 	// how many capability runs it and its descendants may start.
 	Sandboxes int `json:"sandboxes"`
+	// Version and Provenance are the capability version the run runs and
+	// the executions it came from, set by the runner once it read the
+	// version: traces name them. Never in a payload.
+	Version    int      `json:"-"`
+	Provenance []string `json:"-"`
 }
 
 // Depth is the run's depth: 1 for a capability a root script called.
@@ -102,6 +110,9 @@ func (inv Invocation) check() error {
 		return errors.New("version must not be negative")
 	case inv.TimeoutMS < 0:
 		return errors.New("timeout_ms must not be negative")
+	}
+	if ferr := CheckPins(inv.Parent.Pins); ferr != nil {
+		return errors.New("parent.pins: " + ferr.Message)
 	}
 	return nil
 }

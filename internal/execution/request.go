@@ -78,6 +78,11 @@ type Request struct {
 	// it FORBIDDEN; ApprovalSuspend parks it, and once every call the
 	// script awaits is parked the execution suspends until someone decides.
 	Approval string `json:"approval,omitempty"`
+	// Capabilities pins capability versions: {"math:sum": 2} runs version
+	// 2 of math:sum wherever this execution, or a capability run below it,
+	// calls it; a name not pinned runs its published head. A pin to a
+	// version that does not exist fails the execution before it starts.
+	Capabilities map[string]int `json:"capabilities,omitempty"`
 	// Async asks for the execution to run on without the caller: the
 	// answer is at once, status StatusRunning with the execution's id,
 	// and the caller polls its document (Executor.Status: GET
@@ -156,6 +161,9 @@ func (r *Request) Validate() *fault.Error {
 	if r.Async && (r.Source.Queued() || r.Parent != nil) {
 		return fault.New(fault.InvalidRequest, "async is for callers that poll: a request from %s already runs without anyone waiting", r.Source)
 	}
+	if ferr := CheckPins(r.Capabilities); ferr != nil {
+		return ferr
+	}
 	if ferr := r.SetTools(r.Tools); ferr != nil {
 		return ferr
 	}
@@ -204,12 +212,57 @@ func (r *Request) Inherited() Narrowing {
 	return r.Parent.Narrowing
 }
 
+// MaxPins bounds the capability versions one request (or one capability)
+// pins.
+const MaxPins = 100
+
+// CheckPins checks pinned capability versions: at most MaxPins, each a
+// "namespace:action" name and a version from 1. Errors are
+// INVALID_REQUEST; whether the versions exist is the registry's to say.
+func CheckPins(pins map[string]int) *fault.Error {
+	if len(pins) > MaxPins {
+		return fault.New(fault.InvalidRequest, "capabilities pins %d versions; at most %d", len(pins), MaxPins)
+	}
+	for name, v := range pins {
+		ns, action, ok := strings.Cut(name, ":")
+		if !ok || catalog.ValidName(ns) != nil || catalog.ValidName(action) != nil {
+			return fault.New(fault.InvalidRequest, "capabilities: %q is not a capability name (namespace:action)", name)
+		}
+		if v < 1 {
+			return fault.New(fault.InvalidRequest, "capabilities: %s pins version %d; versions start at 1", name, v)
+		}
+	}
+	return nil
+}
+
+// Pins are the capability versions this execution's calls run: what the
+// runs above it pinned, then its own pins (Capabilities) for names they
+// left free. The outermost pin wins: whoever started the request tree
+// decides what runs on its behalf.
+func (r *Request) Pins() map[string]int {
+	var inherited map[string]int
+	if r.Parent != nil {
+		inherited = r.Parent.Pins
+	}
+	if len(r.Capabilities) == 0 {
+		return inherited
+	}
+	out := make(map[string]int, len(inherited)+len(r.Capabilities))
+	for name, v := range r.Capabilities {
+		out[name] = v
+	}
+	for name, v := range inherited {
+		out[name] = v
+	}
+	return out
+}
+
 // CallLineage is the lineage of the request's call callID: what a run the
 // call starts inherits. consented is whether the call may do what needs
 // approval (the request's allow_destructive, or a person approved it).
 func (r *Request) CallLineage(callID int, consented bool) Lineage {
 	l := Lineage{ExecutionID: r.ExecutionID, CallID: callID, TraceHeader: r.TraceHeader, Approval: r.Approval,
-		AllowDestructive: r.AllowDestructive || consented, Narrowing: r.Inherited()}
+		AllowDestructive: r.AllowDestructive || consented, Narrowing: r.Inherited(), Pins: r.Pins()}
 	if r.Parent != nil {
 		l.Chain = r.Parent.Path()
 	}

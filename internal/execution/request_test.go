@@ -2,6 +2,7 @@ package execution
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -50,6 +51,14 @@ func TestDecode(t *testing.T) {
 		{name: "async from a queue", body: `{"code": "return 1", "async": true}`, src: SourceSQS, err: "async is for callers that poll"},
 		{name: "async from an event rule", body: `{"code": "return 1", "async": true}`, src: SourceEventBridge, err: "async is for callers that poll"},
 		{name: "null args", body: `{"code": "return 1", "args": null}`, src: SourceHTTP, want: Request{Code: "return 1", Args: json.RawMessage("null"), Source: SourceHTTP}},
+		{name: "pinned capabilities", body: `{"code": "return 1", "capabilities": {"math:sum": 2, "a-b:c_d": 1}}`, src: SourceHTTP,
+			want: Request{Code: "return 1", Capabilities: map[string]int{"math:sum": 2, "a-b:c_d": 1}, Source: SourceHTTP}},
+		{name: "a pin to version 0", body: `{"code": "x", "capabilities": {"math:sum": 0}}`, src: SourceHTTP, err: "versions start at 1"},
+		{name: "a pin to no capability name", body: `{"code": "x", "capabilities": {"sum": 1}}`, src: SourceHTTP, err: "not a capability name"},
+		{name: "a pin to a reserved name", body: `{"code": "x", "capabilities": {"then:x": 1}}`, src: SourceHTTP, err: "not a capability name"},
+		{name: "a pin not a number", body: `{"code": "x", "capabilities": {"math:sum": "2"}}`, src: SourceHTTP, err: "capabilities"},
+		{name: "a pin not an integer", body: `{"code": "x", "capabilities": {"math:sum": 2.5}}`, src: SourceHTTP, err: "capabilities"},
+		{name: "too many pins", body: `{"code": "x", "capabilities": {` + manyPins(MaxPins+1) + `}}`, src: SourceHTTP, err: "at most 100"},
 
 		{name: "no code", body: `{"lang": "js"}`, src: SourceHTTP, err: "code is missing"},
 		{name: "blank code", body: `{"code": " \n "}`, src: SourceHTTP, err: "code is missing"},
@@ -182,6 +191,47 @@ func TestCallLineage(t *testing.T) {
 	}
 	if !back.Parent.Narrowing.Allows("demo", "echo") || back.Parent.Narrowing.Allows("demo", "add") {
 		t.Fatalf("narrowing after the round trip: %v", back.Parent.Narrowing.Patterns())
+	}
+}
+
+// manyPins is n pins as JSON members.
+func manyPins(n int) string {
+	m := make([]string, n)
+	for i := range m {
+		m[i] = fmt.Sprintf(`"p:c%d": 1`, i)
+	}
+	return strings.Join(m, ", ")
+}
+
+// TestPins: a run's calls run what the runs above it pinned, then its
+// own pins; the outermost pin of a name wins, and none is lost through
+// the capability function's payload.
+func TestPins(t *testing.T) {
+	root, ferr := Decode([]byte(`{"code": "x", "capabilities": {"math:sum": 1}}`), SourceHTTP)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	l := root.CallLineage(1, false)
+	if len(l.Pins) != 1 || l.Pins["math:sum"] != 1 {
+		t.Fatalf("root call pins %v", l.Pins)
+	}
+	child, ferr := Invocation{Parent: Parent{Lineage: l, Capability: "app:x"}}.Request("return 1")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	// The capability's own pins: math:sum is its caller's to say.
+	child.Capabilities = map[string]int{"math:sum": 3, "math:max": 2}
+	got := child.CallLineage(1, false).Pins
+	if len(got) != 2 || got["math:sum"] != 1 || got["math:max"] != 2 || len(l.Pins) != 1 {
+		t.Fatalf("child call pins %v (the root's %v)", got, l.Pins)
+	}
+	raw, _ := json.Marshal(Invocation{Parent: Parent{Lineage: child.CallLineage(1, false), Capability: "math:max"}, Version: 2})
+	back, ferr := DecodeInvocation(raw)
+	if ferr != nil || back.Parent.Pins["math:sum"] != 1 || back.Parent.Pins["math:max"] != 2 {
+		t.Fatalf("through the payload: %+v %v", back.Parent.Pins, ferr)
+	}
+	if unpinned, _ := Decode([]byte(`{"code": "x"}`), SourceHTTP); unpinned.CallLineage(1, false).Pins != nil {
+		t.Fatal("an unpinned request pins something")
 	}
 }
 

@@ -81,9 +81,10 @@ type CallOptions struct {
 	// sandbox budget, which a capability call spends from.
 	Sandboxes *Budget
 	// OnChild, when the call starts another execution (a capability run),
-	// receives that execution's id and calls so traces link parent and
-	// child and the caller's response shows the whole tree.
-	OnChild func(executionID string, calls []trace.Call)
+	// receives that execution's id, the capability version it ran and its
+	// calls, so traces link parent and child, the call names the version,
+	// and the caller's response shows the whole tree.
+	OnChild func(executionID string, version int, calls []trace.Call)
 	// Retry, when set, sends the call again with the answers to the
 	// question its remote server asked (a source's *Question error).
 	Retry *Retry
@@ -114,6 +115,13 @@ type Question struct {
 
 func (q *Question) Error() string {
 	return fmt.Sprintf("%s:%s asked a question before it would answer", q.Server, q.Tool)
+}
+
+// PinChecker is a ResolvingSource whose tools have versions a request
+// may pin (capabilities): the service asks it whether a request's pins
+// all exist before the sandbox starts.
+type PinChecker interface {
+	CheckPins(ctx context.Context, pins map[string]int) error
 }
 
 // ResolvingSource is a ToolSource too large to list for every execution

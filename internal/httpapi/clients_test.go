@@ -33,7 +33,7 @@ func guardedServer(t *testing.T, l httpapi.ClientLimits, limits guest.Limits, so
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	svc := bridge.New(engine, bridge.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log, Limits: limits})
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: true, Clients: &l, Capabilities: &caps{}}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: true, Clients: &l, Capabilities: testCaps(t)}))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -1,6 +1,7 @@
 // Package httpapi is PML Sandbox's HTTP interface: one http.Handler with the
 // routes /execute, /executions/{id} (GET, DELETE), /executions/{id}/resume, /tools,
-// /capabilities, /healthz and the MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
+// /capabilities, /capabilities/drafts (GET; GET, DELETE /{id}; POST
+// /{id}/publish, /{id}/reject), /healthz and the MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
 // serves it through API Gateway events (internal/lambdaevents), so both
 // front ends share every route, status code and error shape.
 package httpapi
@@ -36,30 +37,6 @@ import (
 // fault code is NOT_FOUND.
 type TraceReader interface {
 	GetExecution(ctx context.Context, id string) (trace.Execution, []trace.Call, error)
-}
-
-// CapabilitySave is a request to store a capability.
-type CapabilitySave struct {
-	Name        string          `json:"name"`
-	Code        string          `json:"code"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-}
-
-// DecodeCapabilitySave reads a capability to save, as strictly as an
-// execute request (POST /capabilities, save_capability's arguments).
-func DecodeCapabilitySave(data []byte) (CapabilitySave, *fault.Error) {
-	var c CapabilitySave
-	if ferr := execution.DecodeStrict(data, &c, "a capability"); ferr != nil {
-		return CapabilitySave{}, ferr
-	}
-	return c, nil
-}
-
-// Capabilities lists and saves capabilities. Results are sent as JSON.
-type Capabilities interface {
-	List(ctx context.Context) (any, error)
-	Save(ctx context.Context, c CapabilitySave) (any, error)
 }
 
 // Options configure the handler. Only Service is required.
@@ -203,6 +180,11 @@ var routes = append([]route{
 	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
 	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
 	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
+	{"GET /capabilities/drafts", "GET /capabilities/drafts", func(a *api) http.Handler { return http.HandlerFunc(a.listDrafts) }},
+	{"GET /capabilities/drafts/{id}", "GET /capabilities/drafts/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getDraft) }},
+	{"DELETE /capabilities/drafts/{id}", "DELETE /capabilities/drafts/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.deleteDraft) }},
+	{"POST /capabilities/drafts/{id}/publish", "POST /capabilities/drafts/{id}/publish", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.publishDraft)) }},
+	{"POST /capabilities/drafts/{id}/reject", "POST /capabilities/drafts/{id}/reject", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.rejectDraft)) }},
 	{"GET /healthz", "GET /healthz", func(a *api) http.Handler { return http.HandlerFunc(a.health) }},
 	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcpTasks(a.mcp)) }},
 	// GET is routed too so that a client opening an event stream hears
@@ -494,49 +476,6 @@ func (a *api) tools(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusBadRequest, fault.New(fault.InvalidRequest, "format must be json or dts"))
 	}
-}
-
-func (a *api) listCapabilities(w http.ResponseWriter, r *http.Request) {
-	if a.Capabilities == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"capabilities": []any{}})
-		return
-	}
-	list, err := a.Capabilities.List(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, fault.As(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"capabilities": list})
-}
-
-func (a *api) saveCapability(w http.ResponseWriter, r *http.Request) {
-	if a.Capabilities == nil {
-		writeError(w, http.StatusNotImplemented, fault.New(fault.Unavailable, "this deployment has no capability registry"))
-		return
-	}
-	body, ok := a.readBody(w, r)
-	if !ok {
-		return
-	}
-	c, ferr := DecodeCapabilitySave(body)
-	if ferr != nil {
-		writeError(w, http.StatusBadRequest, ferr)
-		return
-	}
-	saved, err := a.Capabilities.Save(r.Context(), c)
-	if err != nil {
-		fe := fault.As(err)
-		status := http.StatusInternalServerError
-		switch fe.Code {
-		case fault.InvalidRequest, fault.InvalidArguments, fault.ScriptError:
-			status = http.StatusBadRequest
-		case fault.LimitExceeded: // code over the size or nesting bounds
-			status = limitStatus(fe)
-		}
-		writeError(w, status, fe)
-		return
-	}
-	writeJSON(w, http.StatusCreated, saved)
 }
 
 func (a *api) health(w http.ResponseWriter, _ *http.Request) {

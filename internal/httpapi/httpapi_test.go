@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -41,23 +44,18 @@ func (t traces) GetExecution(_ context.Context, id string) (trace.Execution, []t
 	return trace.Execution{ID: id, Status: "ok"}, []trace.Call{{ExecutionID: id, CallID: 1, Server: "demo", Tool: "echo", OK: true}}, nil
 }
 
-// caps is an in-memory Capabilities.
-type caps struct{ saved []httpapi.CapabilitySave }
-
-func (c *caps) List(context.Context) (any, error) { return c.saved, nil }
-func (c *caps) Save(_ context.Context, s httpapi.CapabilitySave) (any, error) {
-	if !strings.Contains(s.Name, ":") {
-		return nil, fault.New(fault.InvalidRequest, "name must be namespace:action")
-	}
-	c.saved = append(c.saved, s)
-	return s, nil
+// testCaps is a registry in a temporary file behind the guard, under
+// the local policy: the caller publishes its own capabilities at once.
+func testCaps(t *testing.T) *capability.Guard {
+	t.Helper()
+	return &capability.Guard{Registry: capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json")), Policy: approval.Policy{CallerDecides: true}}
 }
 
 func newServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
-	h := httpapi.New(httpapi.Options{Service: svc, Traces: traces{id: "ex_known"}, Capabilities: &caps{}, Logger: log, MaxBodyBytes: 64 << 10})
+	h := httpapi.New(httpapi.Options{Service: svc, Traces: traces{id: "ex_known"}, Capabilities: testCaps(t), Logger: log, MaxBodyBytes: 64 << 10})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -105,12 +106,18 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithReadOnlyHintAnnotation(true),
 	), a.mcpListCapabilities)
 	s.AddTool(mcp.NewTool("save_capability",
-		mcp.WithDescription("Save a program that worked as a capability namespace:action, callable later as mcp.<namespace>.<action>(args)."),
+		mcp.WithDescription("Save a program that worked as a capability namespace:action, callable later as mcp.<namespace>.<action>(args). "+
+			"Who may publish a capability is the deployment's to decide: where this caller may not, the save is kept as a draft "+
+			`(status "draft", not an error) until someone who may publishes it, and the answer says who; where the MCP client's user may, `+
+			`the user is asked. Code equivalent to a published version (whitespace and comments aside) answers that version (status "existing").`),
 		mcp.WithString("name", mcp.Required(), mcp.Description("namespace:action")),
 		mcp.WithString("code", mcp.Required()),
 		mcp.WithString("description"),
 		mcp.WithObject("input_schema", mcp.Description("JSON Schema of the arguments")),
-		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(false),
+		mcp.WithObject("pins", mcp.Description(`versions of the capabilities the code calls that it runs, {"math:sum": 2}; unpinned names run their published head`),
+			mcp.AdditionalProperties(map[string]any{"type": "integer", "minimum": 1})),
+		mcp.WithArray("provenance", mcp.Description("the execution ids the code came from (execution_id of execute_code's answers)"), mcp.WithStringItems(), mcp.MaxItems(capability.MaxProvenance)),
+		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
 	), a.mcpSaveCapability)
 	// With a Guard, the library's own DNS-rebinding check is redundant and
 	// would refuse the allowed hosts (with a text error), so it is off.
@@ -281,30 +288,11 @@ func (a *api) mcpListCapabilities(ctx context.Context, _ mcp.CallToolRequest) (*
 	if a.Capabilities == nil {
 		return structured(map[string]any{"capabilities": []any{}})
 	}
-	list, err := a.Capabilities.List(ctx)
+	list, err := a.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
 	if err != nil {
 		return mcp.NewToolResultError(fault.As(err).Error()), nil
 	}
 	return structured(map[string]any{"capabilities": list})
-}
-
-func (a *api) mcpSaveCapability(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if a.Capabilities == nil {
-		return mcp.NewToolResultError("this deployment has no capability registry"), nil
-	}
-	raw, err := json.Marshal(r.GetArguments())
-	if err != nil {
-		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
-	}
-	c, ferr := DecodeCapabilitySave(raw)
-	if ferr != nil {
-		return mcp.NewToolResultError(ferr.Error()), nil
-	}
-	saved, err := a.Capabilities.Save(ctx, c)
-	if err != nil {
-		return mcp.NewToolResultError(fault.As(err).Error()), nil
-	}
-	return structured(saved)
 }
 
 func structured(v any) (*mcp.CallToolResult, error) {

@@ -132,6 +132,8 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 		return a.refusal(st.ExecutionID, fault.New(fault.Expired, "the execution this answer is about has expired"))
 	case err != nil:
 		return a.refusal("", fault.New(fault.InvalidRequest, "requestState is not one this server issued, or was changed: %v", err))
+	case st.ExecutionID == "":
+		return a.refusal("", fault.New(fault.InvalidRequest, "this requestState is about a capability draft, not an execution: answer it through save_capability"))
 	case st.Principal != principal:
 		return a.refusal(st.ExecutionID, fault.New(fault.Forbidden, "this requestState was issued to another principal"))
 	case st.Page:

@@ -132,7 +132,7 @@ func newGuardedServer(t *testing.T, g *httpapi.Guard) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
-	h := httpapi.New(httpapi.Options{Service: svc, Capabilities: &caps{}, Logger: log, Guard: g})
+	h := httpapi.New(httpapi.Options{Service: svc, Capabilities: testCaps(t), Logger: log, Guard: g})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv

@@ -45,8 +45,10 @@ type Call struct {
 	// or more) without storing them: bodies are never traced.
 	ArgsHash   string `json:"args_hash,omitempty"`
 	ResultHash string `json:"result_hash,omitempty"`
-	// ChildExecutionID links a capability call to the execution it started.
+	// ChildExecutionID links a capability call to the execution it
+	// started, and Version names the capability version that ran.
 	ChildExecutionID string `json:"child_execution_id,omitempty"`
+	Version          int    `json:"version,omitempty"`
 	// Status is empty for a call that ran, StatusParked for one waiting
 	// for a decision, StatusNotRun for one the script ended without.
 	Status string `json:"status,omitempty"`
@@ -75,8 +77,16 @@ type Execution struct {
 	ParentExecutionID string     `json:"parent_execution_id,omitempty"`
 	ParentCallID      int        `json:"parent_call_id,omitempty"`
 	Capability        string     `json:"capability,omitempty"`
-	Depth             int        `json:"depth,omitempty"`
-	TraceID           string     `json:"trace_id,omitempty"`
+	// CapabilityVersion and Provenance are, for a capability run, the
+	// version it ran and the executions that version came from (as its
+	// author said).
+	CapabilityVersion int      `json:"capability_version,omitempty"`
+	Provenance        []string `json:"provenance,omitempty"`
+	// Pins are the capability versions the execution's calls were pinned
+	// to (its request's, and those it inherited).
+	Pins    map[string]int `json:"pins,omitempty"`
+	Depth   int            `json:"depth,omitempty"`
+	TraceID string         `json:"trace_id,omitempty"`
 	// TraceHeader is the full X-Ray header the execution ran under (root,
 	// parent, sampling), for sinks that link to the caller's segment.
 	TraceHeader string `json:"-"`

@@ -1,0 +1,113 @@
+package capability
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/fault"
+)
+
+// Proposal is what an author asks to publish: a capability's code and
+// what callers are told about it.
+type Proposal struct {
+	Name        string          `json:"name"`
+	Code        string          `json:"code"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// Pins are the versions of the capabilities the code calls that it
+	// runs (see Capability.Pins).
+	Pins map[string]int `json:"pins,omitempty"`
+	// Provenance are the executions the code came from (execution ids,
+	// at most MaxProvenance).
+	Provenance []string `json:"provenance,omitempty"`
+}
+
+// Capability is the proposal as a capability to save.
+func (p Proposal) Capability() Capability {
+	return Capability{Name: p.Name, Code: p.Code, Description: p.Description, InputSchema: p.InputSchema,
+		Pins: p.Pins, Provenance: p.Provenance}
+}
+
+// Draft is a proposal waiting for someone the policy lets publish it:
+// what a save becomes when its caller may not publish.
+type Draft struct {
+	ID string `json:"id"`
+	Proposal
+	// Author is the principal that proposed it.
+	Author string `json:"author"`
+	// CodeHash is Capability.CodeHash of the code.
+	CodeHash  string    `json:"code_hash"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Status is DraftPending until someone publishes, rejects or (its
+	// author) withdraws it; a closed draft is kept, with who closed it
+	// and the version it became, until it expires.
+	Status   string     `json:"status"`
+	ClosedBy string     `json:"closed_by,omitempty"`
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
+	Version  int        `json:"version,omitempty"`
+	// Equivalence is Capability.Equivalence of the proposal.
+	Equivalence string `json:"equivalence,omitempty"`
+}
+
+// Draft statuses.
+const (
+	DraftPending   = "pending"
+	DraftPublished = "published"
+	DraftRejected  = "rejected"
+	DraftWithdrawn = "withdrawn"
+)
+
+// Namespace is the part of the draft's name before the colon.
+func (d Draft) Namespace() string { return Capability{Name: d.Name}.Namespace() }
+
+// Pending reports whether d still waits for a decision at now.
+func (d Draft) Pending(now time.Time) bool {
+	return d.Status == DraftPending && now.Before(d.ExpiresAt)
+}
+
+// DefaultDraftTTL is how long a draft waits for someone to publish it.
+const DefaultDraftTTL = 7 * 24 * time.Hour
+
+// MaxProvenance bounds the executions a version names as its provenance.
+const MaxProvenance = 20
+
+// NewDraftID mints a draft id: "cd_" and 24 hex digits.
+func NewDraftID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "cd_" + hex.EncodeToString(b[:])
+}
+
+var (
+	draftIDRE = regexp.MustCompile(`^cd_[0-9a-f]{24}$`)
+	// provenanceRE is the shape of an execution id any front end mints
+	// (ex_…), loose enough for ids of other deployments.
+	provenanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+)
+
+// CheckDraftID refuses what cannot be a draft id, before any store is
+// asked.
+func CheckDraftID(id string) error {
+	if !draftIDRE.MatchString(id) {
+		return fault.New(fault.InvalidRequest, "%q is not a draft id (cd_ and 24 hex digits)", id)
+	}
+	return nil
+}
+
+// checkProvenance checks the execution ids a save names.
+func checkProvenance(name string, ids []string) error {
+	if len(ids) > MaxProvenance {
+		return fault.New(fault.InvalidRequest, "capability %s: provenance names %d executions; at most %d", name, len(ids), MaxProvenance)
+	}
+	for _, id := range ids {
+		if !provenanceRE.MatchString(id) {
+			return fault.New(fault.InvalidRequest, "capability %s: provenance %q is not an execution id", name, id)
+		}
+	}
+	return nil
+}
