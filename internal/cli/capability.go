@@ -11,15 +11,19 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/learn"
 )
 
 func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
-	usage := usagef("usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE]\n       pml capability list\n       pml capability show NAME[@VERSION]\n       pml capability reindex [--table NAME] [--endpoint URL]")
+	usage := usagef("usage: pml capability save NAME FILE.js [--description TEXT] [--schema JSON|@FILE]\n       pml capability list\n       pml capability show NAME[@VERSION]\n       pml capability suggest [--min-runs K] [--limit N] [--publish ID [--name NS:ACTION]] [--store file|memory|dynamodb ...]\n       pml capability reindex [--table NAME] [--endpoint URL]")
 	if len(args) == 0 {
 		return ExitUsage, usage
 	}
-	if args[0] == "reindex" {
+	switch args[0] {
+	case "reindex":
 		return reindexCmd(ctx, args[1:], out, errOut)
+	case "suggest":
+		return suggestCmd(ctx, args[1:], out, errOut)
 	}
 	file := app.CapabilitiesFile()
 	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, logger(errOut))
@@ -128,4 +132,69 @@ func badInput(err error) error {
 		return usageError{err}
 	}
 	return err
+}
+
+// suggestCmd lists what the learning loop suggests keeping (the programs
+// run here that succeeded at least K times), or publishes one.
+func suggestCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("capability suggest", errOut)
+	var sf storeFlags
+	sf.register(fs)
+	minRuns := fs.Int64("min-runs", 0, "successful runs before a program is suggested (default $"+app.EnvSuggestMinRuns+", else 3)")
+	limit := fs.Int("limit", 20, "suggestions to list, at most 100")
+	publish := fs.String("publish", "", "publish the suggestion with this id as a capability")
+	name := fs.String("name", "", "with --publish: the capability's name, instead of the proposed one")
+	fs.Usage = func() {
+		io.WriteString(errOut, "usage: pml capability suggest [flags]\n\n"+
+			"Programs run here that succeeded at least K times and called tools, proposed as\n"+
+			"capabilities: a name, an input schema from the args they read and the literals\n"+
+			"that varied between runs, and their code reading those from args.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	if fs.NArg() != 0 || (*name != "" && *publish == "") {
+		fs.Usage()
+		return ExitUsage, usagef("suggest takes no arguments; --name goes with --publish")
+	}
+	learning, err := app.LearnFromEnv()
+	if err != nil {
+		return ExitUsage, usageError{err}
+	}
+	if *minRuns <= 0 {
+		*minRuns = learning.MinSuccesses
+	}
+	cfg, err := sf.traceConfig()
+	if err != nil {
+		return ExitUsage, err
+	}
+	traces, err := app.OpenTraces(ctx, cfg, logger(errOut))
+	if err != nil {
+		return ExitFailed, err
+	}
+	store := app.LearnStore(traces)
+	// Locally there is no sign-in: the person at the keyboard is the
+	// caller of every run, the empty principal.
+	viewer := learn.Viewer{}
+	if *publish == "" {
+		list, err := learn.Suggestions(ctx, store, learn.Query{Viewer: viewer, MinSuccesses: *minRuns, Limit: *limit})
+		if err != nil {
+			return ExitFailed, err
+		}
+		return ExitOK, writeJSON(out, map[string]any{"suggestions": list})
+	}
+	sug, err := learn.Proposal(ctx, store, *publish, viewer, *name, *minRuns)
+	if err != nil {
+		return ExitFailed, badInput(err)
+	}
+	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: app.CapabilitiesFile()}, logger(errOut))
+	if err != nil {
+		return ExitFailed, err
+	}
+	saved, err := app.PublishSuggestion(ctx, reg, sug)
+	if err != nil {
+		return ExitFailed, badInput(err)
+	}
+	return ExitOK, writeJSON(out, saved)
 }

@@ -287,6 +287,10 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, usageError{err}
 	}
+	learning, err := app.LearnFromEnv()
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
 	return app.Config{
 		Tracing: tracing,
 		Metrics: metrics,
@@ -301,6 +305,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		Suspensions:      susp,
 		Approval:         appr,
 		MCPAuth:          auth,
+		Learn:            learning,
 	}, nil
 }
 

@@ -21,11 +21,8 @@
 // publishing a suggestion goes through the capability registry's guarded
 // path like any save.
 //
-// Search (tools.search, search_tools, the d.ts) ranks published
-// capabilities by the lexical score plus evidence (Rank): how often their
-// runs succeeded and how often they are called, and the tools they call,
-// so a query that matches tools A and B finds a capability that calls A
-// then B above A and B alone.
+// The capability runs it counts (Store.Runs) are the evidence
+// internal/evidence ranks search with.
 package learn
 
 import (

@@ -3,6 +3,7 @@ package learn
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -255,4 +257,45 @@ func (o orderedSchema) MarshalJSON() ([]byte, error) {
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// Suggestions are the suggestions q's viewer may see: its candidates seen
+// succeed at least K times that have their code, best first.
+func Suggestions(ctx context.Context, store Store, q Query) ([]Suggestion, error) {
+	cs, err := store.Candidates(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := []Suggestion{}
+	for _, c := range cs {
+		if s, ok := Suggest(c); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Proposal is suggestion id as v would publish it, under name when given
+// (else its proposed one): NOT_FOUND unless v may see the candidate and it
+// was seen succeed at least min times (DefaultMinSuccesses when 0).
+func Proposal(ctx context.Context, store Store, id string, v Viewer, name string, min int64) (Suggestion, error) {
+	if min <= 0 {
+		min = DefaultMinSuccesses
+	}
+	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+		// Only a fingerprint names a candidate: never another counter.
+		return Suggestion{}, fault.New(fault.InvalidRequest, "%q is not a suggestion id (16 hex digits)", id)
+	}
+	c, err := store.Candidate(ctx, id, v)
+	if err != nil {
+		return Suggestion{}, err
+	}
+	s, ok := Suggest(c)
+	if !ok || c.Successes < min {
+		return Suggestion{}, noCandidate(id)
+	}
+	if name != "" {
+		s.Name = name
+	}
+	return s, nil
 }
