@@ -28,16 +28,17 @@ import (
 // of GET /tools): the lexical score (catalog.Search), and for a published
 // capability
 //
-//	score = (lexical + graph) × (0.5 + success rate) × (1 + 0.1·log10(1 + calls))
+//	score = (lexical + graph) × min(1.5, 2 × success rate) × (1 + 0.1·log10(1 + calls))
 //
 // where graph is what the tools it calls bring: when the query matches two
 // or more of them, their lexical scores summed, raised by up to a fifth
 // where the trace store's co-occurrence graph has seen them together; when
-// it matches one, half its score. So a query that matches tools A and B
-// ranks a capability that calls A then B above A and above B, and a
-// capability whose runs mostly fail sinks below one whose runs succeed
-// (the success rate assumes one success and one failure before any run:
-// 0.5, a factor of 1, when nothing is known).
+// it matches one, 0.4 of its score (the tool itself stays first). So a
+// query that matches tools A and B ranks a capability that calls A then B
+// above A and above B, and a capability whose runs mostly fail sinks below
+// the tools (the success rate assumes one success and one failure before
+// any run: 0.5, a factor of 1, when nothing is known; a proven capability
+// gains up to half again).
 //
 // What it reads: the process's capability index (as discovery already
 // does), whose code it parses once per version; and, refreshed in the
@@ -299,7 +300,7 @@ func capabilityScore(own float64, e entry, ev *evidence, name string, lexical ma
 	switch len(matched) {
 	case 0:
 	case 1:
-		graph = 0.5 * lexical[matched[0]]
+		graph = 0.4 * lexical[matched[0]]
 	default:
 		together := int64(0)
 		for i, a := range matched {
@@ -322,7 +323,7 @@ func capabilityScore(own float64, e entry, ev *evidence, name string, lexical ma
 	if ev != nil {
 		rate = ev.runs[name].SuccessRate()
 	}
-	return score * (0.5 + rate) * (1 + 0.1*math.Log10(1+float64(e.calls)))
+	return score * min(1.5, 2*rate) * (1 + 0.1*math.Log10(1+float64(e.calls)))
 }
 
 // annotate adds what is known of a capability's use to its description.
