@@ -74,8 +74,8 @@ func TestSuggestionRoutes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, principal, method, path, body string
-		status                               int
-		contains                             string
+		status                              int
+		contains                            string
 	}{
 		{"list, the caller's own", "bob", "GET", "/capabilities/suggestions", "", 200, `"for":"bob"`},
 		{"publish", "alice", "POST", "/capabilities/suggestions/0123456789abcdef/publish", `{"name": "crm:mail"}`, 201, `"name":"crm:mail"`},
