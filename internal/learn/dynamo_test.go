@@ -19,15 +19,22 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/testutil/ddbstream"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
+	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
-// TestMain stops DynamoDB Local and checks for leaked goroutines.
-func TestMain(m *testing.M) { os.Exit(dynamolocal.Run(m)) }
+var engine *guest.Engine
+
+// TestMain gives the replay benchmarks their engine, stops DynamoDB Local
+// and checks for leaked goroutines.
+func TestMain(m *testing.M) {
+	enginetest.Main(m, func(e *guest.Engine) { engine = e }, dynamolocal.StopAll)
+}
 
 const program = `const r = await mcp.crm.find({name: %q, token: %q, limit: 10});
 await mcp.mail.send({to: r.email, subject: %q});
@@ -36,8 +43,8 @@ return r.id`
 // secretOf is a token of a run, different every time: never kept.
 func secretOf(i int) string { return fmt.Sprintf("ghp_%036d", i+1) }
 
-// execution is one run as the service records it, through l.
-func execution(t *testing.T, l *learn.Learner, id, principal, code string, at time.Time, status string, capability string) trace.Execution {
+// runOf is one run as the service records it, through l.
+func runOf(t *testing.T, l *learn.Learner, id, principal, code string, at time.Time, status string, capability string) trace.Execution {
 	t.Helper()
 	ex := trace.Execution{ID: id, Status: status, Principal: principal, StartedAt: at, Capability: capability, CodeHash: "h"}
 	if capability != "" {
@@ -91,17 +98,17 @@ func TestCountersMatchTheFold(t *testing.T) {
 	n := 0
 	for i, who := range []string{"alice", "alice", "alice", "bob", "alice"} {
 		n++
-		add(execution(t, procs[i%2], fmt.Sprintf("ex-%02d", n), who, fmt.Sprintf(program, []string{"Ann", "Bo", "Cy", "Di", "Ed"}[i], secretOf(i), "Hello"), t0.Add(time.Duration(i)*time.Minute), trace.StatusOK, ""))
+		add(runOf(t, procs[i%2], fmt.Sprintf("ex-%02d", n), who, fmt.Sprintf(program, []string{"Ann", "Bo", "Cy", "Di", "Ed"}[i], secretOf(i), "Hello"), t0.Add(time.Duration(i)*time.Minute), trace.StatusOK, ""))
 	}
 	// A failure, another program run twice by carol, capability runs.
 	n++
-	add(execution(t, procs[0], fmt.Sprintf("ex-%02d", n), "alice", fmt.Sprintf(program, "X", secretOf(9), "Hello"), t0, trace.StatusError, ""))
+	add(runOf(t, procs[0], fmt.Sprintf("ex-%02d", n), "alice", fmt.Sprintf(program, "X", secretOf(9), "Hello"), t0, trace.StatusError, ""))
 	for i := range 2 {
 		n++
-		add(execution(t, procs[0], fmt.Sprintf("ex-%02d", n), "carol", `await mcp.crm.find({name: "z"}); await mcp.mail.send({to: "a"}); return 1`, t0.Add(time.Duration(i)*time.Second), trace.StatusOK, ""))
+		add(runOf(t, procs[0], fmt.Sprintf("ex-%02d", n), "carol", `await mcp.crm.find({name: "z"}); await mcp.mail.send({to: "a"}); return 1`, t0.Add(time.Duration(i)*time.Second), trace.StatusOK, ""))
 	}
 	for i, st := range []string{trace.StatusOK, trace.StatusOK, trace.StatusError} {
-		add(execution(t, nil, fmt.Sprintf("cap-%d", i), "alice", "", t0, st, "crm:lookup"))
+		add(runOf(t, nil, fmt.Sprintf("cap-%d", i), "alice", "", t0, st, "crm:lookup"))
 	}
 	if err := store.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -241,7 +248,7 @@ func TestLocalReadsTheTraceFile(t *testing.T) {
 	l := learn.NewLearner(nil)
 	t0 := time.Now().UTC().Add(-time.Minute)
 	for i := range 3 {
-		ex := execution(t, l, fmt.Sprintf("ex-%d", i), "", fmt.Sprintf(program, fmt.Sprint("n", i), secretOf(i), "Hi"), t0.Add(time.Duration(i)*time.Second), trace.StatusOK, "")
+		ex := runOf(t, l, fmt.Sprintf("ex-%d", i), "", fmt.Sprintf(program, fmt.Sprint("n", i), secretOf(i), "Hi"), t0.Add(time.Duration(i)*time.Second), trace.StatusOK, "")
 		writer.Record(ctx, ex, nil)
 		// Executions without a pattern are skipped by the reader.
 		writer.Record(ctx, trace.Execution{ID: fmt.Sprintf("plain-%d", i), Status: trace.StatusOK}, nil)
@@ -266,7 +273,7 @@ func TestLocalReadsTheTraceFile(t *testing.T) {
 	// With memory only (no file), the process's own records.
 	mem := tracedb.NewMemory(0)
 	for i := range 3 {
-		mem.Record(ctx, execution(t, l, fmt.Sprintf("m-%d", i), "", fmt.Sprintf(program, "x", "y", "z"), t0, trace.StatusOK, ""), nil)
+		mem.Record(ctx, runOf(t, l, fmt.Sprintf("m-%d", i), "", fmt.Sprintf(program, "x", "y", "z"), t0, trace.StatusOK, ""), nil)
 	}
 	cs, err := (&learn.Local{Each: mem.Learned}).Candidates(ctx, learn.Query{})
 	if err != nil || len(cs) != 1 || cs[0].Successes != 3 {

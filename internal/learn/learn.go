@@ -74,14 +74,18 @@ func (l *Learner) Pattern(sh *Shape, calls []trace.Call) *trace.Pattern {
 	}
 	p := &trace.Pattern{Fingerprint: sh.Fingerprint, Tools: tools, Literals: sh.Literals, ArgsKeys: sh.ArgsKeys, ArgsWhole: sh.ArgsWhole}
 	l.mu.Lock()
-	if !l.sent[sh.Fingerprint] {
+	send := !l.sent[sh.Fingerprint]
+	if send {
 		if len(l.sent) >= maxSent {
 			clear(l.sent)
 		}
+		// Sent, or found to hold a secret: either way not tried again.
 		l.sent[sh.Fingerprint] = true
-		p.Template = sh.Template
 	}
 	l.mu.Unlock()
+	if send {
+		p.Template = sh.Template()
+	}
 	return p
 }
 

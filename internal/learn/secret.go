@@ -4,6 +4,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/pml-sandbox/pml/internal/redact"
 )
@@ -33,21 +34,66 @@ import (
 //
 // The test errs towards withholding: a withheld literal only becomes an
 // argument of the suggestion instead of a constant.
-var secretShapes = regexp.MustCompile(`(?i)` + strings.Join([]string{
-	`-----BEGIN [A-Z ]*PRIVATE KEY`,
-	`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.`,
-	`\b(?-i:AKIA|ASIA)[0-9A-Z]{16}\b`,
-	`\bgh[pousr]_[A-Za-z0-9]{20,}`,
-	`\bgithub_pat_[A-Za-z0-9_]{20,}`,
-	`\bxox[abposr]-[A-Za-z0-9-]{10,}`,
-	`\b(sk|pk|rk)[-_](live|test|proj|ant)[-_][A-Za-z0-9_-]{10,}`,
-	`\bsk-[A-Za-z0-9_-]{20,}`,
-	`\bAIza[0-9A-Za-z_-]{30,}`,
-	`\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}`,
-	`://[^/\s:@]+:[^/\s@]+@`,
-	`[?&](access_token|id_token|refresh_token|token|key|api_key|apikey|secret|client_secret|password|pwd|sig|signature|x-amz-signature)=[^&\s]{6,}`,
-	`\b(password|passwd|secret|token|api[_-]?key|private[_-]?key)\s*[:=]\s*\S{4,}`,
-}, "|"))
+var secretShapes = []shape{
+	{chars: "-", needles: []string{"-----BEGIN"}, re: `-----BEGIN [A-Z ]*PRIVATE KEY`},
+	{chars: ".", needles: []string{"eyJ"}, re: `\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.`},
+	{chars: "A", needles: []string{"AKIA", "ASIA"}, re: `\b(AKIA|ASIA)[0-9A-Z]{16}\b`},
+	{chars: "_", needles: []string{"gh"}, re: `\bgh[pousr]_[A-Za-z0-9]{20,}`},
+	{chars: "_", needles: []string{"github_pat_"}, re: `\bgithub_pat_[A-Za-z0-9_]{20,}`},
+	{chars: "-", needles: []string{"xox"}, re: `\bxox[abposr]-[A-Za-z0-9-]{10,}`},
+	{chars: "_-", needles: []string{"k_", "k-"}, re: `\b(sk|pk|rk)[-_](live|test|proj|ant)[-_][A-Za-z0-9_-]{10,}|\bsk-[A-Za-z0-9_-]{20,}`},
+	{chars: "A", needles: []string{"AIza"}, re: `\bAIza[0-9A-Za-z_-]{30,}`},
+	{chars: " \t\n", lower: true, needles: []string{"bearer", "basic"}, re: `(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}`},
+	{chars: ":", needles: []string{"://"}, re: `://[^/\s:@]+:[^/\s@]+@`},
+	{chars: "=", lower: true, needles: []string{"token=", "key=", "secret=", "password=", "pwd=", "sig=", "signature="},
+		re: `(?i)[?&](access_token|id_token|refresh_token|token|key|api_key|apikey|secret|client_secret|password|pwd|sig|signature|x-amz-signature)=[^&\s]{6,}`},
+	{chars: ":=", lower: true, needles: []string{"password", "passwd", "secret", "token", "key"},
+		re: `(?i)\b(password|passwd|secret|token|api[_-]?key|private[_-]?key)\s*[:=]\s*\S{4,}`},
+}
+
+// shape is one credential shape: a regular expression, tried only when
+// the text holds one of its characters and one of its needles (most text
+// holds none, and they cost a scan where the expression costs a
+// backtracking match).
+type shape struct {
+	chars   string // the text must hold one of these to hold the shape
+	needles []string
+	lower   bool // the needles are looked for in the lower-cased text
+	re      string
+	once    sync.Once
+	rx      *regexp.Regexp
+}
+
+func (sh *shape) regexp() *regexp.Regexp {
+	sh.once.Do(func() { sh.rx = regexp.MustCompile(sh.re) })
+	return sh.rx
+}
+
+// candidates calls fn with each shape s may hold, until fn returns false.
+func candidates(s string, fn func(*shape) bool) {
+	lower := ""
+	for i := range secretShapes {
+		sh := &secretShapes[i]
+		if !strings.ContainsAny(s, sh.chars) {
+			continue
+		}
+		text := s
+		if sh.lower {
+			if lower == "" {
+				lower = strings.ToLower(s)
+			}
+			text = lower
+		}
+		for _, n := range sh.needles {
+			if strings.Contains(text, n) {
+				if !fn(sh) {
+					return
+				}
+				break
+			}
+		}
+	}
+}
 
 // LooksSecret reports whether s looks like a secret by the rules above;
 // known, when not nil, adds the deployment's known secrets.
@@ -58,7 +104,15 @@ func LooksSecret(s string, known *redact.Redactor) bool {
 	if known != nil && known.String(s) != s {
 		return true
 	}
-	if secretShapes.MatchString(s) {
+	if len(s) < minShaped {
+		return false // shorter than any shape and any random run
+	}
+	shaped := false
+	candidates(s, func(sh *shape) bool {
+		shaped = sh.regexp().MatchString(s)
+		return !shaped
+	})
+	if shaped {
 		return true
 	}
 	found := false
@@ -75,7 +129,10 @@ func maskSecrets(text string, known *redact.Redactor) string {
 	if known != nil {
 		text = known.String(text)
 	}
-	text = secretShapes.ReplaceAllString(text, redact.Mask)
+	candidates(text, func(sh *shape) bool {
+		text = sh.regexp().ReplaceAllString(text, redact.Mask)
+		return true
+	})
 	var b strings.Builder
 	last := 0
 	eachRunAt(text, func(start, end int) bool {
@@ -120,6 +177,9 @@ func eachRunAt(s string, fn func(start, end int) bool) {
 		start = -1
 	}
 }
+
+// minShaped is the shortest text a shape matches ("://a:b@").
+const minShaped = 7
 
 const (
 	minRun         = 16

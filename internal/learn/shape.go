@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tdewolff/parse/v2"
@@ -54,20 +55,73 @@ type Shape struct {
 	// uses args as a whole.
 	ArgsKeys  []string
 	ArgsWhole bool
-	// Template is the code with the literals cut out.
-	Template *trace.Template
+
+	pieces []piece // the code, cut at its literals, comments and strings
+	names  []string
+	known  *redact.Redactor
+}
+
+// piece is a stretch of the code as the template needs it.
+type piece struct {
+	kind byte // pieceCode, pieceHole, pieceComment, pieceText
+	text string
+}
+
+const (
+	pieceCode    = iota // kept as it is
+	pieceHole           // a lifted literal: cut out
+	pieceComment        // kept with secret-looking words masked
+	pieceText           // a string, template part or regular expression the fingerprint keeps: no secret may be in it
+)
+
+// Template is the code with its literals cut out and its comments' secret
+// words masked, or nil when a string the fingerprint could not lift (a
+// regular expression, part of a template with substitutions, a property
+// name) looks like a secret: no template may carry it. It is the costly
+// part of a shape (every string judged, every comment masked), so a
+// Learner asks for it once per process and fingerprint.
+func (sh *Shape) Template() *trace.Template {
+	if sh == nil || sh.pieces == nil {
+		return nil
+	}
+	tpl := &trace.Template{Names: slices.Clone(sh.names)}
+	var b strings.Builder
+	for _, pc := range sh.pieces {
+		switch pc.kind {
+		case pieceHole:
+			tpl.Holes = append(tpl.Holes, b.Len())
+		case pieceComment:
+			text := maskSecrets(pc.text, sh.known)
+			b.WriteString(text)
+			if c := commentText(text); c != "" && len(tpl.Comments) < maxComments {
+				tpl.Comments = append(tpl.Comments, c)
+			}
+		case pieceText:
+			if LooksSecret(pc.text, sh.known) {
+				return nil
+			}
+			b.WriteString(pc.text)
+		default:
+			b.WriteString(pc.text)
+		}
+	}
+	tpl.Code = b.String()
+	return tpl
 }
 
 // Read computes the shape of a script from the analysis parser's tree,
-// without parsing it again. It returns nil for code that is not learned
-// from: longer than MaxCodeBytes, with more than MaxLiterals literals, or
-// holding a secret-looking string the fingerprint cannot lift (a regular
-// expression, part of a template with substitutions, a property name):
-// no trace of such code may carry it. known, when not nil, masks the
-// deployment's own secrets (the MCP pool's header values) as well.
+// without parsing it again: one walk of the tree and one pass of the
+// lexer over the code. It returns nil for code that is not learned from:
+// longer than MaxCodeBytes, with more than MaxLiterals literals, or
+// reading an args key that looks like a secret. known, when not nil,
+// withholds the deployment's own secrets (the MCP pool's header values)
+// as well.
 //
-// Read consumes the tree: it renames the local variables and blanks the
-// literals in place to print the normalised program.
+// The fingerprint is a hash of the code's tokens with comments and layout
+// left out, each literal replaced by its kind, and each local variable
+// (declared in the code) by its number in the order of first use; globals
+// (mcp, args, Math), property names and object keys are kept, and the
+// names of shorthand properties ({city}) are added.
 func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 	if p == nil || p.AST == nil {
 		return nil
@@ -81,9 +135,11 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 		return nil
 	}
 	w := &shapeWalker{
+		parsed:     p,
 		hints:      map[*js.LiteralExpr]string{},
 		structural: map[*js.LiteralExpr]bool{},
-		names:      map[*js.Var]string{},
+		locals:     map[string]bool{},
+		keys:       map[int]bool{},
 		argsKeys:   map[string]bool{},
 	}
 	if len(body.Params.List) == 1 {
@@ -95,6 +151,15 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 	if len(w.lits) > MaxLiterals {
 		return nil
 	}
+	delete(w.locals, "args") // the parameter, whatever inner scopes call theirs
+	sh := &Shape{ArgsWhole: w.argsWhole, known: known}
+	for k := range w.argsKeys {
+		if LooksSecret(k, known) {
+			return nil // a key is kept as it is: it must hold no secret
+		}
+		sh.ArgsKeys = append(sh.ArgsKeys, k)
+	}
+	slices.Sort(sh.ArgsKeys)
 
 	// Where each literal stands in the code, in the order of the code.
 	type slot struct {
@@ -118,16 +183,35 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 		}
 	}
 
-	// The template: the code with the literals cut out, comments kept
-	// (secret-looking words masked). Every other token that holds text (a
-	// regular expression, a property name, a piece of a template with
-	// substitutions) must hold no secret, or nothing is learned.
-	sh := &Shape{ArgsWhole: w.argsWhole}
-	tpl := &trace.Template{}
-	var b strings.Builder
-	b.Grow(len(code))
+	// One pass of the lexer: the fingerprint's tokens, and the pieces of
+	// the template.
+	var fp bytes.Buffer
+	fp.Grow(len(code))
+	fp.WriteString(fingerprintVersion)
+	token := func(kind byte, text string) {
+		fp.WriteByte(kind)
+		fp.WriteString(text)
+		fp.WriteByte(0)
+	}
+	canon := map[string]string{}
+	local := func(name string) string {
+		c, ok := canon[name]
+		if !ok {
+			c = strconv.Itoa(len(canon))
+			canon[name] = c
+		}
+		return c
+	}
 	lex := js.NewLexer(parse.NewInputString(code))
-	next, off := 0, 0
+	next, off, start := 0, 0, 0
+	prev := js.ErrorToken
+	cut := func(kind byte, end int) {
+		if start < off {
+			sh.pieces = append(sh.pieces, piece{pieceCode, code[start:off]})
+		}
+		sh.pieces = append(sh.pieces, piece{kind, code[off:end]})
+		start = end
+	}
 	for {
 		tt, data := lex.Next()
 		if tt == js.ErrorToken {
@@ -142,61 +226,70 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 				return nil
 			}
 		}
+		end := off + len(data)
+		text := code[off:end]
 		switch {
 		case next < len(slots) && off == slots[next].off:
-			if off+len(data) != slots[next].end {
+			if end != slots[next].end {
 				return nil // the lexer and the parser disagree: do not guess
 			}
-			tpl.Holes = append(tpl.Holes, b.Len())
-			tpl.Names = append(tpl.Names, slots[next].lit.hint)
+			cut(pieceHole, end)
+			sh.names = append(sh.names, slots[next].lit.hint)
+			sh.Literals = append(sh.Literals, literalOf(slots[next].lit, known))
+			token('L', slots[next].lit.kind())
 			next++
-		case tt == js.CommentToken || tt == js.CommentLineTerminatorToken:
-			text := maskSecrets(string(data), known)
-			b.WriteString(text)
-			if c := commentText(text); c != "" && len(tpl.Comments) < maxComments {
-				tpl.Comments = append(tpl.Comments, c)
+		case tt == js.WhitespaceToken:
+		case tt == js.LineTerminatorToken || tt == js.CommentLineTerminatorToken:
+			if tt == js.CommentLineTerminatorToken {
+				cut(pieceComment, end)
 			}
-		case tt == js.StringToken || tt == js.TemplateToken || tt == js.TemplateStartToken || tt == js.TemplateMiddleToken ||
-			tt == js.TemplateEndToken || tt == js.RegExpToken:
-			if LooksSecret(string(data), known) {
-				return nil
+			// A line break ends a return, throw, break or continue
+			// (automatic semicolon insertion): it changes the meaning.
+			switch prev {
+			case js.ReturnToken, js.ThrowToken, js.BreakToken, js.ContinueToken, js.YieldToken:
+				token('N', "")
 			}
-			b.Write(data)
+		case tt == js.CommentToken:
+			cut(pieceComment, end)
+		case tt == js.IdentifierToken:
+			switch {
+			case prev == js.DotToken || prev == js.OptChainToken:
+				token('P', text)
+			case w.keys[off]:
+				token('K', text)
+			case w.locals[text]:
+				token('V', local(text))
+			default:
+				token('G', text)
+			}
 		default:
-			b.Write(data)
+			if tt == js.StringToken || tt == js.TemplateToken || tt == js.TemplateStartToken || tt == js.TemplateMiddleToken ||
+				tt == js.TemplateEndToken || tt == js.RegExpToken {
+				cut(pieceText, end)
+			}
+			token('T', text)
 		}
-		off += len(data)
+		if tt != js.WhitespaceToken && tt != js.LineTerminatorToken && tt != js.CommentToken && tt != js.CommentLineTerminatorToken {
+			prev = tt
+		}
+		off = end
 	}
 	if next != len(slots) || off != len(code) {
 		return nil
 	}
-	tpl.Code = b.String()
-	sh.Template = tpl
-
-	for _, s := range slots {
-		sh.Literals = append(sh.Literals, literalOf(s.lit, known))
+	if start < off {
+		sh.pieces = append(sh.pieces, piece{pieceCode, code[start:off]})
 	}
-	for k := range w.argsKeys {
-		sh.ArgsKeys = append(sh.ArgsKeys, k)
+	if sh.pieces == nil {
+		sh.pieces = []piece{}
 	}
-	slices.Sort(sh.ArgsKeys)
-
-	// The fingerprint: the program printed with every local renamed in
-	// the order the walk first met it and every literal blanked, so that
-	// layout, comments, local names and literal values do not count.
-	for v, name := range w.names {
-		v.Data = []byte(name)
+	// A shorthand {city} or const {city} = r names a key the tokens
+	// number as a variable: the names, in the walk's order, keep {city}
+	// and {town} apart.
+	for _, n := range w.shorthands {
+		token('S', n)
 	}
-	for _, l := range w.lits {
-		l.blank()
-	}
-	for _, c := range w.comments {
-		c.Value = nil
-	}
-	var norm bytes.Buffer
-	norm.WriteString(fingerprintVersion)
-	p.AST.JS(&norm)
-	sum := sha256.Sum256(norm.Bytes())
+	sum := sha256.Sum256(fp.Bytes())
 	sh.Fingerprint = hex.EncodeToString(sum[:8])
 	return sh
 }
@@ -223,19 +316,6 @@ func (l lifted) kind() string {
 	return trace.LiteralString
 }
 
-// blank replaces the literal's text with its kind, for the fingerprint.
-func (l lifted) blank() {
-	if l.tmpl != nil {
-		l.tmpl.Tail = []byte(`"§"`)
-		return
-	}
-	if l.expr.TokenType == js.StringToken {
-		l.expr.Data = []byte(`"§"`)
-	} else {
-		l.expr.Data = []byte("0")
-	}
-}
-
 // literalOf is the trace record of one literal's value.
 func literalOf(l lifted, known *redact.Redactor) trace.Literal {
 	raw := string(l.raw())
@@ -249,7 +329,7 @@ func literalOf(l lifted, known *redact.Redactor) trace.Literal {
 		value = v
 	}
 	switch {
-	case LooksSecret(value, known) || LooksSecret(raw, known) || out.Kind == trace.LiteralNumber && digits(value) > maxNumberDigits:
+	case LooksSecret(value, known) || raw != value && LooksSecret(raw, known) || out.Kind == trace.LiteralNumber && digits(value) > maxNumberDigits:
 		out.Withheld = trace.WithheldSecret
 	case len(value) > MaxValueBytes:
 		sum := sha256.Sum256([]byte(value))
@@ -303,14 +383,16 @@ func root(v *js.Var) *js.Var {
 
 // shapeWalker collects what Read needs in one walk of the tree.
 type shapeWalker struct {
+	parsed     *analysis.Parsed
 	args       *js.Var // the wrapper's parameter
 	lits       []lifted
 	regexps    [][]byte
-	comments   []*js.Comment
 	hints      map[*js.LiteralExpr]string
 	tmplHints  map[*js.TemplateExpr]string
 	structural map[*js.LiteralExpr]bool
-	names      map[*js.Var]string // local variables, renamed v0, v1… in the order met
+	locals     map[string]bool // names the code declares
+	keys       map[int]bool    // offsets of property names and object keys
+	shorthands []string        // the names of shorthand properties ({city}), in the walk's order
 	argsKeys   map[string]bool
 	argsWhole  bool
 }
@@ -319,7 +401,6 @@ type shapeWalker struct {
 func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 	switch n := n.(type) {
 	case *js.Comment:
-		w.comments = append(w.comments, n)
 		return nil
 	case *js.Var:
 		r := root(n)
@@ -328,17 +409,22 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 			// args used as a value, not through one of its keys.
 			w.argsWhole = true
 		case r.Decl != js.NoDecl:
-			if _, ok := w.names[r]; !ok {
-				w.names[r] = "v" + itoa(len(w.names))
-			}
+			w.locals[string(r.Data)] = true
 		}
 		return nil
 	case *js.PropertyName:
 		// A property's name is the shape of the object, not a value.
 		if n.Computed != nil {
 			js.Walk(w, n.Computed)
+		} else if off := w.parsed.Offset(n.Literal.Data); off >= 0 {
+			w.keys[off] = true
 		}
 		return nil
+	case *js.BindingObjectItem:
+		if v, ok := n.Value.Binding.(*js.Var); ok && n.Key != nil && n.Key.IsIdent(v.Data) {
+			w.shorthand(n.Key)
+		}
+		return w
 	case *js.DotExpr:
 		if v, ok := n.X.(*js.Var); ok && w.args != nil && root(v) == w.args {
 			if lit, ok := n.Y.(js.LiteralExpr); ok {
@@ -365,6 +451,9 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 			p := &n.List[i]
 			if p.Name == nil || p.Name.IsComputed() {
 				continue
+			}
+			if v, ok := p.Value.(*js.Var); ok && p.Name.IsIdent(v.Data) {
+				w.shorthand(p.Name)
 			}
 			w.hint(p.Value, string(p.Name.Literal.Data))
 		}
@@ -441,24 +530,30 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 // Exit implements js.IVisitor.
 func (w *shapeWalker) Exit(js.INode) {}
 
+// shorthand notes a property name that is also its value's variable
+// ({city}): the tokens number the variable, the fingerprint keeps the
+// name (the parser keeps no position for it).
+func (w *shapeWalker) shorthand(n *js.PropertyName) {
+	if w.parsed.Offset(n.Literal.Data) >= 0 {
+		return // {a: a}, written out: its key is a token of the code
+	}
+	w.shorthands = append(w.shorthands, string(n.Literal.Data))
+}
+
 // hint names the literal e (if it is one) after where it stands: the
 // first name given wins (a property's key over the call it is passed to).
 func (w *shapeWalker) hint(e js.IExpr, name string) {
-	name = identifier(name)
-	if name == "" {
-		return
-	}
 	switch l := e.(type) {
 	case *js.LiteralExpr:
 		if _, ok := w.hints[l]; !ok {
-			w.hints[l] = name
+			w.hints[l] = identifier(name)
 		}
 	case *js.TemplateExpr:
 		if w.tmplHints == nil {
 			w.tmplHints = map[*js.TemplateExpr]string{}
 		}
 		if _, ok := w.tmplHints[l]; !ok {
-			w.tmplHints[l] = name
+			w.tmplHints[l] = identifier(name)
 		}
 	case *js.UnaryExpr:
 		w.hint(l.X, name) // -5
@@ -509,11 +604,4 @@ func isNumber(n *js.LiteralExpr) bool {
 		return false
 	}
 	return len(n.Data) > 0 && n.Data[len(n.Data)-1] != 'n'
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
 }

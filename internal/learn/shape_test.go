@@ -35,8 +35,14 @@ func TestFingerprintSame(t *testing.T) {
 			"await mcp.demo.echo({text: `hello`})",
 			"await mcp.demo.echo({text: `bye`})"},
 		{"functions and parameters",
-			`function f(a) { return mcp.demo.add({a, b: 1}) } return f(2)`,
+			`function f(a) { return mcp.demo.add({a: a, b: 1}) } return f(2)`,
 			`function g(x) { return mcp.demo.add({a: x, b: 5}) } return g(7)`},
+		{"a key named like a local",
+			`const a = 1; return mcp.demo.add({a: a, b: 1})`,
+			`const z = 1; return mcp.demo.add({a: z, b: 1})`},
+		{"shorthand properties, same names",
+			`const a = 1; const {q} = args; return mcp.demo.add({a, b: q})`,
+			`const a = 5; const {q} = args; return mcp.demo.add({a, b: q})`},
 		{"negative numbers",
 			`return mcp.demo.add({a: -1, b: 2})`,
 			`return mcp.demo.add({a: -40, b: 0x10})`},
@@ -60,6 +66,8 @@ func TestFingerprintDiffers(t *testing.T) {
 		{"another server", `return mcp.demo.kv_get({key: "n"})`, `return mcp.other.kv_get({key: "n"})`},
 		{"another property", `return mcp.demo.kv_get({key: "n"})`, `return mcp.demo.kv_get({name: "n"})`},
 		{"shorthand property names", `const city = 1; return mcp.demo.f({city})`, `const town = 1; return mcp.demo.f({town})`},
+		{"shorthand destructuring", `const {city} = await mcp.demo.g({}); return city`, `const {town} = await mcp.demo.g({}); return town`},
+		{"a return broken by a line", "await mcp.demo.f({}); return 1", "await mcp.demo.f({}); return\n1"},
 		{"a global", `return mcp.demo.f({a: Math.max(1, 2)})`, `return mcp.demo.f({a: Math.min(1, 2)})`},
 		{"an args key", `return mcp.demo.f({a: args.x})`, `return mcp.demo.f({a: args.y})`},
 		{"an index", `return mcp.demo.f({a: args["x"]})`, `return mcp.demo.f({a: args["y"]})`},
@@ -160,10 +168,10 @@ func TestLiftedLiterals(t *testing.T) {
 			if !slices.Equal(values, tc.values) {
 				t.Errorf("values %q, want %q", values, tc.values)
 			}
-			if len(tc.names) > 0 && !slices.Equal(sh.Template.Names, tc.names) {
-				t.Errorf("names %q, want %q", sh.Template.Names, tc.names)
+			if len(tc.names) > 0 && !slices.Equal(sh.Template().Names, tc.names) {
+				t.Errorf("names %q, want %q", sh.Template().Names, tc.names)
 			}
-			if got := showHoles(sh.Template); got != tc.tpl {
+			if got := showHoles(sh.Template()); got != tc.tpl {
 				t.Errorf("template %q, want %q", got, tc.tpl)
 			}
 			if !slices.Equal(sh.ArgsKeys, tc.keys) {
@@ -197,22 +205,26 @@ func TestSecretsNeverKept(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		code     string
-		learned  bool
+		learned  bool // a shape at all
+		template bool // with a template
 		withheld []string
 	}{
-		{"a literal", `return mcp.pay.charge({key: "` + key + `", amount: 5})`, true, []string{trace.WithheldSecret, ""}},
-		{"a JWT", `return mcp.api.get({auth: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig"})`, true, []string{trace.WithheldSecret}},
-		{"a random token", `return mcp.api.get({t: "q8Zr2LkP0vXy7MnB4cTd"})`, true, []string{trace.WithheldSecret}},
-		{"a URL with credentials", `return mcp.api.get({url: "https://bob:pa55word@example.com/x"})`, true, []string{trace.WithheldSecret}},
-		{"a known secret", `return mcp.api.get({h: "hunter2-deployment-header"})`, true, []string{trace.WithheldSecret}},
-		{"a long number", `return mcp.pay.charge({card: 4111111111111111})`, true, []string{trace.WithheldSecret}},
-		{"a long value", `return mcp.api.get({q: "` + strings.Repeat("word ", 20) + `"})`, true, []string{trace.WithheldLong}},
-		{"ordinary words", `return mcp.api.get({q: "the quick brown fox", city: "Paris", id: "user_profile_v2"})`, true, []string{"", "", ""}},
-		{"a date and a path", `return mcp.api.get({d: "2026-11-25T10:00:00Z", p: "/home/user/data/file2024.txt"})`, true, []string{"", ""}},
-		{"in a property name", `return mcp.api.get({"` + key + `": 1})`, false, nil},
-		{"in an index", `return mcp.api.get({a: args["` + key + `"]})`, false, nil},
-		{"in a template with substitutions", "return mcp.api.get({a: `Bearer " + key + "${args.x}`})", false, nil},
-		{"in a regular expression", `return mcp.api.get({a: /` + key + `/.test("x")})`, false, nil},
+		{"a literal", `return mcp.pay.charge({key: "` + key + `", amount: 5})`, true, true, []string{trace.WithheldSecret, ""}},
+		{"a JWT", `return mcp.api.get({auth: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig"})`, true, true, []string{trace.WithheldSecret}},
+		{"a random token", `return mcp.api.get({t: "q8Zr2LkP0vXy7MnB4cTd"})`, true, true, []string{trace.WithheldSecret}},
+		{"a URL with credentials", `return mcp.api.get({url: "https://bob:pa55word@example.com/x"})`, true, true, []string{trace.WithheldSecret}},
+		{"a known secret", `return mcp.api.get({h: "hunter2-deployment-header"})`, true, true, []string{trace.WithheldSecret}},
+		{"a long number", `return mcp.pay.charge({card: 4111111111111111})`, true, true, []string{trace.WithheldSecret}},
+		{"a long value", `return mcp.api.get({q: "` + strings.Repeat("word ", 20) + `"})`, true, true, []string{trace.WithheldLong}},
+		{"ordinary words", `return mcp.api.get({q: "the quick brown fox", city: "Paris", id: "user_profile_v2"})`, true, true, []string{"", "", ""}},
+		{"a date and a path", `return mcp.api.get({d: "2026-11-25T10:00:00Z", p: "/home/user/data/file2024.txt"})`, true, true, []string{"", ""}},
+		// Where the fingerprint keeps a string, a secret in it keeps the
+		// template from ever being made (an args key, kept as it is,
+		// keeps the pattern from being made).
+		{"in a property name", `return mcp.api.get({"` + key + `": 1})`, true, false, []string{""}},
+		{"in an args key", `return mcp.api.get({a: args["` + key + `"]})`, false, false, nil},
+		{"in a template with substitutions", "return mcp.api.get({a: `Bearer " + key + "${args.x}`})", true, false, nil},
+		{"in a regular expression", `return mcp.api.get({a: /` + key + `/.test("x")})`, true, false, []string{""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := analysis.Parse(tc.code)
@@ -225,6 +237,10 @@ func TestSecretsNeverKept(t *testing.T) {
 			}
 			if sh == nil {
 				return
+			}
+			tpl := sh.Template()
+			if (tpl != nil) != tc.template {
+				t.Fatalf("template %v, want one: %v", tpl != nil, tc.template)
 			}
 			var withheld []string
 			for _, l := range sh.Literals {
@@ -240,8 +256,13 @@ func TestSecretsNeverKept(t *testing.T) {
 				t.Errorf("withheld %q, want %q", withheld, tc.withheld)
 			}
 			for _, secret := range []string{key, "pa55word", "hunter2", "4111111111111111", "eyJhbGci", "q8Zr2LkP0vXy7MnB4cTd"} {
-				if strings.Contains(sh.Template.Code, secret) {
-					t.Errorf("template holds %q: %s", secret, sh.Template.Code)
+				if tpl != nil && strings.Contains(tpl.Code, secret) {
+					t.Errorf("template holds %q: %s", secret, tpl.Code)
+				}
+				for _, l := range sh.Literals {
+					if strings.Contains(l.Value, secret) {
+						t.Errorf("a literal holds %q", secret)
+					}
 				}
 			}
 		})
@@ -252,13 +273,13 @@ func TestSecretsNeverKept(t *testing.T) {
 		if sh == nil {
 			t.Fatal("no shape")
 		}
-		for _, s := range append([]string{sh.Template.Code}, sh.Template.Comments...) {
+		for _, s := range append([]string{sh.Template().Code}, sh.Template().Comments...) {
 			if strings.Contains(s, key) || strings.Contains(s, "q8Zr2LkP0vXy7MnB4cTd") {
 				t.Errorf("comment kept a secret: %q", s)
 			}
 		}
-		if !strings.Contains(sh.Template.Code, redact.Mask) {
-			t.Errorf("comment not masked: %q", sh.Template.Code)
+		if !strings.Contains(sh.Template().Code, redact.Mask) {
+			t.Errorf("comment not masked: %q", sh.Template().Code)
 		}
 	})
 }

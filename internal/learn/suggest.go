@@ -45,6 +45,9 @@ type Input struct {
 	// From is "args" for a key the code already read, "literal" for a
 	// lifted literal.
 	From string `json:"from"`
+	// Literal is the 1-based position, among the code's lifted literals,
+	// of the literal the input stands for (0 for an args key).
+	Literal int `json:"literal,omitempty"`
 	// Seen are values the literal had (none when withheld).
 	Seen     []string `json:"seen,omitempty"`
 	Withheld string   `json:"withheld,omitempty"`
@@ -99,7 +102,7 @@ func Suggest(c Candidate) (Suggestion, bool) {
 		props[name] = p
 		order = append(order, name)
 		required = append(required, name)
-		s.Inputs = append(s.Inputs, Input{Name: name, From: "literal", Seen: sl.Values, Withheld: sl.Withheld})
+		s.Inputs = append(s.Inputs, Input{Name: name, From: "literal", Literal: i + 1, Seen: sl.Values, Withheld: sl.Withheld})
 	}
 	schema := orderedSchema{props: props, order: order, required: required}
 	s.InputSchema, _ = json.Marshal(schema)
