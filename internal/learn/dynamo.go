@@ -97,6 +97,20 @@ func Extract(rec events.DynamoDBEventRecord) ([]aggregate.Increment, error) {
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
 		return nil, fmt.Errorf("%s: pattern: %w", pk, err)
 	}
+	if p.Order != nil {
+		// The tools by their index in the item's own list.
+		listed, err := stringList(img, "tools")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", pk, err)
+		}
+		p.Tools = make([]string, len(p.Order))
+		for i, j := range p.Order {
+			if j < 0 || j >= len(listed) {
+				return nil, fmt.Errorf("%s: pattern: tool index %d of %d", pk, j, len(listed))
+			}
+			p.Tools[i] = listed[j]
+		}
+	}
 	if err := checkPattern(&p); err != nil {
 		return nil, fmt.Errorf("%s: pattern: %w", pk, err)
 	}
@@ -168,6 +182,25 @@ func checkPattern(p *trace.Pattern) error {
 		return errors.New("a template that does not fit its literals")
 	}
 	return nil
+}
+
+// stringList reads a list of strings (none when absent).
+func stringList(m map[string]events.DynamoDBAttributeValue, name string) ([]string, error) {
+	v, ok := m[name]
+	if !ok || v.IsNull() {
+		return nil, nil
+	}
+	if v.DataType() != events.DataTypeList {
+		return nil, fmt.Errorf("%s is not a list", name)
+	}
+	var out []string
+	for _, x := range v.List() {
+		if x.DataType() != events.DataTypeString {
+			return nil, fmt.Errorf("%s holds a non-string", name)
+		}
+		out = append(out, x.String())
+	}
+	return out, nil
 }
 
 func str(m map[string]events.DynamoDBAttributeValue, name string) string {

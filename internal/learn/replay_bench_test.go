@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -271,7 +270,7 @@ func callOf(s learn.Suggestion, code string) string {
 func BenchmarkExecution(b *testing.B) {
 	tasks := replayTasks(30)
 	on := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory}, false)
-	off := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory}, os.Getenv("PML_BENCH_SAME") == "")
+	off := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory}, true)
 	var wall, cpu [2]time.Duration
 	i := 0
 	for b.Loop() {

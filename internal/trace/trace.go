@@ -110,7 +110,11 @@ type Pattern struct {
 	Fingerprint string `json:"fp"`
 	// Tools are the distinct tools it called (server:tool), in the order
 	// of their first call.
-	Tools []string `json:"tools"`
+	Tools []string `json:"tools,omitempty"`
+	// Order, in a stored record that lists the tools beside the pattern
+	// (the DynamoDB execution item's sorted tools), stands for Tools:
+	// their indexes there, in the order of the first call.
+	Order []int `json:"order,omitempty"`
 	// Literals are the lifted literals, in the order of the code.
 	Literals []Literal `json:"lits,omitempty"`
 	// ArgsKeys are the keys of args the code reads (sorted); ArgsWhole

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,12 +111,36 @@ func newExecItem(ex trace.Execution, calls []trace.Call, expires int64) execItem
 		tools = nil // no pair to count, now or after a resume that adds one (newPairs)
 	}
 	it := execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, Tools: tools, ExpiresAt: expires}
-	if ex.Pattern != nil {
-		if b, err := json.Marshal(ex.Pattern); err == nil {
+	if p := ex.Pattern; p != nil {
+		// The tools the item already lists are named by their index:
+		// names are most of a pattern, and an item past 1 KB costs a
+		// second write unit.
+		if order, ok := indexes(p.Tools, tools); ok {
+			c := *p
+			c.Tools, c.Order = nil, order
+			p = &c
+		}
+		if b, err := json.Marshal(p); err == nil {
 			it.Pattern = string(b)
 		}
 	}
 	return it
+}
+
+// indexes are the positions of names in list, when list has them all.
+func indexes(names, list []string) ([]int, bool) {
+	if len(names) == 0 || len(list) == 0 {
+		return nil, false
+	}
+	out := make([]int, len(names))
+	for i, n := range names {
+		j := slices.Index(list, n)
+		if j < 0 {
+			return nil, false
+		}
+		out[i] = j
+	}
+	return out, true
 }
 
 type callItem struct {
