@@ -721,3 +721,37 @@ func TestNewestLabelsAndExpiry(t *testing.T) {
 		t.Errorf("after a bare increment: %v", it)
 	}
 }
+
+// TestReadCounterAcrossShards: one counter of a key spread over shards is
+// read by key from each shard and sums to the count of every batch.
+func TestReadCounterAcrossShards(t *testing.T) {
+	e := newEnv(t)
+	a := e.aggregator(aggregate.Options{CountersPerShard: 1, MaxShards: 4})
+	var recs []events.DynamoDBEventRecord
+	for i := range 12 {
+		// Each batch writes four counters of K#x: four shards.
+		recs = append(recs, record(fmt.Sprintf("ev-%02d", i), "K#x|C#1|1", "K#x|C#2|1", "K#x|C#3|1", "K#x|C#4|1"))
+	}
+	for i := 0; i < len(recs); i += 3 {
+		if err := a.Handle(context.Background(), events.DynamoDBEvent{Records: recs[i : i+3]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sk := range []string{"C#1", "C#2", "C#3", "C#4"} {
+		items, err := aggregate.ReadCounter(context.Background(), e.db, e.table, "K#x", sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := int64(0)
+		for _, it := range items {
+			n, _ := strconv.ParseInt(it["count"].(*types.AttributeValueMemberN).Value, 10, 64)
+			sum += n
+		}
+		if sum != 12 {
+			t.Errorf("%s: %d over %d items, want 12", sk, sum, len(items))
+		}
+	}
+	if items, err := aggregate.ReadCounter(context.Background(), e.db, e.table, "K#x", "C#9"); err != nil || len(items) != 0 {
+		t.Errorf("a counter never written: %v %v", items, err)
+	}
+}

@@ -24,35 +24,45 @@ import (
 )
 
 // The learning loop's counters in the traces table, written by the
-// aggregator from the table's stream (Extract), never by an execution:
+// aggregator from the table's stream (Extract), never by an execution.
+// Three per run (a counter is an ADD of 2 write units in the aggregator's
+// transactions, once per batch however many runs of it the batch holds),
+// one more for a run that carries its program's template:
 //
-//	pk LEARN#<fp>              sk RUNS              successes; labels fp, tools, args, last_seen, template
-//	pk LEARN#<fp>              sk WHO#<00-63>       runs by the principals in one of 64 buckets (distinct principals, estimated)
-//	pk LEARN#<fp>              sk LIT#<ii>#<b>      runs that put a value of bucket b in literal ii; labels kind, value | withheld, hash
-//	pk LEARN#BY#<principal>    sk FP#<fp>           that principal's runs of fp: who may see it, and its listing
-//	pk LEARN#ALL               sk FP#<fp>           every candidate: the approvers' listing
-//	pk LEARN#CAPS              sk OK#<name>, ERR#<name>   capability runs that succeeded, failed: evidence for search
+//	pk LEARN#ALL#<h>              sk FP#<fp>      successes; labels fp, tools, args, last_seen
+//	pk LEARN#BY#<principal>#<h>   sk FP#<fp>      that principal's successes: who may see it, and its listing
+//	pk LEARN#<fp>                 sk V#<w>#<v>    runs by principals of bucket w with literals of bucket v (16 each); labels l00… the literals
+//	pk LEARN#<fp>                 sk TPL          runs that carried the template; label template
+//	pk LEARN#CAPS                 sk OK#<name>, ERR#<name>   capability runs that succeeded, failed: evidence for search
 //
-// Every counter expires (expires_at) as long after its last run as the
-// execution item that counted (PML_TRACE_TTL_DAYS): a candidate nobody runs
-// any more fades out, and the listings stay as long as what ran lately.
+// h is the fingerprint's first hex digit: the listings are 16 partitions
+// each, so no single key takes every candidate of a busy deployment (the
+// aggregator then shards each further, aggregate.Read sums). Every counter
+// expires (expires_at) as long after its last run as the execution item
+// that counted (PML_TRACE_TTL_DAYS): a candidate nobody runs any more fades
+// out, and the listings hold what ran lately.
 const (
 	candidatePrefix = "LEARN#"
 	byPrefix        = "LEARN#BY#"
-	allPK           = "LEARN#ALL"
+	allPrefix       = "LEARN#ALL#"
 	capsPK          = "LEARN#CAPS"
-	runsSK          = "RUNS"
-	whoBuckets      = 64
+	fpPrefix        = "FP#"
+	tplSK           = "TPL"
+	whoBuckets      = 16
 	valueBuckets    = 16
 )
 
+const hexDigits = "0123456789abcdef"
+
 func candidatePK(fp string) string { return candidatePrefix + fp }
 
-func byPK(principal string) string {
+func allPK(h byte) string { return allPrefix + string(h) }
+
+func byPK(principal string, h byte) string {
 	if principal == "" {
 		principal = "-" // auth off: the one local user
 	}
-	return byPrefix + principal
+	return byPrefix + principal + "#" + string(h)
 }
 
 func bucket(s string, n int) int {
@@ -121,39 +131,59 @@ func Extract(rec events.DynamoDBEventRecord) ([]aggregate.Increment, error) {
 	principal := str(img, "principal")
 	tools, _ := json.Marshal(p.Tools)
 	args, _ := json.Marshal(argsLabel{Keys: p.ArgsKeys, Whole: p.ArgsWhole})
-	runs := map[string]string{"fp": p.Fingerprint, "tools": string(tools), "args": string(args), "last_seen": seen}
+	h := p.Fingerprint[0]
+	cpk := candidatePK(p.Fingerprint)
+	vector := map[string]string{}
+	var joined strings.Builder
+	for i, l := range p.Literals {
+		v := encodeLiteral(l)
+		vector[fmt.Sprintf("l%02d", i)] = v
+		joined.WriteString(v)
+		joined.WriteByte(0)
+	}
+	out := []aggregate.Increment{
+		{PK: allPK(h), SK: fpPrefix + p.Fingerprint, N: 1, Expires: expires,
+			Labels: map[string]string{"fp": p.Fingerprint, "tools": string(tools), "args": string(args), "last_seen": seen}},
+		{PK: byPK(principal, h), SK: fpPrefix + p.Fingerprint, N: 1, Expires: expires,
+			Labels: map[string]string{"fp": p.Fingerprint, "last_seen": seen}},
+		{PK: cpk, SK: fmt.Sprintf("V#%x#%x", bucket(principal, whoBuckets), bucket(joined.String(), valueBuckets)), N: 1, Expires: expires,
+			Labels: vector},
+	}
 	if p.Template != nil {
 		t, _ := json.Marshal(p.Template)
-		runs["template"] = string(t)
-	}
-	cpk := candidatePK(p.Fingerprint)
-	index := map[string]string{"fp": p.Fingerprint, "last_seen": seen}
-	out := []aggregate.Increment{
-		{PK: cpk, SK: runsSK, N: 1, Labels: runs, Expires: expires},
-		{PK: cpk, SK: fmt.Sprintf("WHO#%02d", bucket(principal, whoBuckets)), N: 1, Expires: expires},
-		{PK: byPK(principal), SK: "FP#" + p.Fingerprint, N: 1, Labels: index, Expires: expires},
-		{PK: allPK, SK: "FP#" + p.Fingerprint, N: 1, Labels: index, Expires: expires},
-	}
-	for i, l := range p.Literals {
-		labels := map[string]string{"kind": l.Kind}
-		b := "S"
-		switch {
-		case l.Withheld == trace.WithheldSecret:
-			labels["withheld"] = l.Withheld
-		case l.Withheld != "":
-			labels["withheld"], labels["hash"] = l.Withheld, l.Hash
-			b = strconv.FormatInt(int64(bucket(l.Hash, valueBuckets)), 16)
-		default:
-			if l.Value != "" {
-				labels["value"] = l.Value
-			} else {
-				labels["empty"] = "1" // "" is a value; labels cannot be empty
-			}
-			b = strconv.FormatInt(int64(bucket(l.Value, valueBuckets)), 16)
-		}
-		out = append(out, aggregate.Increment{PK: cpk, SK: fmt.Sprintf("LIT#%02d#%s", i, b), N: 1, Labels: labels, Expires: expires})
+		out = append(out, aggregate.Increment{PK: cpk, SK: tplSK, N: 1, Labels: map[string]string{"template": string(t)}, Expires: expires})
 	}
 	return out, nil
+}
+
+// encodeLiteral is a literal as a label: its kind, then "=" and the value,
+// "!" and why it was withheld, or "~" and the hash of a long one.
+func encodeLiteral(l trace.Literal) string {
+	switch {
+	case l.Withheld == trace.WithheldSecret:
+		return l.Kind + "!" + l.Withheld
+	case l.Withheld != "":
+		return l.Kind + "~" + l.Hash
+	}
+	return l.Kind + "=" + l.Value
+}
+
+func decodeLiteral(s string) (trace.Literal, bool) {
+	if len(s) < 2 {
+		return trace.Literal{}, false
+	}
+	l := trace.Literal{Kind: s[:1]}
+	switch s[1] {
+	case '=':
+		l.Value = s[2:]
+	case '!':
+		l.Withheld = s[2:]
+	case '~':
+		l.Withheld, l.Hash = trace.WithheldLong, s[2:]
+	default:
+		return trace.Literal{}, false
+	}
+	return l, true
 }
 
 type argsLabel struct {
@@ -164,7 +194,7 @@ type argsLabel struct {
 // checkPattern refuses a pattern no writer makes: it would be counted
 // under keys nobody reads, or past the bounds a candidate keeps.
 func checkPattern(p *trace.Pattern) error {
-	if len(p.Fingerprint) != 16 || strings.Trim(p.Fingerprint, "0123456789abcdef") != "" {
+	if !validFingerprint(p.Fingerprint) {
 		return fmt.Errorf("fingerprint %q", p.Fingerprint)
 	}
 	if len(p.Tools) == 0 || len(p.Tools) > MaxTools {
@@ -182,6 +212,11 @@ func checkPattern(p *trace.Pattern) error {
 		return errors.New("a template that does not fit its literals")
 	}
 	return nil
+}
+
+// validFingerprint: 16 lower-case hex digits, as Read makes them.
+func validFingerprint(fp string) bool {
+	return len(fp) == 16 && strings.Trim(fp, hexDigits) == ""
 }
 
 // stringList reads a list of strings (none when absent).
@@ -218,29 +253,45 @@ func num(m map[string]events.DynamoDBAttributeValue, name string) string {
 }
 
 // Dynamo reads the learning loop's counters from the traces table. Every
-// read is a Query of one counter partition (aggregate.Read sums its
-// shards); none is on an execution's path.
+// read is a Query (of a counter partition, summed over its shards, or of
+// one counter); none is on an execution's path.
 type Dynamo struct {
 	DB    aggregate.Querier
 	Table string
 }
 
-// counter is one counter item as the aggregator writes it.
+// counter is a counter item as the aggregator writes it.
 type counter struct {
-	SK     string `dynamodbav:"sk"`
-	Count  int64  `dynamodbav:"count"`
-	FP     string `dynamodbav:"fp"`
-	Name   string `dynamodbav:"name"`
-	Seen   string `dynamodbav:"last_seen"`
-	Tools  string `dynamodbav:"tools"`
-	Args   string `dynamodbav:"args"`
-	Tpl    string `dynamodbav:"template"`
-	Kind   string `dynamodbav:"kind"`
-	Value  string `dynamodbav:"value"`
-	Empty  string `dynamodbav:"empty"`
-	Held   string `dynamodbav:"withheld"`
-	Hash   string `dynamodbav:"hash"`
-	expiry int64
+	SK    string `dynamodbav:"sk"`
+	Count int64  `dynamodbav:"count"`
+	FP    string `dynamodbav:"fp"`
+	Name  string `dynamodbav:"name"`
+	Seen  string `dynamodbav:"last_seen"`
+	Tools string `dynamodbav:"tools"`
+	Args  string `dynamodbav:"args"`
+	Tpl   string `dynamodbav:"template"`
+	item  map[string]types.AttributeValue
+}
+
+// decode turns counter items into counters, leaving out those past their
+// expiry (DynamoDB deletes expired items within days, not at once).
+func decode(items []map[string]types.AttributeValue) []counter {
+	out := make([]counter, 0, len(items))
+	now := time.Now().Unix()
+	for _, it := range items {
+		var c counter
+		if attributevalue.UnmarshalMap(it, &c) != nil || c.Count <= 0 {
+			continue
+		}
+		if e, ok := it["expires_at"].(*types.AttributeValueMemberN); ok {
+			if exp, _ := strconv.ParseInt(e.Value, 10, 64); exp > 0 && exp < now {
+				continue
+			}
+		}
+		c.item = it
+		out = append(out, c)
+	}
+	return out
 }
 
 func (d Dynamo) read(ctx context.Context, pk string) ([]counter, error) {
@@ -248,65 +299,81 @@ func (d Dynamo) read(ctx context.Context, pk string) ([]counter, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]counter, 0, len(items))
-	now := time.Now().Unix()
-	for _, it := range items {
-		var c counter
-		if attributevalue.UnmarshalMap(it, &c) != nil {
+	return decode(items), nil
+}
+
+// summary folds the items of one FP# counter (on its shards) into a
+// candidate's count, last seen, tools and args.
+func summary(c *Candidate, items []counter) {
+	for _, x := range items {
+		c.Successes += x.Count
+		t, err := time.Parse(time.RFC3339Nano, x.Seen)
+		if err != nil {
 			continue
 		}
-		if e, ok := it["expires_at"].(*types.AttributeValueMemberN); ok {
-			// DynamoDB deletes expired items within days, not at once.
-			if c.expiry, _ = strconv.ParseInt(e.Value, 10, 64); c.expiry > 0 && c.expiry < now {
-				continue
+		if t.After(c.LastSeen) || c.Tools == nil && x.Tools != "" {
+			if t.After(c.LastSeen) {
+				c.LastSeen = t
+			}
+			if x.Tools != "" {
+				_ = json.Unmarshal([]byte(x.Tools), &c.Tools)
+				var a argsLabel
+				if json.Unmarshal([]byte(x.Args), &a) == nil {
+					c.ArgsKeys, c.ArgsWhole = a.Keys, a.Whole
+				}
 			}
 		}
-		out = append(out, c)
 	}
-	return out, nil
 }
 
-// index reads a listing partition: each fingerprint's count and when it
-// was last seen, summed over shards.
-func (d Dynamo) index(ctx context.Context, pk string) (map[string]*Candidate, error) {
-	cs, err := d.read(ctx, pk)
-	if err != nil {
+// listing reads the 16 partitions of a listing (LEARN#ALL#h or a
+// principal's), concurrently: each fingerprint's count and last seen (and,
+// from LEARN#ALL, tools and args).
+func (d Dynamo) listing(ctx context.Context, pk func(h byte) string) (map[string]*Candidate, error) {
+	parts := make([][]counter, len(hexDigits))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range hexDigits {
+		g.Go(func() error {
+			cs, err := d.read(gctx, pk(hexDigits[i]))
+			parts[i] = cs
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	out := map[string]*Candidate{}
-	for _, c := range cs {
-		fp := strings.TrimPrefix(c.SK, "FP#")
-		if fp == c.SK || fp == "" {
-			continue
+	byFP := map[string][]counter{}
+	for _, cs := range parts {
+		for _, c := range cs {
+			if fp := strings.TrimPrefix(c.SK, fpPrefix); fp != c.SK && validFingerprint(fp) {
+				byFP[fp] = append(byFP[fp], c)
+			}
 		}
-		e := out[fp]
-		if e == nil {
-			e = &Candidate{Fingerprint: fp}
-			out[fp] = e
-		}
-		e.Successes += c.Count
-		if t, err := time.Parse(time.RFC3339Nano, c.Seen); err == nil && t.After(e.LastSeen) {
-			e.LastSeen = t
-		}
+	}
+	out := make(map[string]*Candidate, len(byFP))
+	for fp, cs := range byFP {
+		c := &Candidate{Fingerprint: fp}
+		summary(c, cs)
+		out[fp] = c
 	}
 	return out, nil
 }
 
-// maxDetails bounds the candidate partitions one listing reads: the
-// listing partition ranks them first, by the counts it holds.
+// maxDetails bounds the candidates one listing reads in full: the listing
+// partitions rank them first, by the counts they hold.
 const maxDetails = 200
 
-// Candidates implements Store: the viewer's listing partition (an
-// approver's: every candidate's), ranked by what it holds, then the
-// partitions of the best of them (at most maxDetails, 4 × the limit),
-// read concurrently.
+// Candidates implements Store: the viewer's listing partitions (an
+// approver's: every candidate's), ranked by what they hold, then the best
+// of them (at most maxDetails, 4 × the limit) read in full, concurrently.
 func (d Dynamo) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 	q = q.norm()
 	pk := allPK
 	if !q.Viewer.Approver {
-		pk = byPK(q.Viewer.Principal)
+		pk = func(h byte) string { return byPK(q.Viewer.Principal, h) }
 	}
-	idx, err := d.index(ctx, pk)
+	idx, err := d.listing(ctx, pk)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -324,7 +391,11 @@ func (d Dynamo) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 	g.SetLimit(8)
 	for i, c := range pre {
 		g.Go(func() error {
-			got, err := d.candidate(gctx, c.Fingerprint)
+			var known *Candidate
+			if q.Viewer.Approver {
+				known = idx[c.Fingerprint] // LEARN#ALL's summary, read already
+			}
+			got, err := d.candidate(gctx, c.Fingerprint, known)
 			full[i] = got
 			return err
 		})
@@ -341,19 +412,22 @@ func (d Dynamo) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 	return rank(out, q), nil
 }
 
-// Candidate implements Store: the viewer must have run it (its listing
-// partition names it), unless it is an approver.
+// Candidate implements Store: the viewer must have run it (its own
+// counter of it exists), unless it is an approver.
 func (d Dynamo) Candidate(ctx context.Context, fp string, v Viewer) (Candidate, error) {
+	if !validFingerprint(fp) {
+		return Candidate{}, noCandidate(fp)
+	}
 	if !v.Approver {
-		idx, err := d.index(ctx, byPK(v.Principal))
+		items, err := aggregate.ReadCounter(ctx, d.DB, d.Table, byPK(v.Principal, fp[0]), fpPrefix+fp)
 		if err != nil {
 			return Candidate{}, unavailable(err)
 		}
-		if idx[fp] == nil {
+		if len(decode(items)) == 0 {
 			return Candidate{}, noCandidate(fp)
 		}
 	}
-	c, err := d.candidate(ctx, fp)
+	c, err := d.candidate(ctx, fp, nil)
 	if err != nil {
 		return Candidate{}, unavailable(err)
 	}
@@ -363,72 +437,67 @@ func (d Dynamo) Candidate(ctx context.Context, fp string, v Viewer) (Candidate, 
 	return *c, nil
 }
 
-// candidate reads one candidate's partition (nil when it has none).
-func (d Dynamo) candidate(ctx context.Context, fp string) (*Candidate, error) {
+// candidate reads one candidate in full (nil when it has no counter): its
+// summary from LEARN#ALL (unless known), its literals, principals and
+// template from its own partition.
+func (d Dynamo) candidate(ctx context.Context, fp string, known *Candidate) (*Candidate, error) {
+	c := &Candidate{Fingerprint: fp}
+	if known != nil {
+		*c = *known
+	} else {
+		items, err := aggregate.ReadCounter(ctx, d.DB, d.Table, allPK(fp[0]), fpPrefix+fp)
+		if err != nil {
+			return nil, err
+		}
+		summary(c, decode(items))
+	}
+	if c.Successes == 0 {
+		return nil, nil
+	}
 	cs, err := d.read(ctx, candidatePK(fp))
 	if err != nil {
 		return nil, err
 	}
-	c := &Candidate{Fingerprint: fp}
 	who := map[string]bool{}
-	slots := map[int]*Slot{}
-	found := false
+	n := 0
+	var vectors [][]trace.Literal
 	for _, x := range cs {
 		switch {
-		case x.SK == runsSK:
-			found = true
-			c.Successes += x.Count
-			t, _ := time.Parse(time.RFC3339Nano, x.Seen)
-			if t.After(c.LastSeen) || c.Tools == nil {
-				if t.After(c.LastSeen) {
-					c.LastSeen = t
+		case x.SK == tplSK && x.Tpl != "" && c.Template == nil:
+			var tpl trace.Template
+			if json.Unmarshal([]byte(x.Tpl), &tpl) == nil {
+				c.Template = &tpl
+			}
+		case strings.HasPrefix(x.SK, "V#"):
+			w, _, _ := strings.Cut(strings.TrimPrefix(x.SK, "V#"), "#")
+			who[w] = true
+			var vec []trace.Literal
+			for i := 0; i < MaxLiterals; i++ {
+				v, ok := x.item[fmt.Sprintf("l%02d", i)].(*types.AttributeValueMemberS)
+				if !ok {
+					break
 				}
-				_ = json.Unmarshal([]byte(x.Tools), &c.Tools)
-				var a argsLabel
-				if json.Unmarshal([]byte(x.Args), &a) == nil {
-					c.ArgsKeys, c.ArgsWhole = a.Keys, a.Whole
+				l, ok := decodeLiteral(v.Value)
+				if !ok {
+					break
 				}
+				vec = append(vec, l)
 			}
-			if x.Tpl != "" && c.Template == nil {
-				var tpl trace.Template
-				if json.Unmarshal([]byte(x.Tpl), &tpl) == nil {
-					c.Template = &tpl
-				}
-			}
-		case strings.HasPrefix(x.SK, "WHO#"):
-			if x.Count > 0 {
-				who[x.SK] = true
-			}
-		case strings.HasPrefix(x.SK, "LIT#"):
-			rest := strings.TrimPrefix(x.SK, "LIT#")
-			is, _, _ := strings.Cut(rest, "#")
-			i, err := strconv.Atoi(is)
-			if err != nil || i < 0 || i >= MaxLiterals || x.Count <= 0 {
-				continue
-			}
-			s := slots[i]
-			if s == nil {
-				s = &Slot{}
-				slots[i] = s
-			}
-			s.add(trace.Literal{Kind: x.Kind, Value: x.Value, Withheld: x.Held, Hash: x.Hash})
+			n = max(n, len(vec))
+			vectors = append(vectors, vec)
 		}
 	}
-	if !found {
-		return nil, nil
-	}
 	c.Principals = estimate(len(who), whoBuckets)
-	n := 0
-	for i := range slots {
-		n = max(n, i+1)
-	}
 	if c.Template != nil {
 		n = max(n, len(c.Template.Holes))
 	}
 	c.Slots = make([]Slot, n)
-	for i := range c.Slots {
-		if s := slots[i]; s != nil {
-			c.Slots[i] = *s
+	for _, vec := range vectors {
+		if len(vec) != n {
+			continue
+		}
+		for i, l := range vec {
+			c.Slots[i].add(l)
 		}
 	}
 	return c, nil
@@ -436,7 +505,7 @@ func (d Dynamo) candidate(ctx context.Context, fp string) (*Candidate, error) {
 
 // estimate is the distinct principals behind filled of m buckets (linear
 // counting): exact while they fall in distinct buckets, an estimate past a
-// few dozen.
+// few.
 func estimate(filled, m int) int {
 	if filled == 0 {
 		return 0

@@ -285,7 +285,7 @@ func Proposal(ctx context.Context, store Store, id string, v Viewer, name string
 	if min <= 0 {
 		min = DefaultMinSuccesses
 	}
-	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+	if !validFingerprint(id) {
 		// Only a fingerprint names a candidate: never another counter.
 		return Suggestion{}, fault.New(fault.InvalidRequest, "%q is not a suggestion id (16 hex digits)", id)
 	}
