@@ -286,15 +286,14 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 		req.ExecutionID = trace.NewExecutionID()
 	}
 	ctx = s.startSpan(ctx, &req, start)
-	resp, res, parsed := s.execute(ctx, &req, start)
+	resp, res, shape := s.execute(ctx, &req, start)
 	ex := s.execRecord(ctx, &req, resp, res, start)
 	if res != nil && res.Suspended != nil {
 		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
 	}
-	if parsed != nil && resp.OK && !resp.Suspended() {
-		// A pattern for the learning loop: CPU only, from the tree the
-		// analysis already parsed; it travels in the trace record.
-		ex.Pattern = s.learner.Pattern(learn.Read(parsed, s.learner.Known()), ownCalls(resp))
+	if shape != nil && resp.OK && !resp.Suspended() {
+		// A pattern for the learning loop; it travels in the trace record.
+		ex.Pattern = s.learner.Pattern(shape, ownCalls(resp))
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(req.CallDetail)
@@ -354,10 +353,11 @@ func refNames(refs analysis.Refs) []string {
 	return out
 }
 
-// execute runs req; parsed is the analysis parser's tree of its code when
-// the run is one the learning loop reads (a root execution, learning on).
-func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (resp *execution.Response, res *guest.Result, parsed *analysis.Parsed) {
-	fail := func(err *fault.Error) (*execution.Response, *guest.Result, *analysis.Parsed) {
+// execute runs req; shape is its code's shape when the run is one the
+// learning loop reads (a root execution, learning on, code that names a
+// tool or reaches them dynamically).
+func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (resp *execution.Response, res *guest.Result, shape *learn.Shape) {
+	fail := func(err *fault.Error) (*execution.Response, *guest.Result, *learn.Shape) {
 		resp := execution.Failed(req.ExecutionID, err)
 		resp.DurationMS = ms(time.Since(start))
 		return resp, nil, nil
@@ -415,6 +415,13 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	if ferr := s.unresolved(ctx, req, refs, ts); ferr != nil {
 		return fail(ferr)
 	}
+	if parsed := prep.Parsed(); parsed != nil && (len(refs.Tools) > 0 || refs.Dynamic) {
+		// Read now, while the parser's tree is in the cache (after the
+		// run it costs about three times as much), from the tree the
+		// analysis parsed: no second parse. Code that names no tool
+		// cannot make a pattern.
+		shape = learn.Read(parsed, s.learner.Known())
+	}
 
 	gtools := make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
 	for _, t := range ts.visible {
@@ -440,7 +447,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	s.hook(ctx, &greq, req, host)
 	res = s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
-	return s.response(res, req, host, start), res, prep.Parsed()
+	return s.response(res, req, host, start), res, shape
 }
 
 // hook connects the engine's callbacks to the request's: the park

@@ -153,9 +153,9 @@ func run(b *testing.B, a *app.App, code string) *execution.Response {
 func BenchmarkReplay(b *testing.B) {
 	var suggestedAfter []int
 	var later, found, lexical, reuses int
-	var saved int64
+	var saved, calls int64
 	for b.Loop() {
-		suggestedAfter, later, found, lexical, reuses, saved = nil, 0, 0, 0, 0, 0
+		suggestedAfter, later, found, lexical, reuses, saved, calls = nil, 0, 0, 0, 0, 0, 0
 		a := newReplayApp(b, app.TraceConfig{Store: app.StoreFile}, false)
 		published := map[int]learn.Suggestion{}
 		runs := map[int]int{}
@@ -194,6 +194,7 @@ func BenchmarkReplay(b *testing.B) {
 				}
 				reuses++
 				saved += int64(len(tk.code) - len(call))
+				calls += int64(len(call))
 				continue
 			}
 			if resp := run(b, a, tk.code); !resp.OK {
@@ -225,6 +226,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(float64(lexical)/float64(later)*100, "%-top3-lexical-only")
 	b.ReportMetric(float64(later), "later-tasks")
 	b.ReportMetric(float64(saved)/float64(reuses), "bytes-saved/reuse")
+	b.ReportMetric(float64(calls)/float64(reuses), "call-bytes/reuse")
 	b.Logf("suggested after %v runs; %d of %d later tasks found their capability in the top 3; %d reuses saved %d bytes", suggestedAfter, found, later, reuses, saved)
 }
 
@@ -269,8 +271,8 @@ func callOf(s learn.Suggestion, code string) string {
 // execution and the difference in per cent.
 func BenchmarkExecution(b *testing.B) {
 	tasks := replayTasks(30)
-	on := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory}, false)
-	off := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory}, true)
+	on := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory, Keep: 100}, false)
+	off := newReplayApp(b, app.TraceConfig{Store: app.StoreMemory, Keep: 100}, true)
 	var wall, cpu [2]time.Duration
 	i := 0
 	for b.Loop() {

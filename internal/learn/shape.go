@@ -135,12 +135,9 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 		return nil
 	}
 	w := &shapeWalker{
-		parsed:     p,
-		hints:      map[*js.LiteralExpr]string{},
-		structural: map[*js.LiteralExpr]bool{},
-		locals:     map[string]bool{},
-		keys:       map[int]bool{},
-		argsKeys:   map[string]bool{},
+		parsed:   p,
+		locals:   map[string]bool{},
+		argsKeys: map[string]bool{},
 	}
 	if len(body.Params.List) == 1 {
 		if v, ok := body.Params.List[0].Binding.(*js.Var); ok {
@@ -176,33 +173,37 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 		slots = append(slots, slot{off: off, end: off + len(raw), lit: l})
 	}
 	slices.SortFunc(slots, func(a, b slot) int { return a.off - b.off })
-	regexps := map[int]bool{}
+	var regexps []int
 	for _, raw := range w.regexps {
 		if off := p.Offset(raw); off >= 0 {
-			regexps[off] = true
+			regexps = append(regexps, off)
 		}
 	}
+	slices.Sort(w.keys)
 
 	// One pass of the lexer: the fingerprint's tokens, and the pieces of
 	// the template.
 	var fp bytes.Buffer
-	fp.Grow(len(code))
+	fp.Grow(2*len(code) + len(fingerprintVersion))
 	fp.WriteString(fingerprintVersion)
 	token := func(kind byte, text string) {
 		fp.WriteByte(kind)
 		fp.WriteString(text)
 		fp.WriteByte(0)
 	}
-	canon := map[string]string{}
+	var canon []string // locals in the order of first use: their number is their index
 	local := func(name string) string {
-		c, ok := canon[name]
-		if !ok {
-			c = strconv.Itoa(len(canon))
-			canon[name] = c
+		i := slices.Index(canon, name)
+		if i < 0 {
+			i = len(canon)
+			canon = append(canon, name)
 		}
-		return c
+		return strconv.Itoa(i)
 	}
-	lex := js.NewLexer(parse.NewInputString(code))
+	// The lexer wants its input NUL-terminated: room for it saves a copy.
+	src := make([]byte, len(code), len(code)+1)
+	copy(src, code)
+	lex := js.NewLexer(parse.NewInputBytes(src))
 	next, off, start := 0, 0, 0
 	prev := js.ErrorToken
 	cut := func(kind byte, end int) {
@@ -220,7 +221,7 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 			}
 			break
 		}
-		if (tt == js.DivToken || tt == js.DivEqToken) && regexps[off] {
+		if (tt == js.DivToken || tt == js.DivEqToken) && slices.Contains(regexps, off) {
 			tt, data = lex.RegExp()
 			if tt == js.ErrorToken {
 				return nil
@@ -255,7 +256,7 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 			switch {
 			case prev == js.DotToken || prev == js.OptChainToken:
 				token('P', text)
-			case w.keys[off]:
+			case w.isKey(off):
 				token('K', text)
 			case w.locals[text]:
 				token('V', local(text))
@@ -387,12 +388,11 @@ type shapeWalker struct {
 	args       *js.Var // the wrapper's parameter
 	lits       []lifted
 	regexps    [][]byte
-	hints      map[*js.LiteralExpr]string
-	tmplHints  map[*js.TemplateExpr]string
-	structural map[*js.LiteralExpr]bool
-	locals     map[string]bool // names the code declares
-	keys       map[int]bool    // offsets of property names and object keys
-	shorthands []string        // the names of shorthand properties ({city}), in the walk's order
+	hints      []hinted          // the name each literal is given by where it stands
+	structural []*js.LiteralExpr // literals that name a place (an index): not lifted
+	locals     map[string]bool   // names the code declares
+	keys       []int             // offsets of property names and object keys (sorted before the lexer's pass)
+	shorthands []string          // the names of shorthand properties ({city}), in the walk's order
 	argsKeys   map[string]bool
 	argsWhole  bool
 }
@@ -408,7 +408,7 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 		case r == w.args:
 			// args used as a value, not through one of its keys.
 			w.argsWhole = true
-		case r.Decl != js.NoDecl:
+		case r.Decl != js.NoDecl && !w.locals[string(r.Data)]: // a lookup does not allocate
 			w.locals[string(r.Data)] = true
 		}
 		return nil
@@ -417,7 +417,7 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 		if n.Computed != nil {
 			js.Walk(w, n.Computed)
 		} else if off := w.parsed.Offset(n.Literal.Data); off >= 0 {
-			w.keys[off] = true
+			w.keys = append(w.keys, off)
 		}
 		return nil
 	case *js.BindingObjectItem:
@@ -437,7 +437,7 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 	case *js.IndexExpr:
 		// obj["key"] and list[0] name a place, as a dot does: not lifted.
 		if lit, ok := n.Y.(*js.LiteralExpr); ok {
-			w.structural[lit] = true
+			w.structural = append(w.structural, lit)
 			if v, ok := n.X.(*js.Var); ok && w.args != nil && root(v) == w.args && lit.TokenType == js.StringToken {
 				if name, ok := analysis.StringValue(lit.Data); ok {
 					w.argsKeys[name] = true
@@ -510,16 +510,16 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 		return w
 	case *js.LiteralExpr:
 		switch {
-		case w.structural[n]:
+		case slices.Contains(w.structural, n):
 		case n.TokenType == js.RegExpToken:
 			w.regexps = append(w.regexps, n.Data)
 		case n.TokenType == js.StringToken, isNumber(n):
-			w.lits = append(w.lits, lifted{expr: n, hint: w.hints[n]})
+			w.lits = append(w.lits, lifted{expr: n, hint: w.hintOf(n)})
 		}
 		return nil
 	case *js.TemplateExpr:
 		if n.Tag == nil && len(n.List) == 0 {
-			w.lits = append(w.lits, lifted{tmpl: n, hint: w.tmplHints[n]})
+			w.lits = append(w.lits, lifted{tmpl: n, hint: w.hintOf(n)})
 			return nil
 		}
 		return w
@@ -529,6 +529,26 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 
 // Exit implements js.IVisitor.
 func (w *shapeWalker) Exit(js.INode) {}
+
+// hinted is a literal and the name where it stands gives it.
+type hinted struct {
+	node js.IExpr
+	name string
+}
+
+func (w *shapeWalker) hintOf(e js.IExpr) string {
+	for _, h := range w.hints {
+		if h.node == e {
+			return h.name
+		}
+	}
+	return ""
+}
+
+func (w *shapeWalker) isKey(off int) bool {
+	_, found := slices.BinarySearch(w.keys, off)
+	return found
+}
 
 // shorthand notes a property name that is also its value's variable
 // ({city}): the tokens number the variable, the fingerprint keeps the
@@ -544,17 +564,13 @@ func (w *shapeWalker) shorthand(n *js.PropertyName) {
 // first name given wins (a property's key over the call it is passed to).
 func (w *shapeWalker) hint(e js.IExpr, name string) {
 	switch l := e.(type) {
-	case *js.LiteralExpr:
-		if _, ok := w.hints[l]; !ok {
-			w.hints[l] = identifier(name)
+	case *js.LiteralExpr, *js.TemplateExpr:
+		for _, h := range w.hints {
+			if h.node == e {
+				return
+			}
 		}
-	case *js.TemplateExpr:
-		if w.tmplHints == nil {
-			w.tmplHints = map[*js.TemplateExpr]string{}
-		}
-		if _, ok := w.tmplHints[l]; !ok {
-			w.tmplHints[l] = identifier(name)
-		}
+		w.hints = append(w.hints, hinted{node: e, name: identifier(name)})
 	case *js.UnaryExpr:
 		w.hint(l.X, name) // -5
 	}
