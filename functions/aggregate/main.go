@@ -1,9 +1,9 @@
 // Command aggregate is the PML Sandbox aggregator function: the traces
 // table's stream (execution items only, by the event source mapping's
-// filter) enters here, and the tool co-occurrence counters are written one
-// ADD per counter per batch, exactly once. It only wires; see
-// internal/aggregate and tracedb.CoOccurrence. It runs no sandbox: its
-// artifact carries no guest.
+// filter) enters here, and the tool co-occurrence counters and the
+// learning loop's are written one ADD per counter per batch, exactly once.
+// It only wires; see internal/aggregate, tracedb.CoOccurrence and
+// learn.Extract. It runs no sandbox: its artifact carries no guest.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/xraysink"
@@ -31,7 +32,10 @@ func main() {
 		os.Exit(1)
 	}
 	xraysink.InstrumentAWS(&cfg)
-	opts := aggregate.Options{DB: dynamodb.NewFromConfig(cfg), Table: table, Extract: tracedb.CoOccurrence, Log: log}
+	// One stream, two kinds of counters: tool co-occurrence and the
+	// learning loop's candidates and capability runs.
+	extract := aggregate.Extractors(tracedb.CoOccurrence, learn.Extract)
+	opts := aggregate.Options{DB: dynamodb.NewFromConfig(cfg), Table: table, Extract: extract, Log: log}
 	// DynamoDB Local (the integration tests) takes 10 actions a
 	// transaction, DynamoDB 100.
 	if v, err := strconv.Atoi(os.Getenv("PML_AGGREGATE_TRANSACT_ITEMS")); err == nil {

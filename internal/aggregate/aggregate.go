@@ -51,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -82,8 +83,16 @@ type Increment struct {
 	N      int64
 	// Labels are set on the counter item with every ADD, so readers know
 	// what it counts without parsing keys (tool, other...). Names must not
-	// be pk, sk, count or base.
+	// be pk, sk, count, base or expires_at. Where a batch has several
+	// increments of one counter, a later increment's label replaces an
+	// earlier one's of the same name (records come in stream order: the
+	// newest wins), and labels only one of them has are kept.
 	Labels map[string]string
+	// Expires, when set (epoch seconds), is the counter item's expires_at
+	// (the table's TTL attribute): the latest of a batch's increments is
+	// written, so a counter lives as long after its last increment. Zero
+	// leaves expires_at alone (co-occurrence counters are kept for good).
+	Expires int64
 }
 
 // Extractor turns one stream record into the increments it stands for;
@@ -92,6 +101,24 @@ type Increment struct {
 // be read will not be readable on the next attempt, and must not stop the
 // shard).
 type Extractor func(events.DynamoDBEventRecord) ([]Increment, error)
+
+// Extractors is one Extractor counting what each of ex counts, for one
+// stream that feeds several kinds of counters (tool co-occurrence, the
+// learning loop's). A record one of them cannot read is skipped whole, as
+// any malformed record is.
+func Extractors(ex ...Extractor) Extractor {
+	return func(rec events.DynamoDBEventRecord) ([]Increment, error) {
+		var out []Increment
+		for _, x := range ex {
+			incs, err := x(rec)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, incs...)
+		}
+		return out, nil
+	}
+}
 
 // Options configure an Aggregator.
 type Options struct {
@@ -268,10 +295,13 @@ type delta struct {
 	Base   string            `json:"base"`
 	N      int64             `json:"n"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Expires is the latest Increment.Expires of the counter's
+	// increments (0: none).
+	Expires int64 `json:"expires,omitempty"`
 }
 
 // reserved are attribute names the aggregator writes on counters itself.
-var reserved = []string{"pk", "sk", "count", "base"}
+var reserved = []string{"pk", "sk", "count", "base", "expires_at"}
 
 // build sums the increments of recs into a journal keyed on recs[0].
 func (a *Aggregator) build(ctx context.Context, recs []events.DynamoDBEventRecord) *journal {
@@ -298,8 +328,14 @@ func (a *Aggregator) build(ctx context.Context, recs []events.DynamoDBEventRecor
 			if d == nil {
 				d = &delta{PK: inc.PK, SK: inc.SK, Base: inc.PK, Labels: inc.Labels}
 				sums[k] = d
+			} else if len(inc.Labels) > 0 {
+				merged := make(map[string]string, len(d.Labels)+len(inc.Labels))
+				maps.Copy(merged, d.Labels)
+				maps.Copy(merged, inc.Labels)
+				d.Labels = merged
 			}
 			d.N += inc.N
+			d.Expires = max(d.Expires, inc.Expires)
 		}
 	}
 	perBase := map[string]int{}

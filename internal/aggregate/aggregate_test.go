@@ -587,7 +587,7 @@ func TestMalformedRecordsAreSkippedNotRetried(t *testing.T) {
 // the attributes the aggregator owns.
 func TestLabelsCannotOverwriteTheCounter(t *testing.T) {
 	e := newEnv(t)
-	for _, label := range []string{"count", "base", "pk", "sk", ""} {
+	for _, label := range []string{"count", "base", "pk", "sk", "expires_at", ""} {
 		bad := func(events.DynamoDBEventRecord) ([]aggregate.Increment, error) {
 			return []aggregate.Increment{{PK: "K#x", SK: "C#1", N: 1, Labels: map[string]string{label: "9"}}}, nil
 		}
@@ -657,5 +657,101 @@ func TestLargeJournalSpansParts(t *testing.T) {
 	}
 	if st := a.Stats(); st.Journals != 1 || st.Covered != 10000 {
 		t.Fatalf("stats %+v: want one journal covering every record", st)
+	}
+}
+
+// TestNewestLabelsAndExpiry: within a batch the later increment's labels
+// win, a label only an earlier one has is kept, and the counter takes the
+// latest expiry; a later batch's labels replace the stored ones.
+func TestNewestLabelsAndExpiry(t *testing.T) {
+	e := newEnv(t)
+	type inc struct {
+		labels  map[string]string
+		expires int64
+	}
+	byID := map[string]inc{
+		"ev-1": {map[string]string{"last": "one", "first": "kept"}, 2000000000},
+		"ev-2": {map[string]string{"last": "two"}, 2000000100},
+		"ev-3": {map[string]string{"last": "three"}, 1900000000},
+		"ev-4": {nil, 0},
+	}
+	x := func(r events.DynamoDBEventRecord) ([]aggregate.Increment, error) {
+		i := byID[r.EventID]
+		return []aggregate.Increment{{PK: "K#x", SK: "C#1", N: 1, Labels: i.labels, Expires: i.expires}}, nil
+	}
+	a, err := aggregate.New(aggregate.Options{DB: e.db, Table: e.table, Extract: x, MaxTransactItems: 10, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]types.AttributeValue {
+		out, err := e.db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(e.table), Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "K#x"}, "sk": &types.AttributeValueMemberS{Value: "C#1"}}})
+		if err != nil || out.Item == nil {
+			t.Fatalf("no counter: %v", err)
+		}
+		return out.Item
+	}
+	str := func(it map[string]types.AttributeValue, name string) string {
+		switch v := it[name].(type) {
+		case *types.AttributeValueMemberS:
+			return v.Value
+		case *types.AttributeValueMemberN:
+			return v.Value
+		}
+		return ""
+	}
+	if err := a.Handle(context.Background(), events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{record("ev-1"), record("ev-2")}}); err != nil {
+		t.Fatal(err)
+	}
+	it := read()
+	if str(it, "last") != "two" || str(it, "first") != "kept" || str(it, "expires_at") != "2000000100" || str(it, "count") != "2" {
+		t.Errorf("after one batch: %v", it)
+	}
+	if err := a.Handle(context.Background(), events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{record("ev-3")}}); err != nil {
+		t.Fatal(err)
+	}
+	if it := read(); str(it, "last") != "three" || str(it, "expires_at") != "1900000000" {
+		t.Errorf("after a later batch: %v", it)
+	}
+	// An increment without labels or expiry leaves them as they are.
+	if err := a.Handle(context.Background(), events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{record("ev-4")}}); err != nil {
+		t.Fatal(err)
+	}
+	if it := read(); str(it, "last") != "three" || str(it, "expires_at") != "1900000000" || str(it, "count") != "4" {
+		t.Errorf("after a bare increment: %v", it)
+	}
+}
+
+// TestReadCounterAcrossShards: one counter of a key spread over shards is
+// read by key from each shard and sums to the count of every batch.
+func TestReadCounterAcrossShards(t *testing.T) {
+	e := newEnv(t)
+	a := e.aggregator(aggregate.Options{CountersPerShard: 1, MaxShards: 4})
+	var recs []events.DynamoDBEventRecord
+	for i := range 12 {
+		// Each batch writes four counters of K#x: four shards.
+		recs = append(recs, record(fmt.Sprintf("ev-%02d", i), "K#x|C#1|1", "K#x|C#2|1", "K#x|C#3|1", "K#x|C#4|1"))
+	}
+	for i := 0; i < len(recs); i += 3 {
+		if err := a.Handle(context.Background(), events.DynamoDBEvent{Records: recs[i : i+3]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sk := range []string{"C#1", "C#2", "C#3", "C#4"} {
+		items, err := aggregate.ReadCounter(context.Background(), e.db, e.table, "K#x", sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := int64(0)
+		for _, it := range items {
+			n, _ := strconv.ParseInt(it["count"].(*types.AttributeValueMemberN).Value, 10, 64)
+			sum += n
+		}
+		if sum != 12 {
+			t.Errorf("%s: %d over %d items, want 12", sk, sum, len(items))
+		}
+	}
+	if items, err := aggregate.ReadCounter(context.Background(), e.db, e.table, "K#x", "C#9"); err != nil || len(items) != 0 {
+		t.Errorf("a counter never written: %v %v", items, err)
 	}
 }

@@ -319,6 +319,11 @@ func addUpdate(table string, d delta) *types.Update {
 		values[":l"+strconv.Itoa(i)] = s(d.Labels[l])
 		set = append(set, fmt.Sprintf("#l%d = :l%d", i, i))
 	}
+	if d.Expires > 0 {
+		names["#exp"] = "expires_at"
+		values[":exp"] = n(strconv.FormatInt(d.Expires, 10))
+		set = append(set, "#exp = :exp")
+	}
 	return &types.Update{
 		TableName:                 aws.String(table),
 		Key:                       key(d.PK, d.SK),

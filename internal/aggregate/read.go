@@ -109,3 +109,60 @@ func query(ctx context.Context, db Querier, in *dynamodb.QueryInput) ([]map[stri
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
 }
+
+// ReadCounter returns the items of one counter (base, sk) on every shard
+// base is spread over: one Query of base's "#SHARDS" item, then one keyed
+// Query of each shard (base itself the first), concurrently. Callers sum
+// "count"; labels may differ between shards (each has the labels of the
+// batches that wrote to it).
+func ReadCounter(ctx context.Context, db Querier, table, base, sk string) ([]map[string]types.AttributeValue, error) {
+	key := func(pk, sk string) *dynamodb.QueryInput {
+		return &dynamodb.QueryInput{
+			TableName:              aws.String(table),
+			KeyConditionExpression: aws.String("pk = :pk AND sk = :sk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": &types.AttributeValueMemberS{Value: pk}, ":sk": &types.AttributeValueMemberS{Value: sk}},
+		}
+	}
+	head, err := query(ctx, db, key(base, shardsSK))
+	if err != nil {
+		return nil, wrapf(fault.Unavailable, err, "reading the shards of %s", base)
+	}
+	shards := 1
+	for _, it := range head {
+		if v, _ := it["shards"].(*types.AttributeValueMemberN); v != nil {
+			if n, err := strconv.Atoi(v.Value); err == nil && n > 1 {
+				shards = n
+			}
+		}
+	}
+	found := make([][]map[string]types.AttributeValue, shards)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for s := range shards {
+		pk := base
+		if s > 0 {
+			pk = ShardKey(base, s)
+		}
+		g.Go(func() error {
+			items, err := query(gctx, db, key(pk, sk))
+			found[s] = items
+			if err != nil {
+				return wrapf(fault.Unavailable, err, "reading counter %s %s", pk, sk)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []map[string]types.AttributeValue
+	for _, items := range found {
+		for _, it := range items {
+			if b, ok := it["base"].(*types.AttributeValueMemberS); !ok || b.Value == base {
+				out = append(out, it)
+			}
+		}
+	}
+	return out, nil
+}

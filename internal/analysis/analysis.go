@@ -105,6 +105,55 @@ func (e *UnreadableError) Unwrap() error { return e.Fault }
 // *fault.Error with code ScriptError. Both carry a message
 // "SyntaxError: … (line L, column C)" in the user's coordinates.
 func MCPReferences(code string) (Refs, error) {
+	p, err := Parse(code)
+	if err != nil {
+		return Refs{}, err
+	}
+	return p.Refs, nil
+}
+
+// Parsed is code as the parser read it: the tools it names and the tree,
+// for a caller that reads more of the code than its tool names (the
+// learning loop, internal/learn) without parsing it again.
+type Parsed struct {
+	Refs Refs
+	// AST is the wrapped program: one expression statement holding the
+	// async function (Body) whose body is the user's code.
+	AST *js.AST
+	src []byte
+}
+
+// Body is the wrapper function: its one parameter is args, its body the
+// user's code.
+func (p *Parsed) Body() *js.FuncDecl {
+	for _, s := range p.AST.List {
+		if es, ok := s.(*js.ExprStmt); ok {
+			if g, ok := es.Value.(*js.GroupExpr); ok {
+				if f, ok := g.X.(*js.FuncDecl); ok {
+					return f
+				}
+			}
+		}
+	}
+	return nil // not reached: Parse checks the wrapper is intact
+}
+
+// Offset returns the offset in the user's code of a token of the tree (a
+// literal's Data, a name), or -1 when the token is not a slice of the
+// code (the parser built it).
+func (p *Parsed) Offset(tok []byte) int {
+	w := walker{src: p.src}
+	return w.offsetOf(tok)
+}
+
+// Code is the user's code the tree was parsed from.
+func (p *Parsed) Code() string {
+	return string(p.src[len(wrapHead) : len(p.src)-len(wrapTail)])
+}
+
+// Parse parses code (the body of an async function) as MCPReferences
+// does, and keeps the tree.
+func Parse(code string) (*Parsed, error) {
 	src := make([]byte, 0, len(wrapHead)+len(code)+len(wrapTail)+1)
 	src = append(src, wrapHead...)
 	src = append(src, code...)
@@ -113,14 +162,14 @@ func MCPReferences(code string) (Refs, error) {
 	// token addresses can be mapped back to offsets.
 	ast, err := js.Parse(parse.NewInputBytes(src), js.Options{})
 	if err != nil {
-		return Refs{}, &UnreadableError{Fault: syntaxError(code, err)}
+		return nil, &UnreadableError{Fault: syntaxError(code, err)}
 	}
 	if !wrapperIntact(ast) {
 		// The code closed the function body and went on at top level
 		// (`}); evil(); (function(){`). QuickJS would run that, but it is
 		// never what a script body means; the wrapper-free parse locates the
 		// stray brace.
-		return Refs{}, locateEscape(code)
+		return nil, locateEscape(code)
 	}
 	w := &walker{src: src, lines: newLineIndex(code), seen: map[[2]string]Ref{}}
 	js.Walk(w, ast)
@@ -131,7 +180,7 @@ func MCPReferences(code string) (Refs, error) {
 	slices.SortFunc(refs.Tools, func(a, b Ref) int {
 		return cmp.Or(cmp.Compare(a.Server, b.Server), cmp.Compare(a.Tool, b.Tool))
 	})
-	return refs, nil
+	return &Parsed{Refs: refs, AST: ast, src: src}, nil
 }
 
 // wrapperIntact reports whether the whole program is the one wrapper

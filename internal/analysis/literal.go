@@ -153,3 +153,9 @@ func unicodeEscape(s string) (rune, int, bool) {
 	}
 	return rune(v), 4, true
 }
+
+// StringValue returns the value of a raw string literal ('…' or "…") or
+// of a template literal without substitutions, as the engine reads it;
+// ok is false where the analysis would not guess (legacy octal escapes,
+// lone surrogates).
+func StringValue(raw []byte) (string, bool) { return decodeQuoted(raw) }

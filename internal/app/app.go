@@ -28,17 +28,21 @@ import (
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/evidence"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
+	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
+	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/userdata"
 	"github.com/pml-sandbox/pml/internal/xraysink"
 )
@@ -106,7 +110,7 @@ var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvSh
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvTrustedClients, EnvSelfApproval, EnvApprovalKeyFile,
 	EnvApprovalKeySecret, EnvApprovalBus, EnvApprovalURL, EnvOIDCIssuer, EnvOIDCClientID, EnvOIDCClientSecret, EnvOIDCSecretARN, EnvOIDCRedirectURL, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
-	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics}
+	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics, EnvLearn, EnvSuggestMinRuns}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -171,6 +175,9 @@ type Config struct {
 	// obtained.
 	MCPAuth MCPAuthConfig
 
+	// Learn configures the learning loop (internal/learn).
+	Learn LearnConfig
+
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
 
@@ -228,6 +235,9 @@ func ConfigFromEnv() (Config, error) {
 		cfg.CacheDir = "/tmp/pml-cache"
 	}
 	if cfg.Tracing, err = TracingFromEnv(defaultTracing()); err != nil {
+		return Config{}, err
+	}
+	if cfg.Learn, err = LearnFromEnv(); err != nil {
 		return Config{}, err
 	}
 	if cfg.Metrics, err = MetricsFromEnv(defaultMetrics()); err != nil {
@@ -346,6 +356,12 @@ type App struct {
 	// Guard publishes capabilities as the policy decides: every save and
 	// every draft's publication goes through it.
 	Guard *capability.Guard
+	// Suggestions serve the learning loop's suggestions (nil when it is
+	// off); Ranker ranks search with the capabilities' evidence.
+	Suggestions httpapi.Suggestions
+	Ranker      *evidence.Ranker
+	// Learn is where the learning loop's counts are read (nil when off).
+	Learn learn.Store
 	Sink  trace.Sink
 	// Suspensions is the store of suspended executions, nil when there is
 	// none; Runs the store of asynchronous executions beside it.
@@ -486,12 +502,41 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(fmt.Errorf("the approval page's client secret: %w", err))
 		}
 	}
-	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
-		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout})
-	a.runner.Executor = a.Service
 	a.Guard = &capability.Guard{Registry: a.Registry, Policy: cfg.Approval.Policy, Notify: notify.drafted, Index: index}
 	a.Capabilities = a.Guard
+	var learner *learn.Learner
+	if !cfg.Learn.Off {
+		a.Learn = LearnStore(store)
+	}
+	if a.Learn != nil {
+		var known *redact.Redactor
+		if a.Pool != nil {
+			known = a.Pool.Redactor()
+		}
+		learner = learn.NewLearner(known)
+		a.Suggestions = suggestionsAPI{store: a.Learn, policy: cfg.Approval.Policy, min: cfg.Learn.MinSuccesses, guard: a.Guard}
+	}
+	a.Ranker = &evidence.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
+	a.closers = append(a.closers, a.Ranker.Close)
+	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
+		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker})
+	a.runner.Executor = a.Service
 	return a, nil
+}
+
+// related reads the trace store's co-occurrence for the ranker.
+func related(store tracedb.Store) func(context.Context, string) (map[string]int64, error) {
+	return func(ctx context.Context, tool string) (map[string]int64, error) {
+		rel, err := store.RelatedTools(ctx, tool, 50)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]int64, len(rel))
+		for _, r := range rel {
+			out[r.Tool] = r.Count
+		}
+		return out, nil
+	}
 }
 
 // HTTPHandler returns the HTTP API (routes, the MCP endpoint) over this
@@ -503,6 +548,7 @@ func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 		opts.Service = a.Service
 	}
 	opts.Traces, opts.Capabilities, opts.Health = a.Traces, a.Capabilities, a.Health
+	opts.Suggestions, opts.Ranker = a.Suggestions, a.Ranker
 	opts.StateKey, opts.Policy, opts.Suspends = a.approvalKey, a.policy, a.Suspensions != nil
 	if opts.Approvals == nil {
 		opts.Approvals = a.ApprovalPage(opts.Service, opts.Logger)

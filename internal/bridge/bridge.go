@@ -19,9 +19,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/evidence"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/script"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -61,6 +63,13 @@ type Options struct {
 	// an event approvers watch). It must not block for long: it runs
 	// before the answer leaves.
 	Notify func(context.Context, execution.SuspensionNotice)
+	// Learner, when set, gives the trace record of each root execution
+	// that succeeds and calls tools its pattern (internal/learn), read
+	// from the tree the static analysis parsed; nil learns nothing.
+	Learner *learn.Learner
+	// Ranker ranks tools.search and annotates tools.describe with the
+	// capabilities' evidence; nil ranks lexically.
+	Ranker *evidence.Ranker
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -77,12 +86,14 @@ type Service struct {
 	policy  approval.Policy
 	notify  func(context.Context, execution.SuspensionNotice)
 	owners  map[string]owner // the ServerSources' servers, fixed at New
+	learner *learn.Learner
+	ranker  *evidence.Ranker
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
-		policy: opts.Policy, notify: opts.Notify}
+		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -275,10 +286,14 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 		req.ExecutionID = trace.NewExecutionID()
 	}
 	ctx = s.startSpan(ctx, &req, start)
-	resp, res := s.execute(ctx, &req, start)
+	resp, res, shape := s.execute(ctx, &req, start)
 	ex := s.execRecord(ctx, &req, resp, res, start)
 	if res != nil && res.Suspended != nil {
 		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
+	}
+	if shape != nil && resp.OK && !resp.Suspended() {
+		// A pattern for the learning loop; it travels in the trace record.
+		ex.Pattern = s.learner.Pattern(shape, ownCalls(resp))
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(req.CallDetail)
@@ -338,11 +353,14 @@ func refNames(refs analysis.Refs) []string {
 	return out
 }
 
-func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (*execution.Response, *guest.Result) {
-	fail := func(err *fault.Error) (*execution.Response, *guest.Result) {
+// execute runs req; shape is its code's shape when the run is one the
+// learning loop reads (a root execution, learning on, code that names a
+// tool or reaches them dynamically).
+func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (resp *execution.Response, res *guest.Result, shape *learn.Shape) {
+	fail := func(err *fault.Error) (*execution.Response, *guest.Result, *learn.Shape) {
 		resp := execution.Failed(req.ExecutionID, err)
 		resp.DurationMS = ms(time.Since(start))
-		return resp, nil
+		return resp, nil, nil
 	}
 	if !req.Validated() {
 		if ferr := req.Validate(); ferr != nil {
@@ -375,7 +393,8 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	// tools are listed whole, capabilities resolved by name), so the
 	// static analysis comes first; a bad tools filter is still reported
 	// before a script that does not parse.
-	prep, perr := script.PrepareWithLimits(req.Code, req.Lang, script.Limits{CodeBytes: s.limits.CodeBytes})
+	learning := s.learner != nil && req.Parent == nil
+	prep, perr := script.PrepareWithLimits(req.Code, req.Lang, script.Limits{CodeBytes: s.limits.CodeBytes, KeepParse: learning})
 	var refs analysis.Refs
 	if perr == nil {
 		refs = prep.Refs
@@ -398,6 +417,13 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	}
 	if ferr := s.checkPins(ctx, req); ferr != nil {
 		return fail(ferr)
+	}
+	if parsed := prep.Parsed(); parsed != nil && (len(refs.Tools) > 0 || refs.Dynamic) {
+		// Read now, while the parser's tree is in the cache (after the
+		// run it costs about three times as much), from the tree the
+		// analysis parsed: no second parse. Code that names no tool
+		// cannot make a pattern.
+		shape = learn.Read(parsed, s.learner.Known())
 	}
 
 	gtools := make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
@@ -422,9 +448,9 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		Limits:      limits,
 	}
 	s.hook(ctx, &greq, req, host)
-	res := s.engine.Run(ctx, greq)
+	res = s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
-	return s.response(res, req, host, start), res
+	return s.response(res, req, host, start), res, shape
 }
 
 // checkPins asks the sources that version their tools whether a root
@@ -634,20 +660,25 @@ func (s *Service) startSpan(ctx context.Context, req *execution.Request, start t
 	return sp.StartExecution(ctx, ex)
 }
 
-// record sends the execution to the sink, with the status and call count
-// resp gives it. It never fails the execution.
-func (s *Service) record(ctx context.Context, ex trace.Execution, resp *execution.Response) {
-	if s.sink == nil {
-		return
-	}
-	// Descendants' calls in the response belong to their own executions,
-	// which record themselves.
+// ownCalls are resp's calls of its own execution: descendants' calls in
+// the response belong to their own executions, which record themselves.
+func ownCalls(resp *execution.Response) []trace.Call {
 	own := make([]trace.Call, 0, len(resp.Calls))
 	for _, c := range resp.Calls {
 		if c.ExecutionID == resp.ExecutionID {
 			own = append(own, c)
 		}
 	}
+	return own
+}
+
+// record sends the execution to the sink, with the status and call count
+// resp gives it. It never fails the execution.
+func (s *Service) record(ctx context.Context, ex trace.Execution, resp *execution.Response) {
+	if s.sink == nil {
+		return
+	}
+	own := ownCalls(resp)
 	ex.Calls = len(own)
 	switch {
 	case resp.Suspended():

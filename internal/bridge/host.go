@@ -377,7 +377,7 @@ func (h *toolHost) builtin(ctx context.Context, c guest.Call) (json.RawMessage, 
 		if a.Limit <= 0 {
 			a.Limit = 10
 		}
-		hits := catalog.Search(h.discoverable(ctx), a.Query, a.Limit)
+		hits := h.service.ranker.Search(ctx, h.discoverable(ctx), a.Query, a.Limit)
 		out := make([]toolSummary, len(hits))
 		for i, hit := range hits {
 			out[i] = summarize(hit.Tool)
@@ -392,7 +392,7 @@ func (h *toolHost) builtin(ctx context.Context, c guest.Call) (json.RawMessage, 
 		}
 		return json.Marshal(out)
 	case "tools.describe":
-		return json.Marshal(tsdecl.Declarations(h.discoverable(ctx)))
+		return json.Marshal(tsdecl.Declarations(h.service.ranker.Annotate(ctx, h.discoverable(ctx))))
 	}
 	return nil, fault.New(fault.ToolNotFound, "no built-in %q", c.Tool)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/learn"
 )
 
 // capabilityUsage is what pml capability says when it is called wrong.
@@ -24,6 +25,7 @@ const capabilityUsage = `usage: pml capability save NAME FILE.js [--description 
        pml capability drafts [DRAFT_ID] [--all]
        pml capability publish DRAFT_ID
        pml capability reject DRAFT_ID [--reason TEXT]
+       pml capability suggest [--min-runs K] [--limit N] [--publish ID [--name NS:ACTION]] [--store file|memory|dynamodb ...]
        pml capability reindex [--table NAME] [--endpoint URL]
 
 save publishes a new version where the caller decides (the default here: the
@@ -36,8 +38,11 @@ func capabilityCmd(ctx context.Context, args []string, out, errOut io.Writer) (i
 	if len(args) == 0 {
 		return ExitUsage, usage
 	}
-	if args[0] == "reindex" {
+	switch args[0] {
+	case "reindex":
 		return reindexCmd(ctx, args[1:], out, errOut)
+	case "suggest":
+		return suggestCmd(ctx, args[1:], out, errOut)
 	}
 	fs := newFlagSet("capability "+args[0], errOut)
 	callerDecides := fs.String("caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "on"), "may the caller (you, here) publish its own capabilities at once: on or off (default $"+app.EnvCallerDecides+", else on)")
@@ -254,4 +259,71 @@ func badInput(err error) error {
 		return usageError{err}
 	}
 	return err
+}
+
+// suggestCmd lists what the learning loop suggests keeping (the programs
+// run here that succeeded at least K times), or publishes one.
+func suggestCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
+	fs := newFlagSet("capability suggest", errOut)
+	var sf storeFlags
+	sf.register(fs)
+	minRuns := fs.Int64("min-runs", 0, "successful runs before a program is suggested (default $"+app.EnvSuggestMinRuns+", else 3)")
+	limit := fs.Int("limit", 20, "suggestions to list, at most 100")
+	publish := fs.String("publish", "", "publish the suggestion with this id as a capability")
+	name := fs.String("name", "", "with --publish: the capability's name, instead of the proposed one")
+	fs.Usage = func() {
+		io.WriteString(errOut, "usage: pml capability suggest [flags]\n\n"+
+			"Programs run here that succeeded at least K times and called tools, proposed as\n"+
+			"capabilities: a name, an input schema from the args they read and the literals\n"+
+			"that varied between runs, and their code reading those from args.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return ExitUsage, err
+	}
+	if fs.NArg() != 0 || (*name != "" && *publish == "") {
+		fs.Usage()
+		return ExitUsage, usagef("suggest takes no arguments; --name goes with --publish")
+	}
+	learning, err := app.LearnFromEnv()
+	if err != nil {
+		return ExitUsage, usageError{err}
+	}
+	if *minRuns <= 0 {
+		*minRuns = learning.MinSuccesses
+	}
+	cfg, err := sf.traceConfig()
+	if err != nil {
+		return ExitUsage, err
+	}
+	traces, err := app.OpenTraces(ctx, cfg, logger(errOut))
+	if err != nil {
+		return ExitFailed, err
+	}
+	store := app.LearnStore(traces)
+	// Locally there is no sign-in: the person at the keyboard is the
+	// caller of every run, the empty principal.
+	viewer := learn.Viewer{}
+	if *publish == "" {
+		list, err := learn.Suggestions(ctx, store, learn.Query{Viewer: viewer, MinSuccesses: *minRuns, Limit: *limit})
+		if err != nil {
+			return ExitFailed, err
+		}
+		return ExitOK, writeJSON(out, map[string]any{"suggestions": list})
+	}
+	sug, err := learn.Proposal(ctx, store, *publish, viewer, *name, *minRuns)
+	if err != nil {
+		return ExitFailed, badInput(err)
+	}
+	// On the guarded path every save takes: published where the caller
+	// decides (the default here), a draft otherwise.
+	guard, _, err := localGuard(ctx, "on", errOut)
+	if err != nil {
+		return ExitFailed, err
+	}
+	o, err := app.PublishSuggestion(ctx, guard, approval.Decider{Channel: execution.ChannelCaller}, sug)
+	if err != nil {
+		return ExitFailed, badInput(err)
+	}
+	return outcome(o, out, errOut)
 }

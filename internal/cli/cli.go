@@ -300,6 +300,10 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, usageError{err}
 	}
+	learning, err := app.LearnFromEnv()
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
 	return app.Config{
 		Tracing: tracing,
 		Metrics: metrics,
@@ -316,6 +320,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		Suspensions:      susp,
 		Approval:         appr,
 		MCPAuth:          auth,
+		Learn:            learning,
 	}, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 
-	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
@@ -26,10 +25,13 @@ func toolsCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	tools := a.Service.Catalog(ctx)
 	switch {
 	case *dts:
-		_, err = io.WriteString(out, tsdecl.Declarations(tools))
+		_, err = io.WriteString(out, tsdecl.Declarations(a.Ranker.Annotate(ctx, tools)))
 		return ExitOK, err
 	case *query != "":
-		return ExitOK, writeJSON(out, catalog.Search(tools, *query, 20))
+		// The evidence of capability runs is read first: this process
+		// answers one search and ends.
+		a.Ranker.Refresh(ctx)
+		return ExitOK, writeJSON(out, a.Ranker.Search(ctx, tools, *query, 20))
 	}
 	return ExitOK, writeJSON(out, map[string]any{"tools": tools, "health": a.ServerHealth()})
 }

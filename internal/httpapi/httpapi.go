@@ -46,6 +46,11 @@ type Options struct {
 	Service      execution.Executor
 	Traces       TraceReader
 	Capabilities Capabilities
+	// Suggestions, when set, serves GET /capabilities/suggestions, its
+	// publish route and list_capabilities' suggested part.
+	Suggestions Suggestions
+	// Ranker, when set, ranks search_tools and annotates the d.ts.
+	Ranker Ranker
 	// Health adds details (e.g. MCP server states) to /healthz.
 	Health func() any
 	Logger *slog.Logger
@@ -185,6 +190,10 @@ var routes = append([]route{
 	{"DELETE /capabilities/drafts/{id}", "DELETE /capabilities/drafts/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.deleteDraft) }},
 	{"POST /capabilities/drafts/{id}/publish", "POST /capabilities/drafts/{id}/publish", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.publishDraft)) }},
 	{"POST /capabilities/drafts/{id}/reject", "POST /capabilities/drafts/{id}/reject", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.rejectDraft)) }},
+	{"GET /capabilities/suggestions", "GET /capabilities/suggestions", func(a *api) http.Handler { return http.HandlerFunc(a.listSuggestions) }},
+	{"POST /capabilities/suggestions/{id}/publish", "POST /capabilities/suggestions/{id}/publish", func(a *api) http.Handler {
+		return requireJSON(http.HandlerFunc(a.publishSuggestion))
+	}},
 	{"GET /healthz", "GET /healthz", func(a *api) http.Handler { return http.HandlerFunc(a.health) }},
 	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcpTasks(a.mcp)) }},
 	// GET is routed too so that a client opening an event stream hears
@@ -467,7 +476,7 @@ func (a *api) tools(w http.ResponseWriter, r *http.Request) {
 	case "dts":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, tsdecl.Declarations(tools))
+		_, _ = io.WriteString(w, tsdecl.Declarations(a.annotate(r.Context(), tools)))
 	case "", "json":
 		if tools == nil {
 			tools = []catalog.Tool{}

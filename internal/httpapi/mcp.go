@@ -10,7 +10,6 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/capability"
-	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -102,7 +101,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithReadOnlyHintAnnotation(true),
 	), a.mcpSearch)
 	s.AddTool(mcp.NewTool("list_capabilities",
-		mcp.WithDescription("List the saved capabilities (programs callable as mcp.<namespace>.<action>())."),
+		mcp.WithDescription("List the saved capabilities (programs callable as mcp.<namespace>.<action>()), and under \"suggested\" programs you ran that worked often enough to keep: each with a proposed name, input schema and code; save one with save_capability."),
 		mcp.WithReadOnlyHintAnnotation(true),
 	), a.mcpListCapabilities)
 	s.AddTool(mcp.NewTool("save_capability",
@@ -270,7 +269,7 @@ func (a *api) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	if limit <= 0 {
 		limit = 10
 	}
-	hits := catalog.Search(a.Service.Catalog(ctx), r.GetString("query", ""), limit)
+	hits := a.search(ctx, a.Service.Catalog(ctx), r.GetString("query", ""), limit)
 	type hit struct {
 		Call        string          `json:"call"`
 		Description string          `json:"description,omitempty"`
@@ -285,14 +284,24 @@ func (a *api) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 }
 
 func (a *api) mcpListCapabilities(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if a.Capabilities == nil {
-		return structured(map[string]any{"capabilities": []any{}})
+	out := map[string]any{"capabilities": []any{}, "suggested": []any{}}
+	if a.Capabilities != nil {
+		list, err := a.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
+		if err != nil {
+			return mcp.NewToolResultError(fault.As(err).Error()), nil
+		}
+		out["capabilities"] = list
 	}
-	list, err := a.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
-	if err != nil {
-		return mcp.NewToolResultError(fault.As(err).Error()), nil
+	if a.Suggestions != nil {
+		// Programs this caller ran that worked often enough to keep:
+		// proposals, published only through the guarded path.
+		list, err := a.Suggestions.List(ctx, execution.PrincipalFrom(ctx))
+		if err != nil {
+			return mcp.NewToolResultError(fault.As(err).Error()), nil
+		}
+		out["suggested"] = list
 	}
-	return structured(map[string]any{"capabilities": list})
+	return structured(out)
 }
 
 func structured(v any) (*mcp.CallToolResult, error) {

@@ -390,6 +390,11 @@ func newHTTPTransport() *http.Transport {
 	return t
 }
 
+// Redactor knows the secrets of the pool's configurations (header values,
+// credentials in URLs): whatever else must not hold them (the learning
+// loop's literals) asks it.
+func (p *Pool) Redactor() *redact.Redactor { return p.red }
+
 // Servers returns the configured server names, in config order. Every
 // mcp.<name>.* of these names is the pool's, whether or not the server can
 // be reached: no other tool source may serve it.

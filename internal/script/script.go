@@ -71,6 +71,16 @@ type Prepared struct {
 
 	ts     *stripped    // nil for JavaScript
 	unread *fault.Error // the analysis parser's error, when it failed
+	parsed *analysis.Parsed
+}
+
+// Parsed returns the analysis parser's tree of Code, kept when
+// Limits.KeepParse asked for it (nil otherwise, and for code the parser
+// could not read), and lets go of it: the learning loop reads it once.
+func (p *Prepared) Parsed() *analysis.Parsed {
+	parsed := p.parsed
+	p.parsed = nil
+	return parsed
 }
 
 // Limits bound what Prepare reads before any parser sees it.
@@ -80,6 +90,10 @@ type Limits struct {
 	// the engine that will run it. Zero is the engine's default
 	// (guest.DefaultLimits).
 	CodeBytes int
+	// KeepParse keeps the analysis parser's tree for Prepared.Parsed, so
+	// that the learning loop (internal/learn) reads the code without
+	// parsing it again.
+	KeepParse bool
 }
 
 // Prepare reads code in lang (LangAuto, LangJS or LangTS) under the
@@ -120,9 +134,9 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 		if ferr != nil {
 			return nil, ferr
 		}
-		return analyse(ts.js, ts)
+		return analyse(ts.js, ts, l.KeepParse)
 	}
-	p, err := analyse(code, nil)
+	p, err := analyse(code, nil, l.KeepParse)
 	if err != nil || p.Checked {
 		return p, err
 	}
@@ -134,7 +148,7 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 		// as JavaScript it is the engine's to judge.)
 		ts, ferr := stripTypes(code, l.CodeBytes)
 		if ferr == nil {
-			return analyse(ts.js, ts)
+			return analyse(ts.js, ts, l.KeepParse)
 		}
 		if ferr.Code == fault.LimitExceeded {
 			return nil, ferr
@@ -146,9 +160,9 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 
 // analyse checks js statically. Code the parser cannot read is returned
 // unchecked, to run as it is.
-func analyse(js string, ts *stripped) (*Prepared, error) {
+func analyse(js string, ts *stripped, keep bool) (*Prepared, error) {
 	p := &Prepared{Code: js, TypeScript: ts != nil, ts: ts}
-	refs, err := analysis.MCPReferences(js)
+	parsed, err := analysis.Parse(js)
 	var unreadable *analysis.UnreadableError
 	switch {
 	case errors.As(err, &unreadable):
@@ -161,6 +175,10 @@ func analyse(js string, ts *stripped) (*Prepared, error) {
 		fe := fault.As(err)
 		p.mapSyntaxError(fe)
 		return nil, fe
+	}
+	refs := parsed.Refs
+	if keep {
+		p.parsed = parsed
 	}
 	if ts != nil {
 		for i, r := range refs.Tools {

@@ -104,6 +104,73 @@ type Execution struct {
 	// Events are a durable execution's suspensions and resumptions, oldest
 	// first.
 	Events []Event `json:"events,omitempty"`
+	// Pattern is what the learning loop keeps of an execution that
+	// succeeded and called tools (nil otherwise). The stores write it
+	// beside the record, for the candidates they count; it is not part of
+	// the trace a reader gets back.
+	Pattern *Pattern `json:"-"`
+}
+
+// Pattern is an execution as the learning loop (internal/learn) sees it:
+// the shape of its code and what varied, never its arguments, results or
+// a literal that looks like a secret.
+type Pattern struct {
+	// Fingerprint identifies the code with comments, layout and local
+	// names ignored and literals lifted out: 16 hex digits.
+	Fingerprint string `json:"fp"`
+	// Tools are the distinct tools it called (server:tool), in the order
+	// of their first call.
+	Tools []string `json:"tools,omitempty"`
+	// Order, in a stored record that lists the tools beside the pattern
+	// (the DynamoDB execution item's sorted tools), stands for Tools:
+	// their indexes there, in the order of the first call.
+	Order []int `json:"order,omitempty"`
+	// Literals are the lifted literals, in the order of the code.
+	Literals []Literal `json:"lits,omitempty"`
+	// ArgsKeys are the keys of args the code reads (sorted); ArgsWhole
+	// that it also uses args as a whole (passes it on, iterates it).
+	ArgsKeys  []string `json:"args,omitempty"`
+	ArgsWhole bool     `json:"args_whole,omitempty"`
+	// Template is the code with the literals cut out, carried by the
+	// first execution of a fingerprint a process records (and kept by
+	// the candidate), so not every record pays for it.
+	Template *Template `json:"tpl,omitempty"`
+}
+
+// Literal is one lifted literal of a run.
+type Literal struct {
+	// Kind is LiteralString or LiteralNumber.
+	Kind string `json:"k"`
+	// Value is the literal's value (a string's, decoded; a number's
+	// source text), absent when withheld.
+	Value string `json:"v,omitempty"`
+	// Withheld says why the value is not kept: WithheldSecret (it looks
+	// like a secret: nothing of it is kept) or WithheldLong (too long to
+	// keep: Hash tells runs apart).
+	Withheld string `json:"w,omitempty"`
+	Hash     string `json:"h,omitempty"`
+}
+
+// Literal kinds and reasons a value is withheld.
+const (
+	LiteralString  = "s"
+	LiteralNumber  = "n"
+	WithheldSecret = "secret"
+	WithheldLong   = "long"
+)
+
+// Template is a program's code with its lifted literals cut out.
+type Template struct {
+	// Code is the JavaScript that ran, each lifted literal removed.
+	Code string `json:"code"`
+	// Holes are the byte offsets in Code where each literal stood, in
+	// order; Names a name for each, from where it stood (the property or
+	// variable it is the value of).
+	Holes []int    `json:"holes"`
+	Names []string `json:"names"`
+	// Comments are the code's comments (secret-looking words masked),
+	// for a description.
+	Comments []string `json:"comments,omitempty"`
 }
 
 // Execution statuses.

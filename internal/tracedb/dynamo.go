@@ -2,9 +2,11 @@ package tracedb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +79,11 @@ func NewDynamo(db DynamoAPI, table string, ttl time.Duration, log *slog.Logger) 
 	return &Dynamo{db: db, table: table, ttl: ttl, log: log}
 }
 
+// Counters is where the aggregator's counters are (the store's client
+// and table): readers of counters other than co-occurrence
+// (internal/learn) Query them there.
+func (d *Dynamo) Counters() (aggregate.Querier, string) { return d.db, d.table }
+
 // Stats returns the counters.
 func (d *Dynamo) Stats() Stats {
 	return Stats{Written: d.written.Load(), Retried: d.retried.Load(), Failed: d.failed.Load()}
@@ -92,15 +99,48 @@ type execItem struct {
 	// (countedTools): the aggregator reads them from the stream.
 	Tools     []string `json:"tools,omitempty"`
 	ExpiresAt int64    `json:"expires_at"`
+	// Pattern is the execution's trace.Pattern as JSON, for the learning
+	// loop's counters (internal/learn.Extract reads it from the stream).
+	Pattern string `json:"pattern,omitempty"`
 }
 
-// newExecItem is ex's item, with the tools it counts.
+// newExecItem is ex's item, with the tools it counts and its pattern.
 func newExecItem(ex trace.Execution, calls []trace.Call, expires int64) execItem {
 	tools := countedTools(calls)
 	if len(tools) < 2 {
 		tools = nil // no pair to count, now or after a resume that adds one (newPairs)
 	}
-	return execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, Tools: tools, ExpiresAt: expires}
+	it := execItem{PK: execPK(ex.ID), SK: "META", Execution: ex, Tools: tools, ExpiresAt: expires}
+	if p := ex.Pattern; p != nil {
+		// The tools the item already lists are named by their index:
+		// names are most of a pattern, and an item past 1 KB costs a
+		// second write unit.
+		if order, ok := indexes(p.Tools, tools); ok {
+			c := *p
+			c.Tools, c.Order = nil, order
+			p = &c
+		}
+		if b, err := json.Marshal(p); err == nil {
+			it.Pattern = string(b)
+		}
+	}
+	return it
+}
+
+// indexes are the positions of names in list, when list has them all.
+func indexes(names, list []string) ([]int, bool) {
+	if len(names) == 0 || len(list) == 0 {
+		return nil, false
+	}
+	out := make([]int, len(names))
+	for i, n := range names {
+		j := slices.Index(list, n)
+		if j < 0 {
+			return nil, false
+		}
+		out[i] = j
+	}
+	return out, true
 }
 
 type callItem struct {

@@ -91,6 +91,15 @@ func TestItemWriteUnits(t *testing.T) {
 		{"execution, most tools, longest names", execItem{PK: execPK(id), SK: "META", ExpiresAt: exp, Execution: trace.Execution{
 			ID: id, CodeHash: hash, CodeBytes: 1234, Status: "ok", StartedAt: start, DurationMS: 12.345, Calls: 5},
 			Tools: longTools(long("s"), long("t"))}, 9},
+		// A successful execution that called tools carries its pattern
+		// for the learning loop: a fingerprint, its tools in order, its
+		// lifted literals, the args keys it reads. Five realistic tools and
+		// six short literals stay within one unit; the first run of a
+		// program in a process also carries its template (here 700 bytes of
+		// code), and MaxLiterals literals of MaxValueBytes are bounded.
+		{"execution, five tools, a pattern", patternItem(id, start, exp, []string{realistic + "1", realistic + "2", realistic + "3", realistic + "4", realistic + "5"}, 6, 12, 0), 1},
+		{"execution, five tools, a pattern with its template", patternItem(id, start, exp, []string{realistic + "1", realistic + "2", realistic + "3", realistic + "4", realistic + "5"}, 6, 12, 700), 2},
+		{"execution, a pattern, most literals, longest values", patternItem(id, start, exp, []string{realistic}, 32, 64, 0), 4},
 		{"failed capability run, longest names", execItem{PK: execPK(child), SK: "META", ExpiresAt: exp, Execution: trace.Execution{
 			ID: child, CodeHash: hash, CodeBytes: 99999, Status: "error", ErrorCode: fault.LimitExceeded, StartedAt: start, DurationMS: 30000.123,
 			ParentExecutionID: id, ParentCallID: 12345, Capability: long("c") + ":" + long("d"), Depth: 5,
@@ -119,4 +128,33 @@ func TestItemWriteUnits(t *testing.T) {
 			t.Errorf("%s is %d bytes: %d write units, want at most %d", tt.name, size, writeUnits(size), tt.units)
 		}
 	}
+}
+
+// patternItem is the item of a successful execution of tools with a
+// pattern of lits literals of n bytes each and a template of tpl bytes
+// (none when 0).
+func patternItem(id string, start time.Time, exp int64, tools []string, lits, n, tpl int) map[string]types.AttributeValue {
+	p := &trace.Pattern{Fingerprint: "0123456789abcdef", Tools: tools, ArgsKeys: []string{"city", "days"}}
+	for i := range lits {
+		p.Literals = append(p.Literals, trace.Literal{Kind: trace.LiteralString, Value: strings.Repeat(string(rune('a'+i%26)), n)})
+	}
+	if tpl > 0 {
+		t := &trace.Template{Code: strings.Repeat("x", tpl), Comments: []string{"what it does"}}
+		for i := range lits {
+			t.Holes, t.Names = append(t.Holes, i*10), append(t.Names, fmt.Sprintf("name%d", i))
+		}
+		p.Template = t
+	}
+	var calls []trace.Call
+	for i, tool := range tools {
+		server, name, _ := strings.Cut(tool, ":")
+		calls = append(calls, trace.Call{ExecutionID: id, CallID: i + 1, Server: server, Tool: name})
+	}
+	ex := trace.Execution{ID: id, CodeHash: strings.Repeat("a", 64), CodeBytes: 1234, Status: "ok", StartedAt: start, DurationMS: 12.345,
+		TraceID: "1-6741c8a0-0123456789abcdef01234567", Source: "http", Calls: len(tools), Principal: "jwt:https://idp.example.com#agent-7", Pattern: p}
+	item, err := marshalItem(newExecItem(ex, calls, exp))
+	if err != nil {
+		panic(err)
+	}
+	return item
 }

@@ -55,6 +55,9 @@ type record struct {
 	// OmittedCalls counts the calls past the first ones kept (see
 	// MaxStoredCalls); Execution.Calls still counts them all.
 	OmittedCalls int `json:"omitted_calls,omitempty"`
+	// Pattern is the execution's trace.Pattern, for the learning loop
+	// (internal/learn folds the file's patterns into candidates).
+	Pattern *trace.Pattern `json:"pattern,omitempty"`
 }
 
 // MaxStoredCalls bounds the calls the embedded store keeps per execution:
@@ -77,7 +80,7 @@ func newRecord(ex trace.Execution, calls []trace.Call) *record {
 		calls = slices.Clone(calls)
 		slices.SortStableFunc(calls, byID)
 	}
-	r := &record{Execution: ex, Calls: calls}
+	r := &record{Execution: ex, Calls: calls, Pattern: ex.Pattern}
 	if len(calls) > MaxStoredCalls {
 		r.Calls, r.OmittedCalls = slices.Clip(calls[:MaxStoredCalls]), len(calls)-MaxStoredCalls
 	}
@@ -103,7 +106,7 @@ func encodeLine(r *record) ([]byte, error) {
 		// Calls are most of the line; keep the share that fits, at least
 		// one fewer each round, so this ends.
 		keep := min(len(r.Calls)-1, int(int64(len(r.Calls))*int64(maxLineBytes)/int64(len(b))))
-		r = &record{Execution: r.Execution, Calls: r.Calls[:keep], OmittedCalls: r.OmittedCalls + len(r.Calls) - keep}
+		r = &record{Execution: r.Execution, Calls: r.Calls[:keep], OmittedCalls: r.OmittedCalls + len(r.Calls) - keep, Pattern: r.Pattern}
 	}
 }
 
@@ -333,7 +336,40 @@ func (m *Memory) decodeLine(n int, line []byte) (*record, bool) {
 		m.skipLine(n, err.Error())
 		return nil, false
 	}
+	r.Execution.Pattern = r.Pattern
 	return &r, true
+}
+
+// Learned calls fn with every execution record that carries a pattern or
+// is a capability's run, without its calls: what the learning loop
+// (internal/learn.Local) counts. With a file it reads the file (only the
+// lines that hold either are decoded); without, the executions this
+// process holds. Such records are written once each (a durable
+// execution's later records carry no pattern), so each counts once.
+func (m *Memory) Learned(_ context.Context, fn func(trace.Execution)) error {
+	if m.path == "" {
+		m.mu.Lock()
+		var out []trace.Execution
+		for _, id := range m.order {
+			if r := m.records[id]; r != nil && (r.Pattern != nil || r.Execution.Capability != "") {
+				out = append(out, r.Execution)
+			}
+		}
+		m.mu.Unlock()
+		for _, ex := range out {
+			fn(ex)
+		}
+		return nil
+	}
+	pattern, capability := []byte(`"pattern":`), []byte(`"capability":`)
+	return m.eachLine(func(n int, line []byte) {
+		if !bytes.Contains(line, pattern) && !bytes.Contains(line, capability) {
+			return
+		}
+		if r, ok := m.decodeLine(n, line); ok && (r.Pattern != nil || r.Execution.Capability != "") {
+			fn(r.Execution)
+		}
+	})
 }
 
 func (m *Memory) skipLine(n int, reason string) {

@@ -1,0 +1,114 @@
+// Package learn is the learning loop of procedural memory: it turns the
+// executions that worked into suggested capabilities.
+//
+// Every execution that succeeds and calls tools is a candidate, keyed by a
+// fingerprint of its code: comments, layout and local names ignored, its
+// literals lifted out (Read, from the tree the static analysis already
+// parsed: no second parse). The execution's trace record carries its
+// Pattern (the fingerprint, the tools it called in order, this run's
+// literals with the secret-looking ones withheld, the args keys it reads,
+// and once per process the code with the literals cut out); nothing else
+// is written on the hot path. The counters are kept off it: deployed, the
+// aggregator on the traces table's stream (Extract, beside tracedb's
+// co-occurrence); locally, a fold over the trace file (Local).
+//
+// A candidate seen succeed at least K times (default 3) is suggested
+// (Suggest): a proposed ns:action name, a description from the tools it
+// calls and its comments, an input schema from the args keys it reads and
+// the literals that varied (or were withheld), which its code then reads
+// from args. A candidate is visible to the principals that ran it and to
+// the approvers (approval.Policy.IsApprover), never to another principal;
+// publishing a suggestion goes through the capability registry's guarded
+// path like any save.
+//
+// The capability runs it counts (Store.Runs) are the evidence
+// internal/evidence ranks search with.
+package learn
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/trace"
+)
+
+// MaxTools bounds the tools a pattern lists (in the order of their first
+// call), as tracedb.MaxCountedTools bounds co-occurrence.
+const MaxTools = 32
+
+// maxSent bounds the fingerprints a Learner remembers having sent a
+// template for; past it, it forgets them all (and sends each once more).
+const maxSent = 10_000
+
+// Learner makes the patterns of one process's executions. It remembers
+// which fingerprints' templates it has handed to a trace record, so that
+// the template (the longest part) travels once per process and
+// fingerprint, not with every run. Safe for concurrent use.
+type Learner struct {
+	known *redact.Redactor
+
+	mu   sync.Mutex
+	sent map[string]bool
+}
+
+// NewLearner returns a Learner that also withholds the secrets known
+// knows (may be nil).
+func NewLearner(known *redact.Redactor) *Learner {
+	return &Learner{known: known, sent: map[string]bool{}}
+}
+
+// Known is the redactor of the deployment's known secrets (may be nil).
+func (l *Learner) Known() *redact.Redactor { return l.known }
+
+// Pattern is the pattern of an execution of code of shape sh that made
+// calls (its own, in any order): nil when it called no tool (built-ins do
+// not count) or sh is nil.
+func (l *Learner) Pattern(sh *Shape, calls []trace.Call) *trace.Pattern {
+	if sh == nil {
+		return nil
+	}
+	tools := calledTools(calls)
+	if len(tools) == 0 {
+		return nil
+	}
+	p := &trace.Pattern{Fingerprint: sh.Fingerprint, Tools: tools, Literals: sh.Literals, ArgsKeys: sh.ArgsKeys, ArgsWhole: sh.ArgsWhole}
+	l.mu.Lock()
+	send := !l.sent[sh.Fingerprint]
+	if send {
+		if len(l.sent) >= maxSent {
+			clear(l.sent)
+		}
+		// Sent, or found to hold a secret: either way not tried again.
+		l.sent[sh.Fingerprint] = true
+	}
+	l.mu.Unlock()
+	if send {
+		p.Template = sh.Template()
+	}
+	return p
+}
+
+// calledTools are the distinct tools of calls, in the order of their
+// first call (by call id), at most MaxTools; built-ins are left out.
+func calledTools(calls []trace.Call) []string {
+	byID := func(a, b trace.Call) int { return a.CallID - b.CallID }
+	if !slices.IsSortedFunc(calls, byID) {
+		calls = slices.Clone(calls)
+		slices.SortStableFunc(calls, byID)
+	}
+	var tools []string
+	for _, c := range calls {
+		if c.Server == "" || c.Tool == "" || c.Status != "" {
+			continue
+		}
+		n := c.Server + ":" + c.Tool
+		if !slices.Contains(tools, n) {
+			tools = append(tools, n)
+			if len(tools) == MaxTools {
+				break
+			}
+		}
+	}
+	return tools
+}
