@@ -28,10 +28,12 @@
 //
 // # What is seen
 //
-// The code is the body of an async function, wrapped exactly as the guest
-// wraps it (`(async function (args) {` + code + `\n})`), so top-level `await`
-// and `return` are legal, `args` is a parameter, and line numbers are the
-// user's. Static names are `mcp.x.y`, `mcp["x"]["y"]`, `mcp.x["y-z"]`,
+// The code is the body of an async function, wrapped as the guest wraps it
+// (`(async function () {` + code + `\n})`), so top-level `await` and
+// `return` are legal and line numbers are the user's. The guest binds
+// `args` as the function's parameter unless the script declares its own
+// (see TopLevel); the analysis reads it without, as a name from outside,
+// which is what it is either way. Static names are `mcp.x.y`, `mcp["x"]["y"]`, `mcp.x["y-z"]`,
 // `mcp?.x?.y`, template literals without substitutions, and the same through
 // `globalThis.mcp`. Access that cannot be resolved statically (`mcp[name]`,
 // `mcp.x[k]`, `const m = mcp`, `const {x} = mcp`, passing `mcp` or `mcp.x` as
@@ -54,11 +56,14 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// The wrapper must match guest-runtime/glue.c byte for byte: analysis and
-// execution have to agree on what the code means (which names are bound,
-// whether an extra `}` escapes the function body).
+// The wrapper must match guest-runtime/glue.c but for the parameter:
+// analysis and execution have to agree on what the code means (which names
+// are bound, whether an extra `}` escapes the function body). The guest's
+// `args` parameter binds no name the analysis looks at, and reading the
+// body without it accepts a script that declares its own `args`, which the
+// guest then runs without the parameter (see TopLevel.ArgsDeclared).
 const (
-	wrapHead = "(async function (args) {"
+	wrapHead = "(async function () {"
 	wrapTail = "\n})"
 )
 
@@ -105,6 +110,25 @@ func (e *UnreadableError) Unwrap() error { return e.Fault }
 // *fault.Error with code ScriptError. Both carry a message
 // "SyntaxError: … (line L, column C)" in the user's coordinates.
 func MCPReferences(code string) (Refs, error) {
+	a, err := Analyse(code)
+	if err != nil {
+		return Refs{}, err
+	}
+	return a.Refs, nil
+}
+
+// Analysis is what one parse of a script tells.
+type Analysis struct {
+	// Refs are the tools the script names.
+	Refs Refs
+	// Top is what its top level declares.
+	Top TopLevel
+}
+
+// Analyse parses code (the body of an async function) once and returns the
+// tools it names and what its top level declares. Its errors are
+// MCPReferences'.
+func Analyse(code string) (*Analysis, error) {
 	src := make([]byte, 0, len(wrapHead)+len(code)+len(wrapTail)+1)
 	src = append(src, wrapHead...)
 	src = append(src, code...)
@@ -113,14 +137,15 @@ func MCPReferences(code string) (Refs, error) {
 	// token addresses can be mapped back to offsets.
 	ast, err := js.Parse(parse.NewInputBytes(src), js.Options{})
 	if err != nil {
-		return Refs{}, &UnreadableError{Fault: syntaxError(code, err)}
+		return nil, &UnreadableError{Fault: syntaxError(code, err)}
 	}
-	if !wrapperIntact(ast) {
+	body := wrapperBody(ast)
+	if body == nil {
 		// The code closed the function body and went on at top level
 		// (`}); evil(); (function(){`). QuickJS would run that, but it is
 		// never what a script body means; the wrapper-free parse locates the
 		// stray brace.
-		return Refs{}, locateEscape(code)
+		return nil, locateEscape(code)
 	}
 	w := &walker{src: src, lines: newLineIndex(code), seen: map[[2]string]Ref{}}
 	js.Walk(w, ast)
@@ -131,12 +156,12 @@ func MCPReferences(code string) (Refs, error) {
 	slices.SortFunc(refs.Tools, func(a, b Ref) int {
 		return cmp.Or(cmp.Compare(a.Server, b.Server), cmp.Compare(a.Tool, b.Tool))
 	})
-	return refs, nil
+	return &Analysis{Refs: refs, Top: w.topLevel(body)}, nil
 }
 
-// wrapperIntact reports whether the whole program is the one wrapper
-// function expression.
-func wrapperIntact(ast *js.AST) bool {
+// wrapperBody returns the wrapper function when the whole program is that
+// one function expression, else nil.
+func wrapperBody(ast *js.AST) *js.FuncDecl {
 	var stmts []js.IStmt
 	for _, s := range ast.List {
 		if _, ok := s.(*js.Comment); !ok {
@@ -144,18 +169,21 @@ func wrapperIntact(ast *js.AST) bool {
 		}
 	}
 	if len(stmts) != 1 {
-		return false
+		return nil
 	}
 	es, ok := stmts[0].(*js.ExprStmt)
 	if !ok {
-		return false
+		return nil
 	}
 	g, ok := es.Value.(*js.GroupExpr)
 	if !ok {
-		return false
+		return nil
 	}
 	f, ok := g.X.(*js.FuncDecl)
-	return ok && f.Async && !f.Generator
+	if !ok || !f.Async || f.Generator || len(f.Params.List) > 0 || f.Params.Rest != nil {
+		return nil
+	}
+	return f
 }
 
 // walker collects references while js.Walk visits the AST.

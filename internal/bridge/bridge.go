@@ -411,12 +411,13 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	host := &toolHost{service: s, req: req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 		budget: s.budget(req.Parent)}
 	greq := guest.Request{
-		ExecutionID: req.ExecutionID,
-		Code:        prep.Code,
-		Args:        req.Args,
-		Tools:       gtools,
-		Host:        host,
-		Limits:      limits,
+		ExecutionID:  req.ExecutionID,
+		Code:         prep.Code,
+		Args:         req.Args,
+		Tools:        gtools,
+		Host:         host,
+		Limits:       limits,
+		ArgsDeclared: prep.Top.ArgsDeclared,
 	}
 	s.hook(ctx, &greq, req, host)
 	res := s.engine.Run(ctx, greq)

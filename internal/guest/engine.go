@@ -396,12 +396,24 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	if err != nil {
 		return finish(err)
 	}
+	if req.From != nil && (!req.Session || req.From.GuestHash != e.wasmHash) {
+		if !req.Session {
+			return finish(fault.New(fault.InvalidRequest, "a sandbox state to continue from is only for a session's execution"))
+		}
+		return finish(fault.New(fault.ResumeIncompatible, "the session's state was saved by guest build %s; this engine runs %s", req.From.GuestHash, e.wasmHash))
+	}
 
 	in, ierr := e.instance(ctx)
 	if ierr != nil {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}
-	in.mem.bind(ctx) // growth is charged to the caller's MemoryBudget
+	in.mem.bind(ctx) // growth, a session's restored memory included, is charged to the caller's MemoryBudget
+	if req.From != nil {
+		if err := e.restoreMemory(in, req.From.Memory); err != nil {
+			e.release(in, false)
+			return finish(fault.Wrap(fault.SandboxError, err, "restoring the session's sandbox"))
+		}
+	}
 	x := newExecution(ctx, e, req, limits, res, start)
 	// Whatever happens, the instance leaves this run: reset for another
 	// only if reusable.
@@ -442,6 +454,7 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 	}
 	res.Calls = x.traceCalls()
 	res.Logs, res.LogsTruncated = x.takeLogs()
+	res.Left = Left{Calls: x.inflight, Timers: x.timers}
 	if rerr != nil {
 		return finish(rerr)
 	}
@@ -449,5 +462,12 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 		return finish(fault.Limitf(fault.LimitResultBytes, "result is %d bytes; the limit is %d", len(doc.Value), x.limits.ResultBytes))
 	}
 	res.Value = doc.Value
+	if x.req.Session && doc.Error == nil {
+		diff, pages, ferr := e.memoryDiff(in)
+		if ferr != nil {
+			return finish(ferr)
+		}
+		res.State = &State{GuestHash: e.wasmHash, Pages: pages, Memory: diff}
+	}
 	return finish(doc.Error)
 }

@@ -123,7 +123,9 @@ func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
 		InFlight int                        `json:"in_flight"`
 		Timers   int                        `json:"max_timers"`
 		Globals  map[string]json.RawMessage `json:"globals,omitempty"`
-	}{InFlight: limits.InFlight, Timers: maxTimers, Globals: req.Globals}
+		// Session: keep the top-level bindings the script hands over.
+		Session bool `json:"session,omitempty"`
+	}{InFlight: limits.InFlight, Timers: maxTimers, Globals: req.Globals, Session: req.Session}
 	_, doc.Resolve = req.Host.(Resolver)
 	doc.Tools = make([]string, 0, 2*len(req.Tools))
 	for _, t := range req.Tools {

@@ -76,29 +76,9 @@ func (s *Suspension) Pending() []ParkedCall { return s.Parked }
 // suspension captures the run, which has just stopped at errSuspend (its
 // guest waiting, its wasm stack empty).
 func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
-	mem := in.mod.Memory()
-	size := mem.Size()
-	buf, _ := mem.Read(0, size)
-	base := x.engine.snap.baseMemory()
-	pages, known := []int(nil), false
-	if in.mem != nil {
-		pages, known = in.mem.dirtyPages(int(size))
-	}
-	if known {
-		// Written is not changed: a fresh instance's data segments, for
-		// one, are written over the image with the same bytes.
-		pages = slices.DeleteFunc(pages, func(p int) bool {
-			off := p * pageSize
-			return off+pageSize <= len(base) && bytes.Equal(buf[off:off+pageSize], base[off:off+pageSize])
-		})
-	} else {
-		pages = changedPages(buf, base)
-	}
-	scratch := x.engine.diffScratch.Get().(*diffScratch)
-	diff, err := encodeDiff(buf, base, size/65536, pages, scratch)
-	x.engine.diffScratch.Put(scratch)
-	if err != nil {
-		return nil, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
+	diff, wasmPages, ferr := x.engine.memoryDiff(in)
+	if ferr != nil {
+		return nil, ferr
 	}
 	x.mu.Lock()
 	calls := slices.Clone(x.calls)
@@ -111,7 +91,7 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 	x.suspended = true
 	return &Suspension{
 		GuestHash:     x.engine.wasmHash,
-		Pages:         size / 65536,
+		Pages:         wasmPages,
 		Memory:        diff,
 		Parked:        slices.Clone(x.parked),
 		Tools:         x.req.Tools,
@@ -126,6 +106,44 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 		Limits:        x.limits,
 		Suspends:      x.suspends + 1,
 	}, nil
+}
+
+// memoryDiff is in's linear memory as what changed from the post-init
+// snapshot, compressed (image.go), and its size in wasm pages.
+func (e *Engine) memoryDiff(in *instance) ([]byte, uint32, *fault.Error) {
+	mem := in.mod.Memory()
+	size := mem.Size()
+	buf, _ := mem.Read(0, size)
+	base := e.snap.baseMemory()
+	pages, known := []int(nil), false
+	if in.mem != nil {
+		pages, known = in.mem.dirtyPages(int(size))
+	}
+	if known {
+		// Written is not changed: a fresh instance's data segments, for
+		// one, are written over the image with the same bytes.
+		pages = slices.DeleteFunc(pages, func(p int) bool {
+			off := p * pageSize
+			return off+pageSize <= len(base) && bytes.Equal(buf[off:off+pageSize], base[off:off+pageSize])
+		})
+	} else {
+		pages = changedPages(buf, base)
+	}
+	scratch := e.diffScratch.Get().(*diffScratch)
+	diff, err := encodeDiff(buf, base, size/65536, pages, scratch)
+	e.diffScratch.Put(scratch)
+	if err != nil {
+		return nil, 0, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
+	}
+	return diff, size / 65536, nil
+}
+
+// restoreMemory writes a saved memory diff into in, which holds the
+// post-init snapshot.
+func (e *Engine) restoreMemory(in *instance, diff []byte) error {
+	scratch := e.diffScratch.Get().(*diffScratch)
+	defer e.diffScratch.Put(scratch)
+	return applyDiff(in.mod.Memory(), diff, scratch)
 }
 
 // restore takes up a suspended run's bookkeeping.
@@ -208,10 +226,7 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 		return finish(fault.Wrap(fault.SandboxError, err, "preparing a sandbox"))
 	}
 	in.mem.bind(ctx) // growth, restoring the memory included, is charged to the caller's MemoryBudget
-	scratch := e.diffScratch.Get().(*diffScratch)
-	err = applyDiff(in.mod.Memory(), s.Memory, scratch)
-	e.diffScratch.Put(scratch)
-	if err != nil {
+	if err := e.restoreMemory(in, s.Memory); err != nil {
 		e.release(in, false)
 		return finish(fault.Wrap(fault.SandboxError, err, "restoring the suspended execution"))
 	}
