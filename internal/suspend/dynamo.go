@@ -40,11 +40,13 @@ func NewDynamo(db DynamoAPI, table string, opts Options) Store {
 	return newCore(&dynamoBackend{db: db, table: table, prefix: suspensionPrefix}, opts)
 }
 
-// The partition key prefixes of the two kinds of record a table holds:
-// an execution may have both (an asynchronous one that suspended).
+// The partition key prefixes of the kinds of record a table holds: an
+// execution may have both of the first two (an asynchronous one that
+// suspended); sessions have ids of their own.
 const (
 	suspensionPrefix = "SUSP#"
 	runPrefix        = "RUN#"
+	sessionPrefix    = "SESS#"
 )
 
 // chunkSize keeps a chunk item (its data plus about 100 bytes of keys and
@@ -55,7 +57,7 @@ const chunkSize = 350 << 10
 type dynamoBackend struct {
 	db     DynamoAPI
 	table  string
-	prefix string // suspensionPrefix or runPrefix
+	prefix string // suspensionPrefix, runPrefix or sessionPrefix
 }
 
 // metaItem is meta as a DynamoDB item.
@@ -175,6 +177,10 @@ func (d *dynamoBackend) deleteBody(ctx context.Context, id string, ref *bodyRef)
 		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: d.itemKey(id, chunkSK(ref.Key, i))}}
 	}
 	return d.batchWrite(ctx, reqs)
+}
+
+func (d *dynamoBackend) deleteMeta(ctx context.Context, id string) error {
+	return d.batchWrite(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: d.itemKey(id, "meta")}}})
 }
 
 // maxBatchTries bounds the attempts at one batch whose items DynamoDB

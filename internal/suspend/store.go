@@ -37,6 +37,9 @@ type meta struct {
 	// someone asked it to stop.
 	Runner          string `json:"runner,omitempty" dynamodbav:"runner,omitempty"`
 	CancelRequested bool   `json:"cancel_requested,omitempty" dynamodbav:"cancel_requested,omitempty"`
+	// A session's (sessions.go): how long it lives idle. Runner names the
+	// execution that holds it.
+	IdleMS int64 `json:"idle_ms,omitempty" dynamodbav:"idle_ms,omitempty"`
 }
 
 // bodyRef names a stored suspension blob. Key is unique to the write (the
@@ -67,6 +70,9 @@ type backend interface {
 	// deleteBody removes a blob. Callers ignore its error: an orphan blob
 	// is garbage, never read again (DynamoDB's TTL removes it eventually).
 	deleteBody(ctx context.Context, id string, ref *bodyRef) error
+	// deleteMeta removes id's metadata, whatever its version (a session
+	// deleted by its owner).
+	deleteMeta(ctx context.Context, id string) error
 }
 
 var (
