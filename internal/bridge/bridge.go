@@ -61,6 +61,17 @@ type Options struct {
 	// an event approvers watch). It must not block for long: it runs
 	// before the answer leaves.
 	Notify func(context.Context, execution.SuspensionNotice)
+	// Sessions keeps sessions; without it a request for one is refused.
+	Sessions suspend.Sessions
+	// SessionTTL is a new session's idle time unless the request sets one
+	// (default execution.DefaultSessionTTL, at most
+	// execution.MaxSessionTTL).
+	SessionTTL time.Duration
+	// SessionMaxBytes bounds a session's saved state (default
+	// DefaultSessionMaxBytes): an execution whose state would outgrow it
+	// fails LIMIT_EXCEEDED session_size, and the session keeps the state
+	// before it.
+	SessionMaxBytes int
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -77,12 +88,23 @@ type Service struct {
 	policy  approval.Policy
 	notify  func(context.Context, execution.SuspensionNotice)
 	owners  map[string]owner // the ServerSources' servers, fixed at New
+
+	sessions   suspend.Sessions
+	sessionTTL time.Duration
+	sessionMax int
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
-		policy: opts.Policy, notify: opts.Notify}
+		policy: opts.Policy, notify: opts.Notify, sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes}
+	if s.sessionTTL <= 0 {
+		s.sessionTTL = execution.DefaultSessionTTL
+	}
+	s.sessionTTL = min(s.sessionTTL, execution.MaxSessionTTL)
+	if s.sessionMax <= 0 {
+		s.sessionMax = DefaultSessionMaxBytes
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -275,8 +297,15 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 		req.ExecutionID = trace.NewExecutionID()
 	}
 	ctx = s.startSpan(ctx, &req, start)
-	resp, res := s.execute(ctx, &req, start)
+	var sess *sessionRun
+	resp, res := s.execute(ctx, &req, start, &sess)
+	if sess != nil {
+		s.closeSession(ctx, sess, resp, res)
+	}
 	ex := s.execRecord(ctx, &req, resp, res, start)
+	if sess != nil {
+		ex.SessionID, ex.SessionStep = sess.claim.ID, sess.data.Steps
+	}
 	if res != nil && res.Suspended != nil {
 		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
 	}
@@ -338,7 +367,7 @@ func refNames(refs analysis.Refs) []string {
 	return out
 }
 
-func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (*execution.Response, *guest.Result) {
+func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time, sess **sessionRun) (*execution.Response, *guest.Result) {
 	fail := func(err *fault.Error) (*execution.Response, *guest.Result) {
 		resp := execution.Failed(req.ExecutionID, err)
 		resp.DurationMS = ms(time.Since(start))
@@ -369,6 +398,22 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 			Message: "allow_destructive is not honoured for this caller: under this deployment's policy " + s.policy.Consenters() +
 				` may run calls that need approval without asking. Send approval "suspend" instead: such a call then waits for ` +
 				s.policy.Deciders() + " to decide"})
+	}
+
+	timeout := s.maxTime
+	if req.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
+	}
+	if req.InSession() {
+		// Claimed before anything else is looked at: the session imposes
+		// its narrowing, and a refusal means nothing ran.
+		run, ferr := s.openSession(ctx, req, timeout+suspend.LeaseMargin)
+		if ferr != nil {
+			resp, res := fail(ferr)
+			resp.Refused = true
+			return resp, res
+		}
+		*sess = run
 	}
 
 	// The tool set is built from the names the code references (MCP
@@ -403,10 +448,6 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	}
 	gtools = append(gtools, forbiddenGuestTools(ts.all, ts.forbidden)...)
 	limits := s.limits
-	timeout := s.maxTime
-	if req.TimeoutMS > 0 {
-		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
-	}
 	limits.Timeout = timeout
 	host := &toolHost{service: s, req: req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 		budget: s.budget(req.Parent)}
@@ -418,6 +459,10 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		Host:         host,
 		Limits:       limits,
 		ArgsDeclared: prep.Top.ArgsDeclared,
+	}
+	if run := *sess; run != nil {
+		run.kept, run.checked = prep.Persist(), prep.Checked
+		greq.Code, greq.Session, greq.From = prep.Code, true, run.claim.Sandbox
 	}
 	s.hook(ctx, &greq, req, host)
 	res := s.engine.Run(ctx, greq)

@@ -70,8 +70,9 @@ type Session struct {
 	ClaimedAt time.Time
 	Lease     time.Duration
 	// Size is the size of the saved state, 0 before the first execution
-	// that succeeded.
-	Size int
+	// that succeeded; GuestHash the guest build that saved it.
+	Size      int
+	GuestHash string
 	// Sandbox is the saved state, when asked for (nil when there is none
 	// yet). User data: for running the next execution, never for a
 	// response.
@@ -153,7 +154,7 @@ func (m *meta) session() *Session {
 		s.ClaimedAt = *m.ClaimedAt
 	}
 	if m.Body != nil {
-		s.Size = m.Body.Size
+		s.Size, s.GuestHash = m.Body.Size, m.GuestHash
 	}
 	if s.State != SessionRunning {
 		s.Running, s.ClaimedAt, s.Lease = "", time.Time{}, 0
