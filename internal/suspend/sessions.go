@@ -364,7 +364,9 @@ func (sc *sessionCore) Save(ctx context.Context, s *Session, state *guest.State)
 // Release implements Sessions. The state the claim handed out is written
 // again, under a new key: a stored body keeps the expiry it was written
 // with (DynamoDB's TTL), and the session's moves on with every execution.
-func (sc *sessionCore) Release(ctx context.Context, s *Session) error { return sc.end(ctx, s, s.Sandbox) }
+func (sc *sessionCore) Release(ctx context.Context, s *Session) error {
+	return sc.end(ctx, s, s.Sandbox)
+}
 
 // Delete implements Sessions.
 func (sc *sessionCore) Delete(ctx context.Context, id, principal string) error {
