@@ -239,16 +239,34 @@ func (s *Service) closeSession(ctx context.Context, run *sessionRun, resp *execu
 // Session implements execution.Executor: the session as its owner may read
 // it, never its state.
 func (s *Service) Session(ctx context.Context, r execution.SessionRequest) (*execution.SessionInfo, *fault.Error) {
-	if s.sessions == nil || !execution.ValidSessionID(r.SessionID) {
+	return DescribeSession(ctx, s.sessions, r)
+}
+
+// EndSession implements execution.Executor: the session and its state are
+// deleted, whatever it is doing (an execution holding it finds nothing to
+// save into).
+func (s *Service) EndSession(ctx context.Context, r execution.SessionRequest) *fault.Error {
+	return EndSession(ctx, s.sessions, r)
+}
+
+// DescribeSession reads r's session from store as its owner may see it
+// (what `pml session show` prints without a sandbox engine).
+func DescribeSession(ctx context.Context, store suspend.Sessions, r execution.SessionRequest) (*execution.SessionInfo, *fault.Error) {
+	if store == nil || !execution.ValidSessionID(r.SessionID) {
 		return nil, fault.New(fault.NotFound, "no session %q", r.SessionID)
 	}
-	cur, err := s.sessions.Load(ctx, r.SessionID, false)
+	cur, err := store.Load(ctx, r.SessionID, false)
 	if err != nil {
 		return nil, sessionFault(r.SessionID, err)
 	}
 	if cur.Principal != r.Principal {
 		return nil, sessionFault(r.SessionID, suspend.ErrForbidden)
 	}
+	return SessionInfoOf(cur)
+}
+
+// SessionInfoOf describes a stored session (never its state).
+func SessionInfoOf(cur *suspend.Session) (*execution.SessionInfo, *fault.Error) {
 	var data sessionData
 	if err := json.Unmarshal(cur.Bridge, &data); err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "reading the session's record")
@@ -262,14 +280,12 @@ func (s *Service) Session(ctx context.Context, r execution.SessionRequest) (*exe
 	return info, nil
 }
 
-// EndSession implements execution.Executor: the session and its state are
-// deleted, whatever it is doing (an execution holding it finds nothing to
-// save into).
-func (s *Service) EndSession(ctx context.Context, r execution.SessionRequest) *fault.Error {
-	if s.sessions == nil || !execution.ValidSessionID(r.SessionID) {
+// EndSession deletes r's session and its state from store, for its owner.
+func EndSession(ctx context.Context, store suspend.Sessions, r execution.SessionRequest) *fault.Error {
+	if store == nil || !execution.ValidSessionID(r.SessionID) {
 		return fault.New(fault.NotFound, "no session %q", r.SessionID)
 	}
-	if err := s.sessions.Delete(ctx, r.SessionID, r.Principal); err != nil {
+	if err := store.Delete(ctx, r.SessionID, r.Principal); err != nil {
 		return sessionFault(r.SessionID, err)
 	}
 	return nil
