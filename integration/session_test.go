@@ -61,7 +61,7 @@ type sessionHTTP struct {
 	// front has only one principal: pml serve).
 	owner, other string
 	// gone reports that the store holds nothing of session id.
-	gone func(t *testing.T, id string) bool
+	gone      func(t *testing.T, id string) bool
 	sleepTool string // the demo server's name in the tool set
 }
 
@@ -186,8 +186,14 @@ return limit`, "session": "new"}, `1`)
 				b, _ := json.Marshal(d.Error)
 				return s, b
 			},
-			func() (int, []byte) { s, _, b := f.request(t, http.MethodGet, "/sessions/"+id, f.other, nil); return s, b },
-			func() (int, []byte) { s, _, b := f.request(t, http.MethodDelete, "/sessions/"+id, f.other, nil); return s, b },
+			func() (int, []byte) {
+				s, _, b := f.request(t, http.MethodGet, "/sessions/"+id, f.other, nil)
+				return s, b
+			},
+			func() (int, []byte) {
+				s, _, b := f.request(t, http.MethodDelete, "/sessions/"+id, f.other, nil)
+				return s, b
+			},
 		} {
 			status, body := try()
 			if status != http.StatusNotFound || !strings.Contains(string(body), `no session \"`+id+`\"`) {
