@@ -211,4 +211,6 @@ type Result struct {
 	State *State `json:"-"`
 	// Left is what the script left running when it returned.
 	Left Left `json:"-"`
+	// SaveTime is how long taking State took (part of Duration).
+	SaveTime time.Duration `json:"-"`
 }

@@ -463,7 +463,9 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 	}
 	res.Value = doc.Value
 	if x.req.Session && doc.Error == nil {
+		t := time.Now()
 		diff, pages, ferr := e.memoryDiff(in)
+		res.SaveTime = time.Since(t)
 		if ferr != nil {
 			return finish(ferr)
 		}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/script"
+	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 )
 
 // sessionStep runs code as the next execution of a session whose sandbox
@@ -251,4 +253,50 @@ func TestSessionErrorPositions(t *testing.T) {
 			t.Errorf("%q:\nin a session %q %q\noutside      %q %q", code, inSession.Err.Message, inSession.Err.Stack, plain.Err.Message, plain.Err.Stack)
 		}
 	}
+}
+
+// heapSession is a session's first execution that leaves ~4 MiB of live
+// heap (the suspension benchmarks' data), kept in x.
+const heapSession = `const x = []
+for (let i = 0; i < 4096; i++) x.push("k" + i + "-".repeat(1000))`
+
+// BenchmarkSessionContinue4MiB measures continuing a session whose heap
+// holds ~4 MiB: load (a pooled instance, the saved state decompressed and
+// applied) and run `return x.length`, then save (find the written pages,
+// diff them against the image, compress). It reports the p50 of each; the
+// store's read and write are BenchmarkFileSessions' (internal/suspend).
+func BenchmarkSessionContinue4MiB(b *testing.B) {
+	p, err := script.Prepare(heapSession, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Persist()
+	first := engine.Run(context.Background(), guest.Request{Code: p.Code, Session: true, Limits: guest.Limits{Timeout: 30 * time.Second}})
+	if !first.OK {
+		b.Fatal(first.Err)
+	}
+	next, err := script.Prepare(`return x.length`, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var loads, saves []time.Duration
+	cpu := cputime.Process()
+	for b.Loop() {
+		res := engine.Run(context.Background(), guest.Request{Code: next.Code, Session: true, From: first.State})
+		if !res.OK || string(res.Value) != "4096" {
+			b.Fatalf("%s %+v", res.Value, res.Err)
+		}
+		loads = append(loads, res.Duration-res.SaveTime)
+		saves = append(saves, res.SaveTime)
+	}
+	b.ReportMetric(float64((cputime.Process()-cpu).Microseconds())/1000/float64(len(loads)), "cpu-ms/op")
+	b.ReportMetric(p50ms(loads), "load+run-p50-ms")
+	b.ReportMetric(p50ms(saves), "save-p50-ms")
+	b.ReportMetric(float64(len(first.State.Memory)), "bytes/state")
+}
+
+func p50ms(ds []time.Duration) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[len(s)/2].Microseconds()) / 1000
 }
