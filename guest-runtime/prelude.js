@@ -481,8 +481,12 @@
     }
     const args = cfg.args === undefined ? null : cfg.args;
     // The input is also globalThis.args, for a script that declares its
-    // own `args` (which then runs without the parameter).
-    defineProperty(globalObject, "args", { value: args, writable: true, enumerable: false, configurable: true });
+    // own `args` (which then runs without the parameter). A session's
+    // earlier script may have made that name its own for good (not
+    // configurable): the parameter still holds the input then.
+    try {
+      defineProperty(globalObject, "args", { value: args, writable: true, enumerable: false, configurable: true });
+    } catch (_) {}
     return args;
   }
 

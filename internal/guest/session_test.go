@@ -141,6 +141,10 @@ async function later() { return await mcp.demo.add({a: first, b: q}) }`, `= null
 			{`return s`, `= 1`},
 			{"'use strict'; function f() { undeclared = 1 } try { f() } catch (e) { return e.name }", `= "ReferenceError"`},
 		}},
+		{"a script cannot take args or mcp from the next execution", [][2]string{
+			{`Object.defineProperty(globalThis, "args", {value: "mine", configurable: false}); try { Object.defineProperty(globalThis, "mcp", {value: 1}) } catch (e) { return e.name }`, `= "TypeError"`},
+			{`return [args, globalThis.args, typeof mcp.demo.echo]`, `= [{"in": 1}, "mine", "function"]`},
+		}},
 		{"function declarations hoist within their execution", [][2]string{
 			{`return hoisted(); function hoisted() { return "up" }`, `= "up"`},
 			{`return hoisted()`, `= "up"`},
