@@ -14,6 +14,31 @@ url=${1:?usage: client.sh SERVER_URL}
 here=$(cd "$(dirname "$0")" && pwd)
 pml=${PML:-$here/../bin/pml}
 scenario=${MCP_CONFORMANCE_SCENARIO:-}
+# The suite starts every scenario at once (48 of them, each running this
+# script and a pml process that must connect within the pool's 10 s
+# budget, all served by the suite's one Node process): on a 2-core machine
+# they starve one another and the suite. So before anything else each
+# scenario takes one of a few slots (PML_CONFORMANCE_JOBS, default twice the
+# CPUs), held until this script exits; every scenario still runs and is
+# judged, a few at a time. The waiters queue on one lock, so only one of
+# them polls for a free slot. The suite's own timeout (120 s a scenario)
+# covers the wait.
+slots=${PML_CONFORMANCE_SLOTS:-${TMPDIR:-/tmp}/pml-conformance-slots}
+jobs=${PML_CONFORMANCE_JOBS:-$((2 * $(nproc 2>/dev/null || echo 2)))}
+mkdir -p "$slots"
+take_slot() {
+  local i
+  for i in $(seq 1 "$jobs"); do
+    exec 8>>"$slots/$i"
+    if flock -n 8; then return 0; fi
+    exec 8>&-
+  done
+  return 1
+}
+exec 9>>"$slots/queue"
+flock 9
+until take_slot; do sleep 0.1; done
+exec 9>&-
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Each scenario's credentials in a directory of its own.
@@ -37,30 +62,12 @@ case $scenario in
     # The suite's fixed client ID metadata document URL.
     auth='{"client_metadata_url": "https://conformance-test.local/client-metadata.json"}' ;;
 esac
+# The suite's tools say nothing about themselves, which MCP's defaults make
+# destructive: a user of such a server says it under-annotates.
 cat >"$work/servers.json" <<JSON
-{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "auth": $auth}]}
+{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "assume_not_destructive": true, "auth": $auth}]}
 JSON
 
-# The suite starts every scenario at once (48 of them, each a pml process
-# that must connect within the pool's 10 s budget): on a 2-core machine they
-# starve one another. Each scenario here first takes one of a few slots
-# (PML_CONFORMANCE_JOBS, default twice the CPUs), held until pml exits, so
-# every scenario still runs and is judged, but only a few pml processes run
-# at once. The suite's own timeout (120 s a scenario) covers the wait.
-slots=${PML_CONFORMANCE_SLOTS:-${TMPDIR:-/tmp}/pml-conformance-slots}
-jobs=${PML_CONFORMANCE_JOBS:-$((2 * $(nproc 2>/dev/null || echo 2)))}
-mkdir -p "$slots"
-take_slot() {
-  while :; do
-    for i in $(seq 1 "$jobs"); do
-      exec 8>>"$slots/$i"
-      flock -n 8 && return 0
-      exec 8>&-
-    done
-    sleep 0.05
-  done
-}
-take_slot
 
 run() { "$pml" run --config "$work/servers.json" --demo off --login headless -e "$1"; }
 case $scenario in

@@ -115,7 +115,11 @@ func TestElicitationAcrossLambdaContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(person)), "")
+	// The first request starts a cold container that may compile the
+	// guest: on a loaded machine that outlasts mcp-go's 5 s server/discover
+	// probe, after which it would settle on the 2025-11-25 handshake, which
+	// has no session to carry its capabilities in a Lambda function.
+	c := mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(person), client.WithDiscoverTimeout(time.Minute)), "")
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"
 	req.Params.Arguments = map[string]any{"code": fmt.Sprintf(approveThenDecline, "kv")}

@@ -247,10 +247,12 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 	select {
 	case err := <-exited:
 		t.Logf("exited %v after SIGTERM: %v %s", time.Since(sent), err, out.String())
-		if time.Since(sent) > time.Second {
+		// Promptly: not at the script's 60 s deadline. The margin is for
+		// a loaded 2-core machine.
+		if time.Since(sent) > 5*time.Second {
 			t.Errorf("pml run took %v to stop after SIGTERM", time.Since(sent))
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatal("pml run ignored SIGTERM")
 	}

@@ -38,7 +38,7 @@ var soakCases = []soakCase{
 	{name: "caught out-of-memory loop", code: "let a = []; for (;;) { try { a.push(new Array(1e6).fill(1)) } catch (e) { a = [] } }", timeoutMS: 300, codes: []string{"LIMIT_EXCEEDED", "TIMEOUT"}},
 	{name: "bulk memory loop", code: "const a = new Uint8Array(6e7); for (;;) a.fill(1)", timeoutMS: 300, codes: []string{"TIMEOUT"}},
 	{name: "console flood", code: "for (;;) console.log()", timeoutMS: 300, codes: []string{"TIMEOUT"}},
-	{name: "refused calls", code: "for (let i = 0; i < 3000; i++) { try { await mcp.demo.kv_get({}) } catch (e) {} } throw new Error('done')", timeoutMS: 5000, codes: []string{"SCRIPT_ERROR"}},
+	{name: "refused calls", code: "for (let i = 0; i < 3000; i++) { try { await mcp.demo.kv_get({}) } catch (e) {} } throw new Error('done')", timeoutMS: 20000, codes: []string{"SCRIPT_ERROR"}},
 	{name: "forged host error", code: "let e; try { await mcp.demo.kv_get({}) } catch (r) { e = r } e.code = 'UNAVAILABLE'; e.retryable = true; throw e", codes: []string{"SCRIPT_ERROR"}},
 	{name: "deep recursion", code: "function f() { return f() + 1 } return f()", codes: []string{"LIMIT_EXCEEDED"}},
 }

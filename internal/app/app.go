@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,13 +26,15 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
-	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
+	"github.com/pml-sandbox/pml/internal/openapisrc"
+	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -117,9 +120,13 @@ type Config struct {
 	// CompileWorkers is how many goroutines compile the guest when the
 	// caches miss; 0 or 1 compiles on one (wazero's default).
 	CompileWorkers int
-	// Servers are the MCP servers. When there are none and ServersParam
-	// names an SSM parameter, New reads the list from it.
+	// Servers are the MCP servers, OpenAPI the OpenAPI services and
+	// Lambda the Lambda functions offered as tools. When there are none
+	// of any kind and ServersParam names an SSM parameter, New reads the
+	// list from it.
 	Servers      []mcpclient.ServerConfig
+	OpenAPI      []openapisrc.Config
+	Lambda       []lambdasrc.Config
 	ServersParam string
 	// Demo offers the demo tools in process (bridge.DemoSource).
 	Demo bool
@@ -206,7 +213,9 @@ func ConfigFromEnv() (Config, error) {
 	cfg := Config{
 		CacheDir:           os.Getenv(EnvCompileCache),
 		ShippedCacheDir:    os.Getenv(EnvShippedCache),
-		Servers:            servers,
+		Servers:            servers.MCP,
+		OpenAPI:            servers.OpenAPI,
+		Lambda:             servers.Lambda,
 		ServersParam:       os.Getenv(EnvMCPServersParam),
 		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
 		Traces:             TraceConfig{Store: StoreMemory, Keep: keep},
@@ -256,13 +265,13 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // ServersFromEnv parses the server list in PML_MCP_SERVERS (none when it
-// is unset).
-func ServersFromEnv() ([]mcpclient.ServerConfig, error) {
+// is unset): MCP servers, OpenAPI services and Lambda functions.
+func ServersFromEnv() (serverconfig.Servers, error) {
 	doc := os.Getenv(EnvMCPServers)
 	if doc == "" {
-		return nil, nil
+		return serverconfig.Servers{}, nil
 	}
-	return mcpclient.ParseConfig(EnvMCPServers, []byte(doc))
+	return serverconfig.Parse(EnvMCPServers, []byte(doc))
 }
 
 // MCPTextBytes is the budget of execute_code's text answer set by
@@ -328,10 +337,14 @@ func Logger(w io.Writer, def slog.Level) *slog.Logger { return logging.New(w, de
 // App is a wired service and what it needs closed.
 type App struct {
 	// Service runs executions: the execution service over every source.
-	Service      *bridge.Service
-	Registry     capability.Registry
-	Engine       *guest.Engine
-	Pool         *mcpclient.Pool
+	Service  *bridge.Service
+	Registry capability.Registry
+	Engine   *guest.Engine
+	Pool     *mcpclient.Pool
+	// OpenAPI and Lambda are the sources of OpenAPI services and Lambda
+	// functions, nil when none is configured.
+	OpenAPI      *openapisrc.Source
+	Lambda       *lambdasrc.Source
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities
 	Sink         trace.Sink
@@ -400,21 +413,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.Engine = eng
 
-	servers := cfg.Servers
-	if len(servers) == 0 && cfg.ServersParam != "" {
+	servers := serverconfig.Servers{MCP: cfg.Servers, OpenAPI: cfg.OpenAPI, Lambda: cfg.Lambda}
+	if servers.Len() == 0 && cfg.ServersParam != "" {
 		if servers, err = a.serversFromSSM(ctx, cfg.ServersParam); err != nil {
 			return fail(err)
 		}
 	}
-	var sources []execution.ToolSource
-	if len(servers) > 0 {
-		pool, err := mcpclient.New(ctx, servers, append(cfg.MCPAuth.options(&a.aws), mcpclient.WithLogger(log))...)
-		if err != nil {
-			return fail(fmt.Errorf("mcp servers: %w", err))
-		}
-		a.Pool = pool
-		a.closers = append(a.closers, func(context.Context) error { return pool.Close() })
-		sources = append(sources, mcpclient.Source{Pool: pool})
+	sources, err := a.openSources(ctx, servers, cfg.MCPAuth, log)
+	if err != nil {
+		return fail(err)
 	}
 	if cfg.Demo {
 		sources = append(sources, demoserver.Source{})
@@ -442,10 +449,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	// A version never changes once saved: a capability run reads its
 	// definition once per process.
 	a.Registry = capability.Cached(a.Registry, 0)
-	if a.Pool != nil {
+	if names := servers.Names(); len(names) > 0 {
 		// Every save path (HTTP, the MCP endpoint) goes through this
 		// registry; a capability may not take a server's name.
-		a.Registry = capability.Reserve(a.Registry, a.Pool.Servers()...)
+		a.Registry = capability.Reserve(a.Registry, names...)
 	}
 	// Capability calls run in process on this app's own service (every
 	// run is a fresh sandbox), or in the capability function.
@@ -510,13 +517,14 @@ func (a *App) AnnouncesSuspensions() bool { return a.bus != "" }
 // capability function's handler takes it.
 func (a *App) CapabilityRunner() *capability.Runner { return a.runner }
 
-// ServerHealth reports the MCP servers' states, an empty list without
-// servers.
+// ServerHealth reports the servers' states (MCP servers, then OpenAPI
+// services, then Lambda functions), an empty list without servers.
 func (a *App) ServerHealth() []mcpclient.ServerHealth {
-	if a.Pool == nil {
-		return []mcpclient.ServerHealth{}
+	out := []mcpclient.ServerHealth{}
+	if a.Pool != nil {
+		out = append(out, a.Pool.Health()...)
 	}
-	return a.Pool.Health()
+	return append(out, a.sourceHealth()...)
 }
 
 // Health is the details of /healthz: the MCP servers' states.
@@ -530,24 +538,29 @@ func (a *App) Close(ctx context.Context) {
 }
 
 // serversFromSSM reads the server list from an SSM parameter.
-func (a *App) serversFromSSM(ctx context.Context, name string) ([]mcpclient.ServerConfig, error) {
+func (a *App) serversFromSSM(ctx context.Context, name string) (serverconfig.Servers, error) {
 	cfg, err := a.aws.load(ctx)
 	if err != nil {
-		return nil, err
+		return serverconfig.Servers{}, err
 	}
 	out, err := ssm.NewFromConfig(cfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
 	if err != nil {
-		return nil, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
+		return serverconfig.Servers{}, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
 	}
-	return mcpclient.ParseConfig(name, []byte(aws.ToString(out.Parameter.Value)))
+	return serverconfig.Parse(name, []byte(aws.ToString(out.Parameter.Value)))
 }
 
 // awsConfig loads the AWS SDK configuration once, when something first
 // needs it: a process that uses no AWS service never looks for
-// credentials.
-type awsConfig struct{ cfg *aws.Config }
+// credentials. The tool sources load it from their own goroutines.
+type awsConfig struct {
+	mu  sync.Mutex
+	cfg *aws.Config
+}
 
 func (c *awsConfig) load(ctx context.Context) (aws.Config, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.cfg != nil {
 		return *c.cfg, nil
 	}

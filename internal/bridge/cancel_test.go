@@ -30,7 +30,7 @@ func TestCancelSuspended(t *testing.T) {
 		name, who string
 		want      fault.Code
 	}{
-		{"another principal", "jwt:other#x", fault.Forbidden},
+		{"another principal", "jwt:other#x", fault.NotFound},
 		{"the owner", "jwt:owner#1", ""},
 		{"an approver", "arn:approver", ""},
 	}

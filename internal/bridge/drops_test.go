@@ -31,8 +31,10 @@ func (s fixedSource) Call(context.Context, catalog.Tool, json.RawMessage, execut
 // with the reason, once, however many executions build the catalog again;
 // services sharing a DropLog (capability runs) do not repeat it either.
 func TestCatalogLogsEveryDropOnce(t *testing.T) {
-	first := fixedSource{name: "first", tools: []catalog.Tool{{Server: "x", Name: "a"}, {Server: "x", Name: "then"}}}
-	second := fixedSource{name: "second", tools: []catalog.Tool{{Server: "x", Name: "a"}, {Server: "x", Name: "b"}, {Server: "toJSON", Name: "c"}}}
+	ro := catalog.Annotations{ReadOnly: &readOnlyHint}
+	first := fixedSource{name: "first", tools: []catalog.Tool{{Server: "x", Name: "a", Annotations: ro}, {Server: "x", Name: "then", Annotations: ro}}}
+	second := fixedSource{name: "second", tools: []catalog.Tool{{Server: "x", Name: "a", Annotations: ro}, {Server: "x", Name: "b", Annotations: ro},
+		{Server: "toJSON", Name: "c", Annotations: ro}}}
 	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	drops := catalog.NewDropLog(log)
@@ -69,3 +71,7 @@ func TestCatalogLogsEveryDropOnce(t *testing.T) {
 		}
 	}
 }
+
+// readOnlyHint is what a test tool that only reads says: MCP's defaults
+// make one that says nothing destructive.
+var readOnlyHint = true

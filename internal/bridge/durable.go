@@ -122,8 +122,9 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 // suspend again (the answer is then StatusSuspended, as Execute's). The
 // execution is claimed first, so of concurrent resumes one runs and the
 // others get CONFLICT. A refusal — nothing ran — is the *fault.Error:
-// NOT_FOUND, EXPIRED, FORBIDDEN (another principal), CONFLICT (not waiting
-// any more), RESUME_INCOMPATIBLE (suspended by another guest build),
+// NOT_FOUND (unknown, or another principal's: told alike), EXPIRED,
+// FORBIDDEN (the policy does not let the caller approve), CONFLICT (not
+// waiting any more), RESUME_INCOMPATIBLE (suspended by another guest build),
 // INVALID_REQUEST (decisions on calls that are not pending), or a
 // retryable UNAVAILABLE when the store fails.
 func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*execution.Response, *fault.Error) {
@@ -141,7 +142,7 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	id := rr.ExecutionID
 	rec, err := s.store.Load(ctx, id)
 	if err != nil {
-		return nil, storeFault(id, err)
+		return nil, s.loadFault(id, rr.Principal, err)
 	}
 	// Who decides first: nothing about another's execution is told to
 	// someone who may not decide it.
@@ -181,8 +182,8 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 // mayDecide refuses decisions the deployment's policy does not let rr's
 // decider make on owner's execution, weighed by the channel they came by
 // (an answer through the owner's MCP client was checked by the MCP front
-// end against the sealed state it asked with): FORBIDDEN, told as
-// "another principal's" to anyone who may not decide it at all.
+// end against the sealed state it asked with): FORBIDDEN, or NOT_FOUND as
+// for an unknown id to anyone who may not decide it at all.
 func (s *Service) mayDecide(rr execution.ResumeRequest, owner string, decisions map[int]execution.Decision) *fault.Error {
 	approve := false
 	for _, d := range decisions {
@@ -263,7 +264,7 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	}
 	rec, err := s.store.Load(ctx, id)
 	if err != nil {
-		return nil, storeFault(id, err)
+		return nil, s.loadFault(id, cr.Principal, err)
 	}
 	if !s.policy.MayAccess(cr.Principal, rec.Principal) {
 		return nil, storeFault(id, suspend.ErrForbidden)
@@ -436,17 +437,28 @@ func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeReques
 	return ev
 }
 
+// loadFault is storeFault for a record principal could not load: an
+// expired one is told expired only to whom may access it, and unknown to
+// anyone else.
+func (s *Service) loadFault(id, principal string, err error) *fault.Error {
+	var ee *suspend.ExpiredError
+	if errors.As(err, &ee) && !s.policy.MayAccess(principal, ee.Principal) {
+		err = suspend.ErrNotFound
+	}
+	return storeFault(id, err)
+}
+
 // storeFault turns a suspension store's error into the fault callers
 // branch on (and HTTP maps to 404, 410, 403, 409, 503).
 func storeFault(id string, err error) *fault.Error {
 	var se *suspend.StateError
 	switch {
-	case errors.Is(err, suspend.ErrNotFound):
+	case errors.Is(err, suspend.ErrNotFound), errors.Is(err, suspend.ErrForbidden):
+		// Another principal's execution is told as an unknown one, word
+		// for word: an id must not tell whether it exists.
 		return fault.New(fault.NotFound, "no suspended execution %q", id)
 	case errors.Is(err, suspend.ErrExpired):
 		return fault.Wrap(fault.Expired, err, "")
-	case errors.Is(err, suspend.ErrForbidden):
-		return fault.New(fault.Forbidden, "execution %s was suspended by another principal; only that principal may resume it", id)
 	case errors.As(err, &se):
 		d := map[string]any{"state": se.State, "version": se.Version}
 		msg := fmt.Sprintf("execution %s is not waiting for decisions: it is %s", id, se.State)

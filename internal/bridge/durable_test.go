@@ -200,8 +200,8 @@ func TestResumeRefusals(t *testing.T) {
 		inMessage string
 	}{
 		{"unknown id", execution.ResumeRequest{ExecutionID: "ex_nope", Decisions: approve}, fault.NotFound, "ex_nope"},
-		{"another principal", execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve, Principal: "arn:aws:iam::123456789012:user/mallory"}, fault.Forbidden, "another principal"},
-		{"no principal for a principal's execution", execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve}, fault.Forbidden, "another principal"},
+		{"another principal", execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve, Principal: "arn:aws:iam::123456789012:user/mallory"}, fault.NotFound, "no suspended execution"},
+		{"no principal for a principal's execution", execution.ResumeRequest{ExecutionID: alice.ExecutionID, Decisions: approve}, fault.NotFound, "no suspended execution"},
 		{"a call that is not pending", execution.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: map[string]execution.Decision{"2": {Approve: true}, "7": {}, "1": {}}}, fault.InvalidRequest, "not pending: 1, 7 (pending: 2)"},
 		{"a key that is not a call id", execution.ResumeRequest{ExecutionID: anon.ExecutionID, Decisions: map[string]execution.Decision{"two": {}}}, fault.InvalidRequest, `"two"`},
 		{"no decisions", execution.ResumeRequest{ExecutionID: anon.ExecutionID}, fault.InvalidRequest, "empty"},
@@ -321,7 +321,11 @@ func TestApprovalModes(t *testing.T) {
 type approvalSource struct{}
 
 func (approvalSource) Tools(context.Context) ([]catalog.Tool, error) {
-	return []catalog.Tool{{Server: "ext", Name: "send", InputSchema: json.RawMessage(`{"type":"object"}`), Kind: trace.KindMCP, RequireApproval: true}}, nil
+	// Not destructive, as it says: its server's require_approval is what
+	// makes it need a person.
+	notDestructive := false
+	return []catalog.Tool{{Server: "ext", Name: "send", InputSchema: json.RawMessage(`{"type":"object"}`), Kind: trace.KindMCP, RequireApproval: true,
+		Annotations: catalog.Annotations{Destructive: &notDestructive}}}, nil
 }
 
 func (approvalSource) Call(context.Context, catalog.Tool, json.RawMessage, execution.CallOptions) (json.RawMessage, error) {

@@ -111,6 +111,10 @@ func needsApproval(full string, t catalog.Tool, req *execution.Request) *fault.E
 		return fault.New(fault.Forbidden, "%s needs approval, and approval inside a capability is not supported: "+
 			"call the tool from the script itself, or set allow_destructive to run it without asking", full).WithTool(full)
 	}
+	if t.DestructiveByDefault() {
+		return fault.New(fault.Forbidden, "%s does not say it is read-only or not destructive, so it is destructive (MCP's defaults); "+
+			`the request must set allow_destructive to run it (or approval "suspend" to ask for approval)`, full).WithTool(full)
+	}
 	if t.IsDestructive() {
 		return fault.New(fault.Forbidden, "%s is annotated destructive; the request must set allow_destructive to run it "+
 			`(or approval "suspend" to ask for approval)`, full).WithTool(full)

@@ -2,9 +2,12 @@ package bridge_test
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
@@ -112,10 +115,10 @@ func TestWhoMayDecide(t *testing.T) {
 	if _, ferr := resume(id, agent, true, false); ferr == nil || ferr.Code != fault.Forbidden || !strings.Contains(ferr.Message, "the caller may reject") {
 		t.Fatalf("the agent approving its own: %+v", ferr)
 	}
-	if _, ferr := resume(id, stranger, false, false); ferr == nil || ferr.Code != fault.Forbidden || !strings.Contains(ferr.Message, "another principal") {
+	if _, ferr := resume(id, stranger, false, false); ferr == nil || ferr.Code != fault.NotFound || !strings.Contains(ferr.Message, "no suspended execution") {
 		t.Fatalf("a stranger: %+v", ferr)
 	}
-	if _, ferr := resume(id, stranger, true, true); ferr == nil || ferr.Code != fault.Forbidden {
+	if _, ferr := resume(id, stranger, true, true); ferr == nil || ferr.Code != fault.NotFound {
 		t.Fatalf("elicited answers on another principal's session: %+v", ferr)
 	}
 	out, ferr := resume(id, operator, true, false)
@@ -188,5 +191,70 @@ func TestSuspensionIsAnnounced(t *testing.T) {
 	r = silent.Execute(context.Background(), execution.Request{Code: approvalScript, Approval: execution.ApprovalSuspend, Source: execution.SourceSQS})
 	if r.Error == nil || r.Error.Code != fault.InvalidRequest || !strings.Contains(r.Error.Message, "announces no suspensions") {
 		t.Fatalf("a queued request where nobody is told: %+v", r.Error)
+	}
+}
+
+// TestSuspensionNoticeNamesEveryCall: however many calls wait and however
+// long their arguments, the notice names every one of them, and carries
+// none of their arguments.
+func TestSuspensionNoticeNamesEveryCall(t *testing.T) {
+	d := newDurable(t)
+	var notes notices
+	svc, _ := d.deployedService(&notes)
+	const n = 16 // as many as a run keeps in flight
+	code := `const note = "Routine cleanup. " + " ".repeat(5000);
+await Promise.all(Array.from({length: ` + strconv.Itoa(n) + `}, (_, i) => mcp.demo.kv_delete({note, key: "production_" + i})));`
+	r := svc.Execute(context.Background(), execution.Request{Code: code, Approval: execution.ApprovalSuspend, Principal: agent})
+	if r.Status != execution.StatusSuspended || len(r.Pending) != n || len(notes.got) != 1 {
+		t.Fatalf("want %d pending calls and one notice: %+v %d %d", n, r.Error, len(r.Pending), len(notes.got))
+	}
+	b, _ := json.Marshal(notes.got[0])
+	if len(notes.got[0].Pending) != n || strings.Contains(string(b), "production_") || strings.Contains(string(b), "Routine") {
+		t.Fatalf("the notice does not name every call, or carries arguments: %s", b)
+	}
+	for i, p := range notes.got[0].Pending {
+		if p.CallID != r.Pending[i].CallID || p.Tool != "demo:kv_delete" {
+			t.Fatalf("pending %d in the notice: %+v", i, p)
+		}
+	}
+}
+
+// TestIdsCannotBeProbedHere: resuming or cancelling another principal's
+// execution — waiting, or expired — is refused word for word as for an id
+// never issued; only the owner and an approver learn that it expired.
+func TestIdsCannotBeProbedHere(t *testing.T) {
+	d := newDurable(t)
+	svc, _ := d.deployedService(nil)
+	ctx := context.Background()
+	type answer struct {
+		Code    fault.Code
+		Message string
+	}
+	probe := func(id, principal string) (resume, cancel answer) {
+		_, rf := svc.Resume(ctx, execution.ResumeRequest{ExecutionID: id, Principal: principal,
+			Decisions: map[string]execution.Decision{"2": {Reason: "no"}}})
+		_, cf := svc.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: principal})
+		if rf == nil || cf == nil {
+			t.Fatalf("%s by %s: resume %+v, cancel %+v; want refusals", id, principal, rf, cf)
+		}
+		return answer{rf.Code, strings.ReplaceAll(rf.Message, id, "ID")}, answer{cf.Code, strings.ReplaceAll(cf.Message, id, "ID")}
+	}
+	waiting := suspendApproval(t, svc, agent).ExecutionID
+	unknownResume, unknownCancel := probe("ex_"+strings.Repeat("0", len(waiting)-3), stranger)
+	if unknownResume.Code != fault.NotFound || unknownCancel.Code != fault.NotFound {
+		t.Fatalf("an unknown id: %+v %+v", unknownResume, unknownCancel)
+	}
+	if r, c := probe(waiting, stranger); r != unknownResume || c != unknownCancel {
+		t.Errorf("another principal's waiting execution: %+v %+v; an unknown id's: %+v %+v", r, c, unknownResume, unknownCancel)
+	}
+	expired := suspendApproval(t, svc, agent).ExecutionID
+	d.clk.Add(execution.SuspensionTTL + time.Minute)
+	if r, c := probe(expired, stranger); r != unknownResume || c != unknownCancel {
+		t.Errorf("another principal's expired execution: %+v %+v; an unknown id's: %+v %+v", r, c, unknownResume, unknownCancel)
+	}
+	for _, p := range []string{agent, operator} {
+		if r, c := probe(expired, p); r.Code != fault.Expired || c.Code != fault.Expired {
+			t.Errorf("%s, who may see it, is not told it expired: %+v %+v", p, r, c)
+		}
 	}
 }

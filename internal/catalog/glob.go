@@ -1,6 +1,9 @@
 package catalog
 
-import "strings"
+import (
+	"strings"
+	"unicode"
+)
 
 // wildcard matches any run of characters, the empty run included, wherever
 // it stands in a glob.
@@ -30,4 +33,24 @@ func MatchGlob(glob, name string) bool {
 		name = name[i+len(p):]
 	}
 	return len(name) >= len(last) && strings.HasSuffix(name, last)
+}
+
+// MatchToolGlob is MatchGlob without regard to case (Unicode simple
+// folding, as strings.EqualFold), for the tool globs that guard: a
+// server's require_approval and deny lists, where "delete_*" must catch
+// "Delete_all" — a tool name's case says nothing about what it does. Globs
+// that grant (allow lists, a request's tools filter) and principal
+// patterns use MatchGlob: matching across case would widen them.
+func MatchToolGlob(glob, name string) bool { return MatchGlob(fold(glob), fold(name)) }
+
+// fold maps every character of s to the least of its case-folding orbit,
+// so that two strings equal under simple folding map alike.
+func fold(s string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, s)
 }

@@ -39,13 +39,29 @@ type Tool struct {
 func (t Tool) FullName() string { return t.Server + ":" + t.Name }
 
 // IsDestructive reports whether the tool may change the outside world
-// irreversibly. Per the MCP spec a tool that does not say it is read-only and
-// does not deny being destructive is assumed destructive; we only refuse
-// tools that explicitly declare destructiveHint=true, so that servers which
-// leave annotations out stay usable.
+// irreversibly, by MCP's defaults: readOnlyHint is false unless said, and
+// destructiveHint, which counts only when readOnlyHint is false, is true
+// unless said. So a tool that says nothing about itself is destructive. A
+// deployment that knows a server under-annotates says so in the server's
+// configuration (mcpclient.ServerConfig.AssumeNotDestructive), which fills
+// in the hints it leaves out. A capability is never destructive itself: it
+// is a program whose every call is checked in its own run.
 func (t Tool) IsDestructive() bool {
-	return t.Annotations.Destructive != nil && *t.Annotations.Destructive &&
-		(t.Annotations.ReadOnly == nil || !*t.Annotations.ReadOnly)
+	if t.Kind == trace.KindCapability {
+		return false
+	}
+	a := t.Annotations
+	if a.ReadOnly != nil && *a.ReadOnly {
+		return false
+	}
+	return a.Destructive == nil || *a.Destructive
+}
+
+// DestructiveByDefault reports whether the tool is destructive only
+// because it does not say otherwise: what a refusal should tell, with the
+// remedy (annotate the tool, or the server's assume_not_destructive).
+func (t Tool) DestructiveByDefault() bool {
+	return t.IsDestructive() && t.Annotations.Destructive == nil
 }
 
 // NeedsApproval reports whether a call to the tool needs someone's consent:

@@ -12,12 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/openapisrc"
+	"github.com/pml-sandbox/pml/internal/serverconfig"
 )
 
 // Exit codes; the README's table is where users read them.
@@ -260,7 +261,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	default:
 		return app.Config{}, usagef("--demo must be on, off or auto, not %q", f.demo)
 	}
-	servers, err := f.mcpConfigs()
+	servers, err := f.servers()
 	if err != nil {
 		return app.Config{}, err
 	}
@@ -295,8 +296,10 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		// for, go beside the logs.
 		MetricsOutput:    os.Stderr,
 		CacheDir:         f.engineFlags.dir(),
-		Servers:          servers,
-		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),
+		Servers:          servers.MCP,
+		OpenAPI:          servers.OpenAPI,
+		Lambda:           servers.Lambda,
+		Demo:             f.demo == "on" || (f.demo == "auto" && servers.Len() == 0),
 		Traces:           traces,
 		CapabilitiesFile: app.CapabilitiesFile(),
 		Suspensions:      susp,
@@ -318,37 +321,41 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 	return a, err
 }
 
-// mcpConfigs merges $PML_MCP_SERVERS, --config and --mcp, in that order: a
-// later one wins a name.
-func (f *serverFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
+// servers merges $PML_MCP_SERVERS, --config, --mcp and --openapi, in
+// that order: a later one wins a name, whatever its kind.
+func (f *serverFlags) servers() (serverconfig.Servers, error) {
 	cfgs, err := app.ServersFromEnv()
 	if err != nil {
-		return nil, usageError{err}
+		return serverconfig.Servers{}, usageError{err}
 	}
 	if f.config != "" {
-		c, err := mcpclient.LoadConfig(f.config)
+		c, err := serverconfig.Load(f.config)
 		if err != nil {
-			return nil, usageError{err}
+			return serverconfig.Servers{}, usageError{err}
 		}
-		cfgs = mergeServers(cfgs, c...)
+		cfgs.Merge(c)
 	}
 	for _, m := range f.mcp {
 		c, err := mcpclient.ParseServerFlag(m)
 		if err != nil {
-			return nil, usageError{err}
+			return serverconfig.Servers{}, usageError{err}
 		}
-		cfgs = mergeServers(cfgs, c)
+		cfgs.Merge(serverconfig.Servers{MCP: []mcpclient.ServerConfig{c}})
+	}
+	for _, m := range f.openapi {
+		c, err := openapisrc.ParseFlag(m)
+		if err != nil {
+			return serverconfig.Servers{}, usageError{err}
+		}
+		cfgs.Merge(serverconfig.Servers{OpenAPI: []openapisrc.Config{c}})
 	}
 	return cfgs, nil
 }
 
-// mergeServers adds more to cfgs, each replacing a server of its name.
-func mergeServers(cfgs []mcpclient.ServerConfig, more ...mcpclient.ServerConfig) []mcpclient.ServerConfig {
-	for _, c := range more {
-		cfgs = slices.DeleteFunc(cfgs, func(x mcpclient.ServerConfig) bool { return x.Name == c.Name })
-		cfgs = append(cfgs, c)
-	}
-	return cfgs
+// mcpConfigs is the MCP servers of the merged list (see servers).
+func (f *serverFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
+	s, err := f.servers()
+	return s.MCP, err
 }
 
 // logger returns the JSON logger commands write diagnostics with: warnings

@@ -51,13 +51,15 @@ func mcpCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 // serverFlags name the MCP servers: every command that has a service, and
 // the mcp subcommands.
 type serverFlags struct {
-	mcp    listFlag
-	config string
+	mcp     listFlag
+	openapi listFlag
+	config  string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.mcp, "mcp", "an MCP server as NAME=URL (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
-	fs.StringVar(&f.config, "config", "", "MCP server configuration file (JSON or YAML; adds to $"+app.EnvMCPServers+")")
+	fs.Var(&f.openapi, "openapi", "an OpenAPI service as NAME=URL or NAME=FILE of its OpenAPI 3.0/3.1 document: one tool per operation (repeatable; adds to $"+app.EnvMCPServers+" and --config)")
+	fs.StringVar(&f.config, "config", "", "server configuration file: MCP servers, OpenAPI services and Lambda functions (JSON or YAML; adds to $"+app.EnvMCPServers+")")
 }
 
 func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {

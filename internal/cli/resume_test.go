@@ -155,3 +155,37 @@ func TestResumeUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestNoOutputNamesAnApprover: with approvers configured and the caller
+// not deciding, what pml run, pml resume and pml status print says who
+// decides by role, never by a configured principal.
+func TestNoOutputNamesAnApprover(t *testing.T) {
+	policy := []string{"--approvers", "arn:aws:iam::123456789012:role/ops-*,jwt:https://idp.example#alice",
+		"--trusted-clients", "jwt:https://idp.example#trusted-*", "--caller-decides", "off"}
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		cli.Main(context.Background(), append(append([]string{args[0], "--cache-dir", cacheDir}, args[1:]...), policy...), &out, &errOut)
+		return out.String() + errOut.String()
+	}
+	suspendedOut := run("run", "--approval", "suspend", "-e", approvalScript)
+	var d suspended
+	if err := json.Unmarshal([]byte(suspendedOut), &d); err != nil || d.Status != "suspended" || !strings.Contains(suspendedOut, "an approver") {
+		t.Fatalf("want a suspension naming the approvers' role: %v\n%s", err, suspendedOut)
+	}
+	outputs := map[string]string{
+		"pml run":                     suspendedOut,
+		"pml resume --approve":        run("resume", d.ExecutionID, "--approve", "2"),
+		"pml run --allow-destructive": run("run", "--allow-destructive", "-e", `await mcp.demo.kv_delete({key: "k"})`),
+	}
+	if !strings.Contains(outputs["pml resume --approve"], "FORBIDDEN") {
+		t.Fatalf("the caller approved its own call: %s", outputs["pml resume --approve"])
+	}
+	for what, o := range outputs {
+		for _, part := range []string{"123456789012", "ops-", "idp.example", "trusted-"} {
+			if strings.Contains(o, part) {
+				t.Errorf("%s names an approver (%q): %s", what, part, o)
+			}
+		}
+	}
+}

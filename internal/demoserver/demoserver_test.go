@@ -81,6 +81,14 @@ func TestOneDemo(t *testing.T) {
 			for _, tl := range tools {
 				byName[tl.Name] = tl
 			}
+			// Under MCP's defaults a tool that says nothing is
+			// destructive: every demo tool says what it is, and only
+			// kv_delete is, so the demo reads and writes without asking.
+			for _, tl := range tools {
+				if tl.IsDestructive() != (tl.Name == "kv_delete") || tl.Annotations.ReadOnly == nil || tl.Annotations.Destructive == nil {
+					t.Errorf("%s: destructive %v, annotations %+v", tl.Name, tl.IsDestructive(), tl.Annotations)
+				}
+			}
 			for _, s := range steps {
 				got, err := src.Call(ctx, byName[s.tool], json.RawMessage(s.args), execution.CallOptions{Lineage: execution.Lineage{AllowDestructive: true}})
 				if s.code != "" {

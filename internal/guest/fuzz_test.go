@@ -40,7 +40,9 @@ func FuzzRun(f *testing.F) {
 		if r.Err != nil && r.Err.Code == "" {
 			t.Fatalf("error without a code: %+v", r.Err)
 		}
-		if d := time.Since(start); d > 2*time.Second {
+		// The 200 ms deadline is absolute; the margin is for fuzzing
+		// workers sharing a loaded 2-core machine.
+		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("took %v", d)
 		}
 	})

@@ -151,15 +151,17 @@ func TestDeadlineCountsRunningTimeOnly(t *testing.T) {
 	spin := func(ms int) string {
 		return "{ const end = Date.now() + " + itoa(ms) + "; while (Date.now() < end) {} }\n"
 	}
-	limit := func(r *guest.Request) { r.Limits.Timeout = 600 * time.Millisecond }
-	r := suspendRun(t, spin(300)+"await mcp.demo.add({a: 1, b: 1})\n"+spin(200)+"return 'ok'", limit)
-	time.Sleep(700 * time.Millisecond) // waiting while suspended is free...
+	// 600 ms of spinning under a 1.2 s deadline leaves room for a loaded
+	// machine; 1.3 s of it cannot fit.
+	limit := func(r *guest.Request) { r.Limits.Timeout = 1200 * time.Millisecond }
+	r := suspendRun(t, spin(300)+"await mcp.demo.add({a: 1, b: 1})\n"+spin(300)+"return 'ok'", limit)
+	time.Sleep(1300 * time.Millisecond) // waiting while suspended is free...
 	ok := resume(t, engine, r.Suspended, map[int]guest.Decision{1: {Approve: true}})
 	mustOK(t, ok)
-	r = suspendRun(t, spin(300)+"await mcp.demo.add({a: 1, b: 1})\n"+spin(400)+"return 'late'", limit)
+	r = suspendRun(t, spin(300)+"await mcp.demo.add({a: 1, b: 1})\n"+spin(1000)+"return 'late'", limit)
 	late := resume(t, engine, r.Suspended, map[int]guest.Decision{1: {Approve: true}})
 	if late.OK || late.Err == nil || late.Err.Code != fault.Timeout { // ...running is not
-		t.Fatalf("want TIMEOUT after 700 ms of running, got %+v %s", late.Err, late.Value)
+		t.Fatalf("want TIMEOUT after 1.3 s of running, got %+v %s", late.Err, late.Value)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,14 @@ const testPrincipal = "X-Test-Principal"
 // taken from testPrincipal.
 func newAsyncServer(t *testing.T, stream bool) string {
 	t.Helper()
+	url, _ := newAsyncServerKV(t, stream)
+	return url
+}
+
+// newAsyncServerKV is newAsyncServer, and the demo tools' store its
+// scripts write to.
+func newAsyncServerKV(t *testing.T, stream bool) (string, *demoserver.Tools) {
+	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
 	policy := approval.Policy{Approvers: []string{"arn:approver"}}
@@ -50,7 +59,7 @@ func newAsyncServer(t *testing.T, stream bool) string {
 		h.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, kv
 }
 
 // call sends a request as principal and decodes the JSON answer.
@@ -121,7 +130,7 @@ func TestAsyncOverHTTP(t *testing.T) {
 	_, _, doc = call(t, "POST", base+"/execute", agent, `{"code": "for (let i = 0; i < 50; i++) await mcp.demo.sleep({ms: 50}); return 1", "async": true}`)
 	id, _ = doc["execution_id"].(string)
 	time.Sleep(120 * time.Millisecond)
-	if status, _, doc := call(t, "DELETE", base+"/executions/"+id, "jwt:https://idp#other", ""); status != 403 {
+	if status, _, doc := call(t, "DELETE", base+"/executions/"+id, "jwt:https://idp#other", ""); status != 404 {
 		t.Fatalf("another principal's DELETE: %d %v", status, doc)
 	}
 	status, hdr, doc = call(t, "DELETE", base+"/executions/"+id, "arn:approver", "")
@@ -251,4 +260,48 @@ func TestMCPTasks(t *testing.T) {
 func toJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestARefusedResumeLeavesCancelAlone: while an asynchronous execution
+// runs, another principal's resume of it is refused (404, as for an
+// unknown id) and changes nothing: the owner's cancel still stops the run
+// within a step, and no cancel is recorded for a run that went on.
+func TestARefusedResumeLeavesCancelAlone(t *testing.T) {
+	base, kv := newAsyncServerKV(t, false)
+	const agent = "jwt:https://idp#agent"
+	const steps = 40
+	_, _, doc := call(t, "POST", base+"/execute", agent, `{"async": true, "code":
+		"for (let i = 0; i < `+strconv.Itoa(steps)+`; i++) { await mcp.demo.kv_set({key: 'step' + i, value: i}); await mcp.demo.sleep({ms: 50}) }"}`)
+	id, _ := doc["execution_id"].(string)
+	// Running here: its first call has run.
+	for deadline := time.Now().Add(20 * time.Second); !kvHas(t, kv, "step0"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the run never started")
+		}
+	}
+	status, _, refused := call(t, "POST", base+"/executions/"+id+"/resume", "jwt:https://idp#other", `{"decisions": {"1": "approve"}}`)
+	if status != 404 {
+		t.Fatalf("another principal's resume: %d %v", status, refused)
+	}
+	status, _, doc = call(t, "DELETE", base+"/executions/"+id, agent, "")
+	if status != 202 || doc["cancel_requested"] != true {
+		t.Fatalf("the owner's DELETE: %d %v", status, doc)
+	}
+	doc = pollDoc(t, base, id, agent)
+	if e, _ := doc["error"].(map[string]any); doc["status"] != "cancelled" || e["code"] != "CANCELLED" {
+		t.Fatalf("final document %v", doc)
+	}
+	if kvHas(t, kv, "step"+strconv.Itoa(steps-1)) {
+		t.Fatalf("recorded cancelled, but the run went on to its last call: %v", doc["calls"])
+	}
+}
+
+// kvHas reports whether the demo store holds key.
+func kvHas(t *testing.T, kv *demoserver.Tools, key string) bool {
+	t.Helper()
+	out, err := kv.Call(context.Background(), "kv_get", json.RawMessage(`{"key": "`+key+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(out), `"found":true`)
 }

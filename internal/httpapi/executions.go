@@ -45,8 +45,8 @@ func (a *api) asyncDocument(w http.ResponseWriter, r *http.Request, id string) b
 // cancelExecution serves DELETE /executions/{id}: 200 with the document of
 // an execution that is cancelled now (it was queued or suspended), 202 with
 // status "running" and cancel_requested for one that ends at its next step,
-// or the refusal's status: 404 (unknown, or another principal's), 409 (it
-// ended already), 403.
+// or the refusal's status: 404 (unknown, or another principal's, told
+// alike), 409 (it ended already).
 func (a *api) cancelExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	doc, ferr := a.Service.Cancel(r.Context(), execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(r.Context())})

@@ -199,7 +199,9 @@ func (a *api) mcpCancel(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	}
 	doc, ferr := a.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	if ferr != nil {
-		return a.refusal(id, ferr), nil
+		res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusedText("cancel", id, ferr))
+		res.IsError = true
+		return res, nil
 	}
 	a.flush(ctx)
 	// The execution failed (CANCELLED), but the call did what it was asked:

@@ -32,9 +32,14 @@ import (
 // whichever process or container receives it, as decisions of the client's
 // user (execution.ChannelClient).
 
-// maxQuestionArgs bounds the arguments quoted in a question: the user
-// needs to recognise the call, not to read a document.
+// maxQuestionArgs is what the arguments quoted in a question aim at: the
+// user needs to recognise the call, not to read a document. Every key is
+// shown whatever it takes (argsText), up to maxQuestionText.
 const maxQuestionArgs = 600
+
+// maxQuestionText bounds the arguments in a question: past it they are
+// not shown, and the question says so.
+const maxQuestionText = 8192
 
 // decisionSchema is what an elicitation asks the user for.
 var decisionSchema = map[string]any{
@@ -91,9 +96,12 @@ func (a *api) ask(resp *execution.Response, budget int) *mcp.CallToolResult {
 
 // question is what the user is asked about one pending call.
 func question(p execution.Pending, resp *execution.Response) string {
-	args := string(p.Args)
-	if len(args) > maxQuestionArgs {
-		args = truncateUTF8(args, maxQuestionArgs) + fmt.Sprintf("… (%d more bytes)", len(p.Args)-maxQuestionArgs)
+	args := argsText(p.Args, maxQuestionArgs)
+	if len(args) > maxQuestionText {
+		args = briefArgs(p.Args)
+	}
+	if len(args) > maxQuestionText {
+		args = fmt.Sprintf("arguments of %d bytes, too many keys to show here (reject the call unless you have read them in the execution's document)", len(p.Args))
 	}
 	return fmt.Sprintf("A script wants to call %s.%s with %s. This call needs your approval: nothing has run yet. "+
 		"Approve it, or reject it (the script is told, with your reason). Execution %s, call #%d; it waits until %s.",

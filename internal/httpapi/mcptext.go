@@ -112,39 +112,54 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 		how = fmt.Sprintf("No pending call has run, and approving them is not yours to do: %s decides (tell the user execution %s waits). "+
 			`You may reject a call with resume_execution {"execution_id": %q, "decisions": {%q: "reject"}}; `+
 			"a rejected call throws REJECTED in the script, and undecided calls stay pending; "+
-			`cancel_execution {"execution_id": %q} stops the whole execution.\n`, cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example, resp.ExecutionID)
+			`cancel_execution {"execution_id": %q} stops the whole execution.`+"\n", cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example, resp.ExecutionID)
 	}
 	room := budget - len(status) - len(how)
-	var list, names strings.Builder
 	argsRoom := max(room/max(n, 1)-32, 64)
-	for _, p := range resp.Pending {
-		fmt.Fprintf(&list, "#%d %s:%s ", p.CallID, p.Server, p.Tool)
-		list.WriteString(strings.TrimSuffix(cut(string(p.Args), argsRoom, fmt.Sprintf("of call #%d's arguments", p.CallID)), "\n") + "\n")
-		fmt.Fprintf(&names, "#%d %s:%s\n", p.CallID, p.Server, p.Tool)
+	list := func(args func(json.RawMessage) string) string {
+		var b strings.Builder
+		for _, p := range resp.Pending {
+			fmt.Fprintf(&b, "#%d %s:%s", p.CallID, p.Server, p.Tool)
+			if args != nil {
+				b.WriteString(" " + args(p.Args))
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
 	}
-	calls := list.String()
+	// Every key of every call, each value cut on its own (argsText); when
+	// that does not fit, the least of each value; when even that does not,
+	// no arguments, said plainly: which calls wait matters more than their
+	// arguments, and a call must never look like it has fewer of them.
+	calls := list(func(a json.RawMessage) string { return argsText(a, argsRoom) })
 	if len(calls) > room {
-		// Which calls wait matters more than their arguments.
-		calls = "(arguments in structuredContent)\n" + names.String()
+		calls = list(briefArgs)
+	}
+	if len(calls) > room {
+		calls = "(no arguments shown here: structuredContent has them)\n" + list(nil)
 	}
 	return status + cut(calls, max(room, 0), "of the pending calls") + how
 }
 
 // refusalText is a refused resume for a model: nothing ran.
-func refusalText(id string, e *fault.Error) string {
+func refusalText(id string, e *fault.Error) string { return refusedText("resume", id, e) }
+
+// refusedText is a refused request (what: resume, cancel) for a model.
+func refusedText(what, id string, e *fault.Error) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "resume refused: %s (execution %s); nothing ran\nerror: %s\n", e.Code, id, e.Message)
+	fmt.Fprintf(&b, "%s refused: %s (execution %s); nothing ran\nerror: %s\n", what, e.Code, id, e.Message)
 	if e.Details != nil {
 		if d, err := json.Marshal(e.Details); err == nil {
 			b.WriteString("details: " + string(d) + "\n")
 		}
 	}
-	switch e.Code {
-	case fault.Conflict:
+	switch {
+	case what != "resume":
+	case e.Code == fault.Conflict:
 		b.WriteString("The execution is not waiting for decisions any more: do not retry.\n")
-	case fault.Expired:
+	case e.Code == fault.Expired:
 		b.WriteString("It waited past its expiry and can no longer be resumed: run the code again if it is still needed.\n")
-	case fault.ResumeIncompatible:
+	case e.Code == fault.ResumeIncompatible:
 		b.WriteString("Another version of the sandbox suspended it; this one cannot resume it.\n")
 	}
 	return b.String()

@@ -60,7 +60,7 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 			want: []string{"suspended: 1 call awaits approval (execution ex_1", "until 2030-01-02T03:04:05Z", "#2 demo:kv_delete {\"key\":\"k\"}\n",
 				`resume_execution {"execution_id": "ex_1", "decisions": {"2": "approve"}}`, "REJECTED", "calls: 1"}},
 		{name: "suspended on many big calls", resp: execution.Response{Status: execution.StatusSuspended, Pending: pending(40, string(big))},
-			want: []string{"suspended: 40 calls await approval", "#1 demo:kv_delete \"日本", "of call #1's arguments cut", `"decisions": {"1": "approve"}`}, cut: true},
+			want: []string{"suspended: 40 calls await approval", "#1 demo:kv_delete \"日本", "#40 demo:kv_delete \"日本", "of 300000 bytes cut]", `"decisions": {"1": "approve"}`}},
 		{name: "everything at once", resp: execution.Response{OK: true, Result: big, Logs: logs(3000, strings.Repeat("z", 100)), Calls: many(900)},
 			want: []string{"of the result cut", "of the console output cut"}, cut: true},
 	}

@@ -10,8 +10,9 @@ import (
 
 // RefusalStatus maps a resume that was refused — nothing ran — to an HTTP
 // status. Unlike an execution's failure (StatusOf), the code is about the
-// request itself: FORBIDDEN is the caller's (another principal suspended
-// the execution), not a tool's.
+// request itself: FORBIDDEN is the caller's (the policy does not let it
+// approve), not a tool's. Another principal's execution is NOT_FOUND, as
+// an unknown one.
 func RefusalStatus(e *fault.Error) int {
 	switch e.Code {
 	case fault.InvalidRequest:

@@ -22,10 +22,14 @@ import (
 
 // gateSource has one tool, gate:wait, whose calls block until the test
 // opens the gate: a call that is visibly still running.
+var readOnly = true
+
 type gateSource struct{ open chan struct{} }
 
 func (gateSource) Tools(context.Context) ([]catalog.Tool, error) {
-	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP}}, nil
+	// Read-only, as it says: MCP's defaults make a tool that says nothing
+	// destructive.
+	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP, Annotations: catalog.Annotations{ReadOnly: &readOnly}}}, nil
 }
 
 func (g gateSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {

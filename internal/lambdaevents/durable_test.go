@@ -184,8 +184,8 @@ func jwt(iss, sub string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescri
 
 // TestHTTPAPIResumeIsThePrincipals: through API Gateway, an execution
 // suspended by one principal answers 202, and only that principal (IAM
-// ARN, or JWT issuer and subject) may resume it; everyone else gets 403
-// and cannot claim it.
+// ARN, or JWT issuer and subject) may resume it; everyone else is answered
+// word for word as for an id never issued (404), and cannot claim it.
 func TestHTTPAPIResumeIsThePrincipals(t *testing.T) {
 	h := durableHandler(t)
 	const alice, bob = "arn:aws:iam::123456789012:user/alice", "arn:aws:iam::123456789012:user/bob"
@@ -216,28 +216,36 @@ func TestHTTPAPIResumeIsThePrincipals(t *testing.T) {
 		payload string
 		status  int
 	}{
-		{"another IAM principal", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(bob)), 403},
-		{"no principal", v2("POST", "/executions/"+byAlice+"/resume", approve, nil), 403},
-		{"a JWT", v2("POST", "/executions/"+byAlice+"/resume", approve, jwt("https://issuer.example", alice)), 403},
+		{"another IAM principal", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(bob)), 404},
+		{"no principal", v2("POST", "/executions/"+byAlice+"/resume", approve, nil), 404},
+		{"a JWT", v2("POST", "/executions/"+byAlice+"/resume", approve, jwt("https://issuer.example", alice)), 404},
 		{"a direct invocation", `{"resume": {"execution_id": "` + byAlice + `", "decisions": {"2": "approve"}}}`, 0},
 		{"the same IAM principal", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(alice)), 200},
-		{"another JWT subject", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://issuer.example", "user-2")), 403},
-		{"another JWT issuer", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://other.example", "user-1")), 403},
+		{"another JWT subject", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://issuer.example", "user-2")), 404},
+		{"another JWT issuer", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://other.example", "user-1")), 404},
 		{"the same JWT subject", v2("POST", "/executions/"+byJWT+"/resume", approve, jwt("https://issuer.example", "user-1")), 200},
 		{"unknown id", v2("POST", "/executions/ex_000000000000000000000000/resume", approve, iam(alice)), 404},
 		{"again", v2("POST", "/executions/"+byAlice+"/resume", approve, iam(alice)), 409},
 	}
+	const unknownID = "ex_000000000000000000000000"
+	_, _, unknown := send(t, v2("POST", "/executions/"+unknownID+"/resume", approve, iam(bob)))
+	unknown = strings.ReplaceAll(unknown, unknownID, "ID")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.status == 0 {
-				if r := invoke(t, h, tc.payload); r.Error == nil || r.Error.Code != fault.Forbidden {
-					t.Fatalf("%+v, want FORBIDDEN", r.Error)
+				if r := invoke(t, h, tc.payload); r.Error == nil || r.Error.Code != fault.NotFound || strings.Contains(r.Error.Message, "principal") {
+					t.Fatalf("%+v, want NOT_FOUND as for an unknown id", r.Error)
 				}
 				return
 			}
 			status, r, body := send(t, tc.payload)
 			if status != tc.status {
 				t.Fatalf("%d %s, want %d", status, body, tc.status)
+			}
+			if status == 404 {
+				if b := strings.NewReplacer(byAlice, "ID", byJWT, "ID", unknownID, "ID").Replace(body); b != unknown {
+					t.Fatalf("answered %s; an unknown id is answered %s", b, unknown)
+				}
 			}
 			if status == 200 && (!r.OK || !strings.Contains(string(r.Result), `"deleted":"deleted k"`) && !strings.Contains(string(r.Result), `"code":"TOOL_ERROR"`)) {
 				t.Fatalf("%s", body)
@@ -266,8 +274,8 @@ func TestRESTAPIPrincipal(t *testing.T) {
 		owner, other     who
 		otherStatus, own int
 	}{
-		{"IAM", who{arn: "arn:aws:iam::1:user/a"}, who{arn: "arn:aws:iam::1:user/b"}, 403, 200},
-		{"Cognito", who{sub: "u-1"}, who{sub: "u-2"}, 403, 200},
+		{"IAM", who{arn: "arn:aws:iam::1:user/a"}, who{arn: "arn:aws:iam::1:user/b"}, 404, 200},
+		{"Cognito", who{sub: "u-1"}, who{sub: "u-2"}, 404, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := h(lambdaCtx(t), json.RawMessage(rest("/execute", suspendBody, tc.owner)))
@@ -296,3 +304,53 @@ func TestRESTAPIPrincipal(t *testing.T) {
 // local is the policy of local use (pml run, pml serve on loopback): the
 // caller is the person at the keyboard and decides.
 var local = approval.Policy{CallerDecides: true}
+
+// TestLambdaAnswersNameNoApprover: under a deployment's policy, the
+// function's answers that tell a caller who decides — a suspension through
+// API Gateway or a direct invocation, a refused approval, a refused
+// allow_destructive — name a role, never a configured principal.
+func TestLambdaAnswersNameNoApprover(t *testing.T) {
+	const agent = "arn:aws:iam::210987654321:user/agent"
+	policy := approval.Policy{Approvers: []string{"arn:aws:iam::123456789012:role/ops-*", "jwt:https://idp.example#alice"},
+		TrustedClients: []string{"jwt:https://idp.example#trusted-*"}}
+	kv := demoserver.New()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	h := func(ctx context.Context, payload json.RawMessage) (any, error) {
+		svc := bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
+			Suspensions: suspend.NewFile(dir, suspend.Options{})})
+		return lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log, Policy: policy}), Service: svc, Logger: log})(ctx, payload)
+	}
+	body := func(payload string) string {
+		t.Helper()
+		out, err := h(lambdaCtx(t), json.RawMessage(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := out.(events.APIGatewayV2HTTPResponse); ok {
+			return r.Body
+		}
+		b, _ := json.Marshal(out)
+		return string(b)
+	}
+	var doc execution.Response
+	suspendedBody := body(v2("POST", "/execute", suspendBody, iam(agent)))
+	_ = json.Unmarshal([]byte(suspendedBody), &doc)
+	id := suspended(t, &doc)
+	answers := map[string]string{
+		"suspended over HTTP":  suspendedBody,
+		"suspended, invoked":   body(suspendBody),
+		"the caller approving": body(v2("POST", "/executions/"+id+"/resume", `{"decisions": {"2": "approve"}}`, iam(agent))),
+		"allow_destructive":    body(v2("POST", "/execute", mustJSON(map[string]any{"code": approvalScript, "allow_destructive": true}), iam(agent))),
+	}
+	if !strings.Contains(suspendedBody, "an approver") || !strings.Contains(answers["the caller approving"], "FORBIDDEN") {
+		t.Fatalf("want a suspension naming the approvers' role, and a refused approval: %s %s", suspendedBody, answers["the caller approving"])
+	}
+	for what, a := range answers {
+		for _, part := range []string{"123456789012", "ops-", "idp.example", "trusted-"} {
+			if strings.Contains(a, part) {
+				t.Errorf("%s names an approver (%q): %s", what, part, a)
+			}
+		}
+	}
+}

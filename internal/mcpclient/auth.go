@@ -99,7 +99,7 @@ func (s *remote) setupAuth() {
 	o := s.p.opts.auth
 	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, o.secrets, o.agent,
 		&http.Client{Transport: s.httpTransport, Timeout: s.p.opts.connectTimeout * 3},
-		s.p.red.Add, func(mo *mcpauth.Options) { mo.Logger = s.log })
+		s.addSecrets, func(mo *mcpauth.Options) { mo.Logger = s.log })
 	if err != nil {
 		s.authSetupErr = err
 		return

@@ -32,9 +32,10 @@ const maxErrorText = 4096
 // shape of results.
 //
 // Errors are *fault.Error whose messages are scrubbed of every secret the
-// pool knows: they reach scripts, which must never see a credential a
-// server or a library quoted back (a URL in a net/http error, a header
-// echoed in a refusal).
+// pool knows, and results are scrubbed of every secret the server is sent
+// (redact.Redactor.JSON): both reach scripts, which must never see a
+// credential a server or a library quoted back (a URL in a net/http error,
+// a header echoed in a refusal or by a tool that returns its request).
 func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
 	out, err := p.callTool(ctx, serverName, toolName, args, opt)
 	if err != nil {
@@ -75,6 +76,10 @@ func (p *Pool) callTool(ctx context.Context, serverName, toolName string, args j
 	}
 	if e.tool.IsDestructive() {
 		switch {
+		case !s.cfg.AllowDestructive && e.tool.DestructiveByDefault():
+			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools, and this one does not say it is "+
+				"read-only or not destructive (MCP's defaults make it destructive; a deployment whose server under-annotates sets "+
+				"assume_not_destructive in its configuration)", serverName).WithTool(full)
 		case !s.cfg.AllowDestructive:
 			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools", serverName).WithTool(full)
 		case !opt.AllowDestructive:
@@ -140,6 +145,10 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	if isErr {
 		return nil, fault.New(fault.ToolError, "%s", msg).WithTool(full)
 	}
+	// Before the script, the trace or the size check sees it: a server
+	// may echo what it was sent (a debugging tool returning its request's
+	// headers). Skipped for a server that is sent no secret.
+	value = s.red.JSON(value)
 	limit := opt.MaxResultBytes
 	if limit <= 0 {
 		limit = defaultMaxResultBytes

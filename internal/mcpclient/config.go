@@ -59,17 +59,25 @@ type ServerConfig struct {
 	// CallTimeout bounds one tools/call; zero means DefaultCallTimeout.
 	CallTimeout time.Duration
 	// Allow, when not empty, lists the only tool names exposed; Deny lists
-	// names never exposed (Deny wins). Each entry is a glob as
-	// catalog.MatchGlob reads it: a '*' matches any run of characters.
+	// names never exposed (Deny wins). Each entry is a glob: a '*' matches
+	// any run of characters. Deny, which guards, matches without regard to
+	// case (catalog.MatchToolGlob: "delete_*" hides "Delete_all"); Allow,
+	// which grants, admits only what it spells (catalog.MatchGlob).
 	Allow, Deny []string
 	// AllowDestructive lets tools annotated destructiveHint=true run at all
 	// (a request must still opt in through CallOptions.AllowDestructive).
 	AllowDestructive bool
-	// RequireApproval lists tools (globs, as Allow and Deny) that need the
-	// same consent as destructive ones whatever their annotations say: the
-	// request's allow_destructive, or a person's approval of the parked
-	// call (catalog.Tool.RequireApproval).
+	// RequireApproval lists tools (globs, as Deny: without regard to
+	// case) that need the same consent as destructive ones whatever their
+	// annotations say: the request's allow_destructive, or a person's
+	// approval of the parked call (catalog.Tool.RequireApproval).
 	RequireApproval []string
+	// AssumeNotDestructive is the deployment's word for a server that
+	// under-annotates: a tool of it that does not say whether it is
+	// destructive (no destructiveHint, and not readOnlyHint) is taken as
+	// not destructive, where MCP's defaults make it destructive. What a
+	// tool does say stands.
+	AssumeNotDestructive bool
 	// Auth is the server's OAuth configuration (mcpauth.Config):
 	// ClientSecret and PrivateKey may reference secrets as headers do,
 	// resolved when the pool starts. The zero value (TypeAuto) engages the
@@ -124,6 +132,9 @@ func (c ServerConfig) String() string {
 	if len(c.RequireApproval) > 0 {
 		fmt.Fprintf(&b, " require_approval=%s", strings.Join(c.RequireApproval, ","))
 	}
+	if c.AssumeNotDestructive {
+		b.WriteString(" assume_not_destructive")
+	}
 	if c.Auth.Type != mcpauth.TypeAuto {
 		fmt.Fprintf(&b, " auth=%s", c.Auth.Type)
 	}
@@ -150,6 +161,7 @@ func (c ServerConfig) LogValue() slog.Value {
 		slog.Any("deny", c.Deny),
 		slog.Bool("allow_destructive", c.AllowDestructive),
 		slog.Any("require_approval", c.RequireApproval),
+		slog.Bool("assume_not_destructive", c.AssumeNotDestructive),
 		slog.String("auth", mcpauth.TypeName(c.Auth.Type)),
 	)
 }
@@ -384,7 +396,9 @@ type fileServer struct {
 	Deny             []string          `json:"deny" yaml:"deny"`
 	AllowDestructive bool              `json:"allow_destructive" yaml:"allow_destructive"`
 	RequireApproval  []string          `json:"require_approval" yaml:"require_approval"`
-	Auth             *fileAuth         `json:"auth" yaml:"auth"`
+	// AssumeNotDestructive: see ServerConfig.
+	AssumeNotDestructive bool      `json:"assume_not_destructive" yaml:"assume_not_destructive"`
+	Auth                 *fileAuth `json:"auth" yaml:"auth"`
 }
 
 // fileAuth is the on-disk shape of ServerConfig.Auth.
@@ -440,7 +454,7 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 		c := ServerConfig{
 			Name: fs.Name, URL: fs.URL, Transport: fs.Transport, Headers: fs.Headers,
 			Allow: fs.Allow, Deny: fs.Deny, AllowDestructive: fs.AllowDestructive,
-			RequireApproval: fs.RequireApproval,
+			RequireApproval: fs.RequireApproval, AssumeNotDestructive: fs.AssumeNotDestructive,
 		}
 		if a := fs.Auth; a != nil {
 			c.Auth = mcpauth.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
@@ -523,16 +537,17 @@ func resolveHeaders(h map[string]string) (map[string]string, error) {
 	return out, nil
 }
 
-// requiresApproval reports whether the require_approval list names tool.
+// requiresApproval reports whether the require_approval list names tool,
+// in any case.
 func (c ServerConfig) requiresApproval(tool string) bool {
-	return slices.ContainsFunc(c.RequireApproval, func(p string) bool { return catalog.MatchGlob(p, tool) })
+	return slices.ContainsFunc(c.RequireApproval, func(p string) bool { return catalog.MatchToolGlob(p, tool) })
 }
 
 // refusal says why the allow/deny lists hide a tool, "" when they let it
 // through.
 func (c ServerConfig) refusal(tool string) string {
 	for _, p := range c.Deny {
-		if catalog.MatchGlob(p, tool) {
+		if catalog.MatchToolGlob(p, tool) {
 			return "matches " + strconv.Quote(p) + " in the server's deny list"
 		}
 	}

@@ -67,7 +67,7 @@ func TestLoadConfig(t *testing.T) {
 		{Name: "github", URL: "https://api.example.com/mcp", Transport: "streamable",
 			Headers:     map[string]string{"Authorization": "Bearer ${env:GITHUB_TOKEN}"},
 			CallTimeout: 10 * time.Second, Allow: []string{"get_*"}, Deny: []string{"get_secret"}},
-		{Name: "ev", URL: "http://127.0.0.1:9/sse", AllowDestructive: true, RequireApproval: []string{"send_*", "pay"}},
+		{Name: "ev", URL: "http://127.0.0.1:9/sse", AllowDestructive: true, RequireApproval: []string{"send_*", "pay"}, AssumeNotDestructive: true},
 	}
 	yamlBody := `servers:
   - name: github
@@ -82,12 +82,13 @@ func TestLoadConfig(t *testing.T) {
     url: http://127.0.0.1:9/sse
     allow_destructive: true
     require_approval: ["send_*", pay]
+    assume_not_destructive: true
 `
 	jsonBody := `{"servers":[
   {"name":"github","url":"https://api.example.com/mcp","transport":"streamable",
    "headers":{"Authorization":"Bearer ${env:GITHUB_TOKEN}"},"call_timeout":"10s",
    "allow":["get_*"],"deny":["get_secret"]},
-  {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true,"require_approval":["send_*","pay"]}]}`
+  {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true,"require_approval":["send_*","pay"],"assume_not_destructive":true}]}`
 
 	for _, f := range []string{write("servers.yaml", yamlBody), write("servers.json", jsonBody)} {
 		got, err := LoadConfig(f)

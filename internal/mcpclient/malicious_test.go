@@ -246,7 +246,9 @@ func TestMaliciousServerStreamable(t *testing.T) {
 			if got := codeOf(err); got != tc.code {
 				t.Fatalf("code %q (%v); want %q", got, err, tc.code)
 			}
-			if took > 3*time.Second {
+			// Bounded by the 500 ms call timeout; the margin is for a
+			// loaded machine.
+			if took > 5*time.Second {
 				t.Errorf("took %s; want bounded", took)
 			}
 			if tc.code == fault.LimitExceeded {
@@ -301,7 +303,9 @@ func TestMaliciousServerSSE(t *testing.T) {
 			if got := codeOf(err); got != tc.code {
 				t.Fatalf("code %q (%v); want %q", got, err, tc.code)
 			}
-			if took := time.Since(start); took > 3*time.Second {
+			// Bounded by the 1.5 s call timeout; the margin is for a
+			// loaded machine.
+			if took := time.Since(start); took > 7*time.Second {
 				t.Errorf("took %s; want bounded", took)
 			}
 			deadline := time.Now().Add(5 * time.Second)
@@ -359,7 +363,7 @@ func TestNeverAnsweringConnect(t *testing.T) {
 	start := time.Now()
 	tools, _ := p.Tools(ctx)
 	cancel()
-	if len(tools) != 0 || time.Since(start) > time.Second {
+	if len(tools) != 0 || time.Since(start) > 5*time.Second {
 		t.Errorf("Tools: %d tools after %s", len(tools), time.Since(start))
 	}
 	_, err = call(t, p, "mute", "x", `{}`, CallOptions{})
@@ -370,7 +374,7 @@ func TestNeverAnsweringConnect(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Close took %s", d)
 	}
 }

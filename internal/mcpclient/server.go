@@ -22,6 +22,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
@@ -48,6 +49,10 @@ type remote struct {
 	drops         *catalog.DropLog // tools left out of the catalog, each told once
 	httpTransport *http.Transport
 	httpClient    *http.Client
+	// red knows the secrets this server is sent (its config's, resolved
+	// header values, its OAuth tokens): its results are masked with it
+	// before anyone sees them, and the pool's redactor learns them too.
+	red *redact.Redactor
 	// authSetupErr says why the server's OAuth transport could not be
 	// built (setupAuth).
 	authSetupErr error
@@ -86,11 +91,19 @@ func newServer(p *Pool, cfg ServerConfig) *remote {
 		drops:         catalog.NewDropLog(log),
 		httpTransport: ht,
 		httpClient:    &http.Client{Transport: &capTransport{base: ht, limit: p.opts.maxMessageBytes}},
+		red:           redact.New(cfg.secrets()...),
 		firstDone:     make(chan struct{}),
 		state:         StateUnavailable,
 		lastErr:       "not connected yet",
 		since:         time.Now(),
 	}
+}
+
+// addSecrets makes the server's results, and everything the pool lets
+// out, mask vs.
+func (s *remote) addSecrets(vs ...string) {
+	s.red.Add(vs...)
+	s.p.red.Add(vs...)
 }
 
 // conn is one live MCP session.
@@ -294,7 +307,7 @@ func (s *remote) connectOnce() error {
 	// Known before any request goes out, so before any error or log line
 	// can quote them.
 	for _, v := range headers {
-		s.p.red.Add(headerSecrets(v)...)
+		s.addSecrets(headerSecrets(v)...)
 	}
 	var errs []error
 	for _, kind := range s.transportOrder() {
@@ -645,13 +658,15 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "the server lists the name twice")
 			continue
 		}
+		// A server that puts what it was sent into its descriptions must
+		// not hand the secrets to scripts that way either.
 		t := catalog.Tool{
 			Server:       s.cfg.Name,
 			Name:         w.Name,
-			Title:        w.Title,
-			Description:  w.Description,
-			InputSchema:  compactSchema(w.InputSchema),
-			OutputSchema: compactSchema(w.OutputSchema),
+			Title:        s.red.String(w.Title),
+			Description:  s.red.String(w.Description),
+			InputSchema:  s.red.JSON(compactSchema(w.InputSchema)),
+			OutputSchema: s.red.JSON(compactSchema(w.OutputSchema)),
 			Kind:         trace.KindMCP,
 			// Decided here, with the server's config at hand, so that the
 			// bridge sees it on the tool like an annotation.
@@ -670,8 +685,13 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 		if w.Annotations != nil {
 			t.Annotations = w.Annotations.Annotations
 			if t.Title == "" {
-				t.Title = w.Annotations.Title
+				t.Title = s.red.String(w.Annotations.Title)
 			}
+		}
+		if a := &t.Annotations; s.cfg.AssumeNotDestructive && a.Destructive == nil && (a.ReadOnly == nil || !*a.ReadOnly) {
+			// The deployment's word for what the server leaves out (MCP's
+			// default would make the tool destructive); shown as a hint.
+			a.Destructive = new(bool)
 		}
 		// A denied tool stays listed here so that a call to it is
 		// FORBIDDEN rather than TOOL_NOT_FOUND; scripts never see it.

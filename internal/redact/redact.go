@@ -1,5 +1,6 @@
-// Package redact scrubs known secrets out of text before it leaves the host
-// side: the error messages a script sees, health reports and log lines.
+// Package redact scrubs known secrets out of what leaves the host side: the
+// results a script gets from a server (JSON, read as a parser reads it),
+// the error messages it sees, health reports and log lines.
 //
 // It works on known values, not on patterns: whoever holds the secrets (the
 // MCP client pool holds header values and credentials in server URLs) adds
@@ -17,9 +18,12 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Mask replaces every secret.
@@ -129,6 +133,213 @@ func (r *Redactor) String(s string) string {
 	}
 	return rep.Replace(s)
 }
+
+// JSON returns the JSON value doc with every known secret masked wherever
+// a parser would find it: in each string and object key as it reads once
+// unescaped (a secret written \u0041-style or with "\/" is still found),
+// and in numbers, which become strings when masked. The result is valid
+// JSON when doc is; doc itself is returned when it holds no secret, and is
+// not read at all when r knows none. Anything else in doc that holds a
+// secret (doc is not JSON) is masked as text.
+//
+// Most results hold no secret, so that is found out first, in one pass
+// over doc and one over what its escaped strings read as; only a result
+// that holds one is taken apart token by token.
+func (r *Redactor) JSON(doc []byte) []byte {
+	if r == nil || len(doc) == 0 {
+		return doc
+	}
+	rep := r.rep.Load()
+	if rep == nil {
+		return doc
+	}
+	s := string(doc)
+	var probe matchWriter
+	if !probe.finds(rep, s) && !probe.finds(rep, escapedStrings(s)) {
+		return doc
+	}
+	var out []byte // nil until something is masked
+	copied := 0    // s[:copied] is in out
+	replace := func(from, to int, with string) {
+		if out == nil {
+			out = make([]byte, 0, len(s)+len(Mask))
+		}
+		out = append(out, s[copied:from]...)
+		out = append(out, with...)
+		copied = to
+	}
+	var buf []byte
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '"':
+			end, escaped := stringEnd(s, i)
+			body := s[i+1 : max(end-1, i+1)]
+			if escaped {
+				// Read as the parser will: the escapes may spell a secret
+				// no encoder would write.
+				buf = unescape(buf[:0], body)
+				if v := string(buf); probe.finds(rep, v) {
+					replace(i, end, quote(rep.Replace(v)))
+				}
+			} else if probe.finds(rep, body) {
+				replace(i+1, i+1+len(body), rep.Replace(body))
+			}
+			i = end
+		case c == '-' || c >= '0' && c <= '9':
+			end := i + 1
+			for end < len(s) && strings.IndexByte("0123456789+-.eE", s[end]) >= 0 {
+				end++
+			}
+			if num := s[i:end]; probe.finds(rep, num) {
+				replace(i, end, quote(rep.Replace(num)))
+			}
+			i = end
+		default:
+			i++
+		}
+	}
+	if out != nil {
+		out = append(out, s[copied:]...)
+		s = string(out)
+	}
+	// What is left outside strings and numbers (doc is not JSON, or a
+	// secret spans tokens) is masked as text.
+	if probe.finds(rep, s) {
+		return []byte(rep.Replace(s))
+	}
+	if out == nil {
+		return doc
+	}
+	return out
+}
+
+// escapedStrings is what the strings of the JSON text s that hold an escape
+// read as, each followed by a NUL (which no header value or token holds,
+// so no secret spans two of them).
+func escapedStrings(s string) string {
+	var buf []byte
+	for i := strings.IndexByte(s, '"'); i >= 0 && i < len(s); {
+		end, escaped := stringEnd(s, i)
+		if escaped {
+			buf = append(unescape(buf, s[i+1:max(end-1, i+1)]), 0)
+		}
+		next := strings.IndexByte(s[end:], '"')
+		if next < 0 {
+			break
+		}
+		i = end + next
+	}
+	return string(buf)
+}
+
+// stringEnd returns the index just past the JSON string starting at
+// s[start] (a '"'), and whether it holds an escape.
+func stringEnd(s string, start int) (int, bool) {
+	escaped := false
+	for i := start + 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			escaped = true
+			i++ // what follows a backslash never ends the string
+		case '"':
+			return i + 1, escaped
+		}
+	}
+	return len(s), escaped
+}
+
+// unescape appends to dst what the body of a JSON string reads as. An
+// escape that is not one is kept as written.
+func unescape(dst []byte, body string) []byte {
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if c != '\\' || i+1 == len(body) {
+			dst = append(dst, c)
+			continue
+		}
+		i++
+		switch e := body[i]; e {
+		case '"', '\\', '/':
+			dst = append(dst, e)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, n := hexRune(body[i+1:])
+			if n == 0 {
+				dst = append(dst, '\\', 'u')
+				continue
+			}
+			i += n
+			if utf16.IsSurrogate(r) {
+				if r2, n2 := hexRune(strings.TrimPrefix(body[i+1:], `\u`)); n2 > 0 && strings.HasPrefix(body[i+1:], `\u`) {
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						r = d
+						i += 2 + n2
+					}
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			dst = append(dst, '\\', e)
+		}
+	}
+	return dst
+}
+
+// hexRune reads the four hex digits of a \u escape: the rune and 4, or 0
+// when they are not there.
+func hexRune(s string) (rune, int) {
+	if len(s) < 4 {
+		return 0, 0
+	}
+	v, err := strconv.ParseUint(s[:4], 16, 32)
+	if err != nil {
+		return 0, 0
+	}
+	return rune(v), 4
+}
+
+// quote is s as a JSON string, HTML characters as they are.
+func quote(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// matchWriter tells whether a Replacer would change a string without
+// building the changed one: it compares what the Replacer writes with the
+// input, which it writes back in slices of the input where nothing matched.
+type matchWriter struct {
+	src     string
+	pos     int
+	differs bool
+}
+
+func (w *matchWriter) finds(rep *strings.Replacer, s string) bool {
+	*w = matchWriter{src: s}
+	_, _ = rep.WriteString(w, s)
+	return w.differs || w.pos != len(s)
+}
+
+func (w *matchWriter) WriteString(p string) (int, error) {
+	if !w.differs && (w.pos+len(p) > len(w.src) || w.src[w.pos:w.pos+len(p)] != p) {
+		w.differs = true
+	}
+	w.pos += len(p)
+	return len(p), nil
+}
+
+func (w *matchWriter) Write(p []byte) (int, error) { return w.WriteString(string(p)) }
 
 // Handler wraps h so that the message and every attribute of each record
 // are scrubbed by r before h sees them. Attributes of other kinds than

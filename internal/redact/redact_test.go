@@ -1,7 +1,10 @@
 package redact
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -81,5 +84,108 @@ func TestHandler(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("log %s lacks %s", out, want)
 		}
+	}
+}
+
+// plain decodes doc and writes it back without escapes: what a script
+// reads.
+func plain(t testing.TB, doc []byte) string {
+	t.Helper()
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, doc)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return b.String()
+}
+
+func TestJSON(t *testing.T) {
+	r := New("tok-SECRET/+1", "87654321", `a"b<SECRET>`, "abc")
+	cases := []struct{ in, want string }{
+		{`{"h":"Bearer tok-SECRET/+1"}`, `{"h":"Bearer [REDACTED]"}`},
+		{`{"h":"Bearer tok-SECRET\/+1"}`, `{"h":"Bearer [REDACTED]"}`},
+		{`{"h":"\u0074ok-SECRET/+1 and \n"}`, `{"h":"[REDACTED] and \n"}`},
+		{`{"tok-SECRET/+1":1}`, `{"[REDACTED]":1}`},
+		{`{"n":1876543219,"m":-2.5e3}`, `{"n":"1[REDACTED]9","m":-2.5e3}`},
+		{`["a\"b\u003cSECRET\u003e", "a\"b<SECRET>"]`, `["[REDACTED]", "[REDACTED]"]`},
+		{`{"q":"api_key=tok-SECRET%2F%2B1"}`, `{"q":"api_key=[REDACTED]"}`},
+		{`{"short":"abc","none":true,"nil":null}`, `{"short":"abc","none":true,"nil":null}`},
+		{`not json tok-SECRET/+1`, `not json [REDACTED]`},
+	}
+	for _, c := range cases {
+		got := r.JSON([]byte(c.in))
+		if string(got) != c.want {
+			t.Errorf("JSON(%s) = %s; want %s", c.in, got, c.want)
+		}
+		if json.Valid([]byte(c.in)) && !json.Valid(got) {
+			t.Errorf("JSON(%s) = %s: not JSON any more", c.in, got)
+		}
+	}
+	doc := []byte(`{"clean":"nothing to see"}`)
+	if got := r.JSON(doc); &got[0] != &doc[0] {
+		t.Errorf("a clean document was copied")
+	}
+	var none *Redactor
+	if got := none.JSON([]byte(`"tok-SECRET/+1"`)); string(got) != `"tok-SECRET/+1"` {
+		t.Errorf("nil redactor changed the document: %s", got)
+	}
+}
+
+// FuzzJSON: whatever the document, what a parser reads from the masked
+// one holds no secret, and a JSON document stays JSON.
+func FuzzJSON(f *testing.F) {
+	for _, s := range []string{`{"a":"x-SECRET-1"}`, `["\u0078-SECRET-1"]`, `{"x-SECRET-1":[1,2,{"b":"x\/SECRET"}]}`, `12345678`, `"\\x-SECRET-1\\"`} {
+		f.Add([]byte(s))
+	}
+	r := New("x-SECRET-1", "12345678", "x/SECRET")
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !json.Valid(doc) {
+			return
+		}
+		out := r.JSON(doc)
+		if !json.Valid(out) {
+			t.Fatalf("JSON(%s) = %s: not JSON", doc, out)
+		}
+		if p := plain(t, out); strings.Contains(p, "x-SECRET-1") || strings.Contains(p, "x/SECRET") || strings.Contains(p, "12345678") {
+			t.Fatalf("JSON(%s) = %s: a secret is left: %s", doc, out, p)
+		}
+	})
+}
+
+// BenchmarkJSON: a 1 MiB result of a server that is sent secrets, with
+// none in it, and with one; and a server sent none.
+func BenchmarkJSON(b *testing.B) {
+	var doc bytes.Buffer
+	doc.WriteString(`{"items":[`)
+	for i := 0; doc.Len() < 1<<20; i++ {
+		if i > 0 {
+			doc.WriteByte(',')
+		}
+		fmt.Fprintf(&doc, `{"id":%d,"name":"item %d","text":"line one\nline \"two\"","tags":["a","b"],"ok":true}`, i, i)
+	}
+	doc.WriteString(`]}`)
+	clean := doc.Bytes()
+	leaked := bytes.Replace(clean, []byte(`"item 7"`), []byte(`"Bearer tok-SECRET-4711"`), 1)
+	for _, bc := range []struct {
+		name string
+		r    *Redactor
+		doc  []byte
+	}{
+		{"clean", New("tok-SECRET-4711", "k-SECRET-apikey-3", "q-SECRET/+=42"), clean},
+		{"one secret", New("tok-SECRET-4711", "k-SECRET-apikey-3", "q-SECRET/+=42"), leaked},
+		{"no secrets", New(), clean},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.doc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = bc.r.JSON(bc.doc)
+			}
+		})
 	}
 }

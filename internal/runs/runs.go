@@ -119,13 +119,17 @@ func cancelled(id string) *fault.Error {
 	return fault.New(fault.Cancelled, "execution %s was cancelled; it stopped at its next step", id)
 }
 
-// track makes the execution id running in this process cancellable by
-// Cancel until done is called.
+// track makes the execution id running in this process, which principal
+// owns, cancellable by Cancel until done is called. An entry already there
+// stays: it is what a cancel reaches the running execution by, and nothing
+// that comes later for the same id may take its place.
 func (s *Service) track(ctx context.Context, id, principal string) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	l := &liveRun{principal: principal, cancel: cancel}
 	s.mu.Lock()
-	s.live[id] = l
+	if s.live[id] == nil {
+		s.live[id] = l
+	}
 	s.mu.Unlock()
 	return ctx, func() {
 		s.mu.Lock()
@@ -154,15 +158,37 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 
 // Resume implements execution.Executor: the resumed run is cancellable
 // while it runs here, and an asynchronous execution's document follows
-// what the resume ended with.
+// what the resume ended with. Who asks is weighed before any live state
+// is touched: only a resume of a suspended execution its caller may access
+// (the owner, an approver) is tracked, under the owner's principal; any
+// other goes to the service untracked, which refuses it as it refuses an
+// unknown id, and the running execution's entry — what a cancel reaches
+// it by — is never touched.
 func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*execution.Response, *fault.Error) {
-	rctx, done := s.track(ctx, rr.ExecutionID, rr.Principal)
+	rctx, done := ctx, func() {}
+	if owner, ok := s.resumable(ctx, rr); ok {
+		rctx, done = s.track(ctx, rr.ExecutionID, owner)
+	}
 	resp, ferr := s.Executor.Resume(rctx, rr)
 	done()
 	if ferr == nil && s.opts.Store != nil {
 		s.settleResumed(ctx, rr.ExecutionID, resp)
 	}
 	return resp, ferr
+}
+
+// resumable reports whether rr is worth tracking, and the owner of the
+// execution it resumes: nothing of that id runs in this process, it waits
+// for decisions, and rr's principal may access it.
+func (s *Service) resumable(ctx context.Context, rr execution.ResumeRequest) (string, bool) {
+	if s.liveRun(rr.ExecutionID) != nil {
+		return "", false
+	}
+	w, ferr := s.Executor.Waiting(ctx, rr.ExecutionID)
+	if ferr != nil || !s.opts.Policy.MayAccess(rr.Principal, w.Owner) {
+		return "", false
+	}
+	return w.Owner, true
 }
 
 // settleResumed moves a suspended run's document on to what its resume
@@ -296,14 +322,10 @@ func (s *Service) Run(ctx context.Context, id string) error {
 		stopWatch()
 		cause = context.Cause(rctx)
 		done()
-		if !resp.Suspended() && !isCancel(cause) {
-			// A cancel that came after the last poll still stands: the
-			// caller was told the execution is cancelled.
-			if yes, _ := store.CancelRequested(context.WithoutCancel(ctx), id); yes {
-				cause = cancelled(id)
-				resp.OK, resp.Result = false, nil
-			}
-		}
+		// A cancel that reached the run stopped it (cause); one that
+		// came after its last step found nothing left to stop, and the
+		// document says how the run ended: a cancel is never recorded
+		// for a run that went on.
 	}
 	state, expires := outcome(resp, cause)
 	doc, err := json.Marshal(resp)
@@ -377,12 +399,6 @@ func (s *Service) cancelLive(id string) bool {
 	return true
 }
 
-// isCancel reports whether cause is a cancel's.
-func isCancel(cause error) bool {
-	var fe *fault.Error
-	return errors.As(cause, &fe) && fe.Code == fault.Cancelled
-}
-
 // outcome is the run state resp ends in, and how long its record is kept
 // (zero: the store's TTL). cause is why the run's context ended, if it did:
 // a cancel makes a failed run cancelled, a stop of this process (another
@@ -410,7 +426,7 @@ func outcome(resp *execution.Response, cause error) (suspend.State, time.Time) {
 // anyone else, as for an unknown id, so ids cannot be probed); a
 // synchronous one running in this process reads as running.
 func (s *Service) Status(ctx context.Context, id, principal string) (*execution.Response, *fault.Error) {
-	run, ferr := s.load(ctx, id)
+	run, ferr := s.load(ctx, id, principal)
 	if ferr != nil && ferr.Code == fault.NotFound {
 		if l := s.liveRun(id); l != nil && s.opts.Policy.MayAccess(principal, l.principal) {
 			return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: l.requested}, nil
@@ -442,15 +458,17 @@ func notFound(id string) *fault.Error {
 	return fault.New(fault.NotFound, "no execution %q", id)
 }
 
-// load reads id's run: NOT_FOUND (also without a store), EXPIRED, or a
-// retryable UNAVAILABLE.
-func (s *Service) load(ctx context.Context, id string) (*suspend.Run, *fault.Error) {
+// load reads id's run for principal: NOT_FOUND (also without a store, and
+// for an expired run principal may not access), EXPIRED, or a retryable
+// UNAVAILABLE.
+func (s *Service) load(ctx context.Context, id, principal string) (*suspend.Run, *fault.Error) {
 	if s.opts.Store == nil {
 		return nil, notFound(id)
 	}
 	run, err := s.opts.Store.Load(ctx, id)
+	var ee *suspend.ExpiredError
 	switch {
-	case errors.Is(err, suspend.ErrNotFound):
+	case errors.Is(err, suspend.ErrNotFound), errors.As(err, &ee) && !s.opts.Policy.MayAccess(principal, ee.Principal):
 		return nil, notFound(id)
 	case errors.Is(err, suspend.ErrExpired):
 		return nil, fault.Wrap(fault.Expired, err, "")
@@ -534,7 +552,7 @@ func (s *Service) refreshSuspended(ctx context.Context, doc *execution.Response)
 func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*execution.Response, *fault.Error) {
 	id := cr.ExecutionID
 	for range 3 {
-		run, ferr := s.load(ctx, id)
+		run, ferr := s.load(ctx, id, cr.Principal)
 		if ferr != nil && ferr.Code == fault.NotFound {
 			if l := s.liveRun(id); l != nil && s.opts.Policy.MayAccess(cr.Principal, l.principal) {
 				s.cancelLive(id)
@@ -546,7 +564,9 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 			return nil, ferr
 		}
 		if !s.opts.Policy.MayAccess(cr.Principal, run.Principal) {
-			return nil, fault.New(fault.Forbidden, "execution %s belongs to another principal; only it, or an approver, may cancel it", id)
+			// Answered by the path an unknown id takes, so that the two
+			// cannot be told apart (the service refuses it as unknown).
+			return s.Executor.Cancel(ctx, cr)
 		}
 		switch run.State {
 		case suspend.RunQueued:

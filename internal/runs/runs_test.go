@@ -183,7 +183,7 @@ func TestCancelRunning(t *testing.T) {
 			}
 			resp := s.Execute(context.Background(), async(stepScript))
 			time.Sleep(350 * time.Millisecond) // a few steps
-			if _, ferr := other.Cancel(context.Background(), execution.CancelRequest{ExecutionID: resp.ExecutionID, Principal: stranger}); ferr == nil || ferr.Code != fault.Forbidden {
+			if _, ferr := other.Cancel(context.Background(), execution.CancelRequest{ExecutionID: resp.ExecutionID, Principal: stranger}); ferr == nil || ferr.Code != fault.NotFound {
 				t.Fatalf("a stranger's cancel: %+v", ferr)
 			}
 			at := time.Now()

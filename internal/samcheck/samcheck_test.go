@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/tracedb"
@@ -594,4 +595,54 @@ func actionsOf(v any) []string {
 		return out
 	}
 	return nil
+}
+
+// TestToolSourcePolicies: both functions that call tools may do to the
+// Lambda functions offered as tools exactly what lambdasrc does
+// (lambdasrc.API: InvokeFunction, ListTags), and call with SigV4 exactly
+// the API Gateway endpoints the OpenAPI services sign for, on exactly what
+// the ToolFunctionArns and ToolApiArns parameters list and only when they
+// list something; no other Lambda function is reachable but the template's
+// own.
+func TestToolSourcePolicies(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := methods(reflect.TypeFor[lambdasrc.API](), "lambda", map[string][]string{"Invoke": {"InvokeFunction"}})
+	own := map[string]bool{
+		`{"Fn::Sub":"arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-capability"}`: true,
+	}
+	got := map[string][]string{}
+	apis := map[string]bool{}
+	for _, st := range statements(tpl) {
+		switch {
+		case slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "lambda:") }):
+			if own[st.resource] {
+				continue
+			}
+			if st.resource != `{"Ref":"ToolFunctionArns"}` || st.cond != "HasToolFunctions" {
+				t.Errorf("%s: Lambda actions %v on %s (condition %q); want them on exactly the ToolFunctionArns parameter, only when it is set", st.fn, st.actions, st.resource, st.cond)
+			}
+			got[st.fn] = append(got[st.fn], st.actions...)
+		case slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "execute-api:") }):
+			if st.resource != `{"Ref":"ToolApiArns"}` || st.cond != "HasToolApis" || !slices.Equal(st.actions, []string{"execute-api:Invoke"}) {
+				t.Errorf("%s: %v on %s (condition %q); want execute-api:Invoke on exactly the ToolApiArns parameter", st.fn, st.actions, st.resource, st.cond)
+			}
+			apis[st.fn] = true
+		}
+	}
+	for _, id := range functions(tpl) {
+		slices.Sort(got[id])
+		need := want
+		if id != "ExecuteFunction" && id != "CapabilityFunction" {
+			need = nil
+		}
+		if !slices.Equal(got[id], need) {
+			t.Errorf("%s may %v on the tool functions; it needs exactly %v", id, got[id], need)
+		}
+		if apis[id] != (need != nil) {
+			t.Errorf("%s may call the tool APIs: %v", id, apis[id])
+		}
+	}
 }

@@ -197,7 +197,7 @@ func (rc *runCore) Load(ctx context.Context, id string) (*Run, error) {
 			return nil, err
 		}
 		if m.State != RunRunning && m.expired(rc.c.now()) {
-			return nil, fmt.Errorf("suspend: run %s expired at %s: %w", id, m.ExpiresAt.Format(time.RFC3339), ErrExpired)
+			return nil, expired(m.Principal, fmt.Errorf("suspend: run %s expired at %s: %w", id, m.ExpiresAt.Format(time.RFC3339), ErrExpired))
 		}
 		b, err := rc.c.readChecked(ctx, m)
 		if errors.Is(err, errBodyGone) {

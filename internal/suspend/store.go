@@ -327,7 +327,7 @@ func (c *core) Load(ctx context.Context, id string) (*Record, error) {
 		// A claim within its lease is live whatever the time: its expiry
 		// was extended to cover the lease, but not past an equal instant.
 		if m.State != Resuming && m.expired(now) {
-			return nil, fmt.Errorf("suspend: %s expired at %s: %w", id, m.ExpiresAt.Format(time.RFC3339), ErrExpired)
+			return nil, expired(m.Principal, fmt.Errorf("suspend: %s expired at %s: %w", id, m.ExpiresAt.Format(time.RFC3339), ErrExpired))
 		}
 		r := m.record()
 		if err := c.loadBody(ctx, m, r); errors.Is(err, errBodyGone) {

@@ -126,7 +126,8 @@ type Store interface {
 	// Version, State, timestamps, Lease and FailureCode in place.
 	Save(ctx context.Context, r *Record) error
 	// Load returns the record, with its suspension when it has one.
-	// ErrNotFound for an unknown id, ErrExpired past its expiry. A record
+	// ErrNotFound for an unknown id, ErrExpired (an *ExpiredError) past
+	// its expiry. A record
 	// found Resuming past its lease is failed (CodeAbandoned) first and
 	// returned as such. Load does not check the principal: a caller that
 	// shows a record must compare Record.Principal itself.
@@ -161,13 +162,32 @@ var (
 	// ErrConflict: the record is not in the state or at the version the
 	// operation needs (HTTP 409).
 	ErrConflict = errors.New("suspended execution is not at that version or state")
-	// ErrForbidden: the execution belongs to another principal (HTTP 403).
+	// ErrForbidden: the execution belongs to another principal. Callers
+	// tell it as ErrNotFound, so that an id does not say whether it exists.
 	ErrForbidden = errors.New("suspended execution belongs to another principal")
 	// ErrInvalid: the caller's arguments are malformed (a bad id, no
 	// suspension, oversized Bridge data, an unknown final state): a bug in
 	// the caller.
 	ErrInvalid = errors.New("invalid suspended execution")
 )
+
+// ExpiredError is the ErrExpired of Load: whose the record was, so that a
+// caller tells it expired only to a principal that may see it (to anyone
+// else it is unknown, or an id would say that it exists).
+type ExpiredError struct {
+	Principal string
+	err       error
+}
+
+func expired(principal string, err error) *ExpiredError {
+	return &ExpiredError{Principal: principal, err: err}
+}
+
+// Error implements error.
+func (e *ExpiredError) Error() string { return e.err.Error() }
+
+// Unwrap makes errors.Is(err, ErrExpired) true.
+func (e *ExpiredError) Unwrap() error { return e.err }
 
 // StateError is the ErrConflict a Store returns when it read the record and
 // found it elsewhere than asked: errors.As gives what it found.

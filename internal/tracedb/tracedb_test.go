@@ -254,7 +254,8 @@ func TestDynamoDBDownTracesGoToTheLog(t *testing.T) {
 	if err := s.Flush(ctx); err == nil {
 		t.Fatal("Flush reported success with DynamoDB down")
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	// Bounded by its 3 s context; the margin is for a loaded machine.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Flush took %v", d)
 	}
 	out := logs.String()

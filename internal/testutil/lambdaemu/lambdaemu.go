@@ -70,6 +70,8 @@ type Function struct {
 	// AsyncDuplicates delivers every asynchronous invocation this many
 	// more times, at once, as Lambda may ("at least once").
 	AsyncDuplicates int
+	// Tags are what the ListTags API answers for the function.
+	Tags map[string]string
 }
 
 // Emulator runs functions behind the Invoke API.
@@ -179,6 +181,7 @@ func Start(fns ...Function) (*Emulator, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /2015-03-31/functions/{name}/invocations", e.invoke)
 	mux.HandleFunc("POST /2021-11-15/functions/{name}/response-streaming-invocations", e.invokeStream)
+	mux.HandleFunc("GET /2017-03-31/tags/{name}", e.listTags)
 	e.invokeHS = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.invokeHS.Serve(ln) }()
@@ -224,6 +227,21 @@ func (e *Emulator) lookup(w http.ResponseWriter, r *http.Request) *function {
 		http.Error(w, `{"message":"Function not found: `+name+`"}`, http.StatusNotFound)
 	}
 	return f
+}
+
+// listTags answers the ListTags API (GET /2017-03-31/tags/{ARN}) with
+// the function's Tags.
+func (e *Emulator) listTags(w http.ResponseWriter, r *http.Request) {
+	f := e.lookup(w, r)
+	if f == nil {
+		return
+	}
+	tags := f.cfg.Tags
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"Tags": tags})
 }
 
 // readPayload reads an invocation's payload (at most 6 MB, Lambda's limit

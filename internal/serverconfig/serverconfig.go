@@ -1,0 +1,195 @@
+// Package serverconfig reads the server list — {"servers": [...]} in JSON
+// or YAML, from PML_MCP_SERVERS, an SSM parameter, or pml's --config —
+// whose entries are MCP servers (the default, "type": "mcp"), OpenAPI
+// services ("type": "openapi") or Lambda functions ("type": "lambda"),
+// and hands each kind to the package that owns its shape: mcpclient,
+// openapisrc, lambdasrc. Every entry is decoded strictly (an unknown
+// field is an error, so a typo cannot silently change what runs), and
+// names are unique across kinds: each is one mcp.<name>.
+package serverconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/pml-sandbox/pml/internal/lambdasrc"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/openapisrc"
+)
+
+// Kinds of server (an entry's "type").
+const (
+	TypeMCP     = "mcp"
+	TypeOpenAPI = "openapi"
+	TypeLambda  = "lambda"
+)
+
+// Servers is a server list, by kind.
+type Servers struct {
+	MCP     []mcpclient.ServerConfig
+	OpenAPI []openapisrc.Config
+	Lambda  []lambdasrc.Config
+}
+
+// Len counts the servers of every kind.
+func (s Servers) Len() int { return len(s.MCP) + len(s.OpenAPI) + len(s.Lambda) }
+
+// Names lists every server's name.
+func (s Servers) Names() []string {
+	var out []string
+	for _, c := range s.MCP {
+		out = append(out, c.Name)
+	}
+	for _, c := range s.OpenAPI {
+		out = append(out, c.Name)
+	}
+	for _, c := range s.Lambda {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// Merge adds more to s, each server replacing any of its name, of any
+// kind (a later --mcp or --openapi wins over the configuration file).
+func (s *Servers) Merge(more Servers) {
+	for _, name := range more.Names() {
+		s.remove(name)
+	}
+	s.MCP = append(s.MCP, more.MCP...)
+	s.OpenAPI = append(s.OpenAPI, more.OpenAPI...)
+	s.Lambda = append(s.Lambda, more.Lambda...)
+}
+
+func (s *Servers) remove(name string) {
+	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpclient.ServerConfig) bool { return c.Name == name })
+	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapisrc.Config) bool { return c.Name == name })
+	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambdasrc.Config) bool { return c.Name == name })
+}
+
+// Load reads a server list from a file (see Parse).
+func Load(path string) (Servers, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Servers{}, fmt.Errorf("mcp config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// serversIndex finds "servers[N]" in mcpclient's errors, which count only
+// the MCP entries, to put the entry's place in the whole list back.
+var serversIndex = regexp.MustCompile(`servers\[(\d+)\]`)
+
+// Parse reads a server list; name is used in errors and, ending in
+// .json, asks for strict JSON (else YAML, which JSON is a subset of).
+func Parse(name string, data []byte) (Servers, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return Servers{}, nil
+	}
+	var doc struct {
+		Servers []yaml.Node `yaml:"servers"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		return Servers{}, fmt.Errorf("mcp config %s: %w", name, err)
+	}
+	var out Servers
+	var mcp []any
+	var mcpIndex []int
+	seen := map[string]int{}
+	for i := range doc.Servers {
+		n := &doc.Servers[i]
+		if n.Kind != yaml.MappingNode {
+			return Servers{}, fmt.Errorf("mcp config %s: servers[%d]: not an object", name, i)
+		}
+		kind, entryName := TypeMCP, ""
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			switch n.Content[j].Value {
+			case "type":
+				kind = n.Content[j+1].Value
+			case "name":
+				entryName = n.Content[j+1].Value
+			}
+		}
+		if prev, dup := seen[entryName]; dup && entryName != "" {
+			return Servers{}, fmt.Errorf("mcp config %s: servers[%d]: duplicate server name %q (servers[%d])", name, i, entryName, prev)
+		}
+		seen[entryName] = i
+		fail := func(err error) (Servers, error) {
+			return Servers{}, fmt.Errorf("mcp config %s: servers[%d]: %w", name, i, err)
+		}
+		switch kind {
+		case TypeMCP, "":
+			var v map[string]any
+			if err := n.Decode(&v); err != nil {
+				return fail(err)
+			}
+			delete(v, "type")
+			mcp = append(mcp, v)
+			mcpIndex = append(mcpIndex, i)
+		case TypeOpenAPI:
+			var fc openapisrc.FileConfig
+			if err := strictDecode(n, &fc); err != nil {
+				return fail(err)
+			}
+			c, err := fc.Config()
+			if err != nil {
+				return fail(err)
+			}
+			out.OpenAPI = append(out.OpenAPI, c)
+		case TypeLambda:
+			var fc lambdasrc.FileConfig
+			if err := strictDecode(n, &fc); err != nil {
+				return fail(err)
+			}
+			c, err := fc.Config()
+			if err != nil {
+				return fail(err)
+			}
+			out.Lambda = append(out.Lambda, c)
+		default:
+			return fail(fmt.Errorf("unknown type %q (want mcp, openapi or lambda)", kind))
+		}
+	}
+	if len(mcp) > 0 {
+		// mcpclient owns the MCP entries' shape: hand them over as a
+		// server list of their own, as JSON (which its YAML reading takes
+		// too) so that a .json name keeps its strictness.
+		sub, err := json.Marshal(map[string]any{"servers": mcp})
+		if err != nil {
+			return Servers{}, fmt.Errorf("mcp config %s: %w", name, err)
+		}
+		cfgs, err := mcpclient.ParseConfig(name, sub)
+		if err != nil {
+			return Servers{}, fmt.Errorf("%s", serversIndex.ReplaceAllStringFunc(err.Error(), func(m string) string {
+				k, _ := strconv.Atoi(serversIndex.FindStringSubmatch(m)[1])
+				if k < len(mcpIndex) {
+					return "servers[" + strconv.Itoa(mcpIndex[k]) + "]"
+				}
+				return m
+			}))
+		}
+		out.MCP = cfgs
+	}
+	return out, nil
+}
+
+// strictDecode decodes one entry refusing unknown fields (yaml.v3's
+// Node.Decode has no such switch, so the node is written out and read
+// again).
+func strictDecode(n *yaml.Node, v any) error {
+	data, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	return dec.Decode(v)
+}
