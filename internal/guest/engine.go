@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -91,6 +92,8 @@ type Engine struct {
 	// diffScratch keeps the diff buffers (*diffScratch) of one
 	// suspension or resume for the next.
 	diffScratch sync.Pool
+	// pageSeed hashes the pages of a restored session's state (groups.go).
+	pageSeed maphash.Seed
 
 	closeOnce sync.Once
 	running   sync.WaitGroup
@@ -120,6 +123,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		stop:     make(chan struct{}),
 	}
 	e.diffScratch.New = func() any { return new(diffScratch) }
+	e.pageSeed = maphash.MakeSeed()
 	if opts.UnsafeNoDeadline {
 		e.runFlags = 1
 	}
@@ -408,13 +412,16 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}
 	in.mem.bind(ctx) // growth, a session's restored memory included, is charged to the caller's MemoryBudget
+	var prev *restored
 	if req.From != nil {
-		if err := e.restoreMemory(in, req.From.Memory); err != nil {
+		var err error
+		if prev, err = e.restoreState(in, req.From.Memory); err != nil {
 			e.release(in, false)
 			return finish(fault.Wrap(fault.SandboxError, err, "restoring the session's sandbox"))
 		}
 	}
 	x := newExecution(ctx, e, req, limits, res, start)
+	x.restored = prev
 	// Whatever happens, the instance leaves this run: reset for another
 	// only if reusable.
 	defer func() { e.release(in, x.reusable(res)) }()
@@ -464,12 +471,12 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 	res.Value = doc.Value
 	if x.req.Session && doc.Error == nil {
 		t := time.Now()
-		diff, pages, ferr := e.memoryDiff(in)
+		st, ferr := e.sessionState(in, x.restored)
 		res.SaveTime = time.Since(t)
 		if ferr != nil {
 			return finish(ferr)
 		}
-		res.State = &State{GuestHash: e.wasmHash, Pages: pages, Memory: diff}
+		res.State = st
 	}
 	return finish(doc.Error)
 }

@@ -76,6 +76,7 @@ type execution struct {
 	checkIns  int           // pml.poll calls so far (tests count them)
 	waited    time.Duration // time the run's goroutine waited on the host (Result.CPUTime)
 	ownTools  bool          // req.Tools has an array of its own (resolve grew it)
+	restored  *restored     // a session's state the run started from (groups.go)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {

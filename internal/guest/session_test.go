@@ -145,6 +145,11 @@ async function later() { return await mcp.demo.add({a: first, b: q}) }`, `= null
 			{`Object.defineProperty(globalThis, "args", {value: "mine", configurable: false}); try { Object.defineProperty(globalThis, "mcp", {value: 1}) } catch (e) { return e.name }`, `= "TypeError"`},
 			{`return [args, globalThis.args, typeof mcp.demo.echo]`, `= [{"in": 1}, "mine", "function"]`},
 		}},
+		{"a small change in a large heap is kept (the rest of the state is reused)", [][2]string{
+			{`const big = []; for (let i = 0; i < 4096; i++) big.push("k" + i + "-".repeat(1000))`, `= null`},
+			{`big[2000] = "changed"; return big.length`, `= 4096`},
+			{`return [big[2000], big[1999].length, big[4095].slice(0, 5)]`, `= ["changed", 1005, "k4095"]`},
+		}},
 		{"function declarations hoist within their execution", [][2]string{
 			{`return hoisted(); function hoisted() { return "up" }`, `= "up"`},
 			{`return hoisted()`, `= "up"`},

@@ -111,11 +111,38 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 // memoryDiff is in's linear memory as what changed from the post-init
 // snapshot, compressed (image.go), and its size in wasm pages.
 func (e *Engine) memoryDiff(in *instance) ([]byte, uint32, *fault.Error) {
+	buf, base, pages, wasmPages := e.changed(in)
+	scratch := e.diffScratch.Get().(*diffScratch)
+	diff, err := encodeDiff(buf, base, wasmPages, pages, scratch)
+	e.diffScratch.Put(scratch)
+	if err != nil {
+		return nil, 0, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
+	}
+	return diff, wasmPages, nil
+}
+
+// sessionState is in's memory as a session keeps it (groups.go), reusing
+// what prev (the state the execution started from, nil for none) held of
+// the pages the execution did not change.
+func (e *Engine) sessionState(in *instance, prev *restored) (*State, *fault.Error) {
+	buf, base, pages, wasmPages := e.changed(in)
+	scratch := e.diffScratch.Get().(*diffScratch)
+	mem, err := encodeGroups(buf, base, wasmPages, pages, prev, e.pageSeed, scratch)
+	e.diffScratch.Put(scratch)
+	if err != nil {
+		return nil, fault.Wrap(fault.SandboxError, err, "saving the session's sandbox")
+	}
+	return &State{GuestHash: e.wasmHash, Pages: wasmPages, Memory: mem}, nil
+}
+
+// changed is in's linear memory, the post-init memory, the pages (sorted)
+// where they differ, and the memory's size in wasm pages.
+func (e *Engine) changed(in *instance) (buf, base []byte, pages []int, wasmPages uint32) {
 	mem := in.mod.Memory()
 	size := mem.Size()
-	buf, _ := mem.Read(0, size)
-	base := e.snap.baseMemory()
-	pages, known := []int(nil), false
+	buf, _ = mem.Read(0, size)
+	base = e.snap.baseMemory()
+	known := false
 	if in.mem != nil {
 		pages, known = in.mem.dirtyPages(int(size))
 	}
@@ -129,21 +156,27 @@ func (e *Engine) memoryDiff(in *instance) ([]byte, uint32, *fault.Error) {
 	} else {
 		pages = changedPages(buf, base)
 	}
-	scratch := e.diffScratch.Get().(*diffScratch)
-	diff, err := encodeDiff(buf, base, size/65536, pages, scratch)
-	e.diffScratch.Put(scratch)
-	if err != nil {
-		return nil, 0, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
-	}
-	return diff, size / 65536, nil
+	slices.Sort(pages)
+	return buf, base, pages, size / 65536
 }
 
 // restoreMemory writes a saved memory diff into in, which holds the
 // post-init snapshot.
 func (e *Engine) restoreMemory(in *instance, diff []byte) error {
+	_, err := e.restoreState(in, diff)
+	return err
+}
+
+// restoreState writes a saved memory (a suspension's diff, or a session's
+// grouped state) into in, which holds the post-init snapshot; for a
+// grouped state it returns what saving the next needs.
+func (e *Engine) restoreState(in *instance, diff []byte) (*restored, error) {
 	scratch := e.diffScratch.Get().(*diffScratch)
 	defer e.diffScratch.Put(scratch)
-	return applyDiff(in.mod.Memory(), diff, scratch)
+	if isGroups(diff) {
+		return applyGroups(in.mod.Memory(), diff, e.pageSeed, scratch)
+	}
+	return nil, applyDiff(in.mod.Memory(), diff, scratch)
 }
 
 // restore takes up a suspended run's bookkeeping.
