@@ -23,7 +23,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -93,7 +92,7 @@ type Engine struct {
 	// suspension or resume for the next.
 	diffScratch sync.Pool
 	// pageSeed hashes the pages of a restored session's state (groups.go).
-	pageSeed maphash.Seed
+	pageSeed uint64
 
 	closeOnce sync.Once
 	running   sync.WaitGroup
@@ -123,7 +122,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		stop:     make(chan struct{}),
 	}
 	e.diffScratch.New = func() any { return new(diffScratch) }
-	e.pageSeed = maphash.MakeSeed()
+	e.pageSeed = rand.Uint64()
 	if opts.UnsafeNoDeadline {
 		e.runFlags = 1
 	}
