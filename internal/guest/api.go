@@ -116,15 +116,14 @@ type Request struct {
 }
 
 // State is a sandbox between two executions of a session: its linear
-// memory, as what changed from the post-init snapshot (the encoding of a
-// Suspension's Memory). It holds the script's data: store it, never show
-// it.
+// memory, as what changed from the post-init snapshot, in groups of pages
+// (groups.go). It holds the script's data: store it, never show it.
 type State struct {
 	// GuestHash is the guest build that made it; another cannot run it.
 	GuestHash string `json:"guest_hash"`
 	// Pages is the size of linear memory, in 64 KiB pages.
 	Pages uint32 `json:"pages"`
-	// Memory is the compressed diff from the post-init snapshot.
+	// Memory is the compressed difference from the post-init snapshot.
 	Memory []byte `json:"memory"`
 }
 
