@@ -64,13 +64,19 @@ func TestSessionThroughTheService(t *testing.T) {
 	if third.Session.Executions != 3 {
 		t.Fatalf("executions = %d, want 3", third.Session.Executions)
 	}
+	// Work left running is said, and does not carry over.
+	left := mustStep(t, svc(), execution.Request{Code: `globalThis.ticks = 0; setTimeout(() => ticks++, 1000); mcp.demo.sleep({ms: 1000}).then(() => ticks++); return 1`, SessionID: id}, `1`)
+	if left.Session.Left == nil || left.Session.Left.Timers != 1 || left.Session.Left.Calls != 1 || !strings.Contains(left.Session.Note, "still pending") {
+		t.Fatalf("left: %+v", left.Session)
+	}
+	mustStep(t, svc(), execution.Request{Code: `await mcp.demo.sleep({ms: 1100}); return ticks`, SessionID: id}, `0`)
 
 	// Read back: the session's description, never its state.
 	info, ferr := svc().Session(context.Background(), execution.SessionRequest{SessionID: id})
 	if ferr != nil {
 		t.Fatal(ferr)
 	}
-	if info.State != "idle" || info.Executions != 3 || len(info.History) != 4 || info.History[2].Kept || !info.History[3].Kept || info.TTLS != 3600 {
+	if info.State != "idle" || info.Executions != 5 || len(info.History) != 6 || info.History[2].Kept || !info.History[3].Kept || info.TTLS != 3600 {
 		t.Fatalf("info = %+v", info)
 	}
 	raw, _ := json.Marshal(info)
