@@ -73,6 +73,48 @@ run() { "$pml" run --config "$work/servers.json" --demo off --login headless -e 
 case $scenario in
   tools_call) run 'return await mcp.s.add_numbers({a: 2, b: 3})' ;;
   sse-retry) run 'return await mcp.s.test_reconnection({})' ;;
+  http-custom-headers)
+    # The suite's own example arguments: each x-mcp-header parameter must go
+    # out as its Mcp-Param-* header, Base64-wrapped where it is not plain
+    # ASCII; a parameter left out sends no header.
+    run 'return [
+      await mcp.s.test_custom_headers({region: "us-west1", priority: 42, verbose: false, debug: true, empty_val: "",
+        method_val: "test-method", float_val: 3.14159, non_ascii_val: "Hello, 世界", whitespace_val: " padded ",
+        leading_space_val: " us-west1", trailing_space_val: "us-west1 ", internal_space_val: "us west 1",
+        control_char_val: "line1\nline2", crlf_val: "line1\r\nline2", tab_val: "\tindented", query: "SELECT * FROM users"}),
+      await mcp.s.test_custom_headers_null({region: "us-east1", priority: 1, query: "SELECT 1"})]' ;;
+  sep-2322-client-request-state)
+    # The server asks before it answers (input_required): pml parks the
+    # call and the execution suspends (exit 3) until a person answers with
+    # pml resume, here one who accepts every question, filling its form
+    # (true, a string's first choice or "yes", 1); each answer resumes it
+    # in a new pml process, which sends the call again with the server's
+    # requestState. The unrelated call runs while the first one is parked.
+    set +e
+    "$pml" run --config "$work/servers.json" --demo off --approval suspend -e 'const [a, u] = await Promise.all([
+        mcp.s.test_mrtr_echo_state({}), mcp.s.test_mrtr_unrelated({})]);
+      return [a, u, await mcp.s.test_mrtr_no_state({}), await mcp.s.test_mrtr_no_result_type({})]' >"$work/doc.json"
+    status=$?
+    while [ $status -eq 3 ]; do
+      set -- $(node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+        const fill = s => Object.fromEntries(Object.entries((s && s.properties) || {}).map(([k, p]) =>
+          [k, p.type === "boolean" ? true : p.type === "string" ? (p.enum ? p.enum[0] : "yes") : 1]));
+        const args = [d.execution_id];
+        for (const p of d.pending) {
+          const answers = Object.fromEntries(Object.entries(p.questions || {}).map(([k, q]) =>
+            [k, {action: "accept", content: fill(q.requestedSchema)}]));
+          args.push("--answer", p.call_id + "=" + JSON.stringify(answers));
+        }
+        process.stdout.write(args.join(" "));' "$work/doc.json")
+      "$pml" resume --config "$work/servers.json" --demo off "$@" >"$work/doc.json"
+      status=$?
+    done
+    cat "$work/doc.json"
+    exit $status ;;
+  http-invalid-tool-headers)
+    # The tools with broken header bindings are left out of the catalog;
+    # the valid one stays callable.
+    run 'return await mcp.s.valid_tool({region: "us-east1"})' ;;
   json-schema-2020-12-preservation)
     # Echo a tool's input schema as pml lists it: what a script (or an
     # agent reading `pml tools`) sees must be the server's schema, intact.

@@ -216,3 +216,42 @@ func TestLoadKeyFile(t *testing.T) {
 		t.Error("a short key must be refused")
 	}
 }
+
+// TestMayAnswer: a remote server's question may guard against the agent,
+// so it is answered as an approval is: through the asker's own client only
+// where the deployment trusts it, on the page by an approver (the asker's
+// own person with self-approval), never with an agent's credentials
+// alone; approvers answer any.
+func TestMayAnswer(t *testing.T) {
+	const owner, ops, other = "jwt:https://idp#agent-7", "arn:aws:iam::1:role/ops-alice", "jwt:https://idp#mallory"
+	deployed := Policy{Approvers: []string{"arn:aws:iam::1:role/ops-*"}}
+	local := Policy{CallerDecides: true}
+	caller, client, page := execution.ChannelCaller, execution.ChannelClient, execution.ChannelPage
+	tests := []struct {
+		name      string
+		p         Policy
+		principal string
+		channel   execution.Channel
+		want      bool
+	}{
+		{"the asker's own client, untrusted", deployed, owner, client, false},
+		{"the asker's own client, trusted", Policy{Approvers: deployed.Approvers, TrustedClients: []string{owner}}, owner, client, true},
+		{"another's client", deployed, other, client, false},
+		{"an approver's client is not the asker's", deployed, ops, client, false},
+		{"the asker signed in on the page", deployed, owner, page, false},
+		{"the asker signed in on the page, self-approval", Policy{Approvers: deployed.Approvers, SelfApproval: true}, owner, page, true},
+		{"an approver on the page", deployed, ops, page, true},
+		{"a stranger on the page", deployed, other, page, false},
+		{"the agent's credentials alone", deployed, owner, caller, false},
+		{"an approver's credentials", deployed, ops, caller, true},
+		{"local: the caller is the person", local, owner, caller, true},
+		{"auth off is nobody on a deployment", deployed, "", caller, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.MayAnswer(Decider{Principal: tc.principal, Channel: tc.channel}, owner); got != tc.want {
+				t.Errorf("MayAnswer = %v; want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -148,6 +148,18 @@ func (p Policy) MayApprove(d Decider, asker string) bool {
 	}
 }
 
+// MayAnswer reports whether d may answer the question a remote MCP server
+// asked about a call of asker's execution (its elicitation, parked as the
+// call's Pending.Questions). It is weighed as an approval is (MayApprove):
+// the server put it to its client's user, and we cannot tell a question
+// that only asks for data ("which branch?") from one that guards against
+// the agent ("delete the repository?"). So the answer belongs to the same
+// people — a person signed in on the page, an approver, the asker's MCP
+// client only where the deployment trusts its forms, the caller's own
+// credentials only where the caller decides — never to whatever answers
+// for the agent's client.
+func (p Policy) MayAnswer(d Decider, asker string) bool { return p.MayApprove(d, asker) }
+
 // MayReject reports whether d may reject what asker's execution asks: the
 // asker itself (refusing is always safe), or anyone who may approve it.
 func (p Policy) MayReject(d Decider, asker string) bool {

@@ -286,7 +286,11 @@ func TestNoLeaksOverManyMCPExecutions(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // let finished calls' goroutines exit
 	h1, g1 := measure()
 	t.Logf("heap %d → %d KiB, goroutines %d → %d", h0>>10, h1>>10, g0, g1)
-	if g1 > g0+2 {
+	// A few more kept-alive connections to the servers (two goroutines
+	// each, up to the pool's idle limit) are not a leak: how many the
+	// loop left depends on how its parallel calls overlapped. A leak of
+	// one goroutine a run would show hundreds.
+	if g1 > g0+10 {
 		t.Errorf("goroutines grew from %d to %d", g0, g1)
 	}
 	if h1 > h0+16<<20 {

@@ -111,7 +111,7 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 	if s.notify != nil {
 		n := execution.SuspensionNotice{ExecutionID: rec.ID, Principal: rec.Principal, Source: execution.Source(st.Source), ExpiresAt: rec.ExpiresAt}
 		for _, p := range pending {
-			n.Pending = append(n.Pending, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool})
+			n.Pending = append(n.Pending, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool, Question: questionText(p.Questions)})
 		}
 		s.notify(ctx, n)
 	}
@@ -164,6 +164,9 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	if ferr := checkDecisions(decisions, rec.Suspension.Parked); ferr != nil {
 		return nil, ferr
 	}
+	if ferr := checkAnswers(decisions, rec.Suspension.Parked); ferr != nil {
+		return nil, ferr
+	}
 	st, ferr := loadState(rec)
 	if ferr != nil {
 		return nil, ferr
@@ -184,16 +187,22 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 // (an answer through the owner's MCP client was checked by the MCP front
 // end against the sealed state it asked with): FORBIDDEN, or NOT_FOUND as
 // for an unknown id to anyone who may not decide it at all.
+//
+// Answers to a remote server's questions are weighed by MayAnswer (as
+// approvals are: see there).
 func (s *Service) mayDecide(rr execution.ResumeRequest, owner string, decisions map[int]execution.Decision) *fault.Error {
-	approve := false
-	for _, d := range decisions {
-		approve = approve || d.Approve
-	}
+	approve, answer, reject := decisionKinds(decisions)
+	d := approval.Decider{Principal: rr.Principal, Channel: rr.Channel}
+	may := (!approve || s.policy.MayApprove(d, owner)) && (!answer || s.policy.MayAnswer(d, owner)) && (!reject || s.policy.MayReject(d, owner))
 	switch {
-	case s.policy.MayDecide(approval.Decider{Principal: rr.Principal, Channel: rr.Channel}, owner, approve):
+	case may:
 		return nil
 	case !s.policy.MayAccess(rr.Principal, owner):
 		return storeFault(rr.ExecutionID, suspend.ErrForbidden)
+	case answer && !approve:
+		return &fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy"},
+			Message: fmt.Sprintf("answering the questions execution %s waits for is not the caller's to do here: they are its user's, "+
+				"asked through the caller's MCP client or on the approval page (or by an approver); the caller may reject them", rr.ExecutionID)}
 	}
 	return &fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy"},
 		Message: fmt.Sprintf("approving is not the caller's to do here: under this deployment's policy the calls execution %s waits for are approved by %s; "+
@@ -225,6 +234,12 @@ func pendingOf(parked []guest.ParkedCall) []execution.Pending {
 	pending := make([]execution.Pending, len(parked))
 	for i, p := range parked {
 		pending[i] = execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval}
+		if len(p.Question) > 0 {
+			// What the server asked, never its state.
+			if q, err := readQuestion(p.Question); err == nil {
+				pending[i].Reason, pending[i].Questions = execution.PendingQuestion, q.Requests
+			}
+		}
 	}
 	return pending
 }
@@ -359,6 +374,12 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	var resp *execution.Response
 	var res *guest.Result
 	ferr := req.SetTools(st.Tools)
+	gd, err := engineDecisions(decisions, claimed.Suspension.Parked)
+	if err != nil && ferr == nil {
+		// Checked before the claim (checkAnswers): the store's copy
+		// cannot be read.
+		ferr = fault.Wrap(fault.Internal, err, "reading the answers")
+	}
 	var ts *toolSet
 	if ferr == nil {
 		// The names of the suspended run's tool table, resolved now.
@@ -372,11 +393,10 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		resp = execution.Failed(id, ferr)
 	} else {
 		approved := map[int]bool{}
-		gd := make(map[int]guest.Decision, len(decisions))
 		for cid, d := range decisions {
 			approved[cid] = d.Approve
-			gd[cid] = guest.Decision{Approve: d.Approve, Reason: d.Reason}
 		}
+
 		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved}
 		greq := guest.Request{ExecutionID: id, Host: host}

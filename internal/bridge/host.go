@@ -89,17 +89,28 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
 		return nil, needsApproval(full, e.tool, h.req)
 	}
+	retry, err := retryOf(c)
+	if err != nil {
+		return nil, fault.Wrap(fault.Internal, err, "").WithTool(full)
+	}
 	if sp, ok := h.service.sink.(trace.Spans); ok {
 		ctx = sp.StartCall(ctx, trace.Call{ExecutionID: h.req.ExecutionID, CallID: c.ID, Server: c.Server, Tool: c.Tool, Kind: e.tool.Kind})
 	}
-	return e.source.Call(ctx, e.tool, c.Args, execution.CallOptions{
+	out, err := e.source.Call(ctx, e.tool, c.Args, execution.CallOptions{
 		// An approved call was consented to, as allow_destructive would:
 		// the source's own check (the MCP pool's) must let it through.
-		Lineage:       h.req.CallLineage(c.ID, approved),
+		// So was one sent again with the answers to its server's
+		// question: it was let through before it asked.
+		Lineage:       h.req.CallLineage(c.ID, approved || retry != nil),
 		ParseJSONText: h.req.ParseJSONText,
 		Sandboxes:     h.budget,
 		OnChild:       func(id string, calls []trace.Call) { h.setChild(c.ID, id, calls) },
+		Retry:         retry,
 	})
+	if q, ok := isQuestion(err); ok {
+		return nil, h.parkQuestion(full, q)
+	}
+	return out, err
 }
 
 // needsApproval is the FORBIDDEN of a call that needs approval and gets

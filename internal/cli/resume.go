@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"os"
@@ -74,6 +75,27 @@ func (c *callIDs) Set(v string) error {
 	return nil
 }
 
+// answerFlags collects --answer ID=ANSWERS: the answers to the question a
+// call's remote server asked, as {KEY: {"action": "accept", "content": {…}}}
+// by the server's keys.
+type answerFlags map[int]map[string]json.RawMessage
+
+func (a answerFlags) String() string { return "" }
+
+func (a answerFlags) Set(v string) error {
+	idText, answers, ok := strings.Cut(v, "=")
+	id, err := strconv.Atoi(strings.TrimSpace(idText))
+	if !ok || err != nil || id < 1 {
+		return usagef(`--answer is ID=ANSWERS, as in --answer '2={"confirm": {"action": "accept", "content": {"confirmed": true}}}', not %q`, v)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(answers), &m); err != nil || len(m) == 0 {
+		return usagef(`--answer %d: the answers are a JSON object of elicitation results by the server's keys, {"KEY": {"action": "accept", "content": {…}}}`, id)
+	}
+	a[id] = m
+	return nil
+}
+
 func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
 	fs := newFlagSet("resume", errOut)
 	var (
@@ -84,10 +106,12 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 	)
 	fs.Var(&approve, "approve", "run these pending calls (call ids; repeatable, or comma-separated)")
 	fs.Var(&reject, "reject", "refuse these pending calls: the script sees an error with code REJECTED (call ids; repeatable, or comma-separated)")
+	answers := answerFlags{}
+	fs.Var(answers, "answer", `answer the question a pending call's remote server asked (reason "question"): ID={"KEY": {"action": "accept", "content": {…}}} by the server's keys; repeatable`)
 	sf.callerAuto = true // the caller is the person at the keyboard
 	sf.register(fs)
 	fs.Usage = func() {
-		io.WriteString(errOut, "usage: pml resume [flags] EXECUTION_ID --approve ID[,ID…] --reject ID[,ID…]\n\n"+
+		io.WriteString(errOut, "usage: pml resume [flags] EXECUTION_ID --approve ID[,ID…] --reject ID[,ID…] --answer ID=ANSWERS\n\n"+
 			"Runs a suspended execution on (one that pml run --approval suspend left, exit code 3)\n"+
 			"with decisions on its pending calls. Calls left undecided stay pending.\n\n")
 		fs.PrintDefaults()
@@ -96,8 +120,8 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 	if err != nil {
 		return ExitUsage, err
 	}
-	if len(approve)+len(reject) == 0 {
-		return ExitUsage, usagef("decide on at least one pending call: --approve ID or --reject ID")
+	if len(approve)+len(reject)+len(answers) == 0 {
+		return ExitUsage, usagef("decide on at least one pending call: --approve ID, --reject ID or --answer ID=ANSWERS")
 	}
 	if *reason != "" && len(reject) == 0 {
 		return ExitUsage, usagef("--reason is the reason for a rejection: give --reject too")
@@ -115,6 +139,13 @@ func resumeCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, 
 			return ExitUsage, usagef("call %d is both approved and rejected", id)
 		}
 		rr.Decisions[key] = execution.Decision{Reason: *reason}
+	}
+	for id, a := range answers {
+		key := strconv.Itoa(id)
+		if _, both := rr.Decisions[key]; both {
+			return ExitUsage, usagef("call %d is answered and decided otherwise too", id)
+		}
+		rr.Decisions[key] = execution.Decision{Approve: true, Answers: a}
 	}
 	if len(*reason) > execution.MaxReasonBytes {
 		return ExitUsage, usagef("--reason is at most %d bytes", execution.MaxReasonBytes)

@@ -34,8 +34,15 @@ const (
 // unless the deployment says otherwise (PML_SUSPENSION_TTL).
 const SuspensionTTL = 24 * time.Hour
 
-// PendingApproval is Pending.Reason of a call parked for approval.
-const PendingApproval = "approval"
+// The reasons a call is pending (Pending.Reason).
+const (
+	// PendingApproval: the call needs approval before it runs.
+	PendingApproval = "approval"
+	// PendingQuestion: the call was sent, and its remote MCP server asked
+	// a question (Pending.Questions) before it would answer; it is sent
+	// again with the answers.
+	PendingQuestion = "question"
+)
 
 // Response is what every front end returns: an execution's document.
 type Response struct {
@@ -109,6 +116,9 @@ type SuspensionNotice struct {
 type PendingTool struct {
 	CallID int    `json:"call_id"`
 	Tool   string `json:"tool"`
+	// Question is what the call's remote server asked, for a call parked
+	// on its question: each elicitation's message.
+	Question string `json:"question,omitempty"`
 }
 
 // Failed is the document of an execution that failed before it ran, or
@@ -135,7 +145,13 @@ type Pending struct {
 	Server string          `json:"server"`
 	Tool   string          `json:"tool"`
 	Args   json.RawMessage `json:"args"`
-	Reason string          `json:"reason"` // PendingApproval
+	Reason string          `json:"reason"` // PendingApproval or PendingQuestion
+	// Questions, for PendingQuestion, are what the server asked: its
+	// elicitation requests' params (message, requestedSchema; mode and url
+	// for a URL-mode one), by the server's keys, as it sent them. What the
+	// server needs to go on from where it was (its requestState) stays with
+	// the suspended execution, never here.
+	Questions map[string]json.RawMessage `json:"questions,omitempty"`
 }
 
 // maxFailures is the most failed calls a summary lists one by one.

@@ -18,20 +18,31 @@ const MaxReasonBytes = 1000
 const (
 	DecisionApprove = "approve"
 	DecisionReject  = "reject"
+	// DecisionAnswer answers the question a remote server asked about a
+	// call (Pending.Questions): the call is sent again with the answers.
+	DecisionAnswer = "answer"
 )
 
 // Decision is what someone decided about a parked call. Its JSON is
-// "approve", "reject", or {"decision": "reject", "reason": "…"}; a reason
-// reaches the script in a rejection's message, and the trace either way.
+// "approve", "reject", {"decision": "reject", "reason": "…"}, or, for a
+// call parked on a remote server's question, {"decision": "answer",
+// "answers": {KEY: {"action": "accept", "content": {…}}}} with one
+// elicitation result per question, by the server's keys (a decline or
+// cancel there rejects the call); a reason reaches the script in a
+// rejection's message, and the trace either way.
 type Decision struct {
 	Approve bool
 	Reason  string
+	// Answers, on an answer (Approve is set), are the elicitation results
+	// by question key, as the remote server will receive them.
+	Answers map[string]json.RawMessage
 }
 
 // decisionObject is a decision's object form.
 type decisionObject struct {
-	Decision string `json:"decision"`
-	Reason   string `json:"reason"`
+	Decision string                     `json:"decision"`
+	Reason   string                     `json:"reason,omitempty"`
+	Answers  map[string]json.RawMessage `json:"answers,omitempty"`
 }
 
 // UnmarshalJSON implements json.Unmarshaler, as strictly as the requests
@@ -43,36 +54,53 @@ func (d *Decision) UnmarshalJSON(b []byte) error {
 	}
 	var obj decisionObject
 	if err := jsonv2.Unmarshal(b, &obj, jsonv2.RejectUnknownMembers(true)); err != nil {
-		return fmt.Errorf(`a decision is "approve", "reject" or {"decision": "reject", "reason": "…"}: %s`, explain(err, &obj))
+		return fmt.Errorf(`a decision is "approve", "reject", {"decision": "reject", "reason": "…"} or {"decision": "answer", "answers": {…}}: %s`, explain(err, &obj))
 	}
-	return d.set(obj.Decision, obj.Reason)
+	if err := d.set(obj.Decision, obj.Reason); err != nil {
+		return err
+	}
+	switch {
+	case obj.Decision == DecisionAnswer && len(obj.Answers) == 0:
+		return fmt.Errorf(`an answer names its answers: {"decision": "answer", "answers": {KEY: {"action": "accept", "content": {…}}}}`)
+	case obj.Decision != DecisionAnswer && obj.Answers != nil:
+		return fmt.Errorf(`answers go with "decision": "answer", not %q`, obj.Decision)
+	}
+	d.Answers = obj.Answers
+	return nil
 }
 
 func (d *Decision) set(word, reason string) error {
 	switch word {
 	case DecisionApprove, DecisionReject:
+	case DecisionAnswer:
+		if reason != "" {
+			return fmt.Errorf("an answer has no reason: the answers say it")
+		}
 	default:
-		return fmt.Errorf(`a decision is "approve" or "reject", not %q`, word)
+		return fmt.Errorf(`a decision is "approve", "reject" or "answer", not %q`, word)
 	}
 	if len(reason) > MaxReasonBytes {
 		return fmt.Errorf("a decision's reason is at most %d bytes (got %d)", MaxReasonBytes, len(reason))
 	}
-	*d = Decision{Approve: word == DecisionApprove, Reason: reason}
+	*d = Decision{Approve: word != DecisionReject, Reason: reason}
 	return nil
 }
 
 // MarshalJSON implements json.Marshaler: the word alone, or the object
 // form when there is a reason.
 func (d Decision) MarshalJSON() ([]byte, error) {
-	if d.Reason == "" {
+	if d.Reason == "" && d.Answers == nil {
 		return json.Marshal(d.Word())
 	}
-	return json.Marshal(decisionObject{Decision: d.Word(), Reason: d.Reason})
+	return json.Marshal(decisionObject{Decision: d.Word(), Reason: d.Reason, Answers: d.Answers})
 }
 
-// Word is "approve" or "reject".
+// Word is "approve", "reject" or "answer".
 func (d Decision) Word() string {
-	if d.Approve {
+	switch {
+	case d.Answers != nil:
+		return DecisionAnswer
+	case d.Approve:
 		return DecisionApprove
 	}
 	return DecisionReject

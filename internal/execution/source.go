@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -88,6 +89,36 @@ type CallOptions struct {
 	// receives that execution's id and calls so traces link parent and
 	// child and the caller's response shows the whole tree.
 	OnChild func(executionID string, calls []trace.Call)
+	// Retry, when set, sends the call again with the answers to the
+	// question its remote server asked (a source's *Question error).
+	Retry *Retry
+}
+
+// Retry is what goes with a call sent again after its remote MCP server
+// asked a question (2026-07-28 input_required): the answers, and the
+// server's own state, echoed verbatim.
+type Retry struct {
+	// InputResponses are the answers by the server's keys (elicitation
+	// results).
+	InputResponses map[string]json.RawMessage
+	// RequestState is the server's requestState, as it sent it.
+	RequestState string
+}
+
+// Question is a source's answer to a call whose remote MCP server asked
+// something before it would answer (2026-07-28 input_required): the call
+// can go on only when someone answers, with a Retry.
+type Question struct {
+	Server, Tool string
+	// Requests are the server's elicitation requests' params, by its keys.
+	Requests map[string]json.RawMessage
+	// RequestState is the server's state, to echo on the retry; it is
+	// never shown to the script or the caller.
+	RequestState string
+}
+
+func (q *Question) Error() string {
+	return fmt.Sprintf("%s:%s asked a question before it would answer", q.Server, q.Tool)
 }
 
 // ResolvingSource is a ToolSource too large to list for every execution

@@ -29,7 +29,26 @@ type Call struct {
 	Tool   string
 	// Args is the JSON the script passed ("{}" when it passed nothing).
 	Args json.RawMessage
+	// Question and Answer are set on the retry of a call that parked on
+	// a question its tool asked (Asked): the host's record of the
+	// question, and what was answered (Decision.Answer). Both are opaque
+	// to the engine.
+	Question json.RawMessage
+	Answer   json.RawMessage
 }
+
+// Asked is a host's answer that parks a call after it was sent: the tool
+// asked a question someone must answer before it can go on (a remote MCP
+// server's input_required). The call waits as a parked call does, and the
+// run suspends when every call it waits for waits so; a decision that
+// approves it (with an Answer) sends it again, with Question and Answer
+// set. Question is the host's own record, kept with the suspension
+// (ParkedCall.Question) and never shown to the script.
+type Asked struct {
+	Question json.RawMessage
+}
+
+func (a *Asked) Error() string { return "the tool asked a question before it would answer" }
 
 // ToolHost serves the tool calls of one execution. Calls arrive concurrently
 // (a script may have many in flight); CallTool must return when ctx is done.

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -229,7 +230,7 @@ func (x *execution) startPending(atWait bool) {
 		w := time.Now()
 		data, err := x.req.Host.CallTool(x.ctx, p.call)
 		x.waited += time.Since(w)
-		x.ready = append(x.ready, x.complete(p.id, p.idx, p.full, data, err))
+		x.ready = append(x.ready, x.served(p, data, err))
 		return
 	}
 	for _, p := range x.pending {
@@ -237,7 +238,7 @@ func (x *execution) startPending(atWait bool) {
 		go func() {
 			defer x.wg.Done()
 			data, err := x.req.Host.CallTool(x.ctx, p.call)
-			c := x.complete(p.id, p.idx, p.full, data, err)
+			c := x.served(p, data, err)
 			select {
 			case x.done <- c:
 			case <-x.ctx.Done():
@@ -245,6 +246,20 @@ func (x *execution) startPending(atWait bool) {
 		}()
 	}
 	x.pending = x.pending[:0]
+}
+
+// served is the completion of a call its host answered: the answer, or
+// the call parked on its tool's question (Asked), its record marked so.
+func (x *execution) served(p pendingCall, data json.RawMessage, err error) completion {
+	var asked *Asked
+	if !errors.As(err, &asked) {
+		return x.complete(p.id, p.idx, p.full, data, err)
+	}
+	x.mu.Lock()
+	x.calls[p.idx].Status = trace.StatusParked
+	x.mu.Unlock()
+	return completion{id: p.id, park: &ParkedCall{CallID: p.call.ID, Server: p.call.Server, Tool: p.call.Tool,
+		Args: p.call.Args, GuestID: p.id, Question: asked.Question}}
 }
 
 // traceCalls returns the call records once every call has ended: calls

@@ -24,6 +24,9 @@ type completion struct {
 	timer bool
 	data  []byte
 	fault *fault.Error // what data encodes when !ok, kept to check the script's failure against
+	// park, when set, is a call that parked on its tool's question (Asked)
+	// instead of completing: nothing is delivered.
+	park *ParkedCall
 }
 
 // execution is the host-side state of one run. The guest's host calls all

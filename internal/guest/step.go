@@ -186,6 +186,20 @@ func boolArg(b bool) uint64 {
 // ready. The run cannot go on when nothing is in flight (DEADLOCK) or its
 // deadline has passed (TIMEOUT).
 func (x *execution) next() (completion, *fault.Error) {
+	for {
+		c, ferr := x.nextAnswer()
+		if ferr != nil || c.park == nil {
+			return c, ferr
+		}
+		// A call that parked on its tool's question still counts as in
+		// flight, as every parked call does; the guest hears nothing.
+		x.parked = append(x.parked, *c.park)
+	}
+}
+
+// nextAnswer is next's one step: the next completion, which may be a call
+// that parked (completion.park) rather than an answer.
+func (x *execution) nextAnswer() (completion, *fault.Error) {
 	x.startPending(true)
 	var c completion
 	switch {
@@ -207,6 +221,9 @@ func (x *execution) next() (completion, *fault.Error) {
 			return c, x.timeoutError()
 		}
 		x.waited += time.Since(w)
+	}
+	if c.park != nil {
+		return c, nil
 	}
 	if c.timer {
 		x.timers--

@@ -31,12 +31,19 @@ type ParkedCall struct {
 	Args   json.RawMessage `json:"args"`
 	// GuestID is the id the guest knows the call by.
 	GuestID int32 `json:"guest_id"`
+	// Question is the host's record of what the call's tool asked, for a
+	// call parked on a question (Asked); empty for one waiting for
+	// approval.
+	Question json.RawMessage `json:"question,omitempty"`
 }
 
 // Decision is what was decided about a parked call.
 type Decision struct {
 	Approve bool   `json:"approve"`
 	Reason  string `json:"reason,omitempty"` // why it was rejected, for the script's error
+	// Answer is what was answered to a call parked on a question, handed
+	// to the host with the call's retry (Call.Answer).
+	Answer json.RawMessage `json:"answer,omitempty"`
 }
 
 // Suspension is a suspended run: everything Engine.Resume needs to
@@ -216,7 +223,7 @@ func (x *execution) decide(decisions map[int]Decision) {
 		x.mu.Unlock()
 		if d.Approve {
 			x.pending = append(x.pending, pendingCall{id: p.GuestID, idx: idx, full: full,
-				call: Call{ID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args}})
+				call: Call{ID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Question: p.Question, Answer: d.Answer}})
 			continue
 		}
 		msg := "the call was rejected"

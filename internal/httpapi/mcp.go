@@ -24,8 +24,10 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 	// WithLogging declares the logging capability: console output goes to
 	// the client as notifications/message (see mcpProgress).
 	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
-		// Tasks are answered by mcpTasks, from the store of runs: no list.
+		// Tasks are answered by mcpTasks, from the store of runs: no list;
+		// 2026-07-28 clients get the tasks extension (mcptasksv2.go).
 		server.WithTaskCapabilities(false, true, true),
+		server.WithExtensions(map[string]any{tasksExtension: map[string]any{}}),
 		server.WithMetaPropagator(tracectx.MCPMeta{}), // a call's _meta.traceparent: its execution joins that trace
 		server.WithInstructions("Run JavaScript against this deployment's tools with execute_code: "+
 			"the code is the body of an async function; call tools as `await mcp.<server>.<tool>(args)` "+
@@ -64,13 +66,23 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 			"or the execution suspended again with new pending calls. Only approve what the user approved."),
 		mcp.WithString("execution_id", mcp.Required(), mcp.Description("the suspended execution's id (execution_id of execute_code's answer)")),
 		mcp.WithObject("decisions", mcp.Required(), mcp.MinProperties(1),
-			mcp.Description(`decisions by pending call id: {"2": "approve", "3": "reject", "4": {"decision": "reject", "reason": "…"}}`),
+			mcp.Description(`decisions by pending call id: {"2": "approve", "3": "reject", "4": {"decision": "reject", "reason": "…"}}; `+
+				`a call whose remote server asked a question (reason "question") is answered with what the user answered, by the server's keys: `+
+				`{"5": {"decision": "answer", "answers": {"confirm": {"action": "accept", "content": {…}}}}} (or rejected)`),
 			propertyNames(map[string]any{"pattern": "^[1-9][0-9]*$"}),
 			mcp.AdditionalProperties(map[string]any{"oneOf": []any{
 				map[string]any{"type": "string", "enum": []string{execution.DecisionApprove, execution.DecisionReject}},
 				map[string]any{"type": "object", "required": []string{"decision"}, "additionalProperties": false, "properties": map[string]any{
 					"decision": map[string]any{"type": "string", "enum": []string{execution.DecisionApprove, execution.DecisionReject}},
 					"reason":   map[string]any{"type": "string", "maxLength": execution.MaxReasonBytes},
+				}},
+				map[string]any{"type": "object", "required": []string{"decision", "answers"}, "additionalProperties": false, "properties": map[string]any{
+					"decision": map[string]any{"type": "string", "const": execution.DecisionAnswer},
+					"answers": map[string]any{"type": "object", "minProperties": 1, "additionalProperties": map[string]any{
+						"type": "object", "required": []string{"action"}, "properties": map[string]any{
+							"action":  map[string]any{"type": "string", "enum": []string{"accept", "decline", "cancel"}},
+							"content": map[string]any{"type": "object"},
+						}}},
 				}},
 			}})),
 		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("as execute_code's")),

@@ -84,6 +84,10 @@ func (a *api) ask(resp *execution.Response, budget int) *mcp.CallToolResult {
 	b := server.NewInputRequestBuilder("")
 	for _, p := range resp.Pending {
 		st.Calls = append(st.Calls, p.CallID)
+		if p.Reason == execution.PendingQuestion {
+			forwardQuestions(b, p)
+			continue
+		}
 		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, resp), RequestedSchema: decisionSchema})
 	}
 	token, err := a.StateKey.Seal(st)
@@ -142,6 +146,8 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 	for _, id := range st.Calls {
 		if res := server.ElicitationResponse(r.Params.InputResponses, elicitID(id)); res != nil {
 			decisions[strconv.Itoa(id)] = decisionOf(res)
+		} else if d, ok := answersOf(r.Params.InputResponses, id); ok {
+			decisions[strconv.Itoa(id)] = d
 		}
 	}
 	if len(decisions) == 0 {

@@ -65,6 +65,12 @@ func (a *api) mcpTasks(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if era := eraOf(msg.Params); era.modern {
+			if !a.tasksV2(w, r, msg, era, next) {
+				next.ServeHTTP(w, r)
+			}
+			return
+		}
 		var answer any
 		switch mcp.MCPMethod(msg.Method) {
 		case mcp.MethodToolsCall:

@@ -114,6 +114,12 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 			"a rejected call throws REJECTED in the script, and undecided calls stay pending; "+
 			`cancel_execution {"execution_id": %q} stops the whole execution.`+"\n", cmp.Or(resp.Approvers, "a person"), resp.ExecutionID, resp.ExecutionID, example, resp.ExecutionID)
 	}
+	for _, p := range resp.Pending {
+		if p.Reason == execution.PendingQuestion {
+			how = "The calls whose server asked a question were sent, and go on only with the user's answer; no other pending call has run. " + how
+			break
+		}
+	}
 	room := budget - len(status) - len(how)
 	argsRoom := max(room/max(n, 1)-32, 64)
 	list := func(args func(json.RawMessage) string) string {
@@ -124,6 +130,12 @@ func pendingText(resp *execution.Response, budget int, callerDecides bool) strin
 				b.WriteString(" " + args(p.Args))
 			}
 			b.WriteString("\n")
+			if p.Reason == execution.PendingQuestion {
+				// The call ran, and its server asks the user something: the
+				// user's answer, not an approval, lets it go on.
+				fmt.Fprintf(&b, "  the server asked the user (answer with {\"decision\": \"answer\", \"answers\": {KEY: {\"action\": \"accept\", \"content\": {…}}}}, or reject): %s\n",
+					cut(questionsJSON(p.Questions), argsRoom, fmt.Sprintf("of call #%d's questions", p.CallID)))
+			}
 		}
 		return b.String()
 	}

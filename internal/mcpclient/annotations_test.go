@@ -23,7 +23,7 @@ func TestGuardGlobsIgnoreCase(t *testing.T) {
 	tools := []wireTool{{Name: "Delete_all"}, {Name: "DELETE_ONE"}, {Name: "Drop_table"}, {Name: "read_me"}, {Name: "READ_ALL"}, {Name: "wipe"}}
 	build := func(cfg ServerConfig) (*toolSet, map[string]catalog.Tool) {
 		s := &remote{cfg: cfg, log: log, drops: catalog.NewDropLog(log)}
-		ts := s.buildToolSet(tools)
+		ts := s.buildToolSet(&conn{}, tools)
 		visible := map[string]catalog.Tool{}
 		for _, tl := range ts.visible {
 			visible[tl.Name] = tl

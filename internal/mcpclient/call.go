@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
@@ -31,13 +32,30 @@ const maxErrorText = 4096
 // down fails at once with retryable UNAVAILABLE. See normalizeResult for the
 // shape of results.
 //
-// Errors are *fault.Error whose messages are scrubbed of every secret the
-// pool knows, and results are scrubbed of every secret the server is sent
-// (redact.Redactor.JSON): both reach scripts, which must never see a
-// credential a server or a library quoted back (a URL in a net/http error,
-// a header echoed in a refusal or by a tool that returns its request).
+// A 2026-07-28 server that asks a question first (input_required with
+// elicitation requests) gets none answered here: Call returns an
+// *execution.Question, and the call is sent again with opt.Retry once
+// someone has answered. A server that asks for sampling or roots, which the
+// pool does not offer, fails the call (TOOL_ERROR), as does one that keeps
+// asking to retry without asking anything.
+//
+// Other errors are *fault.Error whose messages are scrubbed of every secret
+// the pool knows, and results (and questions) are scrubbed of every secret
+// the server is sent (redact.Redactor.JSON): both reach scripts or people,
+// who must never see a credential a server or a library quoted back (a URL
+// in a net/http error, a header echoed in a refusal or by a tool that
+// returns its request).
 func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
 	out, err := p.callTool(ctx, serverName, toolName, args, opt)
+	var q *execution.Question
+	if errors.As(err, &q) {
+		// The question goes to a person and into the suspension: a
+		// server that quotes a configured secret in it must not show it.
+		for k, raw := range q.Requests {
+			q.Requests[k] = json.RawMessage(p.red.JSON(raw))
+		}
+		return nil, q
+	}
 	if err != nil {
 		fe := fault.As(err)
 		fe.Message = p.red.String(fe.Message)
@@ -107,7 +125,14 @@ type callParams struct {
 	Name      string            `json:"name"`
 	Arguments json.RawMessage   `json:"arguments"`
 	Meta      map[string]string `json:"_meta,omitempty"`
+	// The answers to the server's question, and its state (SEP-2322).
+	InputResponses map[string]json.RawMessage `json:"inputResponses,omitempty"`
+	RequestState   string                     `json:"requestState,omitempty"`
 }
+
+// maxShedRetries bounds the retries of a server that answers
+// input_required asking nothing (shedding load: "retry, with this state").
+const maxShedRetries = 3
 
 func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
 	full := e.tool.FullName()
@@ -122,19 +147,42 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	defer stop()
 
 	params := callParams{Name: e.tool.Name, Arguments: args, Meta: tracectx.Headers(ctx)}
-	gen := c.sessionGen.Load()
-	raw, err := c.send(tctx, string(mcp.MethodToolsCall), params)
-	s.p.calls.Add(1)
-	if err != nil && errors.Is(err, transport.ErrSessionTerminated) && tctx.Err() == nil {
-		if rerr := s.reinit(tctx, c, gen); rerr != nil {
-			err = fmt.Errorf("re-initialising the expired session: %w", rerr)
-		} else {
-			raw, err = c.send(tctx, string(mcp.MethodToolsCall), params)
-			s.p.calls.Add(1)
-		}
+	if r := opt.Retry; r != nil {
+		params.InputResponses, params.RequestState = r.InputResponses, r.RequestState
 	}
-	if err != nil {
-		return nil, s.classify(ctx, tctx, c, tw, err, full, timeout)
+	gen := c.sessionGen.Load()
+	var raw json.RawMessage
+	var err error
+	for shed := 0; ; shed++ {
+		raw, err = c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
+		s.p.calls.Add(1)
+		if err != nil && errors.Is(err, transport.ErrSessionTerminated) && !c.modern && tctx.Err() == nil {
+			if rerr := s.reinit(tctx, c, gen); rerr != nil {
+				err = fmt.Errorf("re-initialising the expired session: %w", rerr)
+			} else {
+				raw, err = c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
+				s.p.calls.Add(1)
+			}
+		}
+		if err != nil {
+			return nil, s.classify(ctx, tctx, c, tw, err, full, timeout)
+		}
+		q, ferr := question(raw, s.cfg.Name, e.tool.Name)
+		switch {
+		case ferr != nil:
+			return nil, ferr.WithTool(full)
+		case q == nil:
+		case len(q.Requests) > 0:
+			return nil, q
+		case shed < maxShedRetries:
+			// Asked nothing: the server sheds load and wants the same call
+			// again, with its state.
+			params.RequestState = q.RequestState
+			continue
+		default:
+			return nil, fault.New(fault.ToolError, "the server asked %d times to retry without asking anything", maxShedRetries+1).WithTool(full)
+		}
+		break
 	}
 
 	parseText := opt.ParseJSONText || e.tool.OutputSchema != nil

@@ -39,6 +39,7 @@ func testLogger() *slog.Logger {
 type srvOpts struct {
 	pageSize int  // tools/list page size (0: one page)
 	stateful bool // streamable: forget sessions on restart (404)
+	legacy   bool // streamable: speak 2025-11-25 and older only, not 2026-07-28
 }
 
 // testServer is a real mcp-go server on 127.0.0.1 that can be killed and
@@ -61,8 +62,9 @@ type testServer struct {
 	// slowStarted receives a value each time the slow tool starts, so a
 	// test can act while a call is certainly in flight.
 	slowStarted chan struct{}
-	// streamOpen receives a value each time a GET event stream sends its
-	// first bytes: the server has registered the stream's session by
+	// streamOpen receives a value each time an event stream for
+	// notifications sends its first bytes (the GET stream of 2025-11-25,
+	// subscriptions/listen on 2026-07-28): the server has registered it by
 	// then, so a notification sent afterwards reaches the client.
 	streamOpen chan struct{}
 }
@@ -107,6 +109,9 @@ func (ts *testServer) serve(ln net.Listener) {
 		if ts.opts.stateful {
 			hopts = append(hopts, server.WithStateful(true))
 		}
+		if ts.opts.legacy {
+			hopts = append(hopts, server.WithStreamableHTTPProtocolVersions(mcp.ProtocolVersion20251125, mcp.ProtocolVersion20250618))
+		}
 		ts.sh = server.NewStreamableHTTPServer(m, hopts...)
 		h = ts.sh
 	}
@@ -114,7 +119,7 @@ func (ts *testServer) serve(ln net.Listener) {
 		ts.mu.Lock()
 		ts.authSeen = append(ts.authSeen, r.Header.Get("Authorization"))
 		ts.mu.Unlock()
-		if r.Method == http.MethodGet {
+		if r.Method == http.MethodGet || r.Header.Get("Mcp-Method") == string(mcp.MethodSubscriptionsListen) {
 			w = &flushSignal{ResponseWriter: w, signal: ts.streamOpen}
 		}
 		h.ServeHTTP(w, r)

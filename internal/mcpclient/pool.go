@@ -5,14 +5,17 @@
 // serves validated, time-bounded, size-bounded tool calls whose results are
 // normalised to JSON values a script can use.
 //
-// Protocol: the pool pins MCP 2025-11-25 (ProtocolVersion), the newest
-// revision with the initialize handshake. mcp-go v1.2 would otherwise first
-// probe the stateless 2026-07-28 core with server/discover, which costs a
-// round trip on every connect (up to 5 s against servers that ignore unknown
-// methods), and that core has no sessions and no standalone notification
-// stream, which list_changed refresh and session re-initialisation rely on.
-// A server may answer with an older revision (2024-11-05 and later); Health
-// reports what was agreed.
+// Protocol: over streamable HTTP the pool speaks MCP 2026-07-28
+// (ModernProtocolVersion) where the server does: mcp-go's client probes
+// with server/discover and falls back to the initialize handshake of
+// 2025-11-25 (ProtocolVersion) when the server does not answer it (the
+// probe is bounded, see discoverTimeout). On 2026-07-28 every request
+// carries its metadata and headers (modern.go), tools/list's ttlMs sets
+// when the catalog is refreshed, and list changes arrive on
+// subscriptions/listen; on 2025-11-25 they arrive on the session's GET
+// stream, and an expired session is re-initialised. The HTTP+SSE transport
+// is pinned to 2025-11-25. A server may answer with an older revision
+// (2024-11-05 and later); Health reports what was agreed.
 //
 // Concurrency: each server has its own small mutex guarding its state, never
 // held over I/O; the live connection and tool catalog are read lock-free, so
@@ -31,12 +34,15 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
 )
 
-// ProtocolVersion is the MCP revision the pool asks for. See the package doc.
+// ProtocolVersion is the MCP revision the pool asks for with the
+// initialize handshake, from a server that does not speak
+// ModernProtocolVersion. See the package doc.
 const ProtocolVersion = mcp.ProtocolVersion20251125
 
 // State is a server's health as callers see it.
@@ -93,6 +99,9 @@ type CallOptions struct {
 	// MaxResultBytes caps the normalised result; zero means the pool's
 	// default. It cannot raise the pool's per-message cap.
 	MaxResultBytes int
+	// Retry sends the call again with the answers to the question the
+	// server asked (the *execution.Question Call returned).
+	Retry *execution.Retry
 }
 
 type options struct {

@@ -17,15 +17,18 @@ import (
 func TestDiscoverAndCall(t *testing.T) {
 	cases := []struct {
 		name, kind, transport, wantTransport string
+		legacy                               bool
+		wantProtocol                         string
 	}{
-		{"sse", TransportSSE, TransportSSE, TransportSSE},
-		{"streamable", TransportStreamable, TransportStreamable, TransportStreamable},
-		{"auto falls back to sse", TransportSSE, TransportAuto, TransportSSE},
-		{"auto streamable", TransportStreamable, TransportAuto, TransportStreamable},
+		{"sse", TransportSSE, TransportSSE, TransportSSE, false, ProtocolVersion},
+		{"streamable", TransportStreamable, TransportStreamable, TransportStreamable, false, ModernProtocolVersion},
+		{"streamable 2025-11-25 server", TransportStreamable, TransportStreamable, TransportStreamable, true, ProtocolVersion},
+		{"auto falls back to sse", TransportSSE, TransportAuto, TransportSSE, false, ProtocolVersion},
+		{"auto streamable", TransportStreamable, TransportAuto, TransportStreamable, false, ModernProtocolVersion},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := newTestServer(t, tc.kind, srvOpts{})
+			ts := newTestServer(t, tc.kind, srvOpts{legacy: tc.legacy})
 			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: tc.transport}})
 			waitTools(t, p, "demo", "echo", "add", "get-sum")
 
@@ -53,8 +56,8 @@ func TestDiscoverAndCall(t *testing.T) {
 			}
 
 			h := p.Health()[0]
-			if h.State != StateHealthy || h.Transport != tc.wantTransport || h.ProtocolVersion != ProtocolVersion || h.Tools != len(tools) {
-				t.Errorf("health %+v; want healthy over %s at %s with %d tools", h, tc.wantTransport, ProtocolVersion, len(tools))
+			if h.State != StateHealthy || h.Transport != tc.wantTransport || h.ProtocolVersion != tc.wantProtocol || h.Tools != len(tools) {
+				t.Errorf("health %+v; want healthy over %s at %s with %d tools", h, tc.wantTransport, tc.wantProtocol, len(tools))
 			}
 
 			calls := []struct {
@@ -423,14 +426,24 @@ func waitState(t *testing.T, p *Pool, name string, want State) {
 }
 
 func TestToolsListChanged(t *testing.T) {
-	for _, kind := range []string{TransportSSE, TransportStreamable} {
-		t.Run(kind, func(t *testing.T) {
-			ts := newTestServer(t, kind, srvOpts{})
+	cases := []struct {
+		name, kind string
+		legacy     bool
+	}{
+		{"sse", TransportSSE, false},
+		{"streamable 2025-11-25", TransportStreamable, true},
+		{"streamable 2026-07-28", TransportStreamable, false},
+	}
+	for _, tc := range cases {
+		kind := tc.kind
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t, kind, srvOpts{legacy: tc.legacy})
 			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
 			waitTools(t, p, "demo", "echo")
 			// The notification goes out on the event stream (SSE: the
-			// connection itself; streamable: the GET stream opened after
-			// initialize), so it must be open first.
+			// connection itself; streamable 2025-11-25: the GET stream
+			// opened after initialize; 2026-07-28: subscriptions/listen),
+			// so it must be open first.
 			ts.waitStreamOpen(t)
 			ts.addTool("fresh")
 			waitTools(t, p, "demo", "fresh")
@@ -443,7 +456,8 @@ func TestToolsListChanged(t *testing.T) {
 }
 
 func TestExpiredSessionReinitialised(t *testing.T) {
-	ts := newTestServer(t, TransportStreamable, srvOpts{stateful: true})
+	// Sessions are 2025-11-25's: 2026-07-28 has none to lose.
+	ts := newTestServer(t, TransportStreamable, srvOpts{stateful: true, legacy: true})
 	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: TransportStreamable}})
 	waitTools(t, p, "demo", "echo")
 	if _, err := call(t, p, "demo", "echo", `{"text":"1"}`, CallOptions{}); err != nil {

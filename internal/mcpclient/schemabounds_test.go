@@ -34,7 +34,7 @@ func TestDiscoveryDropsUnboundedSchemas(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	s := &remote{cfg: ServerConfig{Name: "hostile"}, log: log, drops: catalog.NewDropLog(log)}
-	ts := s.buildToolSet(tools)
+	ts := s.buildToolSet(&conn{}, tools)
 
 	var names []string
 	for _, tl := range ts.visible {

@@ -3,6 +3,7 @@ package mcpclient
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,14 +118,24 @@ type conn struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	protocol string
+	// modern: the connection speaks 2026-07-28 (stateless: every request
+	// carries its own metadata, and there is no session to lose).
+	modern bool
+	// listChanged: the server announces tool list changes.
+	listChanged bool
 
 	nextID atomic.Uint64
+	// idPrefix makes this connection's request ids its own: a call sent
+	// again after a question, from another process, must not reuse the
+	// id the first one had (SEP-2322).
+	idPrefix string
 	// sessionGen counts re-initialisations, so that concurrent calls that
 	// all saw the same expired session re-initialise it only once.
 	sessionGen atomic.Uint64
 	// reinitMu is held for writing while Initialize runs again on this
 	// client (it rewrites the client's handshake state) and for reading by
-	// the other mcp-go client methods we use (Ping).
+	// the other mcp-go client methods we use (Ping, Discover). A 2026-07-28
+	// connection has no session, so it is never re-initialised.
 	reinitMu  sync.RWMutex
 	probing   atomic.Bool
 	closeOnce sync.Once
@@ -143,6 +154,16 @@ func (c *conn) close(cause error) {
 type rpcError struct {
 	Code    int
 	Message string
+	Data    json.RawMessage
+}
+
+// supported is the versions an UNSUPPORTED_PROTOCOL_VERSION error names.
+func (e *rpcError) supported() []string {
+	var d struct {
+		Supported []string `json:"supported"`
+	}
+	_ = json.Unmarshal(e.Data, &d)
+	return d.Supported
 }
 
 func (e *rpcError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message) }
@@ -159,13 +180,25 @@ func (e *protocolError) Error() string { return "protocol error: " + e.msg }
 // validate with, and results into typed content we would only re-encode.
 // Our ids are strings ("pml-N"), a space apart from the client's integer
 // ids, so the two never collide in the SSE transport's response table.
-func (c *conn) send(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	id := mcp.NewRequestId("pml-" + strconv.FormatUint(c.nextID.Add(1), 10))
+// On 2026-07-28 it adds the request metadata and headers (modern.go);
+// tool, when not nil, is the called tool's definition for its Mcp-Param-*
+// headers.
+func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.Tool) (json.RawMessage, error) {
+	id := mcp.NewRequestId("pml-" + c.idPrefix + strconv.FormatUint(c.nextID.Add(1), 10))
+	var header http.Header
+	if c.modern {
+		p, err := withMeta(params, c.protocol)
+		if err != nil {
+			return nil, fmt.Errorf("request params: %w", err)
+		}
+		params, header = p, modernHeaders(c.protocol, method, p, tool)
+	}
 	resp, err := c.tr.SendRequest(ctx, transport.JSONRPCRequest{
 		JSONRPC: mcp.JSONRPC_VERSION,
 		ID:      id,
 		Method:  method,
 		Params:  params,
+		Header:  header,
 	})
 	if err != nil {
 		return nil, err
@@ -174,7 +207,8 @@ func (c *conn) send(ctx context.Context, method string, params any) (json.RawMes
 		return nil, &protocolError{msg: "empty response"}
 	}
 	if resp.Error != nil && (resp.ID.IsNil() || resp.ID.String() == id.String()) {
-		return nil, &rpcError{Code: resp.Error.Code, Message: resp.Error.Message}
+		data, _ := json.Marshal(resp.Error.Data)
+		return nil, &rpcError{Code: resp.Error.Code, Message: resp.Error.Message, Data: data}
 	}
 	// Streamable HTTP pairs answers with requests by HTTP exchange and
 	// mcp-go does not check the id; we do.
@@ -184,9 +218,11 @@ func (c *conn) send(ctx context.Context, method string, params any) (json.RawMes
 	return resp.Result, nil
 }
 
+// initRequest leaves the protocol version to the client (see dial): the
+// newest it speaks, 2026-07-28 through server/discover, else the newest
+// with the handshake.
 func (s *remote) initRequest() mcp.InitializeRequest {
 	var r mcp.InitializeRequest
-	r.Params.ProtocolVersion = ProtocolVersion
 	r.Params.ClientInfo = clientInfo
 	return r
 }
@@ -329,53 +365,12 @@ func (s *remote) connectOnce() error {
 	return errors.Join(errs...)
 }
 
-// dial opens a connection, initialises it and lists its tools.
-func (s *remote) dial(parent context.Context, kind string, headers map[string]string) (_ *conn, _ []wireTool, err error) {
+// dial opens a connection, initialises it and lists its tools. Over
+// streamable HTTP it first probes for 2026-07-28 (discover); a server that
+// does not speak it gets a fresh transport and the initialize handshake.
+func (s *remote) dial(parent context.Context, kind string, headers map[string]string) (_ *conn, _ *toolList, err error) {
 	ctx, cancel := context.WithCancelCause(parent)
-	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel}
-	switch kind {
-	case TransportSSE:
-		t, terr := transport.NewSSE(s.cfg.URL,
-			transport.WithHeaders(headers),
-			transport.WithHeaderFunc(tracectx.Headers),
-			transport.WithHTTPClient(s.httpClient),
-			transport.WithSSELogger(s.log),
-			transport.WithEndpointTimeout(s.p.opts.connectTimeout))
-		if terr != nil {
-			cancel(terr)
-			return nil, nil, terr
-		}
-		// mcp-go leaves requests waiting on a dead SSE stream until their
-		// own timeout; this is how they learn at once.
-		t.SetConnectionLostHandler(func(err error) {
-			s.connLost(c, fmt.Errorf("SSE stream ended: %w", err))
-		})
-		c.tr = t
-	default:
-		t, terr := transport.NewStreamableHTTP(s.cfg.URL,
-			transport.WithHTTPHeaders(headers),
-			// A call's trace context goes out as traceparent (and in its
-			// _meta: callParams), so a server that traces joins the trace.
-			transport.WithHTTPHeaderFunc(tracectx.Headers),
-			transport.WithHTTPBasicClient(s.httpClient),
-			transport.WithHTTPLogger(s.log),
-			// The standalone GET stream is where list_changed arrives
-			// between calls on the protocol version we pin.
-			//lint:ignore SA1019 deprecated only for protocol 2026-07-28, which we do not negotiate (see ProtocolVersion)
-			transport.WithContinuousListening())
-		if terr != nil {
-			cancel(terr)
-			return nil, nil, terr
-		}
-		c.tr = t
-	}
-	c.client = client.NewClient(c.tr, client.WithProtocolVersion(ProtocolVersion))
-	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
-		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
-			s.scheduleRefresh(c)
-		}
-	})
-
+	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel, idPrefix: rand.Text()[:8] + "-"}
 	// The SSE stream and the GET listener live on ctx, so the connect
 	// deadline cancels ctx from a timer instead of being a deadline on it.
 	timer := time.AfterFunc(s.p.opts.connectTimeout, func() { cancel(errConnectTimeout) })
@@ -388,15 +383,35 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 			c.close(err)
 		}
 	}()
-	if err := c.client.Start(ctx); err != nil {
-		return nil, nil, fmt.Errorf("start: %w", err)
+	if kind != TransportSSE {
+		if err := s.open(c, headers, false); err != nil {
+			return nil, nil, err
+		}
+		res, derr := s.discover(ctx, c)
+		s.p.initializes.Add(1)
+		switch {
+		case derr == nil:
+			c.listChanged = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
+		case ctx.Err() != nil || authError(derr) != nil:
+			return nil, nil, fmt.Errorf("server/discover: %w", derr)
+		default:
+			s.log.Debug("mcp server does not speak 2026-07-28; initializing", "err", derr)
+			// The probe may have set the transport up for 2026-07-28
+			// (a server that answers anything to anything): start over.
+			_ = c.client.Close()
+		}
 	}
-	res, err := c.client.Initialize(ctx, s.initRequest())
-	s.p.initializes.Add(1)
-	if err != nil {
-		return nil, nil, fmt.Errorf("initialize: %w", err)
+	if !c.modern {
+		if err := s.open(c, headers, true); err != nil {
+			return nil, nil, err
+		}
+		res, err := c.client.Initialize(ctx, s.initRequest())
+		s.p.initializes.Add(1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("initialize: %w", err)
+		}
+		c.protocol = res.ProtocolVersion
 	}
-	c.protocol = res.ProtocolVersion
 	tools, err := s.listTools(ctx, c)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tools/list: %w", err)
@@ -407,8 +422,68 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 	return c, tools, nil
 }
 
+// open gives c a started transport and client of its kind: for 2026-07-28
+// (legacy false) a streamable HTTP transport without the GET stream; for
+// the handshake, one pinned to ProtocolVersion, with the GET stream on
+// streamable HTTP.
+func (s *remote) open(c *conn, headers map[string]string, legacy bool) error {
+	switch c.kind {
+	case TransportSSE:
+		t, err := transport.NewSSE(s.cfg.URL,
+			transport.WithHeaders(headers),
+			transport.WithHeaderFunc(tracectx.Headers),
+			transport.WithHTTPClient(s.httpClient),
+			transport.WithSSELogger(s.log),
+			transport.WithEndpointTimeout(s.p.opts.connectTimeout))
+		if err != nil {
+			return err
+		}
+		// mcp-go leaves requests waiting on a dead SSE stream until their
+		// own timeout; this is how they learn at once.
+		t.SetConnectionLostHandler(func(err error) {
+			s.connLost(c, fmt.Errorf("SSE stream ended: %w", err))
+		})
+		c.tr = t
+	default:
+		topts := []transport.StreamableHTTPCOption{
+			transport.WithHTTPHeaders(headers),
+			// A call's trace context goes out as traceparent (and in its
+			// _meta: callParams), so a server that traces joins the trace.
+			transport.WithHTTPHeaderFunc(tracectx.Headers),
+			transport.WithHTTPBasicClient(s.httpClient),
+			transport.WithHTTPLogger(s.log),
+		}
+		if legacy {
+			// The standalone GET stream is where list_changed arrives
+			// between calls on 2025-11-25 (2026-07-28 has
+			// subscriptions/listen instead: listen).
+			//lint:ignore SA1019 deprecated for 2026-07-28, which this transport does not speak
+			topts = append(topts, transport.WithContinuousListening())
+		}
+		t, err := transport.NewStreamableHTTP(s.cfg.URL, topts...)
+		if err != nil {
+			return err
+		}
+		c.tr = t
+	}
+	var copts []client.ClientOption
+	if legacy {
+		copts = append(copts, client.WithProtocolVersion(ProtocolVersion))
+	}
+	c.client = client.NewClient(c.tr, copts...)
+	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+			s.scheduleRefresh(c)
+		}
+	})
+	if err := c.client.Start(c.ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	return nil
+}
+
 // install makes c the live connection.
-func (s *remote) install(c *conn, tools []wireTool, took time.Duration) error {
+func (s *remote) install(c *conn, tools *toolList, took time.Duration) error {
 	s.mu.Lock()
 	if s.p.isClosed() {
 		s.mu.Unlock()
@@ -417,10 +492,10 @@ func (s *remote) install(c *conn, tools []wireTool, took time.Duration) error {
 	}
 	// The catalog goes in before the connection: readers are lock-free and
 	// must never see a connection without its tools.
-	ts := s.buildToolSet(tools)
+	ts := s.buildToolSet(c, tools.tools)
 	s.cat.Store(ts)
 	old := s.conn.Swap(c)
-	s.nextRefresh.Store(time.Now().Add(s.p.opts.refreshTTL).UnixNano())
+	s.nextRefresh.Store(time.Now().Add(s.listTTL(tools.ttlMs)).UnixNano())
 	if s.connected {
 		s.p.reconnects.Add(1)
 	}
@@ -431,6 +506,9 @@ func (s *remote) install(c *conn, tools []wireTool, took time.Duration) error {
 	s.mu.Unlock()
 	if old != nil {
 		s.p.spawnOrRun(func() { old.close(errReplaced) })
+	}
+	if c.modern && c.listChanged {
+		s.p.spawn(func() { s.listen(c) })
 	}
 	s.log.Info("mcp server connected", "transport", c.kind, "protocol", c.protocol,
 		"tools", len(ts.visible), "took", took)
@@ -474,10 +552,9 @@ func (s *remote) probe(c *conn) {
 		defer cancel()
 		gen := c.sessionGen.Load()
 		c.reinitMu.RLock()
-		//lint:ignore SA1019 ping is part of the pinned protocol version 2025-11-25
-		err := c.client.Ping(ctx)
+		err := c.alive(ctx)
 		c.reinitMu.RUnlock()
-		if errors.Is(err, transport.ErrSessionTerminated) {
+		if errors.Is(err, transport.ErrSessionTerminated) && !c.modern {
 			// The server is there but forgot us: a new session will do.
 			if err = s.reinit(ctx, c, gen); err == nil {
 				return
@@ -568,9 +645,9 @@ func (s *remote) refresh(c *conn) {
 		s.probe(c)
 		return
 	}
-	ts := s.buildToolSet(tools)
+	ts := s.buildToolSet(c, tools.tools)
 	s.cat.Store(ts)
-	s.nextRefresh.Store(time.Now().Add(s.p.opts.refreshTTL).UnixNano())
+	s.nextRefresh.Store(time.Now().Add(s.listTTL(tools.ttlMs)).UnixNano())
 	s.setStateLocked(StateHealthy, "")
 	s.mu.Unlock()
 	s.log.Info("mcp tools refreshed", "tools", len(ts.visible))
@@ -589,8 +666,15 @@ type wireTool struct {
 	} `json:"annotations"`
 }
 
+// toolList is a server's whole tools/list answer.
+type toolList struct {
+	tools []wireTool
+	// ttlMs is the server's caching hint (2026-07-28), from the last page.
+	ttlMs *int64
+}
+
 // listTools follows nextCursor through every page.
-func (s *remote) listTools(ctx context.Context, c *conn) ([]wireTool, error) {
+func (s *remote) listTools(ctx context.Context, c *conn) (*toolList, error) {
 	type params struct {
 		Cursor string `json:"cursor,omitempty"`
 	}
@@ -605,7 +689,7 @@ func (s *remote) listTools(ctx context.Context, c *conn) ([]wireTool, error) {
 		if cursor != "" {
 			p = params{Cursor: cursor}
 		}
-		raw, err := c.send(ctx, string(mcp.MethodToolsList), p)
+		raw, err := c.send(ctx, string(mcp.MethodToolsList), p, nil)
 		s.p.toolLists.Add(1)
 		if err != nil {
 			return nil, err
@@ -613,13 +697,14 @@ func (s *remote) listTools(ctx context.Context, c *conn) ([]wireTool, error) {
 		var res struct {
 			Tools      []wireTool `json:"tools"`
 			NextCursor string     `json:"nextCursor"`
+			TTLMs      *int64     `json:"ttlMs"`
 		}
 		if err := json.Unmarshal(raw, &res); err != nil {
 			return nil, &protocolError{msg: "tools/list result: " + err.Error()}
 		}
 		all = append(all, res.Tools...)
 		if res.NextCursor == "" {
-			return all, nil
+			return &toolList{tools: all, ttlMs: res.TTLMs}, nil
 		}
 		if seen[res.NextCursor] {
 			return nil, &protocolError{msg: fmt.Sprintf("tools/list cursor %q repeats", res.NextCursor)}
@@ -640,13 +725,16 @@ type toolEntry struct {
 	// denied: hidden by the server's allow/deny lists.
 	denied bool
 	input  *argcheck.Validator
+	// header is the definition whose x-mcp-header bindings a 2026-07-28
+	// call mirrors into Mcp-Param-* headers; nil when it binds none.
+	header *mcp.Tool
 }
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object"}`)
 
 // buildToolSet turns a tools/list answer into a catalog, dropping names the
 // guest cannot safely hold and reusing compiled schemas that did not change.
-func (s *remote) buildToolSet(tools []wireTool) *toolSet {
+func (s *remote) buildToolSet(c *conn, tools []wireTool) *toolSet {
 	prev := s.cat.Load()
 	ts := &toolSet{byName: make(map[string]*toolEntry, len(tools))}
 	for _, w := range tools {
@@ -682,6 +770,16 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "input schema out of bounds: "+err.Error())
 			continue
 		}
+		ht := headerTool(w.Name, t.InputSchema)
+		if ht != nil && c.modern {
+			// SEP-2243: a client on streamable HTTP leaves out a tool
+			// whose header bindings break the rules, so that one bad
+			// definition does not stop the others.
+			if err := mcp.ValidateParamHeaderAnnotations(ht); err != nil {
+				s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "invalid x-mcp-header: "+err.Error())
+				continue
+			}
+		}
 		if w.Annotations != nil {
 			t.Annotations = w.Annotations.Annotations
 			if t.Title == "" {
@@ -695,7 +793,7 @@ func (s *remote) buildToolSet(tools []wireTool) *toolSet {
 		}
 		// A denied tool stays listed here so that a call to it is
 		// FORBIDDEN rather than TOOL_NOT_FOUND; scripts never see it.
-		e := &toolEntry{tool: t}
+		e := &toolEntry{tool: t, header: ht}
 		if why := s.cfg.refusal(w.Name); why != "" {
 			e.denied = true
 			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, why)

@@ -33,6 +33,7 @@ func (s Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, 
 	return s.Pool.Call(ctx, t.Server, t.Name, args, CallOptions{
 		AllowDestructive: opt.AllowDestructive,
 		ParseJSONText:    opt.ParseJSONText,
+		Retry:            opt.Retry,
 	})
 }
 

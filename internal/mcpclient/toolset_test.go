@@ -53,7 +53,7 @@ func TestToolSetLogsEveryDropOnce(t *testing.T) {
 			s := &remote{cfg: tt.cfg, log: log, drops: catalog.NewDropLog(log)}
 			var ts *toolSet
 			for range 3 { // refreshes
-				ts = s.buildToolSet(tools)
+				ts = s.buildToolSet(&conn{}, tools)
 				s.cat.Store(ts)
 			}
 			var visible []string

@@ -1,0 +1,95 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/askserver"
+)
+
+// TestRemoteQuestionReachesThePerson: a remote server's question about a
+// script's call reaches our client's user as the server asked it (a
+// 2026-07-28 client through input_required, a 2025-11-25 one through
+// elicitation/create on its session), under a deployed policy that trusts
+// no client with approvals: the question is the user's to answer. The
+// answer goes back to the server with its state, and the script gets the
+// server's result.
+func TestRemoteQuestionReachesThePerson(t *testing.T) {
+	ask, err := askserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ask.Close() })
+	for _, tc := range []struct {
+		name     string
+		version  string
+		sessions bool
+	}{
+		{"2026-07-28, stateless", "", false},
+		{"2025-11-25 on a session", "2025-11-25", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
+				mcpclient.WithLogger(log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = pool.Close() })
+			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Logger: log,
+				Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{elicitAgent}}})
+			key, err := approval.LoadKeyFile(t.TempDir() + "/key")
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: tc.sessions})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
+			}))
+			t.Cleanup(func() {
+				srv.Close()
+				_ = h.Close(context.Background())
+			})
+
+			p := &person{answer: func(q mcp.ElicitationParams) *mcp.ElicitationResult {
+				return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+					Content: map[string]any{"confirmed": true}}}
+			}}
+			before := len(ask.Retries())
+			res, doc := executeCode(t, elicitingClient(t, srv.URL+"/mcp", tc.version, p, nil),
+				`return await mcp.ask.confirm_delete({item: "report"})`)
+			if res.IsError || doc["ok"] != true {
+				t.Fatalf("answered: %+v", doc)
+			}
+			if r, _ := json.Marshal(doc["result"]); string(r) != `{"deleted":true,"item":"report","note":"none"}` {
+				t.Fatalf("result %s", r)
+			}
+			if len(p.asked) != 1 || !strings.Contains(p.asked[0].Message, fmt.Sprintf(askserver.Question, "report")) ||
+				!strings.Contains(p.asked[0].Message, `"ask"`) {
+				t.Fatalf("the person was asked %+v", p.asked)
+			}
+			schema, _ := json.Marshal(p.asked[0].RequestedSchema)
+			if !strings.Contains(string(schema), `"confirmed"`) || strings.Contains(string(schema), `"decision"`) {
+				t.Fatalf("the question's schema changed on its way: %s", schema)
+			}
+			r := ask.Retries()
+			if len(r) != before+1 || !r[len(r)-1].Known {
+				t.Fatalf("retries %+v: want one more, with the state the server issued", r)
+			}
+		})
+	}
+}
