@@ -3,7 +3,10 @@
  *
  * Built as a wasm32-wasi *reactor*. The host calls pml_init() once, snapshots
  * linear memory, and restores that snapshot into a fresh instance for every
- * execution, which then calls pml_run() exactly once and is discarded.
+ * execution, which then calls pml_run() exactly once and is discarded. An
+ * execution of a session instead starts from the memory the session's
+ * previous execution left (the host saves and restores it), and calls
+ * pml_run() once more in that realm.
  *
  * quickjs.c is compiled as part of this translation unit (a unity build) so
  * the glue can reseed the context's Math.random state after a snapshot
@@ -84,6 +87,11 @@ static JSValue fn_setup, fn_settle, fn_finish, fn_fail;
 /* The running script's promise, between steps. */
 static JSValue script_promise;
 static int32_t script_mem_limit;
+/* pml_run's flags for the run under way. */
+static int32_t run_flags;
+/* flags bit 2: the run is an execution of a session, whose realm the host
+ * saves once it has returned (see step). */
+#define PML_SESSION 4
 /* Where the host writes an answer for pml_resume: most fit the static
  * buffer; a longer one gets a buffer of its own from pml_inbox. */
 static char inbox_small[4096];
@@ -320,6 +328,15 @@ static int64_t step(void) {
         return emit_exception();
     int64_t out = emit_string(doc);
     JS_FreeValue(ctx, doc);
+    if (run_flags & PML_SESSION) {
+        /* The host saves this realm for the session's next execution:
+         * cyclic garbage collected now is memory the next one reuses
+         * instead of growing past, so the saved state grows with the data
+         * kept, not with the executions run. */
+        JS_FreeValue(ctx, script_promise);
+        script_promise = JS_UNDEFINED;
+        JS_RunGC(rt);
+    }
     return out;
 }
 
@@ -329,6 +346,11 @@ static int64_t step(void) {
 __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t cfg_len, const char *code,
                                                          int32_t code_len, int64_t seed, int32_t mem_limit,
                                                          int32_t stack_size, int32_t flags) {
+    /* A session's next execution runs in the realm the previous one left
+     * (restored by the host): its promise goes. */
+    JS_FreeValue(ctx, script_promise);
+    script_promise = JS_UNDEFINED;
+    run_flags = flags;
     ctx->random_state = seed ? (uint64_t)seed : 1;
     JS_UpdateStackTop(rt);
     JS_SetMaxStackSize(rt, (size_t)stack_size);
@@ -346,25 +368,42 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     if (mem_limit > 0)
         JS_SetMemoryLimit(rt, (size_t)mem_limit);
 
-    /* The wrapper keeps user line numbers: line 1 of the script is line 1. */
-    static const char head[] = "(async function (args) {";
+    /* The wrapper keeps user line numbers: line 1 of the script is line 1.
+     * flags bit 1: the script declares its own `args` at top level, which
+     * the parameter would make a SyntaxError; it runs without (the input is
+     * also globalThis.args). Both heads are as long, so columns agree. */
+    static const char head_args[] = "(async function (args) {";
+    static const char head_none[] = "(async function ()     {";
     static const char tail[] = "\n})";
-    size_t src_len = sizeof(head) - 1 + (size_t)code_len + sizeof(tail) - 1;
+    const char *head = (flags & 2) ? head_none : head_args;
+    _Static_assert(sizeof(head_args) == sizeof(head_none), "the wrapper heads must be as long");
+    size_t head_len = sizeof(head_args) - 1;
+    size_t src_len = head_len + (size_t)code_len + sizeof(tail) - 1;
     char *src = malloc(src_len + 1);
     if (!src)
         return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory loading the script\"}}");
-    memcpy(src, head, sizeof(head) - 1);
-    memcpy(src + sizeof(head) - 1, code, code_len);
-    memcpy(src + sizeof(head) - 1 + code_len, tail, sizeof(tail));
+    memcpy(src, head, head_len);
+    memcpy(src + head_len, code, code_len);
+    memcpy(src + head_len + code_len, tail, sizeof(tail));
 
+    /* Every value is freed once used: a fresh sandbox is thrown away
+     * whole, but a session's realm lives on, and what one execution leaks
+     * the next would carry. */
     JSValue args = JS_Call(ctx, fn_setup, JS_UNDEFINED, 1, (JSValueConst *)&conf);
-    if (JS_IsException(args))
+    JS_FreeValue(ctx, conf);
+    if (JS_IsException(args)) {
+        free(src);
         return emit_exception();
+    }
     JSValue fn = JS_Eval(ctx, src, src_len, "main.js", JS_EVAL_TYPE_GLOBAL);
     free(src);
-    if (JS_IsException(fn))
+    if (JS_IsException(fn)) {
+        JS_FreeValue(ctx, args);
         return emit_exception();
+    }
     script_promise = JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&args);
+    JS_FreeValue(ctx, fn);
+    JS_FreeValue(ctx, args);
     if (JS_IsException(script_promise))
         return emit_exception();
     return step();

@@ -32,6 +32,7 @@
   const ObjectKeys = Object.keys;
   const ObjectSetPrototypeOf = Object.setPrototypeOf;
   const defineProperty = Object.defineProperty;
+  const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
   const ProxyCtor = Proxy;
   const PromiseCtor = Promise;
   const promiseReject = Promise.reject.bind(Promise);
@@ -60,7 +61,7 @@
   // Errors the host (or this prelude on its behalf) created, each with the
   // id under which the host keeps the original. A failing script's error
   // keeps its code only when the host finds it unchanged (see fail).
-  const hostErrorIds = new WeakMapCtor();
+  let hostErrorIds = new WeakMapCtor();
   function define(o, k, v) {
     defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
   }
@@ -79,6 +80,9 @@
   // first line; stacks are rewritten so columns match the user's code, and
   // prelude frames (our internals) are dropped.
   const WRAP_COLS = 24;
+  // The global a session's script hands its top-level bindings to
+  // (internal/script.ScopeRegistrar).
+  const SCOPE_REGISTRAR = "__pml_scope";
   const MAX_FRAMES = 32;
   // Only captured string methods here: this runs on the failure path,
   // after the script may have replaced any built-in.
@@ -383,8 +387,11 @@
   }
 
   // Globals that do not depend on the run are defined once, before the
-  // snapshot, so restoring an instance restores them for free.
-  const hidden = { enumerable: false, configurable: false, writable: false };
+  // snapshot, so restoring an instance restores them for free. They are
+  // configurable: a session's script may declare its own `tools` or
+  // `console` at top level, and the next execution of the session finds
+  // the script's (as a REPL's would). Nothing of the prelude reads them.
+  const hidden = { enumerable: false, configurable: true, writable: false };
   defineProperty(globalObject, "tools", {
     value: ObjectFreeze({
       search: (query, limit) => builtinCall(SEARCH, { query: String(query === undefined ? "" : query), limit: Number(limit) || 10 }),
@@ -399,15 +406,88 @@
   });
   defineProperty(globalObject, "setTimeout", { value: setTimeoutImpl, ...hidden });
   defineProperty(globalObject, "clearTimeout", { value: clearTimeoutImpl, ...hidden });
+  // `mcp` is each run's own (its tools, narrowed per request), and a
+  // session's executions share one global object: a getter no script can
+  // replace reads the run's.
+  let mcpObject;
+  defineProperty(globalObject, "mcp", { get: () => mcpObject, enumerable: false, configurable: false });
 
+  // Sessions (see internal/script's Persist). The host adds, at the top
+  // of a session's script, one call handing over the script's top-level
+  // bindings: per name, [read] or [read, write]. Once the execution has
+  // succeeded, keep() makes each a global that reads and writes the
+  // binding, so the next execution of the session finds it; one whose
+  // declaration never ran (an early return) is left as it was. Only the
+  // first call of a run counts: the host's, made before any of the
+  // script's own code.
+  let session = false;
+  let scope = null;
+  defineProperty(globalObject, SCOPE_REGISTRAR, {
+    value: function (table) {
+      if (session && scope === null && table !== null && typeof table === "object") scope = table;
+    },
+    enumerable: false, configurable: false, writable: false,
+  });
+  function constSetter(name) {
+    return function () { throw new TypeErrorCtor("'" + name + "' is read-only"); };
+  }
+  function keep() {
+    const table = scope;
+    scope = null;
+    if (table === null) return;
+    const names = ObjectKeys(table);
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i];
+      const pair = table[name];
+      const get = pair[0], set = pair[1];
+      if (typeof get !== "function") continue;
+      try { get(); } catch (_) { continue; } // never initialised: nothing to keep
+      const d = getOwnPropertyDescriptor(globalObject, name);
+      if (d !== undefined && !d.configurable) continue;
+      defineProperty(globalObject, name, {
+        get, set: typeof set === "function" ? set : constSetter(name), enumerable: true, configurable: true,
+      });
+    }
+  }
+
+  // reset forgets what a previous execution of a session left in this
+  // realm: its calls and timers in flight (their promises never settle;
+  // the host reported them), its queue, and its host errors, which keep
+  // no code of theirs past their execution.
+  function reset() {
+    inflight = 0;
+    for (let i = 0; i < queue.length; i++) queue[i] = undefined;
+    queueHead = queueTail = 0;
+    for (let i = 0; i < pending.length; i++) pending[i] = undefined;
+    for (let i = 0; i < timers.length; i++) timers[i] = false;
+    timerSeq = 0;
+    logging = true;
+    hostErrorIds = new WeakMapCtor();
+    scope = null;
+  }
+
+  // ran: this realm has run a script before (a session's next execution
+  // restored it); a fresh sandbox has nothing to forget.
+  let ran = false;
   function setup(cfg) {
+    if (ran) reset();
+    ran = true;
     if (cfg.in_flight > 0) cap = cfg.in_flight;
     if (cfg.max_timers > 0) maxTimers = cfg.max_timers;
-    defineProperty(globalObject, "mcp", { value: buildMCP(cfg.tools || [], cfg.resolve === true), ...hidden });
+    session = cfg.session === true;
+    mcpObject = buildMCP(cfg.tools || [], cfg.resolve === true);
     if (cfg.globals) {
       for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });
     }
-    return cfg.args === undefined ? null : cfg.args;
+    const args = cfg.args === undefined ? null : cfg.args;
+    // The input is also globalThis.args, for a script that declares its
+    // own `args` (which then runs without the parameter). A session's
+    // earlier script may have made that name its own for good (not
+    // configurable): the parameter still holds the input then.
+    try {
+      defineProperty(globalObject, "args", { value: args, writable: true, enumerable: false, configurable: true });
+    } catch (_) {}
+    return args;
   }
 
   // settle delivers the host's answer to call id. raw is true when the
@@ -434,7 +514,10 @@
   }
 
   function finish(value) {
-    if (value === undefined) return '{"ok":true,"value":null}';
+    if (value === undefined) {
+      if (session) keep();
+      return '{"ok":true,"value":null}';
+    }
     if (typeof value === "function") throw invalidResult("it is a function");
     if (typeof value === "symbol") throw invalidResult("it is a symbol");
     let json;
@@ -454,6 +537,7 @@
       if (m === "Do not know how to serialize a BigInt") throw invalidResult("it contains a BigInt (convert it with String() or Number())");
       throw e;
     }
+    if (session) keep();
     if (json === undefined) return '{"ok":true,"value":null}';
     return '{"ok":true,"value":' + json + "}";
   }

@@ -28,10 +28,12 @@
 //
 // # What is seen
 //
-// The code is the body of an async function, wrapped exactly as the guest
-// wraps it (`(async function (args) {` + code + `\n})`), so top-level `await`
-// and `return` are legal, `args` is a parameter, and line numbers are the
-// user's. Static names are `mcp.x.y`, `mcp["x"]["y"]`, `mcp.x["y-z"]`,
+// The code is the body of an async function, wrapped as the guest wraps it
+// (`(async function () {` + code + `\n})`), so top-level `await` and
+// `return` are legal and line numbers are the user's. The guest binds
+// `args` as the function's parameter unless the script declares its own
+// (see TopLevel); the analysis reads it without, as a name from outside,
+// which is what it is either way. Static names are `mcp.x.y`, `mcp["x"]["y"]`, `mcp.x["y-z"]`,
 // `mcp?.x?.y`, template literals without substitutions, and the same through
 // `globalThis.mcp`. Access that cannot be resolved statically (`mcp[name]`,
 // `mcp.x[k]`, `const m = mcp`, `const {x} = mcp`, passing `mcp` or `mcp.x` as
@@ -54,11 +56,14 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// The wrapper must match guest-runtime/glue.c byte for byte: analysis and
-// execution have to agree on what the code means (which names are bound,
-// whether an extra `}` escapes the function body).
+// The wrapper must match guest-runtime/glue.c but for the parameter:
+// analysis and execution have to agree on what the code means (which names
+// are bound, whether an extra `}` escapes the function body). The guest's
+// `args` parameter binds no name the analysis looks at, and reading the
+// body without it accepts a script that declares its own `args`, which the
+// guest then runs without the parameter (see TopLevel.ArgsDeclared).
 const (
-	wrapHead = "(async function (args) {"
+	wrapHead = "(async function () {"
 	wrapTail = "\n})"
 )
 
@@ -117,13 +122,15 @@ func MCPReferences(code string) (Refs, error) {
 // learning loop, internal/learn) without parsing it again.
 type Parsed struct {
 	Refs Refs
+	// Top is what its top level declares (what a session keeps).
+	Top TopLevel
 	// AST is the wrapped program: one expression statement holding the
 	// async function (Body) whose body is the user's code.
 	AST *js.AST
 	src []byte
 }
 
-// Body is the wrapper function: its one parameter is args, its body the
+// Body is the wrapper function (no parameters: args is a global), its body the
 // user's code.
 func (p *Parsed) Body() *js.FuncDecl {
 	for _, s := range p.AST.List {
@@ -164,7 +171,8 @@ func Parse(code string) (*Parsed, error) {
 	if err != nil {
 		return nil, &UnreadableError{Fault: syntaxError(code, err)}
 	}
-	if !wrapperIntact(ast) {
+	body := wrapperBody(ast)
+	if body == nil {
 		// The code closed the function body and went on at top level
 		// (`}); evil(); (function(){`). QuickJS would run that, but it is
 		// never what a script body means; the wrapper-free parse locates the
@@ -180,12 +188,12 @@ func Parse(code string) (*Parsed, error) {
 	slices.SortFunc(refs.Tools, func(a, b Ref) int {
 		return cmp.Or(cmp.Compare(a.Server, b.Server), cmp.Compare(a.Tool, b.Tool))
 	})
-	return &Parsed{Refs: refs, AST: ast, src: src}, nil
+	return &Parsed{Refs: refs, Top: w.topLevel(body), AST: ast, src: src}, nil
 }
 
-// wrapperIntact reports whether the whole program is the one wrapper
-// function expression.
-func wrapperIntact(ast *js.AST) bool {
+// wrapperBody returns the wrapper function when the whole program is that
+// one function expression, else nil.
+func wrapperBody(ast *js.AST) *js.FuncDecl {
 	var stmts []js.IStmt
 	for _, s := range ast.List {
 		if _, ok := s.(*js.Comment); !ok {
@@ -193,18 +201,21 @@ func wrapperIntact(ast *js.AST) bool {
 		}
 	}
 	if len(stmts) != 1 {
-		return false
+		return nil
 	}
 	es, ok := stmts[0].(*js.ExprStmt)
 	if !ok {
-		return false
+		return nil
 	}
 	g, ok := es.Value.(*js.GroupExpr)
 	if !ok {
-		return false
+		return nil
 	}
 	f, ok := g.X.(*js.FuncDecl)
-	return ok && f.Async && !f.Generator
+	if !ok || !f.Async || f.Generator || len(f.Params.List) > 0 || f.Params.Rest != nil {
+		return nil
+	}
+	return f
 }
 
 // walker collects references while js.Walk visits the AST.

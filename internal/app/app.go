@@ -68,6 +68,8 @@ const (
 	EnvSuspTable         = "PML_SUSPENSIONS_TABLE"      // DynamoDB store of suspended executions; CLI: --suspensions-table's default
 	EnvSuspDir           = "PML_SUSPENSIONS_DIR"        // the file store of suspended executions (the CLI's default: in the user's data directory); CLI too
 	EnvSuspTTL           = "PML_SUSPENSION_TTL"         // how long a suspended execution waits, a Go duration (default 24h); CLI: --suspension-ttl's default
+	EnvSessionTTL        = "PML_SESSION_TTL"            // a new session's idle time, a Go duration (default 1h, at most 24h); CLI too
+	EnvSessionMaxBytes   = "PML_SESSION_MAX_BYTES"      // the largest saved state of a session, bytes (default 16 MiB); CLI too
 	EnvApprovers         = "PML_APPROVERS"              // principal patterns that may decide any execution (IAM ARNs, jwt:<iss>#<sub>); CLI too
 	EnvCallerDecides     = "PML_CALLER_DECIDES"         // on: the caller may set allow_destructive and approve its own calls (Lambda default off); CLI: --caller-decides's default
 	EnvTrustedClients    = "PML_TRUSTED_CLIENTS"        // principal patterns whose MCP clients' form-mode elicitation answers count as their user's decision; CLI too
@@ -190,6 +192,13 @@ type SuspensionConfig struct {
 	// TTL is how long a suspended execution waits (suspend.DefaultTTL
 	// when 0).
 	TTL time.Duration
+	// SessionTTL is a new session's idle time (0: an hour) and
+	// SessionMaxBytes the largest state a session keeps (0:
+	// bridge.DefaultSessionMaxBytes). Sessions are kept beside the
+	// suspensions: in the table (SESS#<id>) or in the directory's
+	// sessions/.
+	SessionTTL      time.Duration
+	SessionMaxBytes int
 }
 
 // TraceConfig says where execution records go.
@@ -253,6 +262,9 @@ func ConfigFromEnv() (Config, error) {
 	// container's own disk would lose what it suspended to every other.
 	cfg.Suspensions = SuspensionConfig{Table: os.Getenv(EnvSuspTable), Dir: os.Getenv(EnvSuspDir)}
 	if cfg.Suspensions.TTL, err = SuspensionTTL(); err != nil {
+		return Config{}, err
+	}
+	if cfg.Suspensions.SessionTTL, cfg.Suspensions.SessionMaxBytes, err = SessionBounds(); err != nil {
 		return Config{}, err
 	}
 	// The deployment's caller is an agent: it decides nothing unless the
@@ -367,6 +379,9 @@ type App struct {
 	// none; Runs the store of asynchronous executions beside it.
 	Suspensions suspend.Store
 	Runs        suspend.Runs
+	// Sessions is the store of sessions beside them, nil when there is
+	// none (sessions are then refused).
+	Sessions suspend.Sessions
 	// Metrics receives the service's metrics, nil when it keeps none.
 	Metrics     metrics.Recorder
 	runner      *capability.Runner
@@ -484,6 +499,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.Runs, err = a.aws.openRuns(ctx, cfg.Suspensions); err != nil {
 		return fail(err)
 	}
+	if a.Sessions, err = a.aws.openSessions(ctx, cfg.Suspensions); err != nil {
+		return fail(err)
+	}
 	// The MCP servers (and demo tools) come before capabilities: a name
 	// both offer is the server's, as ADR-052 resolves it.
 	// Discovery (tools.*, /tools, search_tools, list_capabilities) reads
@@ -519,7 +537,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.Ranker = &evidence.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
 	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
-		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker})
+		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
+		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes})
 	a.runner.Executor = a.Service
 	return a, nil
 }

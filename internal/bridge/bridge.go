@@ -70,6 +70,17 @@ type Options struct {
 	// Ranker ranks tools.search and annotates tools.describe with the
 	// capabilities' evidence; nil ranks lexically.
 	Ranker *evidence.Ranker
+	// Sessions keeps sessions; without it a request for one is refused.
+	Sessions suspend.Sessions
+	// SessionTTL is a new session's idle time unless the request sets one
+	// (default execution.DefaultSessionTTL, at most
+	// execution.MaxSessionTTL).
+	SessionTTL time.Duration
+	// SessionMaxBytes bounds a session's saved state (default
+	// DefaultSessionMaxBytes): an execution whose state would outgrow it
+	// fails LIMIT_EXCEEDED session_size, and the session keeps the state
+	// before it.
+	SessionMaxBytes int
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -88,12 +99,24 @@ type Service struct {
 	owners  map[string]owner // the ServerSources' servers, fixed at New
 	learner *learn.Learner
 	ranker  *evidence.Ranker
+
+	sessions   suspend.Sessions
+	sessionTTL time.Duration
+	sessionMax int
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
-		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker}
+		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker,
+		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes}
+	if s.sessionTTL <= 0 {
+		s.sessionTTL = execution.DefaultSessionTTL
+	}
+	s.sessionTTL = min(s.sessionTTL, execution.MaxSessionTTL)
+	if s.sessionMax <= 0 {
+		s.sessionMax = DefaultSessionMaxBytes
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -286,8 +309,15 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 		req.ExecutionID = trace.NewExecutionID()
 	}
 	ctx = s.startSpan(ctx, &req, start)
-	resp, res, shape := s.execute(ctx, &req, start)
+	var sess *sessionRun
+	resp, res, shape := s.execute(ctx, &req, start, &sess)
+	if sess != nil {
+		s.closeSession(ctx, sess, resp, res)
+	}
 	ex := s.execRecord(ctx, &req, resp, res, start)
+	if sess != nil {
+		ex.SessionID, ex.SessionStep = sess.claim.ID, sess.data.Steps
+	}
 	if res != nil && res.Suspended != nil {
 		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
 	}
@@ -355,8 +385,9 @@ func refNames(refs analysis.Refs) []string {
 
 // execute runs req; shape is its code's shape when the run is one the
 // learning loop reads (a root execution, learning on, code that names a
-// tool or reaches them dynamically).
-func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time) (resp *execution.Response, res *guest.Result, shape *learn.Shape) {
+// tool or reaches them dynamically). A session's run is left in *sess for
+// the caller to close.
+func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time, sess **sessionRun) (resp *execution.Response, res *guest.Result, shape *learn.Shape) {
 	fail := func(err *fault.Error) (*execution.Response, *guest.Result, *learn.Shape) {
 		resp := execution.Failed(req.ExecutionID, err)
 		resp.DurationMS = ms(time.Since(start))
@@ -387,6 +418,22 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 			Message: "allow_destructive is not honoured for this caller: under this deployment's policy " + s.policy.Consenters() +
 				` may run calls that need approval without asking. Send approval "suspend" instead: such a call then waits for ` +
 				s.policy.Deciders() + " to decide"})
+	}
+
+	timeout := s.maxTime
+	if req.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
+	}
+	if req.InSession() {
+		// Claimed before anything else is looked at: the session imposes
+		// its narrowing, and a refusal means nothing ran.
+		run, ferr := s.openSession(ctx, req, timeout+suspend.LeaseMargin)
+		if ferr != nil {
+			resp, res, _ := fail(ferr)
+			resp.Refused = true
+			return resp, res, nil
+		}
+		*sess = run
 	}
 
 	// The tool set is built from the names the code references (MCP
@@ -432,20 +479,21 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	}
 	gtools = append(gtools, forbiddenGuestTools(ts.all, ts.forbidden)...)
 	limits := s.limits
-	timeout := s.maxTime
-	if req.TimeoutMS > 0 {
-		timeout = min(timeout, time.Duration(req.TimeoutMS)*time.Millisecond)
-	}
 	limits.Timeout = timeout
 	host := &toolHost{service: s, req: req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 		budget: s.budget(req.Parent)}
 	greq := guest.Request{
-		ExecutionID: req.ExecutionID,
-		Code:        prep.Code,
-		Args:        req.Args,
-		Tools:       gtools,
-		Host:        host,
-		Limits:      limits,
+		ExecutionID:  req.ExecutionID,
+		Code:         prep.Code,
+		Args:         req.Args,
+		Tools:        gtools,
+		Host:         host,
+		Limits:       limits,
+		ArgsDeclared: prep.Top.ArgsDeclared,
+	}
+	if run := *sess; run != nil {
+		run.kept, run.checked = prep.Persist(), prep.Checked
+		greq.Code, greq.Session, greq.From = prep.Code, true, run.claim.Sandbox
 	}
 	s.hook(ctx, &greq, req, host)
 	res = s.engine.Run(ctx, greq)

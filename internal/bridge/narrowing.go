@@ -53,7 +53,7 @@ func forbiddenRef(refs analysis.Refs, forbidden map[string]bool, inherited execu
 // where locates it in the code ("" at run time).
 func forbiddenErr(tool, where string, inherited execution.Narrowing) *fault.Error {
 	return &fault.Error{Code: fault.Forbidden, Tool: tool,
-		Message: tool + where + " is outside the tools this capability's callers narrowed the request to; a capability may use only tools its caller may",
+		Message: tool + where + " is outside the tools this execution was narrowed to, by the callers of its capability or by its session; it may use only tools they may",
 		Details: map[string]any{"narrowing": inherited.Patterns()}}
 }
 

@@ -143,3 +143,28 @@ func declaredSummary(t *testing.T) (required, optional []string) {
 	}
 	return required, optional
 }
+
+// TestScriptMayDeclareArgs: a script's own top-level `args` shadows the
+// input (which the engine would otherwise refuse as a redefinition of the
+// parameter), the input stays globalThis.args, and a script that only
+// reads args, or redeclares it with var, sees the input as before.
+func TestScriptMayDeclareArgs(t *testing.T) {
+	svc := demoService(nil)
+	tests := []struct{ name, code, lang, want string }{
+		{"const", `const args = {mine: true}; return [args, globalThis.args]`, "", `[{"mine":true},{"n":1}]`},
+		{"let, TypeScript", `let args: {n: number} = {n: 2}; return args.n + globalThis.args.n`, "ts", `3`},
+		{"class", `class args { static n = 5 }; return args.n`, "", `5`},
+		{"destructured", `const {n, args = n * 10} = {n: 4}; return [args, globalThis.args.n]`, "", `[40,1]`},
+		{"read only", `return args.n`, "", `1`},
+		{"var keeps the parameter", `var args = args || {}; return args.n`, "", `1`},
+		{"nested scopes were always free to", `{ const args = 7; if (args !== 7) throw 1 } return args.n`, "", `1`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := svc.Execute(context.Background(), execution.Request{Code: tc.code, Lang: tc.lang, Args: json.RawMessage(`{"n":1}`)})
+			if !r.OK || string(r.Result) != tc.want {
+				t.Fatalf("result = %s, %+v; want %s", r.Result, r.Error, tc.want)
+			}
+		})
+	}
+}

@@ -52,6 +52,7 @@ func commands() []command {
 		{"run", "run a script: pml run FILE.js | pml run -e CODE", runCmd},
 		{"serve", "serve the HTTP API and MCP endpoint locally (127.0.0.1:8080)", serveCmd},
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
+		{"session", "a session's runs and state: pml session list | show ID | rm ID", sessionCmd},
 		{"resume", "decide on a suspended execution's pending calls and run it on: pml resume ID --approve 2 --reject 3", resumeCmd},
 		{"status", "show an asynchronous execution (pml run --async): pml status ID [--wait] [--cancel]", statusCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},

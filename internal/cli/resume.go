@@ -42,10 +42,14 @@ func (f *suspensionFlags) config() (app.SuspensionConfig, error) {
 			return app.SuspensionConfig{}, usageError{err}
 		}
 	}
-	if f.table != "" {
-		return app.SuspensionConfig{Table: f.table, TTL: ttl}, nil
+	sttl, smax, err := app.SessionBounds()
+	if err != nil {
+		return app.SuspensionConfig{}, usageError{err}
 	}
-	return app.SuspensionConfig{Dir: f.dir, TTL: ttl}, nil
+	if f.table != "" {
+		return app.SuspensionConfig{Table: f.table, TTL: ttl, SessionTTL: sttl, SessionMaxBytes: smax}, nil
+	}
+	return app.SuspensionConfig{Dir: f.dir, TTL: ttl, SessionTTL: sttl, SessionMaxBytes: smax}, nil
 }
 
 // callIDs collects call ids from a repeatable flag that also takes

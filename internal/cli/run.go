@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 )
@@ -30,6 +31,8 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		approval = fs.String("approval", execution.ApprovalRefuse, "what a call that needs approval (destructive, or in a server's require_approval) does without --allow-destructive: refuse (fail FORBIDDEN) or suspend (wait for pml resume; exit 3)")
 		async    = fs.Bool("async", false, "start the script and print its document (status running, its id) at once: it runs on in a process of its own; pml status ID shows it")
 		startRun = fs.String("start-run", "", "run the queued asynchronous execution ID (what pml run --async starts; not for use by hand)")
+		session  = fs.String("session", "", "run in a session: new starts one (the output names it), an ss_… id continues it; its top-level declarations and globals live on between runs (pml session list|show|rm)")
+		sessTTL  = fs.Duration("session-ttl", 0, "with --session new: how long the session lives without a run (default $"+app.EnvSessionTTL+", else 1h; at most 24h)")
 	)
 	var pins pinFlag
 	fs.Var(&pins, "pin", "run this version of a capability wherever the script, or a capability it calls, calls it: NAME@VERSION (math:sum@2); repeatable, or comma-separated")
@@ -67,6 +70,17 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		for _, p := range strings.Split(*tools, ",") {
 			req.Tools = append(req.Tools, strings.TrimSpace(p))
 		}
+	}
+	if *session == execution.SessionNew {
+		req.Session = execution.SessionNew
+	} else {
+		req.SessionID = *session
+	}
+	if *sessTTL != 0 {
+		if *sessTTL < time.Second {
+			return ExitUsage, usagef("--session-ttl must be at least 1s, not %v", *sessTTL)
+		}
+		req.SessionTTLS = int(sessTTL.Seconds())
 	}
 	// The flags make a request like any front end's, checked by the same
 	// rules: a bad value is a usage error.

@@ -2,6 +2,7 @@ package execution
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
@@ -90,6 +91,17 @@ type Request struct {
 	// executor keeps runs (internal/runs); refused from the queued
 	// sources, whose every execution already runs without a caller.
 	Async bool `json:"async,omitempty"`
+	// Session is SessionNew to start a session: the execution's top-level
+	// declarations and globals live on into the next execution that names
+	// the session (SessionID), and the response names it. See session.go.
+	Session string `json:"session,omitempty"`
+	// SessionID continues a session: the execution runs in the sandbox
+	// the session's last successful execution left.
+	SessionID string `json:"session_id,omitempty"`
+	// SessionTTLS is how long, in seconds, a new session lives without an
+	// execution (default the service's, at most MaxSessionTTL); only with
+	// SessionNew.
+	SessionTTLS int `json:"session_ttl_s,omitempty"`
 
 	// Set by the host, never by the caller's JSON.
 
@@ -110,6 +122,10 @@ type Request struct {
 	Parent *Parent `json:"-"`
 	// TraceHeader is the X-Ray trace header, propagated to capability runs.
 	TraceHeader string `json:"-"`
+	// Narrowing is what the host narrows the request to beyond its own
+	// filter and its callers' (a session's filter, fixed when the session
+	// was created): inherited like theirs by everything the request starts.
+	Narrowing Narrowing `json:"-"`
 
 	// filter is Tools parsed, by Validate: the service and everything the
 	// request starts use it, never the patterns again.
@@ -164,6 +180,9 @@ func (r *Request) Validate() *fault.Error {
 	if ferr := CheckPins(r.Capabilities); ferr != nil {
 		return ferr
 	}
+	if ferr := r.checkSession(); ferr != nil {
+		return ferr
+	}
 	if ferr := r.SetTools(r.Tools); ferr != nil {
 		return ferr
 	}
@@ -203,13 +222,17 @@ func (r *Request) Validated() bool { return r.validated }
 // Filter is the request's own tools filter, parsed by Validate.
 func (r *Request) Filter() catalog.Filter { return r.filter }
 
-// Inherited is what the runs above this one narrowed to: nothing for a
-// request from a front end.
+// Inherited is what the runs above this one narrowed to, and what the host
+// narrowed the request to (Narrowing): nothing for a request from a front
+// end outside a session.
 func (r *Request) Inherited() Narrowing {
 	if r.Parent == nil {
-		return nil
+		return r.Narrowing
 	}
-	return r.Parent.Narrowing
+	if len(r.Narrowing) == 0 {
+		return r.Parent.Narrowing
+	}
+	return append(slices.Clip(r.Parent.Narrowing), r.Narrowing...)
 }
 
 // MaxPins bounds the capability versions one request (or one capability)

@@ -85,6 +85,9 @@ type Response struct {
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 
+	// Session is the session the execution ran in, when it ran in one.
+	Session *ResponseSession `json:"session,omitempty"`
+
 	// StateVersion is the version of a suspended execution's stored state
 	// (set by the host, never sent): a question put to a person names it,
 	// so that its answer can resume that version and no other.
@@ -95,6 +98,12 @@ type Response struct {
 	// Code is a suspended execution's script as its caller wrote it, for
 	// whoever decides its pending calls (Executor.Waiting; never sent).
 	Code string `json:"-"`
+	// Refused is set (by the host, never sent) when nothing ran because
+	// the request named something it may not use now — a session another
+	// execution holds, one that expired or is not the caller's — which
+	// fronts answer as a refused resume (409, 410, 404), not as a failed
+	// script.
+	Refused bool `json:"-"`
 }
 
 // SuspensionNotice announces that an execution waits for decisions, to

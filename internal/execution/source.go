@@ -38,6 +38,11 @@ type Executor interface {
 	// document; the error a refusal: NOT_FOUND, CONFLICT (it ended
 	// already), FORBIDDEN, UNAVAILABLE.
 	Cancel(ctx context.Context, cr CancelRequest) (*Response, *fault.Error)
+	// Session is a session as its owner may read it (never its state);
+	// EndSession deletes it and its state. NOT_FOUND for an unknown id
+	// and for another principal's alike; EXPIRED past its idle time.
+	Session(ctx context.Context, r SessionRequest) (*SessionInfo, *fault.Error)
+	EndSession(ctx context.Context, r SessionRequest) *fault.Error
 	// Catalog is every tool the executor offers.
 	Catalog(ctx context.Context) []catalog.Tool
 	// Flush writes buffered trace records (before a Lambda answers).

@@ -84,6 +84,7 @@ const (
 	LimitLookups     = "name_lookups" // names one run resolves as its script reaches them
 	LimitTimers      = "timers"       // setTimeout calls per execution
 	LimitJSONDepth   = "json_depth"   // nesting of a result, a call's arguments or a reported error
+	LimitSessionSize = "session_size" // a session's saved state
 )
 
 // Server budgets, carried in Error.Limit when Code is Unavailable: `pml

@@ -118,7 +118,44 @@ type Request struct {
 	// block. Together with OnCall they let a front end show progress.
 	OnCallStart func(trace.Call)
 	OnLog       func(trace.LogEntry)
+	// ArgsDeclared says the code declares its own `args` at top level
+	// (analysis.TopLevel.ArgsDeclared): it runs without the `args`
+	// parameter, which would make that declaration a SyntaxError, and its
+	// declaration shadows the input, which stays globalThis.args.
+	ArgsDeclared bool
+	// Session runs the code as an execution of a session: the top-level
+	// bindings it hands the guest (internal/script's Persist) become
+	// globals once it succeeds, and its Result carries the sandbox's
+	// State for the session's next execution.
+	Session bool
+	// From is the State a session's previous execution left, to continue
+	// from (nil for the session's first: the post-init snapshot). Only
+	// with Session; another guest build's is RESUME_INCOMPATIBLE.
+	From *State
 }
+
+// State is a sandbox between two executions of a session: its linear
+// memory, as what changed from the post-init snapshot, in groups of pages
+// (groups.go). It holds the script's data: store it, never show it.
+type State struct {
+	// GuestHash is the guest build that made it; another cannot run it.
+	GuestHash string `json:"guest_hash"`
+	// Pages is the size of linear memory, in 64 KiB pages.
+	Pages uint32 `json:"pages"`
+	// Memory is the compressed difference from the post-init snapshot.
+	Memory []byte `json:"memory"`
+}
+
+// Left is the work an execution had started and not finished when its
+// script returned. In a session none of it crosses into the next
+// execution: the calls' and timers' promises never settle.
+type Left struct {
+	Calls  int `json:"calls,omitempty"`
+	Timers int `json:"timers,omitempty"`
+}
+
+// None reports that nothing was left.
+func (l Left) None() bool { return l.Calls == 0 && l.Timers == 0 }
 
 // MemoryBudget is charged for the linear memory of the runs started under
 // a context that carries it (WithMemoryBudget), as that memory grows: a
@@ -186,4 +223,12 @@ type Result struct {
 	// waiting for decisions on its parked calls: Engine.Resume continues
 	// it.
 	Suspended *Suspension `json:"-"`
+	// State is the sandbox after an execution of a session that
+	// succeeded (Request.Session): what the next continues from. Nil when
+	// it failed: the session stays where it was.
+	State *State `json:"-"`
+	// Left is what the script left running when it returned.
+	Left Left `json:"-"`
+	// SaveTime is how long taking State took (part of Duration).
+	SaveTime time.Duration `json:"-"`
 }

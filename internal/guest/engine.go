@@ -91,6 +91,8 @@ type Engine struct {
 	// diffScratch keeps the diff buffers (*diffScratch) of one
 	// suspension or resume for the next.
 	diffScratch sync.Pool
+	// pageSeed hashes the pages of a restored session's state (groups.go).
+	pageSeed uint64
 
 	closeOnce sync.Once
 	running   sync.WaitGroup
@@ -120,6 +122,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		stop:     make(chan struct{}),
 	}
 	e.diffScratch.New = func() any { return new(diffScratch) }
+	e.pageSeed = rand.Uint64()
 	if opts.UnsafeNoDeadline {
 		e.runFlags = 1
 	}
@@ -396,13 +399,28 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 	if err != nil {
 		return finish(err)
 	}
+	if req.From != nil && (!req.Session || req.From.GuestHash != e.wasmHash) {
+		if !req.Session {
+			return finish(fault.New(fault.InvalidRequest, "a sandbox state to continue from is only for a session's execution"))
+		}
+		return finish(fault.New(fault.ResumeIncompatible, "the session's state was saved by guest build %s; this engine runs %s", req.From.GuestHash, e.wasmHash))
+	}
 
 	in, ierr := e.instance(ctx)
 	if ierr != nil {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}
-	in.mem.bind(ctx) // growth is charged to the caller's MemoryBudget
+	in.mem.bind(ctx) // growth, a session's restored memory included, is charged to the caller's MemoryBudget
+	var prev *restored
+	if req.From != nil {
+		var err error
+		if prev, err = e.restoreState(in, req.From.Memory); err != nil {
+			e.release(in, false)
+			return finish(fault.Wrap(fault.SandboxError, err, "restoring the session's sandbox"))
+		}
+	}
 	x := newExecution(ctx, e, req, limits, res, start)
+	x.restored = prev
 	// Whatever happens, the instance leaves this run: reset for another
 	// only if reusable.
 	defer func() { e.release(in, x.reusable(res)) }()
@@ -442,6 +460,7 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 	}
 	res.Calls = x.traceCalls()
 	res.Logs, res.LogsTruncated = x.takeLogs()
+	res.Left = Left{Calls: x.inflight, Timers: x.timers}
 	if rerr != nil {
 		return finish(rerr)
 	}
@@ -449,5 +468,14 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 		return finish(fault.Limitf(fault.LimitResultBytes, "result is %d bytes; the limit is %d", len(doc.Value), x.limits.ResultBytes))
 	}
 	res.Value = doc.Value
+	if x.req.Session && doc.Error == nil {
+		t := time.Now()
+		st, ferr := e.sessionState(in, x.restored)
+		res.SaveTime = time.Since(t)
+		if ferr != nil {
+			return finish(ferr)
+		}
+		res.State = st
+	}
 	return finish(doc.Error)
 }

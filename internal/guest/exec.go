@@ -79,6 +79,7 @@ type execution struct {
 	checkIns  int           // pml.poll calls so far (tests count them)
 	waited    time.Duration // time the run's goroutine waited on the host (Result.CPUTime)
 	ownTools  bool          // req.Tools has an array of its own (resolve grew it)
+	restored  *restored     // a session's state the run started from (groups.go)
 }
 
 func newExecution(parent context.Context, e *Engine, req Request, limits Limits, res *Result, start time.Time) *execution {
@@ -126,7 +127,9 @@ func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
 		InFlight int                        `json:"in_flight"`
 		Timers   int                        `json:"max_timers"`
 		Globals  map[string]json.RawMessage `json:"globals,omitempty"`
-	}{InFlight: limits.InFlight, Timers: maxTimers, Globals: req.Globals}
+		// Session: keep the top-level bindings the script hands over.
+		Session bool `json:"session,omitempty"`
+	}{InFlight: limits.InFlight, Timers: maxTimers, Globals: req.Globals, Session: req.Session}
 	_, doc.Resolve = req.Host.(Resolver)
 	doc.Tools = make([]string, 0, 2*len(req.Tools))
 	for _, t := range req.Tools {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/tetratelabs/wazero/api"
@@ -85,12 +84,11 @@ func applyDiff(mem api.Memory, diff []byte, scratch *diffScratch) error {
 	if err != nil {
 		return fmt.Errorf("decompressing the memory: %w", err)
 	}
-	r := bytes.NewReader(raw)
 	var head struct {
 		Magic        [4]byte
 		Pages, Count uint32
 	}
-	if err := binary.Read(r, binary.LittleEndian, &head); err != nil || head.Magic != diffMagic {
+	if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &head); err != nil || head.Magic != diffMagic {
 		return errors.New("not a memory diff")
 	}
 	if cur := mem.Size() / 65536; cur < head.Pages {
@@ -103,24 +101,21 @@ func applyDiff(mem api.Memory, diff []byte, scratch *diffScratch) error {
 	if all, ok := mem.Read(0, mem.Size()); ok {
 		prefault(all, raw[12:], int(head.Count))
 	}
-	page := make([]byte, pageSize)
-	for range head.Count {
-		var idx uint32
-		if err := binary.Read(r, binary.LittleEndian, &idx); err != nil {
-			return fmt.Errorf("reading the memory: %w", err)
-		}
-		if _, err := io.ReadFull(r, page); err != nil {
-			return fmt.Errorf("reading the memory: %w", err)
-		}
-		// mem holds the snapshot: XOR the change back in.
+	const entry = 4 + pageSize
+	entries := raw[12:]
+	if uint64(len(entries)) < uint64(head.Count)*entry {
+		return errors.New("reading the memory: the diff is cut short")
+	}
+	for i := range int(head.Count) {
+		e := entries[i*entry : (i+1)*entry]
+		idx := binary.LittleEndian.Uint32(e)
+		// mem holds the snapshot: XOR the change back in, in place (Read
+		// is a view of the memory), in one vectorised pass.
 		cur, ok := mem.Read(idx*pageSize, pageSize)
 		if !ok {
 			return fmt.Errorf("page %d is past the memory's end", idx)
 		}
-		xorInto(page, cur)
-		if !mem.Write(idx*pageSize, page) {
-			return fmt.Errorf("page %d is past the memory's end", idx)
-		}
+		subtle.XORBytes(cur, cur, e[4:])
 	}
 	return nil
 }

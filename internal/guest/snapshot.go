@@ -41,7 +41,7 @@ type instance struct {
 	mem *mappedMemory // nil without copy-on-write memory
 	// The exports a run calls, kept so a reused instance keeps their call
 	// stacks.
-	run, resume, inbox, alloc api.Function
+	run, resume, inbox, alloc, free api.Function
 	// parse compiles a script without running it (Engine.Parse); nil in a
 	// guest built without it.
 	parse api.Function
@@ -173,9 +173,10 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 	in.inbox = m.ExportedFunction("pml_inbox")
 	in.alloc = m.ExportedFunction("pml_alloc")
 	in.parse = m.ExportedFunction("pml_parse")
+	in.free = m.ExportedFunction("pml_free")
 	in.budget, _ = m.ExportedGlobal("pml_budget").(api.MutableGlobal)
 	in.stackPointer = m.ExportedGlobal("pml_stack_pointer")
-	if in.run == nil || in.resume == nil || in.inbox == nil || in.alloc == nil || in.budget == nil || in.stackPointer == nil {
+	if in.run == nil || in.resume == nil || in.inbox == nil || in.alloc == nil || in.free == nil || in.budget == nil || in.stackPointer == nil {
 		_ = m.Close(ctx)
 		return nil, errors.New("guest: the guest lacks an export the engine needs")
 	}

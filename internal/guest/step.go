@@ -36,11 +36,26 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
 	}
+	flags := x.engine.runFlags
+	if x.req.ArgsDeclared {
+		flags |= flagNoArgsParam
+	}
+	if x.req.Session {
+		flags |= flagSession
+	}
 	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
-		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), x.engine.runFlags)
+		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), flags)
 	if err != nil {
 		return nil, x.trapError(err)
+	}
+	if x.req.Session {
+		// The realm lives on into the session's next execution: what it
+		// no longer needs goes back to its heap (a fresh sandbox's is
+		// thrown away whole).
+		if err := x.release(ctx, in, cfgPtr, codePtr); err != nil {
+			return nil, err
+		}
 	}
 	return x.drive(ctx, in, int64(ret[0]))
 }
@@ -57,6 +72,23 @@ func put(ctx context.Context, in *instance, b []byte) (uint32, error) {
 		return 0, errors.New("guest allocation failed")
 	}
 	return p, nil
+}
+
+// pml_run's flags (glue.c): bit 0 is the engine's own (deadline polling
+// off).
+const (
+	flagNoArgsParam = 2 // the code declares its own `args`
+	flagSession     = 4 // an execution of a session
+)
+
+// release frees guest buffers the run is done with (a session's: see run).
+func (x *execution) release(ctx context.Context, in *instance, ptrs ...uint32) *fault.Error {
+	for _, p := range ptrs {
+		if _, err := in.free.Call(ctx, uint64(p)); err != nil {
+			return x.trapError(err)
+		}
+	}
+	return nil
 }
 
 // drive carries a started run on from the guest's last answer (ret, what
@@ -96,7 +128,13 @@ func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*output
 		return nil, ferr
 	}
 	var doc outputDoc
-	if err := json.Unmarshal(raw, &doc); err != nil {
+	err := json.Unmarshal(raw, &doc)
+	if x.req.Session {
+		if ferr := x.release(ctx, in, ptr); ferr != nil {
+			return nil, ferr
+		}
+	}
+	if err != nil {
 		return nil, fault.Wrap(fault.SandboxError, err, "the sandbox returned malformed output")
 	}
 	if len(doc.RawError) > 0 && string(doc.RawError) != "null" {

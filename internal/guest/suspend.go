@@ -87,29 +87,9 @@ func (s *Suspension) Pending() []ParkedCall { return s.Parked }
 // suspension captures the run, which has just stopped at errSuspend (its
 // guest waiting, its wasm stack empty).
 func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
-	mem := in.mod.Memory()
-	size := mem.Size()
-	buf, _ := mem.Read(0, size)
-	base := x.engine.snap.baseMemory()
-	pages, known := []int(nil), false
-	if in.mem != nil {
-		pages, known = in.mem.dirtyPages(int(size))
-	}
-	if known {
-		// Written is not changed: a fresh instance's data segments, for
-		// one, are written over the image with the same bytes.
-		pages = slices.DeleteFunc(pages, func(p int) bool {
-			off := p * pageSize
-			return off+pageSize <= len(base) && bytes.Equal(buf[off:off+pageSize], base[off:off+pageSize])
-		})
-	} else {
-		pages = changedPages(buf, base)
-	}
-	scratch := x.engine.diffScratch.Get().(*diffScratch)
-	diff, err := encodeDiff(buf, base, size/65536, pages, scratch)
-	x.engine.diffScratch.Put(scratch)
-	if err != nil {
-		return nil, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
+	diff, wasmPages, ferr := x.engine.memoryDiff(in)
+	if ferr != nil {
+		return nil, ferr
 	}
 	x.mu.Lock()
 	calls := slices.Clone(x.calls)
@@ -122,7 +102,7 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 	x.suspended = true
 	return &Suspension{
 		GuestHash:     x.engine.wasmHash,
-		Pages:         size / 65536,
+		Pages:         wasmPages,
 		Memory:        diff,
 		Parked:        slices.Clone(x.parked),
 		Tools:         x.req.Tools,
@@ -137,6 +117,77 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 		Limits:        x.limits,
 		Suspends:      x.suspends + 1,
 	}, nil
+}
+
+// memoryDiff is in's linear memory as what changed from the post-init
+// snapshot, compressed (image.go), and its size in wasm pages.
+func (e *Engine) memoryDiff(in *instance) ([]byte, uint32, *fault.Error) {
+	buf, base, pages, wasmPages := e.changed(in)
+	scratch := e.diffScratch.Get().(*diffScratch)
+	diff, err := encodeDiff(buf, base, wasmPages, pages, scratch)
+	e.diffScratch.Put(scratch)
+	if err != nil {
+		return nil, 0, fault.Wrap(fault.SandboxError, err, "saving the sandbox's memory")
+	}
+	return diff, wasmPages, nil
+}
+
+// sessionState is in's memory as a session keeps it (groups.go), reusing
+// what prev (the state the execution started from, nil for none) held of
+// the pages the execution did not change.
+func (e *Engine) sessionState(in *instance, prev *restored) (*State, *fault.Error) {
+	buf, base, pages, wasmPages := e.changed(in)
+	scratch := e.diffScratch.Get().(*diffScratch)
+	mem, err := encodeGroups(buf, base, wasmPages, pages, prev, e.pageSeed, scratch)
+	e.diffScratch.Put(scratch)
+	if err != nil {
+		return nil, fault.Wrap(fault.SandboxError, err, "saving the session's sandbox")
+	}
+	return &State{GuestHash: e.wasmHash, Pages: wasmPages, Memory: mem}, nil
+}
+
+// changed is in's linear memory, the post-init memory, the pages (sorted)
+// where they differ, and the memory's size in wasm pages.
+func (e *Engine) changed(in *instance) (buf, base []byte, pages []int, wasmPages uint32) {
+	mem := in.mod.Memory()
+	size := mem.Size()
+	buf, _ = mem.Read(0, size)
+	base = e.snap.baseMemory()
+	known := false
+	if in.mem != nil {
+		pages, known = in.mem.dirtyPages(int(size))
+	}
+	if known {
+		// Written is not changed: a fresh instance's data segments, for
+		// one, are written over the image with the same bytes.
+		pages = slices.DeleteFunc(pages, func(p int) bool {
+			off := p * pageSize
+			return off+pageSize <= len(base) && bytes.Equal(buf[off:off+pageSize], base[off:off+pageSize])
+		})
+	} else {
+		pages = changedPages(buf, base)
+	}
+	slices.Sort(pages)
+	return buf, base, pages, size / 65536
+}
+
+// restoreMemory writes a saved memory diff into in, which holds the
+// post-init snapshot.
+func (e *Engine) restoreMemory(in *instance, diff []byte) error {
+	_, err := e.restoreState(in, diff)
+	return err
+}
+
+// restoreState writes a saved memory (a suspension's diff, or a session's
+// grouped state) into in, which holds the post-init snapshot; for a
+// grouped state it returns what saving the next needs.
+func (e *Engine) restoreState(in *instance, diff []byte) (*restored, error) {
+	scratch := e.diffScratch.Get().(*diffScratch)
+	defer e.diffScratch.Put(scratch)
+	if isGroups(diff) {
+		return applyGroups(in.mod.Memory(), diff, e.pageSeed, scratch)
+	}
+	return nil, applyDiff(in.mod.Memory(), diff, scratch)
 }
 
 // restore takes up a suspended run's bookkeeping.
@@ -219,10 +270,7 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 		return finish(fault.Wrap(fault.SandboxError, err, "preparing a sandbox"))
 	}
 	in.mem.bind(ctx) // growth, restoring the memory included, is charged to the caller's MemoryBudget
-	scratch := e.diffScratch.Get().(*diffScratch)
-	err = applyDiff(in.mod.Memory(), s.Memory, scratch)
-	e.diffScratch.Put(scratch)
-	if err != nil {
+	if err := e.restoreMemory(in, s.Memory); err != nil {
 		e.release(in, false)
 		return finish(fault.Wrap(fault.SandboxError, err, "restoring the suspended execution"))
 	}

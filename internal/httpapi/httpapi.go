@@ -182,6 +182,8 @@ var routes = append([]route{
 	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
 	{"DELETE /executions/{id}", "DELETE /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.cancelExecution) }},
 	{"POST /executions/{id}/resume", "POST /executions/{id}/resume", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.resume)) }},
+	{"GET /sessions/{id}", "GET /sessions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getSession) }},
+	{"DELETE /sessions/{id}", "DELETE /sessions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.deleteSession) }},
 	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
 	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
 	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
@@ -353,6 +355,10 @@ func StatusOf(resp *execution.Response) int {
 	if resp.Error == nil {
 		return http.StatusInternalServerError
 	}
+	if resp.Refused {
+		// Nothing ran: a session busy, expired or unknown (sessions.go).
+		return RefusalStatus(resp.Error)
+	}
 	switch resp.Error.Code {
 	case fault.InvalidRequest:
 		return http.StatusBadRequest
@@ -406,6 +412,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	if resp.Running() {
 		pollHeaders(w, resp.ExecutionID)
 	}
+	sessionHeaders(w, resp)
 	writeJSON(w, StatusOf(resp), resp)
 }
 

@@ -165,7 +165,7 @@ func TestMCPEndpoint(t *testing.T) {
 	for _, tool := range list.Tools {
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"execute_code", "resume_execution", "cancel_execution", "search_tools", "list_capabilities", "save_capability"} {
+	for _, want := range []string{"execute_code", "resume_execution", "cancel_execution", "end_session", "search_tools", "list_capabilities", "save_capability"} {
 		if !names[want] {
 			t.Fatalf("tools/list lacks %s: %v", want, names)
 		}

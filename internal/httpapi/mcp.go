@@ -43,7 +43,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 			"With a progress token, each call's start and end is reported as progress and console output as log messages. "+
 			"With approval \"suspend\", a call to a tool that needs approval (a destructive one) is held: once the script can only wait for held calls, "+
 			"the execution suspends and the answer (not an error) is {ok: false, status: \"suspended\", execution_id, pending: [{call_id, server, tool, args, reason}], expires_at}; "+
-			"show the pending calls to the user and continue with resume_execution."),
+			"show the pending calls to the user and continue with resume_execution. "+sessionUsage),
 		mcp.WithString("code", mcp.Required(), mcp.Description("the body of an async function")),
 		mcp.WithString("lang", mcp.Enum("js", "ts"), mcp.Description("ts strips TypeScript types first; without it, code that does not parse as JavaScript is tried as TypeScript")),
 		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("how much of the calls structuredContent carries: every record (full, the default), counts per tool and failures (summary), or nothing")),
@@ -54,6 +54,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithBoolean("allow_destructive", mcp.Description("let tools annotated destructive run")),
 		mcp.WithString("approval", mcp.Enum(execution.ApprovalRefuse, execution.ApprovalSuspend),
 			mcp.Description(`what becomes of a call that needs approval when allow_destructive is not set: refused with FORBIDDEN ("refuse", the default), or held until someone decides ("suspend": the execution may suspend; see resume_execution)`)),
+		sessionParams(),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
 		// As a task (params.task) it runs on without the call: see mcptasks.go.
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
@@ -94,6 +95,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithString("execution_id", mcp.Required(), mcp.Description("the execution's id (execution_id of execute_code's answer)")),
 		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
 	), a.mcpCancel)
+	a.addSessionTools(s)
 	s.AddTool(mcp.NewTool("search_tools",
 		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each."),
 		mcp.WithString("query", mcp.Required()),
@@ -191,7 +193,7 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	if a.streams(ctx) {
 		req.OnEvent = newMCPProgress(ctx, r).event
 	}
-	ask := a.canAsk(ctx)
+	ask := a.canAsk(ctx) && !req.InSession() // a session's execution never suspends
 	if ask && req.Approval == "" {
 		// Where a person can be asked, a call that needs one waits for
 		// them rather than failing.

@@ -47,6 +47,7 @@ func modelText(resp *execution.Response, budget int, callerDecides bool) string 
 		}
 		fmt.Fprintf(&head, "failed: %s (execution %s, %.1f ms)\n", code, resp.ExecutionID, resp.DurationMS)
 	}
+	head.WriteString(cut(sessionText(resp.Session), budget/errorShare, "of the session's summary"))
 	if e := resp.Error; e != nil {
 		var b strings.Builder
 		b.WriteString("error: ")

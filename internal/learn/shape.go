@@ -139,16 +139,12 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 		locals:   map[string]bool{},
 		argsKeys: map[string]bool{},
 	}
-	if len(body.Params.List) == 1 {
-		if v, ok := body.Params.List[0].Binding.(*js.Var); ok {
-			w.args = root(v)
-		}
-	}
+	w.args = inputArgs(p.AST, body)
 	js.Walk(w, &body.Body)
 	if len(w.lits) > MaxLiterals {
 		return nil
 	}
-	delete(w.locals, "args") // the parameter, whatever inner scopes call theirs
+	delete(w.locals, "args") // the input, whatever inner scopes call theirs
 	sh := &Shape{ArgsWhole: w.argsWhole, known: known}
 	for k := range w.argsKeys {
 		if LooksSecret(k, known) {
@@ -382,10 +378,28 @@ func root(v *js.Var) *js.Var {
 	return v
 }
 
+// inputArgs is the variable through which body reads the caller's input:
+// the global args (the wrapper has no parameters; the sandbox defines
+// globalThis.args), unless the script's own top level declares a name
+// args — then what it reads as args is its own, and nil.
+func inputArgs(ast *js.AST, body *js.FuncDecl) *js.Var {
+	for _, v := range body.Body.Scope.Declared {
+		if string(v.Data) == "args" {
+			return nil
+		}
+	}
+	for _, v := range ast.Scope.Undeclared {
+		if string(v.Data) == "args" {
+			return root(v)
+		}
+	}
+	return nil
+}
+
 // shapeWalker collects what Read needs in one walk of the tree.
 type shapeWalker struct {
 	parsed     *analysis.Parsed
-	args       *js.Var // the wrapper's parameter
+	args       *js.Var // the global args the code reads its input through
 	lits       []lifted
 	regexps    [][]byte
 	hints      []hinted          // the name each literal is given by where it stands

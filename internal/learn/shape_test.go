@@ -138,6 +138,15 @@ func TestLiftedLiterals(t *testing.T) {
 			whole: true,
 		},
 		{
+			// A script may declare its own args (the input stays
+			// globalThis.args): what it reads then is its own, not the
+			// input's keys.
+			name:   "an args of its own",
+			code:   `const args = {q: "x"}; return mcp.demo.f({q: args.q})`,
+			values: []string{"x"},
+			tpl:    `const args = {q: #}; return mcp.demo.f({q: args.q})`,
+		},
+		{
 			name:   "comments stay in the template",
 			code:   "// sum two numbers\nreturn mcp.demo.add({a: 1, b: 2})",
 			values: []string{"1", "2"}, names: []string{"a", "b"},

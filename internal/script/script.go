@@ -68,9 +68,13 @@ type Prepared struct {
 	// parser's syntax error: likely the engine's verdict too, which is
 	// for callers that cannot wait for it (saving a capability).
 	Unread *fault.Error
+	// Top is what the code's top level declares (when Checked): whether
+	// it declares its own `args`, and the names a session keeps.
+	Top analysis.TopLevel
 
 	ts     *stripped    // nil for JavaScript
 	unread *fault.Error // the analysis parser's error, when it failed
+	added  *insertion   // what Persist added to Code, nil until then
 	parsed *analysis.Parsed
 }
 
@@ -187,7 +191,7 @@ func analyse(js string, ts *stripped, keep bool) (*Prepared, error) {
 			}
 		}
 	}
-	p.Refs, p.Checked = refs, true
+	p.Refs, p.Top, p.Checked = refs, parsed.Top, true
 	return p, nil
 }
 
@@ -198,10 +202,11 @@ func (p *Prepared) Position(line, col int) (int, int) {
 	if line < 1 || col < 1 {
 		return line, col
 	}
+	line, col = p.added.position(line, col)
 	if p.ts != nil {
 		return p.ts.position(line, col)
 	}
-	if lines := splitLines(p.Code); line > len(lines) {
+	if lines := splitLines(p.written()); line > len(lines) {
 		return len(lines), lines.lineChars(len(lines)-1) + 1
 	}
 	return line, col

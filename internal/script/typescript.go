@@ -10,14 +10,16 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// The TypeScript is stripped as the body it is: wrapped in the same async
-// function the guest wraps JavaScript in, so top-level `await` and `return`
-// are legal and `args` is a parameter. esbuild prints the wrapper back as
-// outHead … outTail, which is cut off again.
+// The TypeScript is stripped as the body it is: wrapped in an async
+// function as the guest wraps JavaScript, so top-level `await` and `return`
+// are legal. Without the guest's `args` parameter, as the analysis reads
+// it: a script may declare its own `args` (analysis.TopLevel), and the
+// parameter binds nothing the stripping needs. esbuild prints the wrapper
+// back as outHead … outTail, which is cut off again.
 const (
-	tsHead  = "(async function (args) {"
+	tsHead  = "(async function () {"
 	tsTail  = "\n})"
-	outHead = "(async function(args) {\n"
+	outHead = "(async function() {\n"
 	outTail = "});\n"
 )
 

@@ -41,11 +41,13 @@ func NewDynamo(db DynamoAPI, table string, opts Options) Store {
 	return newCore(&dynamoBackend{db: db, table: table, prefix: suspensionPrefix}, opts)
 }
 
-// The partition key prefixes of the two kinds of record a table holds:
-// an execution may have both (an asynchronous one that suspended).
+// The partition key prefixes of the kinds of record a table holds: an
+// execution may have both of the first two (an asynchronous one that
+// suspended); sessions have ids of their own.
 const (
 	suspensionPrefix = "SUSP#"
 	runPrefix        = "RUN#"
+	sessionPrefix    = "SESS#"
 )
 
 // waitingPartition is the partition (after the prefix) of the hints List
@@ -64,7 +66,7 @@ const chunkSize = 350 << 10
 type dynamoBackend struct {
 	db     DynamoAPI
 	table  string
-	prefix string // suspensionPrefix or runPrefix
+	prefix string // suspensionPrefix, runPrefix or sessionPrefix
 }
 
 // metaItem is meta as a DynamoDB item.
@@ -228,6 +230,10 @@ func (d *dynamoBackend) markWaiting(ctx context.Context, id string, expires time
 
 func (d *dynamoBackend) unmarkWaiting(ctx context.Context, id string) error {
 	return d.batchWrite(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: d.waitingKey(id)}}})
+}
+
+func (d *dynamoBackend) deleteMeta(ctx context.Context, id string) error {
+	return d.batchWrite(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: d.itemKey(id, "meta")}}})
 }
 
 // maxBatchTries bounds the attempts at one batch whose items DynamoDB

@@ -36,14 +36,20 @@ func dynamoLocation(t *testing.T) location {
 	}
 }
 
-// partitionItems reads every item of id's partition.
+// partitionItems reads every item of suspension id's partition.
 func partitionItems(t *testing.T, db *dynamodb.Client, table, id string) []map[string]types.AttributeValue {
+	t.Helper()
+	return itemsOf(t, db, table, "SUSP#"+id)
+}
+
+// itemsOf reads every item of partition pk.
+func itemsOf(t *testing.T, db *dynamodb.Client, table, pk string) []map[string]types.AttributeValue {
 	t.Helper()
 	var items []map[string]types.AttributeValue
 	p := dynamodb.NewQueryPaginator(db, &dynamodb.QueryInput{
 		TableName:                 aws.String(table),
 		KeyConditionExpression:    aws.String("pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "SUSP#" + id}},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}},
 		ConsistentRead:            aws.Bool(true),
 	})
 	for p.HasMorePages() {

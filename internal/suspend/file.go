@@ -136,6 +136,38 @@ func (f *fileBackend) deleteBody(_ context.Context, id string, ref *bodyRef) err
 	return os.Remove(f.bodyPath(id, ref.Key))
 }
 
+func (f *fileBackend) deleteMeta(_ context.Context, id string) error {
+	lock, err := f.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock(lock)
+	return os.Remove(f.metaPath(id))
+}
+
+// list reads every record of the directory (none when it does not exist
+// yet).
+func (f *fileBackend) list(ctx context.Context) ([]*meta, error) {
+	entries, err := os.ReadDir(f.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*meta
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id) {
+			continue
+		}
+		if m, err := f.get(ctx, id); err == nil && m != nil {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // waiting lists every record of the directory: it is its own index.
 func (f *fileBackend) waiting(context.Context) ([]string, error) {
 	entries, err := os.ReadDir(f.dir)

@@ -39,6 +39,9 @@ type meta struct {
 	// someone asked it to stop.
 	Runner          string `json:"runner,omitempty" dynamodbav:"runner,omitempty"`
 	CancelRequested bool   `json:"cancel_requested,omitempty" dynamodbav:"cancel_requested,omitempty"`
+	// A session's (sessions.go): how long it lives idle. Runner names the
+	// execution that holds it.
+	IdleMS int64 `json:"idle_ms,omitempty" dynamodbav:"idle_ms,omitempty"`
 }
 
 // bodyRef names a stored suspension blob. Key is unique to the write (the
@@ -77,6 +80,9 @@ type backend interface {
 	// state is the truth.
 	markWaiting(ctx context.Context, id string, expires time.Time) error
 	unmarkWaiting(ctx context.Context, id string) error
+	// deleteMeta removes id's metadata, whatever its version (a session
+	// deleted by its owner).
+	deleteMeta(ctx context.Context, id string) error
 }
 
 var (

@@ -104,6 +104,11 @@ type Execution struct {
 	// Events are a durable execution's suspensions and resumptions, oldest
 	// first.
 	Events []Event `json:"events,omitempty"`
+	// SessionID is the session the execution ran in, and SessionStep its
+	// place among the session's executions (1 for the first): a session's
+	// traces read in order.
+	SessionID   string `json:"session_id,omitempty"`
+	SessionStep int    `json:"session_step,omitempty"`
 	// Pattern is what the learning loop keeps of an execution that
 	// succeeded and called tools (nil otherwise). The stores write it
 	// beside the record, for the candidates they count; it is not part of

@@ -1,0 +1,63 @@
+package app
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/suspend"
+)
+
+// openSessions opens the store of sessions beside the suspensions cfg
+// names: the same DynamoDB table (partition SESS#<id>), or the directory's
+// sessions/; none without either, and sessions are then refused.
+func (c *awsConfig) openSessions(ctx context.Context, cfg SuspensionConfig) (suspend.Sessions, error) {
+	switch {
+	case cfg.Table != "":
+		db, err := c.dynamo(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		return suspend.NewDynamoSessions(db, cfg.Table, suspend.Options{}), nil
+	case cfg.Dir != "":
+		return suspend.NewFileSessions(SessionsDir(cfg.Dir), suspend.Options{}), nil
+	}
+	return nil, nil
+}
+
+// OpenSessions opens the store of sessions cfg names, as an App does (pml
+// session reads it without the rest); nil when cfg names none.
+func OpenSessions(ctx context.Context, cfg SuspensionConfig) (suspend.Sessions, error) {
+	var c awsConfig
+	return c.openSessions(ctx, cfg)
+}
+
+// SessionsDir is where the directory store keeps sessions, beside the
+// suspensions in dir.
+func SessionsDir(dir string) string { return filepath.Join(dir, "sessions") }
+
+// SessionBounds reads PML_SESSION_TTL and PML_SESSION_MAX_BYTES (0 for
+// either unset: the service's defaults).
+func SessionBounds() (time.Duration, int, error) {
+	var ttl time.Duration
+	if v := os.Getenv(EnvSessionTTL); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > execution.MaxSessionTTL {
+			return 0, 0, fault.New(fault.InvalidRequest, "%s must be a duration between 1s and 24h, such as 1h, not %q", EnvSessionTTL, v)
+		}
+		ttl = d
+	}
+	var maxBytes int
+	if v := os.Getenv(EnvSessionMaxBytes); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, 0, fault.New(fault.InvalidRequest, "%s must be a positive number of bytes, not %q", EnvSessionMaxBytes, v)
+		}
+		maxBytes = n
+	}
+	return ttl, maxBytes, nil
+}
