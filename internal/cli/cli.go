@@ -21,6 +21,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
+	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 // Exit codes; the README's table is where users read them.
@@ -332,6 +333,8 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 		return nil, err
 	}
 	a, err := app.New(ctx, cfg, logger)
+	// The service is built (or failed to be): the start is over.
+	startgc.Done()
 	if fault.CodeOf(err) == fault.InvalidRequest {
 		return nil, usageError{err}
 	}
