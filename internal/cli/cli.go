@@ -221,6 +221,11 @@ type serviceFlags struct {
 	approvers, trustedClients, selfApproval, callerDecides string
 	callerAuto                                             bool
 	login                                                  string
+	// oneShot: the command runs one execution and exits (withService),
+	// and turns the garbage collector back on only after it, not once
+	// the service is built: the first cycle would mark the whole
+	// start's heap, all of it live, just before the process ends.
+	oneShot bool
 	// metrics is how the command publishes metrics unless PML_METRICS
 	// says otherwise: pml serve serves Prometheus's /metrics.
 	metrics string
@@ -333,8 +338,11 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 		return nil, err
 	}
 	a, err := app.New(ctx, cfg, logger)
-	// The service is built (or failed to be): the start is over.
-	startgc.Done()
+	// The service is built (or failed to be): the start is over, unless
+	// the one execution is still to come (oneShot).
+	if !f.oneShot || err != nil {
+		startgc.Done()
+	}
 	if fault.CodeOf(err) == fault.InvalidRequest {
 		return nil, usageError{err}
 	}
