@@ -11,7 +11,8 @@
 //
 // Import it from main packages only, and call Done once the process is
 // ready to serve (the Lambda functions after their init, the pml command
-// once its service is built). A process that never calls Done gets the
+// once its service is built, or after its one execution for pml run and
+// pml resume). A process that never calls Done gets the
 // collector back after a few seconds anyway. GOGC=off, or a lower
 // GOMEMLIMIT, in the environment are left as they are.
 package startgc
