@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
@@ -18,7 +19,7 @@ import (
 // openSources starts the tool sources of the server list: the MCP client
 // pool, the OpenAPI services and the Lambda functions, in that order,
 // each owning its servers' names (which must be unique across kinds).
-func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, log *slog.Logger) ([]execution.ToolSource, error) {
+func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
 	seen := map[string]bool{}
 	for _, name := range servers.Names() {
 		if seen[name] {
@@ -28,7 +29,11 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 	}
 	var sources []execution.ToolSource
 	if len(servers.MCP) > 0 {
-		pool, err := mcpclient.New(ctx, servers.MCP, append(auth.options(&a.aws), mcpclient.WithLogger(log))...)
+		opts := append(auth.options(&a.aws), mcpclient.WithLogger(log))
+		if answerer != nil {
+			opts = append(opts, mcpclient.WithAnswerer(answerer))
+		}
+		pool, err := mcpclient.New(ctx, servers.MCP, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("mcp servers: %w", err)
 		}

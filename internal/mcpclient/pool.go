@@ -33,6 +33,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -113,6 +114,9 @@ type options struct {
 	maxAttempts     int
 	maxMessageBytes int64
 	auth            authOptions
+	// answerer answers 2025-11-25 servers' questions in line
+	// (WithAnswerer).
+	answerer ask.Answerer
 }
 
 // defaultMaxResultBytes caps a normalised result whose call sets no cap

@@ -80,6 +80,11 @@ type remote struct {
 	connected    bool // ever connected: later connects count as reconnects
 	refreshing   bool
 	refreshAgain bool
+
+	// imu guards inflight: the tools of the calls in flight, by count,
+	// kept only with an answerer (elicit.go).
+	imu      sync.Mutex
+	inflight map[string]int
 }
 
 func newServer(p *Pool, cfg ServerConfig) *remote {
@@ -220,11 +225,21 @@ func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.To
 
 // initRequest leaves the protocol version to the client (see dial): the
 // newest it speaks, 2026-07-28 through server/discover, else the newest
-// with the handshake.
-func (s *remote) initRequest() mcp.InitializeRequest {
+// with the handshake. It declares form-mode elicitation where the pool
+// answers in line (an answerer, over streamable HTTP: elicit.go), and no
+// other capability.
+func (s *remote) initRequest(c *conn) mcp.InitializeRequest {
 	var r mcp.InitializeRequest
 	r.Params.ClientInfo = clientInfo
+	if s.answersInLine(c) {
+		r.Params.Capabilities.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}}
+	}
 	return r
+}
+
+// answersInLine reports whether c's server requests reach the answerer.
+func (s *remote) answersInLine(c *conn) bool {
+	return s.p.opts.answerer != nil && c.kind != TransportSSE
 }
 
 func (s *remote) setStateLocked(st State, lastErr string) {
@@ -405,7 +420,7 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 		if err := s.open(c, headers, true); err != nil {
 			return nil, nil, err
 		}
-		res, err := c.client.Initialize(ctx, s.initRequest())
+		res, err := c.client.Initialize(ctx, s.initRequest(c))
 		s.p.initializes.Add(1)
 		if err != nil {
 			return nil, nil, fmt.Errorf("initialize: %w", err)
@@ -469,6 +484,9 @@ func (s *remote) open(c *conn, headers map[string]string, legacy bool) error {
 	var copts []client.ClientOption
 	if legacy {
 		copts = append(copts, client.WithProtocolVersion(ProtocolVersion))
+		if s.answersInLine(c) {
+			copts = append(copts, client.WithElicitationHandler(elicitHandler{s}))
+		}
 	}
 	c.client = client.NewClient(c.tr, copts...)
 	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
@@ -579,7 +597,7 @@ func (s *remote) reinit(ctx context.Context, c *conn, gen uint64) error {
 	}
 	ictx, cancel := context.WithTimeout(ctx, s.p.opts.connectTimeout)
 	defer cancel()
-	_, err := c.client.Initialize(ictx, s.initRequest())
+	_, err := c.client.Initialize(ictx, s.initRequest(c))
 	s.p.initializes.Add(1)
 	if err != nil {
 		return err
