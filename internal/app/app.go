@@ -36,6 +36,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
@@ -657,6 +658,7 @@ func (a *App) serversFromSSM(ctx context.Context, name string) (serverconfig.Ser
 type awsConfig struct {
 	mu  sync.Mutex
 	cfg *aws.Config
+	sm  mcpauth.SecretsAPI // secrets
 }
 
 func (c *awsConfig) load(ctx context.Context) (aws.Config, error) {

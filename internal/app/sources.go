@@ -13,6 +13,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
+	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 )
 
@@ -28,8 +29,12 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 		seen[name] = true
 	}
 	var sources []execution.ToolSource
+	// One resolver for every source's secret references: a Secrets
+	// Manager secret is read once per process and lifetime, through the
+	// app's one client.
+	refs := secretref.New(func(ctx context.Context) (secretref.API, error) { return a.aws.secrets(ctx) }, secretref.Options{})
 	if len(servers.MCP) > 0 {
-		opts := append(auth.options(&a.aws), mcpclient.WithLogger(log))
+		opts := append(auth.options(&a.aws), mcpclient.WithLogger(log), mcpclient.WithSecretRefs(refs))
 		if answerer != nil {
 			opts = append(opts, mcpclient.WithAnswerer(answerer))
 		}
@@ -43,7 +48,7 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 	}
 	if len(servers.OpenAPI) > 0 {
 		src, err := openapisrc.New(ctx, servers.OpenAPI, openapisrc.Options{Logger: log, AWS: a.aws.load,
-			CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent})
+			CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent, Refs: refs})
 		if err != nil {
 			return nil, fmt.Errorf("openapi servers: %w", err)
 		}
