@@ -76,7 +76,9 @@ func TestComplete(t *testing.T) {
 }
 
 func TestScript(t *testing.T) {
-	q := func(server, tool string) Question { return Question{Server: server, Tool: tool, Params: json.RawMessage(sep1034)} }
+	q := func(server, tool string) Question {
+		return Question{Server: server, Tool: tool, Params: json.RawMessage(sep1034)}
+	}
 	t.Run("in the order asked", func(t *testing.T) {
 		var log strings.Builder
 		s, err := ParseScript([]byte(`["accept", {"action": "accept", "content": {"age": 5}}, "decline"]`), &log)
