@@ -30,6 +30,7 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/klauspost/compress v1.19.0
 	github.com/mark3labs/mcp-go v1.2.1
+	github.com/pmezard/go-difflib v1.0.0
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
