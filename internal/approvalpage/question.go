@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/idna"
+
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/execution"
 )
@@ -217,8 +219,17 @@ func questionOf(callID, index int, key string, raw json.RawMessage, back url.Val
 	q.Message = visible(p.Message)
 	if p.Mode == "url" {
 		q.URLMode, q.URL = true, visible(p.URL)
+		// Linked only when it is plainly a web page: http(s), a host, no
+		// user part ("https://bank.example@evil.example" names evil).
 		if u, err := url.Parse(p.URL); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && u.User == nil {
 			q.Link, q.URLHost = u.String(), visible(u.Host)
+			// A host in another script is shown as the DNS name it is
+			// too, so that a look-alike letter cannot pass for another.
+			if ascii, err := idna.Lookup.ToASCII(u.Hostname()); err == nil && ascii != u.Hostname() {
+				q.URLHost += " (" + ascii + ")"
+			} else if err != nil {
+				q.Link = ""
+			}
 		}
 		return q
 	}

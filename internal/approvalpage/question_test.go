@@ -310,6 +310,15 @@ func TestURLModeQuestionOnThePage(t *testing.T) {
 		t.Fatalf("decline: %d %s", status, body)
 	}
 
+	lookalike := newAsker(t, map[string]string{"link": `{"mode": "url", "message": "Sign in", "url": "https://p\u0430ypal.example/login"}`})
+	l := newEnv(t, nil, lookalike)
+	lb := l.browser()
+	l.signInLocal(lb)
+	_, page = lb.get(l.srv.URL + "/approvals/" + l.suspend(askingCall))
+	if !strings.Contains(page, "p\u0430ypal.example (xn--pypal-4ve.example)</strong>") {
+		t.Fatalf("a look-alike host is not shown as its DNS name:\n%s", page)
+	}
+
 	hostile := newAsker(t, map[string]string{"link": `{"mode": "url", "message": "Open this", "url": "javascript:alert(document.cookie)"}`})
 	h := newEnv(t, nil, hostile)
 	hb := h.browser()
