@@ -229,7 +229,8 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Handle serves another kind of decision's page under Prefix (pattern
-// "GET /approvals/drafts/{name}"): it gets the page's headers; its
+// "GET /approvals/things/{id}"; a deployment must route it too): it gets
+// the page's headers; its
 // handlers read the person with Person and check forms with CheckForm.
 // A POST pattern is wrapped in the cross-origin protection.
 func (p *Page) Handle(pattern string, h http.Handler) {
