@@ -591,17 +591,25 @@ func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 }
 
 // ApprovalPage is the approval page over exec (the executor the HTTP API
-// resumes through), nil where there is nothing to approve on it: no store
-// of suspended executions, or no key to sign its sessions with.
+// resumes through) and the capability guard's drafts, nil where there is
+// nothing to decide on it (no store of suspended executions and no
+// capability registry) or no key to sign its sessions with.
 func (a *App) ApprovalPage(exec execution.Executor, log *slog.Logger) *approvalpage.Page {
-	if a.Suspensions == nil || a.approvalKey == nil {
+	if a.approvalKey == nil || (a.Suspensions == nil && a.Guard == nil) {
 		return nil
 	}
 	if log == nil {
 		log = a.log
 	}
-	p, err := approvalpage.New(approvalpage.Options{Service: exec, Lister: a.Service, Policy: a.policy, Key: a.approvalKey,
-		BaseURL: a.page.URL, OIDC: a.page.OIDC, Links: a.page.Links, Logger: log})
+	opts := approvalpage.Options{Service: exec, Policy: a.policy, Key: a.approvalKey,
+		BaseURL: a.page.URL, OIDC: a.page.OIDC, Links: a.page.Links, Logger: log}
+	if a.Suspensions != nil {
+		opts.Lister = a.Service
+	}
+	if a.Guard != nil {
+		opts.Drafts = a.Guard
+	}
+	p, err := approvalpage.New(opts)
 	if err != nil {
 		// The configuration was checked when it was read.
 		log.Error("approval page not served", "err", err)
