@@ -16,6 +16,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -230,6 +231,11 @@ type serviceFlags struct {
 	page      app.PageConfig
 	onSuspend func(context.Context, execution.SuspensionNotice)
 	onDraft   func(context.Context, capability.DraftNotice)
+	// answerer answers remote servers' questions in line (pml run:
+	// inlineAnswers), and progress is the display a terminal prompt
+	// pauses.
+	answerer ask.Answerer
+	progress *progressSlot
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -324,6 +330,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		Approval:         appr,
 		MCPAuth:          auth,
 		Learn:            learning,
+		Answerer:         f.answerer,
 	}, nil
 }
 
