@@ -496,6 +496,12 @@ func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputD
 	res.Calls = x.traceCalls()
 	res.Logs, res.LogsTruncated = x.takeLogs()
 	res.Left = Left{Calls: x.inflight, Timers: x.timers}
+	if rerr == nil && !time.Now().Before(x.deadline) {
+		// The script ended past its deadline with no check-in between (its
+		// thread descheduled on a loaded machine, after the last one): the
+		// deadline is absolute, so this is its TIMEOUT, not its result.
+		rerr = x.lateError()
+	}
 	if rerr != nil {
 		return finish(rerr)
 	}

@@ -247,6 +247,15 @@ func (x *execution) nextAnswer() (completion, *fault.Error) {
 	return c, nil
 }
 
+// lateError is the TIMEOUT of a run that ended past its deadline (x.ctx
+// may already be cancelled by the run's end, so it is not consulted).
+func (x *execution) lateError() *fault.Error {
+	if d, ok := x.parent.Deadline(); ok && !d.After(x.deadline) {
+		return fault.New(fault.Timeout, "the caller's deadline was reached")
+	}
+	return fault.New(fault.Timeout, "execution deadline of %s exceeded", x.limits.Timeout)
+}
+
 // timeoutError is the run's TIMEOUT, naming which deadline passed, or
 // the fault the caller ended the run with (context.WithCancelCause with a
 // *fault.Error: a cancellation is CANCELLED, not a timeout).
