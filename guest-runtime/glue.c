@@ -249,19 +249,231 @@ static int slot_take(int32_t id, pml_slot *out) {
     }
 }
 
-/* start hands a call to the host and keeps what its answer settles.
- * Takes args (a string) and a, b. */
+/* start_bytes hands a call with its arguments' JSON (UTF-8) to the host
+ * and keeps what its answer settles. Takes a, b. */
+static void start_bytes(int32_t index, const char *s, size_t len, int32_t kind, JSValue a, JSValue b) {
+    if (kind == SLOT_CALL)
+        inflight++;
+    int32_t id = host_start_call(index, s, (int32_t)len);
+    slot_put(id, kind, a, b);
+}
+
+/* start is start_bytes for arguments held as a string. Takes args. */
 static void start(int32_t index, JSValue args, int32_t kind, JSValue a, JSValue b) {
     size_t al;
     const char *s = JS_ToCStringLen(ctx, &al, args);
     if (!s)
         pml_out_of_memory(al); /* not reached: converting a string only fails for memory, which traps */
-    if (kind == SLOT_CALL)
-        inflight++;
-    int32_t id = host_start_call(index, s, (int32_t)al);
+    start_bytes(index, s, al, kind, a, b);
     JS_FreeCString(ctx, s);
     JS_FreeValue(ctx, args);
-    slot_put(id, kind, a, b);
+}
+
+/* ---- Arguments as JSON, the short way ----------------------------------
+ *
+ * JSON.stringify (JS_JSONStringify) was most of a call's cost: a wrapper
+ * object, a key array per object, a stack array, a toJSON lookup and a
+ * string per key, and a JS string that is then copied into UTF-8. Most
+ * arguments are small trees of plain objects, dense arrays, Latin-1
+ * strings, numbers, booleans and null, for which json_fast writes the same
+ * bytes JSON.stringify's string would encode to, straight into a buffer.
+ * It only reads what no script code can observe being read (own data
+ * properties, shapes, prototypes' own properties): anything else (a
+ * getter, a toJSON anywhere on the way, a proxy, an exotic or wide-char
+ * string, undefined, a function, a symbol value, a BigInt, an index-like key
+ * on a plain object, nesting past JSON_FAST_DEPTH, which includes cycles) makes it
+ * give up before any effect, and JS_JSONStringify does it all, as before. */
+#define JSON_FAST_DEPTH 32
+static char *jbuf;       /* js_malloc'd, so it counts against the run's memory */
+static size_t jbuf_len, jbuf_cap;
+
+static int jbuf_grow(size_t need) {
+    size_t cap = jbuf_cap ? jbuf_cap + jbuf_cap / 2 : 256;
+    if (cap < jbuf_len + need)
+        cap = jbuf_len + need + (jbuf_len + need) / 2;
+    char *n = js_realloc_rt(rt, jbuf, cap);
+    if (!n)
+        return -1;
+    jbuf = n;
+    jbuf_cap = cap;
+    return 0;
+}
+
+static inline int jbuf_put(const char *s, size_t n) {
+    if (jbuf_len + n > jbuf_cap && jbuf_grow(n))
+        return -1;
+    memcpy(jbuf + jbuf_len, s, n);
+    jbuf_len += n;
+    return 0;
+}
+
+static inline int jbuf_putc(char c) { return jbuf_put(&c, 1); }
+
+/* json_fast_quote writes a Latin-1 string quoted as JS_ToQuotedString
+ * does, encoded as UTF-8 (what JS_ToCStringLen makes of it). */
+static int json_fast_quote(JSString *str) {
+    static const char hex[] = "0123456789abcdef";
+    if (str->is_wide_char)
+        return -1;
+    uint32_t n = str->len;
+    /* Room for exactly what it writes: never more memory than
+     * JSON.stringify's own string would take. */
+    size_t need = 2;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t c = str->u.str8[i];
+        if (c >= 0x80)
+            need += 2;
+        else if (c == '"' || c == '\\' || c == '\t' || c == '\r' || c == '\n' || c == '\b' || c == '\f')
+            need += 2;
+        else
+            need += c < 32 ? 6 : 1;
+    }
+    if (jbuf_len + need > jbuf_cap && jbuf_grow(need))
+        return -1;
+    char *o = jbuf + jbuf_len;
+    *o++ = '"';
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t c = str->u.str8[i];
+        if (c >= 0x80) {
+            *o++ = (char)(0xc0 | (c >> 6));
+            *o++ = (char)(0x80 | (c & 0x3f));
+            continue;
+        }
+        switch (c) {
+        case '\t': *o++ = '\\'; *o++ = 't'; continue;
+        case '\r': *o++ = '\\'; *o++ = 'r'; continue;
+        case '\n': *o++ = '\\'; *o++ = 'n'; continue;
+        case '\b': *o++ = '\\'; *o++ = 'b'; continue;
+        case '\f': *o++ = '\\'; *o++ = 'f'; continue;
+        case '"': case '\\': *o++ = '\\'; *o++ = (char)c; continue;
+        }
+        if (c < 32) {
+            *o++ = '\\'; *o++ = 'u'; *o++ = '0'; *o++ = '0';
+            *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+            continue;
+        }
+        *o++ = (char)c;
+    }
+    *o++ = '"';
+    jbuf_len = (size_t)(o - jbuf);
+    return 0;
+}
+
+/* json_fast_protos_plain reports whether no object on p's prototype chain
+ * could run code or supply a toJSON when JSON.stringify reads p's toJSON:
+ * each is an ordinary object or array without one. */
+static int json_fast_protos_plain(JSObject *p) {
+    for (JSObject *q = p->shape->proto; q; q = q->shape->proto) {
+        if (q->class_id != JS_CLASS_OBJECT && q->class_id != JS_CLASS_ARRAY)
+            return 0;
+        JSProperty *pr;
+        if (find_own_property(&pr, q, JS_ATOM_toJSON))
+            return 0;
+    }
+    return 1;
+}
+
+static int json_fast_value(JSValueConst v, int depth) {
+    char num[32];
+    switch (JS_VALUE_GET_TAG(v)) {
+    case JS_TAG_NULL:
+        return jbuf_put("null", 4);
+    case JS_TAG_BOOL:
+        return JS_VALUE_GET_BOOL(v) ? jbuf_put("true", 4) : jbuf_put("false", 5);
+    case JS_TAG_INT: {
+        int n = snprintf(num, sizeof(num), "%d", JS_VALUE_GET_INT(v));
+        return jbuf_put(num, (size_t)n);
+    }
+    case JS_TAG_FLOAT64: {
+        double d = JS_VALUE_GET_FLOAT64(v);
+        if (!isfinite(d))
+            return jbuf_put("null", 4);
+        /* ToString, as JSON.stringify writes a number (ASCII). */
+        JSValue s = JS_ToString(ctx, v);
+        if (JS_IsException(s))
+            return -1;
+        JSString *str = JS_VALUE_GET_STRING(s);
+        int r = str->is_wide_char ? -1 : jbuf_put((const char *)str->u.str8, str->len);
+        JS_FreeValue(ctx, s);
+        return r;
+    }
+    case JS_TAG_STRING:
+        return json_fast_quote(JS_VALUE_GET_STRING(v));
+    case JS_TAG_OBJECT:
+        break;
+    default:
+        return -1;
+    }
+    if (depth >= JSON_FAST_DEPTH)
+        return -1;
+    JSObject *p = JS_VALUE_GET_OBJ(v);
+    if (!json_fast_protos_plain(p))
+        return -1;
+    JSShape *sh = p->shape;
+    JSShapeProperty *prs = get_shape_prop(sh);
+    if (p->class_id == JS_CLASS_ARRAY) {
+        if (!p->fast_array || JS_VALUE_GET_TAG(p->prop[0].u.value) != JS_TAG_INT ||
+            (uint32_t)JS_VALUE_GET_INT(p->prop[0].u.value) != p->u.array.count)
+            return -1;
+        /* An own toJSON on the array itself. */
+        JSProperty *pr;
+        if (find_own_property(&pr, p, JS_ATOM_toJSON))
+            return -1;
+        if (jbuf_putc('['))
+            return -1;
+        for (uint32_t i = 0; i < p->u.array.count; i++) {
+            if (i > 0 && jbuf_putc(','))
+                return -1;
+            if (json_fast_value(p->u.array.u.values[i], depth + 1))
+                return -1;
+        }
+        return jbuf_putc(']');
+    }
+    if (p->class_id != JS_CLASS_OBJECT || p->is_exotic)
+        return -1;
+    if (jbuf_putc('{'))
+        return -1;
+    int first = 1;
+    for (int i = 0; i < sh->prop_count; i++, prs++) {
+        JSAtom atom = prs->atom;
+        if (atom == JS_ATOM_NULL)
+            continue;
+        if (__JS_AtomIsTaggedInt(atom) || atom == JS_ATOM_toJSON)
+            return -1;
+        JSAtomStruct *as = rt->atom_array[atom];
+        if (as->atom_type != JS_ATOM_TYPE_STRING || !(prs->flags & JS_PROP_ENUMERABLE))
+            continue; /* symbols and non-enumerable properties: not keys */
+        if ((prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL)
+            return -1;
+        /* An index-like string key ("1") is ordered before the others. */
+        if (as->len > 0 && as->len <= 10 && !as->is_wide_char && as->u.str8[0] >= '0' && as->u.str8[0] <= '9')
+            return -1;
+        if (!first && jbuf_putc(','))
+            return -1;
+        first = 0;
+        if (json_fast_quote(as) || jbuf_putc(':'))
+            return -1;
+        if (json_fast_value(p->prop[i].u.value, depth + 1))
+            return -1;
+    }
+    return jbuf_putc('}');
+}
+
+/* json_fast writes v as JSON into jbuf (jbuf_len bytes); -1 to leave it to
+ * JS_JSONStringify, nothing having been observed. */
+static int json_fast(JSValueConst v) {
+    jbuf_len = 0;
+    return json_fast_value(v, 0);
+}
+
+/* jbuf_trim lets go of a buffer a large argument grew. */
+static void jbuf_trim(void) {
+    if (jbuf_cap > 4096) {
+        js_free_rt(rt, jbuf);
+        jbuf = NULL;
+        jbuf_cap = 0;
+    }
+    jbuf_len = 0;
 }
 
 static void queue_push(int32_t index, JSValue args, JSValue promise) {
@@ -326,6 +538,17 @@ static JSValue native_tool_call(JSContext *c, JSValueConst this_val, int argc, J
                                 JSValue *data) {
     JSValueConst a = argc > 0 ? argv[0] : JS_UNDEFINED;
     JSValue args;
+    if (inflight < inflight_cap && !JS_IsUndefined(a) && json_fast(a) == 0) {
+        JSValue p = pml_new_promise();
+        if (JS_IsException(p)) {
+            jbuf_trim();
+            return p;
+        }
+        start_bytes(magic, jbuf, jbuf_len, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED);
+        jbuf_trim();
+        return p;
+    }
+    jbuf_trim();
     if (JS_IsUndefined(a)) {
         args = JS_DupValue(c, empty_args);
     } else {
