@@ -83,7 +83,7 @@ extern const unsigned int pml_prelude_len;
 static JSRuntime *rt;
 static JSContext *ctx;
 /* Functions returned by the prelude, kept across the snapshot. */
-static JSValue fn_setup, fn_settle, fn_finish, fn_fail;
+static JSValue fn_setup, fn_finish, fn_fail;
 /* The running script's promise, between steps. */
 static JSValue script_promise;
 static int32_t script_mem_limit;
@@ -155,18 +155,517 @@ static const JSMallocFunctions pml_malloc_funcs = {
     js_def_malloc_usable_size,
 };
 
-/* native.start(toolIndex, argsJSON) -> id */
-static JSValue native_start(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+/* ---- Calls in flight ---------------------------------------------------
+ *
+ * A tool call is made here, not in the prelude: the script calls a native
+ * function per tool (magic = the tool's index), which serialises the
+ * arguments, makes a bare promise (no executor, no resolving functions: the
+ * glue settles it itself) and starts the call with the host. What each
+ * call's answer settles is kept in a table by call id (the host's), out of
+ * reach of every script: the promise the script awaits, or a timer's
+ * callbacks. Calls past the in-flight cap wait in a queue, started as
+ * earlier ones finish, so Promise.all over many calls just works. All of it
+ * lives in linear memory, so a suspension or a session's saved state keeps
+ * it, and in JS memory (js_malloc), so it counts against the run's limit. */
+enum { SLOT_EMPTY = 0, SLOT_CALL, SLOT_BUILTIN, SLOT_TIMER };
+#define SLOT_DELETED (-1)
+typedef struct {
+    int32_t id;  /* 0: empty, SLOT_DELETED: a tombstone */
+    int32_t kind;
+    JSValue a;   /* the promise; a timer's fire callback */
+    JSValue b;   /* a timer's drop callback */
+} pml_slot;
+/* Open addressing by id (ids are consecutive per run but can lie far
+ * apart: a timer started first may outlive thousands of calls). */
+static pml_slot *slots;
+static uint32_t slots_mask; /* capacity - 1; 0 before the first call */
+static uint32_t slots_used; /* live entries and tombstones */
+static uint32_t slots_live;
+
+typedef struct {
     int32_t index;
+    JSValue args;    /* a string */
+    JSValue promise;
+} pml_queued;
+static pml_queued *queue;
+static uint32_t queue_head, queue_tail, queue_cap;
+
+static int32_t inflight;      /* capped calls started and not settled */
+static int32_t inflight_cap = 16;
+/* The prelude's helpers for the rare paths: the Error a host failure
+ * becomes, and the rejection for arguments that are not JSON. */
+static JSValue fn_host_error, fn_bad_args;
+/* "{}", the arguments of a call made without any. */
+static JSValue empty_args;
+/* The run's mcp object, read by the global `mcp` getter. */
+static JSValue mcp_object;
+
+static uint32_t slot_hash(int32_t id) { return (uint32_t)id * 2654435761u; }
+
+static void slots_insert(pml_slot *tab, uint32_t mask, pml_slot v) {
+    uint32_t i = slot_hash(v.id) & mask;
+    while (tab[i].id != 0 && tab[i].id != SLOT_DELETED)
+        i = (i + 1) & mask;
+    tab[i] = v;
+}
+
+/* slot_put keeps what call id's answer settles. */
+static void slot_put(int32_t id, int32_t kind, JSValue a, JSValue b) {
+    if ((slots_used + 1) * 4 > (slots_mask + 1) * 3 || slots_mask == 0) {
+        /* Rehash into a table twice the live entries (at least 16). */
+        uint32_t n = 16;
+        while (n < (slots_live + 1) * 2)
+            n *= 2;
+        pml_slot *t = js_mallocz_rt(rt, n * sizeof(pml_slot));
+        if (slots) {
+            for (uint32_t i = 0; i <= slots_mask; i++)
+                if (slots[i].id > 0)
+                    slots_insert(t, n - 1, slots[i]);
+            js_free_rt(rt, slots);
+        }
+        slots = t;
+        slots_mask = n - 1;
+        slots_used = slots_live;
+    }
+    slots_insert(slots, slots_mask, (pml_slot){id, kind, a, b});
+    slots_used++;
+    slots_live++;
+}
+
+/* slot_take removes call id's entry into *out; 0 when there is none. */
+static int slot_take(int32_t id, pml_slot *out) {
+    if (!slots || id <= 0)
+        return 0;
+    for (uint32_t i = slot_hash(id) & slots_mask;; i = (i + 1) & slots_mask) {
+        if (slots[i].id == id) {
+            *out = slots[i];
+            slots[i].id = SLOT_DELETED;
+            slots[i].a = slots[i].b = JS_UNDEFINED;
+            slots_live--;
+            return 1;
+        }
+        if (slots[i].id == 0)
+            return 0;
+    }
+}
+
+/* start_bytes hands a call with its arguments' JSON (UTF-8) to the host
+ * and keeps what its answer settles. Takes a, b. */
+static void start_bytes(int32_t index, const char *s, size_t len, int32_t kind, JSValue a, JSValue b) {
+    if (kind == SLOT_CALL)
+        inflight++;
+    int32_t id = host_start_call(index, s, (int32_t)len);
+    slot_put(id, kind, a, b);
+}
+
+/* start is start_bytes for arguments held as a string. Takes args. */
+static void start(int32_t index, JSValue args, int32_t kind, JSValue a, JSValue b) {
     size_t al;
+    const char *s = JS_ToCStringLen(ctx, &al, args);
+    if (!s)
+        pml_out_of_memory(al); /* not reached: converting a string only fails for memory, which traps */
+    start_bytes(index, s, al, kind, a, b);
+    JS_FreeCString(ctx, s);
+    JS_FreeValue(ctx, args);
+}
+
+/* ---- Arguments as JSON, the short way ----------------------------------
+ *
+ * JSON.stringify (JS_JSONStringify) was most of a call's cost: a wrapper
+ * object, a key array per object, a stack array, a toJSON lookup and a
+ * string per key, and a JS string that is then copied into UTF-8. Most
+ * arguments are small trees of plain objects, dense arrays, Latin-1
+ * strings, numbers, booleans and null, for which json_fast writes the same
+ * bytes JSON.stringify's string would encode to, straight into a buffer.
+ * It only reads what no script code can observe being read (own data
+ * properties, shapes, prototypes' own properties): anything else (a
+ * getter, a toJSON anywhere on the way, a proxy, an exotic or wide-char
+ * string, undefined, a function, a symbol value, a BigInt, an index-like key
+ * on a plain object, nesting past JSON_FAST_DEPTH, which includes cycles) makes it
+ * give up before any effect, and JS_JSONStringify does it all, as before. */
+#define JSON_FAST_DEPTH 32
+static char *jbuf;       /* js_malloc'd, so it counts against the run's memory */
+static size_t jbuf_len, jbuf_cap;
+
+static int jbuf_grow(size_t need) {
+    size_t cap = jbuf_cap ? jbuf_cap + jbuf_cap / 2 : 256;
+    if (cap < jbuf_len + need)
+        cap = jbuf_len + need + (jbuf_len + need) / 2;
+    char *n = js_realloc_rt(rt, jbuf, cap);
+    if (!n)
+        return -1;
+    jbuf = n;
+    jbuf_cap = cap;
+    return 0;
+}
+
+static inline int jbuf_put(const char *s, size_t n) {
+    if (jbuf_len + n > jbuf_cap && jbuf_grow(n))
+        return -1;
+    memcpy(jbuf + jbuf_len, s, n);
+    jbuf_len += n;
+    return 0;
+}
+
+static inline int jbuf_putc(char c) { return jbuf_put(&c, 1); }
+
+/* json_fast_quote writes a Latin-1 string quoted as JS_ToQuotedString
+ * does, encoded as UTF-8 (what JS_ToCStringLen makes of it). */
+static int json_fast_quote(JSString *str) {
+    static const char hex[] = "0123456789abcdef";
+    if (str->is_wide_char)
+        return -1;
+    uint32_t n = str->len;
+    /* Room for exactly what it writes: never more memory than
+     * JSON.stringify's own string would take. */
+    size_t need = 2;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t c = str->u.str8[i];
+        if (c >= 0x80)
+            need += 2;
+        else if (c == '"' || c == '\\' || c == '\t' || c == '\r' || c == '\n' || c == '\b' || c == '\f')
+            need += 2;
+        else
+            need += c < 32 ? 6 : 1;
+    }
+    if (jbuf_len + need > jbuf_cap && jbuf_grow(need))
+        return -1;
+    char *o = jbuf + jbuf_len;
+    *o++ = '"';
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t c = str->u.str8[i];
+        if (c >= 0x80) {
+            *o++ = (char)(0xc0 | (c >> 6));
+            *o++ = (char)(0x80 | (c & 0x3f));
+            continue;
+        }
+        switch (c) {
+        case '\t': *o++ = '\\'; *o++ = 't'; continue;
+        case '\r': *o++ = '\\'; *o++ = 'r'; continue;
+        case '\n': *o++ = '\\'; *o++ = 'n'; continue;
+        case '\b': *o++ = '\\'; *o++ = 'b'; continue;
+        case '\f': *o++ = '\\'; *o++ = 'f'; continue;
+        case '"': case '\\': *o++ = '\\'; *o++ = (char)c; continue;
+        }
+        if (c < 32) {
+            *o++ = '\\'; *o++ = 'u'; *o++ = '0'; *o++ = '0';
+            *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+            continue;
+        }
+        *o++ = (char)c;
+    }
+    *o++ = '"';
+    jbuf_len = (size_t)(o - jbuf);
+    return 0;
+}
+
+/* json_fast_protos_plain reports whether no object on p's prototype chain
+ * could run code or supply a toJSON when JSON.stringify reads p's toJSON:
+ * each is an ordinary object or array without one. */
+static int json_fast_protos_plain(JSObject *p) {
+    for (JSObject *q = p->shape->proto; q; q = q->shape->proto) {
+        if (q->class_id != JS_CLASS_OBJECT && q->class_id != JS_CLASS_ARRAY)
+            return 0;
+        JSProperty *pr;
+        if (find_own_property(&pr, q, JS_ATOM_toJSON))
+            return 0;
+    }
+    return 1;
+}
+
+static int json_fast_value(JSValueConst v, int depth) {
+    char num[32];
+    switch (JS_VALUE_GET_TAG(v)) {
+    case JS_TAG_NULL:
+        return jbuf_put("null", 4);
+    case JS_TAG_BOOL:
+        return JS_VALUE_GET_BOOL(v) ? jbuf_put("true", 4) : jbuf_put("false", 5);
+    case JS_TAG_INT: {
+        /* By hand: snprintf was a fifth of a small call's arguments. */
+        int32_t i = JS_VALUE_GET_INT(v);
+        uint32_t u = i < 0 ? 0u - (uint32_t)i : (uint32_t)i;
+        char *e = num + sizeof(num), *b = e;
+        do {
+            *--b = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (i < 0)
+            *--b = '-';
+        return jbuf_put(b, (size_t)(e - b));
+    }
+    case JS_TAG_FLOAT64: {
+        double d = JS_VALUE_GET_FLOAT64(v);
+        if (!isfinite(d))
+            return jbuf_put("null", 4);
+        /* ToString, as JSON.stringify writes a number (ASCII). */
+        JSValue s = JS_ToString(ctx, v);
+        if (JS_IsException(s))
+            return -1;
+        JSString *str = JS_VALUE_GET_STRING(s);
+        int r = str->is_wide_char ? -1 : jbuf_put((const char *)str->u.str8, str->len);
+        JS_FreeValue(ctx, s);
+        return r;
+    }
+    case JS_TAG_STRING:
+        return json_fast_quote(JS_VALUE_GET_STRING(v));
+    case JS_TAG_OBJECT:
+        break;
+    default:
+        return -1;
+    }
+    if (depth >= JSON_FAST_DEPTH)
+        return -1;
+    JSObject *p = JS_VALUE_GET_OBJ(v);
+    if (!json_fast_protos_plain(p))
+        return -1;
+    JSShape *sh = p->shape;
+    JSShapeProperty *prs = get_shape_prop(sh);
+    if (p->class_id == JS_CLASS_ARRAY) {
+        if (!p->fast_array || JS_VALUE_GET_TAG(p->prop[0].u.value) != JS_TAG_INT ||
+            (uint32_t)JS_VALUE_GET_INT(p->prop[0].u.value) != p->u.array.count)
+            return -1;
+        /* An own toJSON on the array itself. */
+        JSProperty *pr;
+        if (find_own_property(&pr, p, JS_ATOM_toJSON))
+            return -1;
+        if (jbuf_putc('['))
+            return -1;
+        for (uint32_t i = 0; i < p->u.array.count; i++) {
+            if (i > 0 && jbuf_putc(','))
+                return -1;
+            if (json_fast_value(p->u.array.u.values[i], depth + 1))
+                return -1;
+        }
+        return jbuf_putc(']');
+    }
+    if (p->class_id != JS_CLASS_OBJECT || p->is_exotic)
+        return -1;
+    if (jbuf_putc('{'))
+        return -1;
+    int first = 1;
+    for (int i = 0; i < sh->prop_count; i++, prs++) {
+        JSAtom atom = prs->atom;
+        if (atom == JS_ATOM_NULL)
+            continue;
+        if (__JS_AtomIsTaggedInt(atom) || atom == JS_ATOM_toJSON)
+            return -1;
+        JSAtomStruct *as = rt->atom_array[atom];
+        if (as->atom_type != JS_ATOM_TYPE_STRING || !(prs->flags & JS_PROP_ENUMERABLE))
+            continue; /* symbols and non-enumerable properties: not keys */
+        if ((prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL)
+            return -1;
+        /* An index-like string key ("1") is ordered before the others. */
+        if (as->len > 0 && as->len <= 10 && !as->is_wide_char && as->u.str8[0] >= '0' && as->u.str8[0] <= '9')
+            return -1;
+        if (!first && jbuf_putc(','))
+            return -1;
+        first = 0;
+        if (json_fast_quote(as) || jbuf_putc(':'))
+            return -1;
+        if (json_fast_value(p->prop[i].u.value, depth + 1))
+            return -1;
+    }
+    return jbuf_putc('}');
+}
+
+/* json_fast writes v as JSON into jbuf (jbuf_len bytes); -1 to leave it to
+ * JS_JSONStringify, nothing having been observed. */
+static int json_fast(JSValueConst v) {
+    jbuf_len = 0;
+    return json_fast_value(v, 0);
+}
+
+/* jbuf_trim lets go of a buffer a large argument grew. */
+static void jbuf_trim(void) {
+    if (jbuf_cap > 4096) {
+        js_free_rt(rt, jbuf);
+        jbuf = NULL;
+        jbuf_cap = 0;
+    }
+    jbuf_len = 0;
+}
+
+static void queue_push(int32_t index, JSValue args, JSValue promise) {
+    if (queue_tail == queue_cap) {
+        if (queue_head > 0) {
+            memmove(queue, queue + queue_head, (queue_tail - queue_head) * sizeof(pml_queued));
+            queue_tail -= queue_head;
+            queue_head = 0;
+        } else {
+            queue_cap = queue_cap ? queue_cap * 2 : 64;
+            queue = js_realloc_rt(rt, queue, queue_cap * sizeof(pml_queued));
+        }
+    }
+    queue[queue_tail++] = (pml_queued){index, args, promise};
+}
+
+/* pml_new_promise makes a pending promise the glue settles itself: what
+ * new Promise makes, without the executor and resolving functions. */
+static JSValue pml_new_promise(void) {
+    JSValue obj = js_create_from_ctor(ctx, JS_UNDEFINED, JS_CLASS_PROMISE);
+    if (JS_IsException(obj))
+        return obj;
+    JSPromiseData *s = js_mallocz(ctx, sizeof(*s));
+    if (!s) {
+        JS_FreeValue(ctx, obj);
+        return JS_EXCEPTION;
+    }
+    s->promise_state = JS_PROMISE_PENDING;
+    s->is_handled = FALSE;
+    init_list_head(&s->promise_reactions[0]);
+    init_list_head(&s->promise_reactions[1]);
+    s->promise_result = JS_UNDEFINED;
+    JS_SetOpaque(obj, s);
+    return obj;
+}
+
+/* pml_settle resolves or rejects promise with v, as its resolving
+ * functions would: a thenable is followed (a script may have put a then on
+ * Object.prototype). */
+static void pml_settle(JSValueConst promise, JSValueConst v, int is_reject) {
+    if (!is_reject && JS_IsObject(v)) {
+        JSValue then = JS_GetProperty(ctx, v, JS_ATOM_then);
+        if (JS_IsException(then)) {
+            JSValue e = JS_GetException(ctx);
+            reject_promise(ctx, promise, e);
+            JS_FreeValue(ctx, e);
+            return;
+        }
+        if (JS_IsFunction(ctx, then)) {
+            JSValueConst args[3] = {promise, v, then};
+            JS_EnqueueJob(ctx, js_promise_resolve_thenable_job, 3, args);
+            JS_FreeValue(ctx, then);
+            return;
+        }
+        JS_FreeValue(ctx, then);
+    }
+    fulfill_or_reject_promise(ctx, promise, v, is_reject);
+}
+
+/* A tool of the run (magic: its index): mcp.server.tool(args) -> promise. */
+static JSValue native_tool_call(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
+                                JSValue *data) {
+    JSValueConst a = argc > 0 ? argv[0] : JS_UNDEFINED;
+    JSValue args;
+    if (inflight < inflight_cap && !JS_IsUndefined(a) && json_fast(a) == 0) {
+        JSValue p = pml_new_promise();
+        if (JS_IsException(p)) {
+            jbuf_trim();
+            return p;
+        }
+        start_bytes(magic, jbuf, jbuf_len, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED);
+        jbuf_trim();
+        return p;
+    }
+    jbuf_trim();
+    if (JS_IsUndefined(a)) {
+        args = JS_DupValue(c, empty_args);
+    } else {
+        args = JS_JSONStringify(c, a, JS_UNDEFINED, JS_UNDEFINED);
+        if (JS_IsException(args) || JS_IsUndefined(args)) {
+            /* Not JSON: the prelude words the rejection. */
+            JSValueConst bad[3] = {JS_NewInt32(c, magic), a, JS_UNDEFINED};
+            JSValue exc = JS_UNDEFINED;
+            if (JS_IsException(args)) {
+                exc = JS_GetException(c);
+                bad[2] = exc;
+            }
+            JSValue r = JS_Call(c, fn_bad_args, JS_UNDEFINED, 3, bad);
+            JS_FreeValue(c, exc);
+            return r;
+        }
+    }
+    JSValue p = pml_new_promise();
+    if (JS_IsException(p)) {
+        JS_FreeValue(c, args);
+        return p;
+    }
+    if (inflight < inflight_cap)
+        start(magic, args, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED);
+    else
+        queue_push(magic, args, JS_DupValue(c, p));
+    return p;
+}
+
+/* native.tool(index, name) -> the function that calls tool index, named
+ * name. */
+static JSValue native_tool(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    int32_t index;
     if (JS_ToInt32(c, &index, argv[0]))
         return JS_EXCEPTION;
-    const char *a = JS_ToCStringLen(c, &al, argv[1]);
-    if (!a)
+    JSValue f = JS_NewCFunctionData(c, native_tool_call, 1, index, 0, NULL);
+    if (JS_IsException(f))
+        return f;
+    if (JS_DefinePropertyValue(c, f, JS_ATOM_name, JS_DupValue(c, argv[1]), JS_PROP_CONFIGURABLE) < 0) {
+        JS_FreeValue(c, f);
         return JS_EXCEPTION;
-    JSValue ret = JS_NewInt32(c, host_start_call(index, a, (int32_t)al));
-    JS_FreeCString(c, a);
-    return ret;
+    }
+    return f;
+}
+
+/* native.builtin(index, argsJSON) -> promise: a tools.* built-in, not
+ * counted against the in-flight cap. */
+static JSValue native_builtin(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    int32_t index;
+    if (JS_ToInt32(c, &index, argv[0]))
+        return JS_EXCEPTION;
+    JSValue args = JS_ToString(c, argv[1]);
+    if (JS_IsException(args))
+        return args;
+    JSValue p = pml_new_promise();
+    if (JS_IsException(p)) {
+        JS_FreeValue(c, args);
+        return p;
+    }
+    start(index, args, SLOT_BUILTIN, JS_DupValue(c, p), JS_UNDEFINED);
+    return p;
+}
+
+/* native.timer(argsJSON, fire, drop): a host-side sleep (the built-in of
+ * index -1) that calls fire when it ends, drop when it fails. */
+static JSValue native_timer(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    JSValue args = JS_ToString(c, argv[0]);
+    if (JS_IsException(args))
+        return args;
+    start(-1, args, SLOT_TIMER, JS_DupValue(c, argv[1]), JS_DupValue(c, argv[2]));
+    return JS_UNDEFINED;
+}
+
+/* The global `mcp`'s getter: the run's tools. */
+static JSValue native_mcp(JSContext *c, JSValueConst this_val) { return JS_DupValue(c, mcp_object); }
+
+/* native.setup(mcp, cap, hostError, badArgs): what this run's calls need. */
+static JSValue native_setup(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    int32_t cap;
+    if (JS_ToInt32(c, &cap, argv[1]))
+        return JS_EXCEPTION;
+    set_value(c, &mcp_object, JS_DupValue(c, argv[0]));
+    if (cap > 0)
+        inflight_cap = cap;
+    return JS_UNDEFINED;
+}
+
+/* calls_reset forgets the calls a previous execution of a session left in
+ * flight in this realm: their promises never settle (the host reported
+ * them). */
+static void calls_reset(void) {
+    if (slots) {
+        for (uint32_t i = 0; i <= slots_mask; i++) {
+            if (slots[i].id > 0) {
+                JS_FreeValue(ctx, slots[i].a);
+                JS_FreeValue(ctx, slots[i].b);
+            }
+        }
+        js_free_rt(rt, slots);
+    }
+    slots = NULL;
+    slots_mask = slots_used = slots_live = 0;
+    for (uint32_t i = queue_head; i < queue_tail; i++) {
+        JS_FreeValue(ctx, queue[i].args);
+        JS_FreeValue(ctx, queue[i].promise);
+    }
+    queue_head = queue_tail = 0;
+    inflight = 0;
 }
 
 /* native.log(level, message) -> keep sending (bool) */
@@ -233,7 +732,11 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     if (JS_IsException(prelude))
         return 3;
     JSValue native = JS_NewObject(ctx);
-    JS_SetPropertyStr(ctx, native, "start", JS_NewCFunction(ctx, native_start, "start", 2));
+    JS_SetPropertyStr(ctx, native, "tool", JS_NewCFunction(ctx, native_tool, "tool", 2));
+    JS_SetPropertyStr(ctx, native, "builtin", JS_NewCFunction(ctx, native_builtin, "builtin", 2));
+    JS_SetPropertyStr(ctx, native, "timer", JS_NewCFunction(ctx, native_timer, "timer", 3));
+    JS_SetPropertyStr(ctx, native, "setup", JS_NewCFunction(ctx, native_setup, "setup", 2));
+    JS_SetPropertyStr(ctx, native, "mcp", JS_NewCFunction2(ctx, (JSCFunction *)native_mcp, "get mcp", 0, JS_CFUNC_getter, 0));
     JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
     JS_SetPropertyStr(ctx, native, "fault", JS_NewCFunction(ctx, native_fault, "fault", 1));
     JS_SetPropertyStr(ctx, native, "resolve", JS_NewCFunction(ctx, native_resolve, "resolve", 2));
@@ -243,9 +746,12 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     if (JS_IsException(api))
         return 4;
     fn_setup = JS_GetPropertyStr(ctx, api, "setup");
-    fn_settle = JS_GetPropertyStr(ctx, api, "settle");
     fn_finish = JS_GetPropertyStr(ctx, api, "finish");
     fn_fail = JS_GetPropertyStr(ctx, api, "fail");
+    fn_host_error = JS_GetPropertyStr(ctx, api, "hostError");
+    fn_bad_args = JS_GetPropertyStr(ctx, api, "badArgs");
+    empty_args = JS_NewString(ctx, "{}");
+    mcp_object = JS_UNDEFINED;
     JS_FreeValue(ctx, api);
     JS_RunGC(rt);
     /* Heap headroom in the snapshot: malloc's free top chunk. A run that
@@ -350,6 +856,7 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
      * (restored by the host): its promise goes. */
     JS_FreeValue(ctx, script_promise);
     script_promise = JS_UNDEFINED;
+    calls_reset();
     run_flags = flags;
     ctx->random_state = seed ? (uint64_t)seed : 1;
     JS_UpdateStackTop(rt);
@@ -409,8 +916,11 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     return step();
 }
 
-/* pml_inbox returns a buffer of at least len+1 bytes for the next answer
- * (0 when out of memory). */
+/* pml_inbox returns where the host writes an answer of len bytes (plus
+ * the NUL pml_resume puts after it): the static buffer for most answers,
+ * whose address the host learns once (pml_inbox(0)) and writes to
+ * directly; a buffer of its own, freed once read, for a longer one (0 when
+ * out of memory). */
 __attribute__((export_name("pml_inbox"))) char *pml_inbox(int32_t len) {
     if (inbox != inbox_small)
         free(inbox);
@@ -421,29 +931,64 @@ __attribute__((export_name("pml_inbox"))) char *pml_inbox(int32_t len) {
 }
 
 /* pml_resume delivers the answer to call id (ok or not; len bytes of JSON
- * in the inbox), runs what it unblocked and returns like pml_run. */
+ * in the inbox: the static one when shorter than it), runs what it
+ * unblocked and returns like pml_run. */
 __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_t ok, int32_t len) {
-    if (!inbox)
+    char *in = len < (int32_t)sizeof(inbox_small) ? inbox_small : inbox;
+    if (!in)
         return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");
-    inbox[len] = 0;
-    JSValue argv[4];
-    argv[0] = JS_NewInt32(ctx, id);
-    argv[1] = JS_NewBool(ctx, ok);
-    argv[2] = JS_ParseJSON(ctx, inbox, len, "tool-result.json");
-    argv[3] = JS_FALSE;
-    if (JS_IsException(argv[2])) {
+    in[len] = 0;
+    int raw = 0;
+    JSValue v = JS_ParseJSON(ctx, in, len, "tool-result.json");
+    if (in != inbox_small) {
+        free(inbox);
+        inbox = inbox_small;
+    }
+    if (JS_IsException(v)) {
         /* Malformed host JSON, or a result nested past the stack limit:
          * reject the call with the exception instead of aborting the whole
          * script. (Running out of memory while parsing ends the run.) */
-        argv[1] = JS_NewBool(ctx, 0);
-        argv[2] = JS_GetException(ctx);
-        argv[3] = JS_TRUE;
+        ok = 0;
+        raw = 1;
+        v = JS_GetException(ctx);
     }
-    JSValue s = JS_Call(ctx, fn_settle, JS_UNDEFINED, 4, (JSValueConst *)argv);
-    JS_FreeValue(ctx, argv[2]);
-    if (JS_IsException(s))
+    pml_slot sl;
+    if (!slot_take(id, &sl)) {
+        JS_FreeValue(ctx, v);
+        return step();
+    }
+    if (sl.kind == SLOT_CALL) {
+        inflight--;
+        while (queue_head < queue_tail && inflight < inflight_cap) {
+            pml_queued q = queue[queue_head++];
+            start(q.index, q.args, SLOT_CALL, q.promise, JS_UNDEFINED);
+        }
+        if (queue_head == queue_tail)
+            queue_head = queue_tail = 0;
+    }
+    int failed = 0;
+    if (sl.kind == SLOT_TIMER) {
+        JSValue r = JS_Call(ctx, ok ? sl.a : sl.b, JS_UNDEFINED, 0, NULL);
+        failed = JS_IsException(r);
+        JS_FreeValue(ctx, r);
+    } else if (ok || raw) {
+        pml_settle(sl.a, v, !ok);
+    } else {
+        /* The host's error document becomes the Error the script sees,
+         * kept under id so the host can tell it later unchanged. */
+        JSValueConst hv[2] = {v, JS_NewInt32(ctx, id)};
+        JSValue err = JS_Call(ctx, fn_host_error, JS_UNDEFINED, 2, hv);
+        if (JS_IsException(err))
+            failed = 1;
+        else
+            pml_settle(sl.a, err, 1);
+        JS_FreeValue(ctx, err);
+    }
+    JS_FreeValue(ctx, sl.a);
+    JS_FreeValue(ctx, sl.b);
+    JS_FreeValue(ctx, v);
+    if (failed)
         return emit_exception();
-    JS_FreeValue(ctx, s);
     return step();
 }
 

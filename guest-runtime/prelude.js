@@ -1,10 +1,16 @@
 // PML Sandbox guest prelude.
 //
 // Evaluated once per process before the memory snapshot. It is a function
-// the C glue calls with the native bindings (`start`, `log`, `fault`,
-// `resolve`); those stay in this closure and never reach user code. It
-// returns the entry points the glue calls for every execution: setup,
-// settle, finish, fail.
+// the C glue calls with the native bindings (`tool`, `builtin`, `timer`,
+// `setup`, `mcp`, `log`, `fault`, `resolve`); those stay in this closure
+// and never reach user code (but for `mcp`, the global's getter). It
+// returns the entry points the glue calls: setup, finish and fail for every
+// execution, hostError and badArgs on a call's rare paths.
+//
+// Tool calls themselves are the glue's (native.tool makes each tool's
+// function): it serialises the arguments, keeps the promise in a table of
+// its own and settles it with the host's answer, so a call runs no
+// JavaScript of this file unless it fails.
 //
 // User code runs in the same realm and may replace any built-in method
 // (Array.prototype.push, Map.prototype.set, Function.prototype.call...) or
@@ -34,7 +40,6 @@
   const defineProperty = Object.defineProperty;
   const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
   const ProxyCtor = Proxy;
-  const PromiseCtor = Promise;
   const promiseReject = Promise.reject.bind(Promise);
   const MapCtor = Map;
   const globalObject = globalThis;
@@ -65,16 +70,6 @@
   function define(o, k, v) {
     defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
   }
-
-  // Tool calls in flight are capped; calls beyond the cap wait in `queue`
-  // so Promise.all over many calls just works, `cap` at a time.
-  let cap = 16;
-  let inflight = 0;
-  const queue = slots(64);
-  let queueHead = 0;
-  let queueTail = 0;
-  // Call ids are small consecutive integers: an array is the cheapest map.
-  const pending = slots(64);
 
   // The wrapper `(async function (args) {` shares line 1 with the user's
   // first line; stacks are rewritten so columns match the user's code, and
@@ -197,43 +192,22 @@
   // Calls cross to the host by tool index (the position in this run's tool
   // list), not by name: no strings to convert per call. Negative indexes are
   // the host's built-ins.
-  const SLEEP = -1, SEARCH = -2, LIST = -3, DESCRIBE = -4;
+  const SEARCH = -2, LIST = -3, DESCRIBE = -4;
 
-  // A job is one call the host serves: a tool call, a timer or a tools.*
-  // built-in. An object literal defines its properties (no setter runs), and
-  // the prelude only reads a job's own properties.
-  function newJob(index, args, resolve, reject, uncapped) {
-    return { index, args, resolve, reject, uncapped };
-  }
+  // "server:tool" by tool index, for the run's error messages (an object
+  // without prototype: no script-defined setter sees it).
+  let toolLabels = ObjectCreate(null);
 
-  function startJob(job) {
-    if (!job.uncapped) inflight++;
-    const id = native.start(job.index, job.args);
-    if (id < pending.length) pending[id] = job;
-    else put(pending, id, job);
-  }
-
-  function invoke(index, server, tool, a) {
-    let args;
-    if (a === undefined) {
-      args = "{}";
-    } else {
-      try {
-        args = jsonStringify(a);
-      } catch (e) {
-        let why;
-        try { why = StringCtor(e && e.message); } catch (_) { why = "unknown error"; }
-        return promiseReject(preludeError({ code: "INVALID_ARGUMENTS", tool: server + ":" + tool, message: "arguments are not JSON-serialisable: " + why }));
-      }
-      if (args === undefined) {
-        return promiseReject(preludeError({ code: "INVALID_ARGUMENTS", tool: server + ":" + tool, message: "arguments must be a JSON value, got " + typeof a }));
-      }
+  // badArgs is the glue's call for arguments that are not JSON (it threw
+  // exc, or gave undefined): the rejected promise the tool call returns.
+  function badArgs(index, a, exc) {
+    const tool = toolLabels[index];
+    if (exc !== undefined) {
+      let why;
+      try { why = StringCtor(exc && exc.message); } catch (_) { why = "unknown error"; }
+      return promiseReject(preludeError({ code: "INVALID_ARGUMENTS", tool, message: "arguments are not JSON-serialisable: " + why }));
     }
-    return new PromiseCtor((resolve, reject) => {
-      const job = { index, args, resolve, reject, uncapped: false };
-      if (inflight < cap) startJob(job);
-      else put(queue, queueTail++, job);
-    });
+    return promiseReject(preludeError({ code: "INVALID_ARGUMENTS", tool, message: "arguments must be a JSON value, got " + typeof a }));
   }
 
   // buildMCP makes the mcp object from the run's tools, [server, name,
@@ -248,8 +222,12 @@
     const servers = ObjectCreate(null);
     const names = ObjectCreate(null);
     const all = [];
-    // A computed key names the function as it is made.
-    const toolFn = (index, server, name) => ({ [name]: (a) => invoke(index, server, name, a) }[name]);
+    toolLabels = ObjectCreate(null);
+    // The glue makes each tool's function, named for the tool.
+    const toolFn = (index, server, name) => {
+      toolLabels[index] = server + ":" + name;
+      return native.tool(index, name);
+    };
     for (let i = 0; i + 1 < tools.length; i += 2) {
       const server = StringCtor(tools[i]), name = StringCtor(tools[i + 1]), index = i >> 1;
       let fns = servers[server];
@@ -372,7 +350,7 @@
       }
     };
     const drop = () => { timers[handle] = false; };
-    startJob(newJob(SLEEP, "{\"ms\":" + delay + "}", fire, drop, true));
+    native.timer("{\"ms\":" + delay + "}", fire, drop);
     return handle;
   }
   function clearTimeoutImpl(handle) {
@@ -382,8 +360,7 @@
   // Built-ins (server "") are served by the host like tools but are not
   // queued behind the in-flight cap.
   function builtinCall(index, a) {
-    const args = jsonStringify(a);
-    return new PromiseCtor((resolve, reject) => startJob(newJob(index, args, resolve, reject, true)));
+    return native.builtin(index, jsonStringify(a));
   }
 
   // Globals that do not depend on the run are defined once, before the
@@ -408,9 +385,9 @@
   defineProperty(globalObject, "clearTimeout", { value: clearTimeoutImpl, ...hidden });
   // `mcp` is each run's own (its tools, narrowed per request), and a
   // session's executions share one global object: a getter no script can
-  // replace reads the run's.
-  let mcpObject;
-  defineProperty(globalObject, "mcp", { get: () => mcpObject, enumerable: false, configurable: false });
+  // replace reads the run's (the glue's, which holds it: no JavaScript
+  // runs for a script's every `mcp.`).
+  defineProperty(globalObject, "mcp", { get: native.mcp, enumerable: false, configurable: false });
 
   // Sessions (see internal/script's Persist). The host adds, at the top
   // of a session's script, one call handing over the script's top-level
@@ -451,14 +428,10 @@
   }
 
   // reset forgets what a previous execution of a session left in this
-  // realm: its calls and timers in flight (their promises never settle;
-  // the host reported them), its queue, and its host errors, which keep
-  // no code of theirs past their execution.
+  // realm: its timers (its calls in flight are the glue's, which forgets
+  // them itself: their promises never settle; the host reported them), and
+  // its host errors, which keep no code of theirs past their execution.
   function reset() {
-    inflight = 0;
-    for (let i = 0; i < queue.length; i++) queue[i] = undefined;
-    queueHead = queueTail = 0;
-    for (let i = 0; i < pending.length; i++) pending[i] = undefined;
     for (let i = 0; i < timers.length; i++) timers[i] = false;
     timerSeq = 0;
     logging = true;
@@ -472,10 +445,9 @@
   function setup(cfg) {
     if (ran) reset();
     ran = true;
-    if (cfg.in_flight > 0) cap = cfg.in_flight;
     if (cfg.max_timers > 0) maxTimers = cfg.max_timers;
     session = cfg.session === true;
-    mcpObject = buildMCP(cfg.tools || [], cfg.resolve === true);
+    native.setup(buildMCP(cfg.tools || [], cfg.resolve === true), cfg.in_flight > 0 ? cfg.in_flight : 0);
     if (cfg.globals) {
       for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });
     }
@@ -488,25 +460,6 @@
       defineProperty(globalObject, "args", { value: args, writable: true, enumerable: false, configurable: true });
     } catch (_) {}
     return args;
-  }
-
-  // settle delivers the host's answer to call id. raw is true when the
-  // glue could not read the answer (value is then the exception).
-  function settle(id, ok, value, raw) {
-    const job = pending[id];
-    if (job === undefined) return;
-    pending[id] = undefined;
-    if (!job.uncapped) {
-      inflight--;
-      while (queueHead < queueTail && inflight < cap) {
-        const next = queue[queueHead];
-        queue[queueHead++] = undefined;
-        startJob(next);
-      }
-      if (queueHead === queueTail) queueHead = queueTail = 0;
-    }
-    if (ok) job.resolve(value);
-    else job.reject(raw ? value : hostError(value, id));
   }
 
   function invalidResult(message) {
@@ -584,5 +537,5 @@
     return e;
   }
 
-  return { setup, settle, finish, fail };
+  return { setup, finish, fail, hostError, badArgs };
 })

@@ -28,7 +28,15 @@ type snapshot struct {
 	// stackPointer is __stack_pointer's value after pml_init (and after
 	// every run that returned): a reset instance must hold it.
 	stackPointer uint64
+	// inbox is the address of the guest's static inbox (pml_inbox(0)), the
+	// same in every instance: the host writes answers shorter than
+	// inboxSize there without a call.
+	inbox uint32
 }
+
+// inboxSize is the size of the guest's static inbox (glue.c's
+// inbox_small): answers shorter than it are written there directly.
+const inboxSize = 4096
 
 type chunk struct {
 	off  uint32
@@ -78,8 +86,12 @@ func takeSnapshot(ctx context.Context, rt wazero.Runtime, compiled wazero.Compil
 		return nil, errors.New("guest: the guest does not export its globals (built without loopcheck.awk?)")
 	}
 
+	inbox, err := init.ExportedFunction("pml_inbox").Call(ctx, 0)
+	if err != nil || inbox[0] == 0 {
+		return nil, fmt.Errorf("guest: the guest has no inbox: %v", err)
+	}
 	mem := init.Memory()
-	s := &snapshot{pages: mem.Size() / 65536, stackPointer: sp.Get()}
+	s := &snapshot{pages: mem.Size() / 65536, stackPointer: sp.Get(), inbox: uint32(inbox[0])}
 	after, _ := mem.Read(0, mem.Size())
 	// Where it can, the whole post-init memory becomes the image instances
 	// map, and nothing else is needed.
