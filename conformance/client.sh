@@ -111,6 +111,14 @@ case $scenario in
     done
     cat "$work/doc.json"
     exit $status ;;
+  elicitation-sep1034-client-defaults)
+    # The server asks while the call is in flight (elicitation/create on
+    # its 2025-11-25 session) and holds the call open until it is answered.
+    # pml run answers in line: here a person who accepts the form as it
+    # comes, every field at its default ("accept": pml fills in the form's
+    # defaults, SEP-1034), written beforehand with --answers.
+    echo '["accept"]' | "$pml" run --config "$work/servers.json" --demo off --answers - \
+      -e 'return await mcp.s.test_client_elicitation_defaults({})' ;;
   http-invalid-tool-headers)
     # The tools with broken header bindings are left out of the catalog;
     # the valid one stays callable.

@@ -21,6 +21,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/askserver"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 	"github.com/pml-sandbox/pml/internal/testutil/oidcprovider"
 )
@@ -253,7 +254,9 @@ func mcpCall(t *testing.T, base, principal string, params map[string]any) map[st
 // signs in as itself and is offered no approval, and its forged one is
 // refused; alice signs in, rejects one call and approves the other, each
 // decision served by a fresh container; the agent's retry reads the
-// result. The notice on the bus names the page.
+// result. Then alice publishes a capability the agent proposed (a draft,
+// listed for her on the page) and it is callable at once in a fresh
+// container. The notices on the bus name the pages.
 func TestApprovalPageLambdaInBrowser(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
@@ -268,7 +271,7 @@ func TestApprovalPageLambdaInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := announcements(t, ctx, cfg, m.Endpoint, "pml-approvals")
+	queue := announcements(t, ctx, cfg, m.Endpoint, "pml-approvals", app.NoticeDetailType, app.DraftDetailType)
 	base := s.apiGateway(t)
 	idp := oidcprovider.Start(t, oidcprovider.Options{
 		Clients: map[string]oidcprovider.Client{"approval-page": {Secret: "page-secret", RedirectURIs: []string{base + "/approvals/signin/callback"}}},
@@ -359,9 +362,206 @@ func TestApprovalPageLambdaInBrowser(t *testing.T) {
 	if sc["ok"] != true || !strings.Contains(string(r), `"code":"REJECTED"`) || !strings.Contains(string(r), "not the customers") || !strings.Contains(string(r), `"b":{"ok"`) {
 		t.Fatalf("the agent's retry after the page: %+v", last)
 	}
-	for _, n := range receive(t, ctx, cfg, m.Endpoint, queue, 2) {
+
+	// The agent proposes a capability: a draft, which alice reads whole
+	// and publishes on the page; it is callable at once, in a fresh
+	// container.
+	status, saved := callAs(t, "POST", base+"/capabilities", agent, `{"name": "notes:add", "code": "return args.a + args.b"}`)
+	dr, _ := saved["draft"].(map[string]any)
+	draftID, _ := dr["id"].(string)
+	if status != http.StatusAccepted || saved["status"] != "draft" || draftID == "" {
+		t.Fatalf("the agent's save: %d %+v", status, saved)
+	}
+	recycle()
+	browse(t, browser, "the drafts waiting for alice", chromedp.Navigate(base+"/approvals"), visible("#drafts"))
+	if list := textOf(t, browser, "#drafts"); !strings.Contains(list, "notes:add") || !strings.Contains(list, agent) {
+		t.Fatalf("alice's drafts: %q", list)
+	}
+	browse(t, browser, "open the draft", click("#drafts a"), visible("#draft-name"))
+	if author, code := textOf(t, browser, "#author"), textOf(t, browser, "#code"); author != agent || !strings.Contains(code, "return args.a + args.b") {
+		t.Fatalf("the draft's page: %q %q", author, code)
+	}
+	recycle()
+	browse(t, browser, "publish it", click("#publish"), visible("#outcome"))
+	if outcome := textOf(t, browser, "#outcome"); !strings.Contains(outcome, "as notes:add version 1") {
+		t.Fatalf("publish: %q", outcome)
+	}
+	recycle()
+	if status, ran := callAs(t, "POST", base+"/execute", agent, `{"code": "return await mcp.notes.add({a: 2, b: 3})"}`); status != http.StatusOK || ran["result"] != 5.0 {
+		t.Fatalf("calling the published capability: %d %+v", status, ran)
+	}
+
+	// Two suspensions and the draft were announced, each with its page.
+	var drafts int
+	for _, n := range receive(t, ctx, cfg, m.Endpoint, queue, 3) {
+		if strings.Contains(n, app.DraftDetailType) {
+			drafts++
+			if !strings.Contains(n, base+"/approvals/"+draftID) || strings.Contains(n, "return args") {
+				t.Errorf("draft notice %s: want the draft's page, never its code", n)
+			}
+			continue
+		}
 		if !strings.Contains(n, pageURL) || !strings.Contains(n, id) || strings.Contains(n, "production_customers") {
 			t.Errorf("notice %s: want the page's URL, never the arguments", n)
 		}
+	}
+	if drafts != 1 {
+		t.Errorf("%d draft notices, want 1", drafts)
+	}
+}
+
+// signInLink waits for pml serve to print a one-time link that signs in
+// and goes on to what waits (after an execution suspended or a draft was
+// proposed), and returns it.
+func signInLink(t *testing.T, srv *served, what string) string {
+	t.Helper()
+	re := regexp.MustCompile(`sign in to decide \(one use, within [^)]+\): (http://\S+)`)
+	for deadline := time.After(30 * time.Second); ; {
+		select {
+		case l := <-srv.lines:
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m[1]
+			}
+		case <-deadline:
+			t.Fatalf("pml serve printed no sign-in link for %s", what)
+		}
+	}
+}
+
+// TestApprovalPageQuestionInBrowser: a remote MCP server (mcp-go) asks
+// before it answers a script's call; the agent's MCP client, which pml
+// serve under the deployed policy does not trust with a form, is sent to
+// the approval page. In headless Chromium the person at the keyboard signs
+// in with the link pml serve printed, reads the server's question — its
+// message, its fields, their defaults — and answers it: first without the
+// required field (the browser's check taken out), which the server's
+// schema refuses on the page, then whole. The server gets the answer with
+// its own state, and the agent's retry reads the server's result.
+func TestApprovalPageQuestionInBrowser(t *testing.T) {
+	ask, err := askserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ask.Close() })
+	dir := t.TempDir()
+	srv := startServe(t, []string{app.EnvSuspDir + "=" + filepath.Join(dir, "suspended"), app.EnvApprovalKeyFile + "=" + filepath.Join(dir, "approval.key"),
+		app.EnvMCPServers + `={"servers": [` + fmt.Sprintf(`{"name": "ask", "url": %q, "transport": "streamable"}`, ask.URL) + `]}`},
+		"--caller-decides", "off")
+
+	code := `return await mcp.ask.confirm_delete({item: "from-the-browser"})`
+	first := mcpCall(t, srv.base, "", map[string]any{"name": "execute_code", "arguments": map[string]any{"code": code}})
+	state, _ := first["requestState"].(string)
+	params, _ := first["inputRequests"].(map[string]any)["approval-page"].(map[string]any)["params"].(map[string]any)
+	pageURL, _ := params["url"].(string)
+	msg, _ := params["message"].(string)
+	if first["resultType"] != "input_required" || state == "" || params["mode"] != "url" || !strings.HasPrefix(pageURL, srv.base+"/approvals/ex_") ||
+		!strings.Contains(msg, `The MCP server "ask" asks`) || !strings.Contains(msg, fmt.Sprintf(askserver.Question, "from-the-browser")) {
+		t.Fatalf("execute_code's first answer %+v", first)
+	}
+	link := signInLink(t, srv, "the execution")
+
+	ctx := newBrowser(t)
+	browse(t, ctx, "sign in with the link, landing on the execution", chromedp.Navigate(link), visible("#question-1"))
+	if m := textOf(t, ctx, "#message-1-0"); m != fmt.Sprintf(askserver.Question, "from-the-browser") {
+		t.Fatalf("the server's question reads %q", m)
+	}
+	if label := textOf(t, ctx, `label[for="a-1-0-0"]`); !strings.Contains(label, "Delete it?") || !strings.Contains(label, "boolean · required") {
+		t.Fatalf("the field reads %q", label)
+	}
+	if def := read(t, ctx, "the note's default", chromedp.Value(chromedp.CSS("#a-1-0-1"))); def != "none" {
+		t.Fatalf("the note shows %q, want the server's default", def)
+	}
+	// The browser checks required fields; the page checks again, against
+	// the server's own schema.
+	read(t, ctx, "the form without its browser checks", chromedp.Evaluate[bool](`(document.querySelectorAll("[required]").forEach((e) => e.removeAttribute("required")), true)`))
+	browse(t, ctx, "send the answer without the required field", click("#answer-1"), visible("#problems-1"))
+	if p := textOf(t, ctx, "#problems-1"); !strings.Contains(p, "confirmed") {
+		t.Fatalf("the refused answer says %q", p)
+	}
+	if len(ask.Retries()) != 0 {
+		t.Fatalf("a refused answer reached the server: %+v", ask.Retries())
+	}
+	browse(t, ctx, "answer the question",
+		click("#a-1-0-0-yes"), chromedp.SetValue(chromedp.CSS("#a-1-0-1"), "checked in a browser"),
+		click("#answer-1"), visible("#outcome"))
+	if outcome := textOf(t, ctx, "#outcome"); !strings.Contains(outcome, "You answered the question call #1") || !strings.Contains(outcome, "succeeded") {
+		t.Fatalf("answer: %q", outcome)
+	}
+	r := ask.Retries()
+	if len(r) != 1 || !r[0].Known || r[0].Answer.Action != "accept" {
+		t.Fatalf("the server got %+v", r)
+	}
+
+	last := mcpCall(t, srv.base, "", map[string]any{"name": "execute_code", "arguments": map[string]any{"code": code}, "requestState": state,
+		"inputResponses": map[string]any{"approval-page": map[string]any{"action": "accept"}}})
+	sc, _ := last["structuredContent"].(map[string]any)
+	if res, _ := json.Marshal(sc["result"]); sc["ok"] != true || string(res) != `{"deleted":true,"item":"from-the-browser","note":"checked in a browser"}` {
+		t.Fatalf("the agent's retry after the page: %+v", last)
+	}
+}
+
+// TestApprovalPageDraftInBrowser: under the deployed policy a caller's
+// save_capability is a draft; pml serve prints a link for the person at
+// its keyboard, who reads the draft whole in headless Chromium and
+// publishes it — callable at once. The caller's next draft of the name is
+// shown against the published version with a diff; the caller may not
+// publish it, and the person rejects it with a reason: callers still run
+// version 1.
+func TestApprovalPageDraftInBrowser(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServe(t, []string{app.EnvApprovalKeyFile + "=" + filepath.Join(dir, "approval.key")}, "--caller-decides", "off")
+	status, doc := postJSON(t, srv.base+"/capabilities", `{"name": "math:sum", "code": "return args.a + args.b", "description": "Adds a and b."}`)
+	d, _ := doc["draft"].(map[string]any)
+	id, _ := d["id"].(string)
+	if status != http.StatusAccepted || doc["status"] != "draft" || id == "" {
+		t.Fatalf("the caller's save: %d %+v", status, doc)
+	}
+	link := signInLink(t, srv, "the draft")
+
+	ctx := newBrowser(t)
+	browse(t, ctx, "sign in with the link, landing on the draft", chromedp.Navigate(link), visible("#draft-name"))
+	if name, code, replaces := textOf(t, ctx, "#draft-name"), textOf(t, ctx, "#code"), textOf(t, ctx, "#replaces"); name != "math:sum" ||
+		!strings.Contains(code, "return args.a + args.b") || !strings.Contains(replaces, "Nothing is published") {
+		t.Fatalf("the draft's page: %q %q %q", name, code, replaces)
+	}
+	if desc := textOf(t, ctx, "#description"); desc != "Adds a and b." {
+		t.Fatalf("description %q", desc)
+	}
+	browse(t, ctx, "publish it", click("#publish"), visible("#outcome"))
+	if outcome := textOf(t, ctx, "#outcome"); !strings.Contains(outcome, "You published draft "+id+" as math:sum version 1") {
+		t.Fatalf("publish: %q", outcome)
+	}
+	sum := func() any {
+		t.Helper()
+		status, doc := postJSON(t, srv.base+"/execute", `{"code": "return await mcp.math.sum({a: 2, b: 3})"}`)
+		if status != http.StatusOK {
+			t.Fatalf("calling math:sum: %d %+v", status, doc)
+		}
+		return doc["result"]
+	}
+	if got := sum(); got != 5.0 {
+		t.Fatalf("math:sum answered %v, want 5", got)
+	}
+
+	_, doc = postJSON(t, srv.base+"/capabilities", `{"name": "math:sum", "code": "return args.a * args.b"}`)
+	d, _ = doc["draft"].(map[string]any)
+	second, _ := d["id"].(string)
+	if doc["status"] != "draft" || second == "" {
+		t.Fatalf("the caller's second save: %+v", doc)
+	}
+	if status, doc := postJSON(t, srv.base+"/capabilities/drafts/"+second+"/publish", `{}`); status != http.StatusForbidden {
+		t.Fatalf("the caller publishing its own draft: %d %+v", status, doc)
+	}
+	browse(t, ctx, "open the second draft", chromedp.Navigate(srv.base+"/approvals/"+second), visible("#diff"))
+	if replaces, diff := textOf(t, ctx, "#replaces"), textOf(t, ctx, "#diff"); replaces != "version 1" ||
+		!strings.Contains(diff, "- return args.a + args.b") || !strings.Contains(diff, "+ return args.a * args.b") {
+		t.Fatalf("the second draft against version 1: %q %q", replaces, diff)
+	}
+	browse(t, ctx, "reject it with a reason", chromedp.SendKeys(chromedp.CSS("#draft-reason"), "it multiplies"), click("#reject"), visible("#outcome"))
+	if outcome := textOf(t, ctx, "#outcome"); !strings.Contains(outcome, "You rejected draft "+second) || !strings.Contains(outcome, "it multiplies") {
+		t.Fatalf("reject: %q", outcome)
+	}
+	if got := sum(); got != 5.0 {
+		t.Fatalf("after the rejection math:sum answered %v, want 5", got)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
@@ -35,6 +36,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
+	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
@@ -179,6 +181,15 @@ type Config struct {
 
 	// Learn configures the learning loop (internal/learn).
 	Learn LearnConfig
+
+	// Answerer, when set, answers remote MCP servers' questions in line
+	// while the call is in flight: a 2025-11-25 server's
+	// elicitation/create (the pool then declares the capability) and a
+	// 2026-07-28 input_required in an execution that cannot suspend. Only
+	// a front end whose caller is the person at the keyboard sets it (pml
+	// run), and only where Approval.Policy lets the caller answer
+	// (approval.Policy.MayAnswer); New refuses it otherwise.
+	Answerer ask.Answerer
 
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
@@ -447,7 +458,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(err)
 		}
 	}
-	sources, err := a.openSources(ctx, servers, cfg.MCPAuth, log)
+	if cfg.Answerer != nil && !cfg.Approval.Policy.MayAnswer(approval.Decider{Channel: execution.ChannelCaller}, "") {
+		return fail(fault.New(fault.InvalidRequest, "remote servers' questions can be answered in line only where the caller decides (the caller's answer is weighed as an approval)"))
+	}
+	sources, err := a.openSources(ctx, servers, cfg.MCPAuth, cfg.Answerer, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -538,7 +552,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.closers = append(a.closers, a.Ranker.Close)
 	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
-		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes})
+		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
+		Answerer: cfg.Answerer})
 	a.runner.Executor = a.Service
 	return a, nil
 }
@@ -576,17 +591,25 @@ func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 }
 
 // ApprovalPage is the approval page over exec (the executor the HTTP API
-// resumes through), nil where there is nothing to approve on it: no store
-// of suspended executions, or no key to sign its sessions with.
+// resumes through) and the capability guard's drafts, nil where there is
+// nothing to decide on it (no store of suspended executions and no
+// capability registry) or no key to sign its sessions with.
 func (a *App) ApprovalPage(exec execution.Executor, log *slog.Logger) *approvalpage.Page {
-	if a.Suspensions == nil || a.approvalKey == nil {
+	if a.approvalKey == nil || (a.Suspensions == nil && a.Guard == nil) {
 		return nil
 	}
 	if log == nil {
 		log = a.log
 	}
-	p, err := approvalpage.New(approvalpage.Options{Service: exec, Lister: a.Service, Policy: a.policy, Key: a.approvalKey,
-		BaseURL: a.page.URL, OIDC: a.page.OIDC, Links: a.page.Links, Logger: log})
+	opts := approvalpage.Options{Service: exec, Policy: a.policy, Key: a.approvalKey,
+		BaseURL: a.page.URL, OIDC: a.page.OIDC, Links: a.page.Links, Logger: log}
+	if a.Suspensions != nil {
+		opts.Lister = a.Service
+	}
+	if a.Guard != nil {
+		opts.Drafts = a.Guard
+	}
+	p, err := approvalpage.New(opts)
 	if err != nil {
 		// The configuration was checked when it was read.
 		log.Error("approval page not served", "err", err)
@@ -643,6 +666,7 @@ func (a *App) serversFromSSM(ctx context.Context, name string) (serverconfig.Ser
 type awsConfig struct {
 	mu  sync.Mutex
 	cfg *aws.Config
+	sm  mcpauth.SecretsAPI // secrets
 }
 
 func (c *awsConfig) load(ctx context.Context) (aws.Config, error) {

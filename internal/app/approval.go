@@ -39,8 +39,10 @@ type ApprovalConfig struct {
 	// Page configures the approval page.
 	Page PageConfig
 	// OnSuspend, when set, is told of every suspension besides the log
-	// and the bus (pml serve prints a sign-in link).
+	// and the bus (pml serve prints a sign-in link); OnDraft likewise of
+	// every new capability draft.
 	OnSuspend func(context.Context, execution.SuspensionNotice)
+	OnDraft   func(context.Context, capability.DraftNotice)
 }
 
 // PageConfig configures the approval page: where it is, and how people
@@ -217,8 +219,15 @@ func (a *App) openApproval(ctx context.Context, cfg ApprovalConfig, log *slog.Lo
 			put(ctx, NoticeDetailType, n, "execution_id", n.ExecutionID)
 		},
 		drafted: func(ctx context.Context, n capability.DraftNotice) {
+			// A draft's page is under the executions' route, by its id.
+			if cfg.Page.URL != "" {
+				n.ApprovalURL = strings.TrimSuffix(cfg.Page.URL, "/") + approvalpage.Prefix + "/" + url.PathEscape(n.DraftID)
+			}
+			if cfg.OnDraft != nil {
+				cfg.OnDraft(ctx, n)
+			}
 			log.InfoContext(ctx, "capability draft proposed", "draft_id", n.DraftID, "name", n.Name, "author", n.Author,
-				"code_hash", n.CodeHash, "expires_at", n.ExpiresAt.Format(time.RFC3339))
+				"code_hash", n.CodeHash, "expires_at", n.ExpiresAt.Format(time.RFC3339), "approval_url", n.ApprovalURL)
 			put(ctx, DraftDetailType, n, "draft_id", n.DraftID)
 		},
 	}, nil

@@ -35,13 +35,20 @@ func (m MCPAuthConfig) options(aws *awsConfig) []mcpclient.Option {
 	}
 }
 
-// secrets is the Secrets Manager client of the process's AWS config.
+// secrets is the process's one Secrets Manager client (MCP servers'
+// OAuth credentials, secret references, the approval key), made when
+// first needed.
 func (c *awsConfig) secrets(ctx context.Context) (mcpauth.SecretsAPI, error) {
 	cfg, err := c.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return secretsmanager.NewFromConfig(cfg), nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sm == nil {
+		c.sm = secretsmanager.NewFromConfig(cfg)
+	}
+	return c.sm, nil
 }
 
 // SecretsClient is a Secrets Manager client from the default AWS

@@ -7,18 +7,20 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
+	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 )
 
 // openSources starts the tool sources of the server list: the MCP client
 // pool, the OpenAPI services and the Lambda functions, in that order,
 // each owning its servers' names (which must be unique across kinds).
-func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, log *slog.Logger) ([]execution.ToolSource, error) {
+func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
 	seen := map[string]bool{}
 	for _, name := range servers.Names() {
 		if seen[name] {
@@ -27,8 +29,16 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 		seen[name] = true
 	}
 	var sources []execution.ToolSource
+	// One resolver for every source's secret references: a Secrets
+	// Manager secret is read once per process and lifetime, through the
+	// app's one client.
+	refs := secretref.New(func(ctx context.Context) (secretref.API, error) { return a.aws.secrets(ctx) }, secretref.Options{})
 	if len(servers.MCP) > 0 {
-		pool, err := mcpclient.New(ctx, servers.MCP, append(auth.options(&a.aws), mcpclient.WithLogger(log))...)
+		opts := append(auth.options(&a.aws), mcpclient.WithLogger(log), mcpclient.WithSecretRefs(refs))
+		if answerer != nil {
+			opts = append(opts, mcpclient.WithAnswerer(answerer))
+		}
+		pool, err := mcpclient.New(ctx, servers.MCP, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("mcp servers: %w", err)
 		}
@@ -38,7 +48,7 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 	}
 	if len(servers.OpenAPI) > 0 {
 		src, err := openapisrc.New(ctx, servers.OpenAPI, openapisrc.Options{Logger: log, AWS: a.aws.load,
-			CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent})
+			CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent, Refs: refs})
 		if err != nil {
 			return nil, fmt.Errorf("openapi servers: %w", err)
 		}

@@ -19,8 +19,13 @@
 // the execution it was shown, so a replayed form is refused once the
 // execution has moved on.
 //
-// Other kinds of decision (capability drafts awaiting publication) join
-// the list by registering a Provider.
+// A call parked on a remote MCP server's question (2026-07-28
+// input_required) is shown as the server asked it, as a form whose answer
+// is checked against the server's own schema (question.go). Capability
+// drafts awaiting publication are the list's second kind of decision
+// (Options.Drafts, drafts.go), each on a page of its own under the same
+// route, told apart by its id; other kinds join the list by registering a
+// Provider.
 package approvalpage
 
 import (
@@ -29,6 +34,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +96,9 @@ type Item struct {
 	Asked, Expires time.Time
 	// MayApprove is whether the person may approve it (else only reject).
 	MayApprove bool
+	// May says in a few words what the person may do ("approve or
+	// reject"); empty: as MayApprove says.
+	May string
 }
 
 // Options configure a Page. Service, Policy and Key are required.
@@ -116,6 +125,10 @@ type Options struct {
 	// Links, when set, are the one-time local links of pml serve: whoever
 	// opens one signs in as LocalPrincipal.
 	Links *LocalLinks
+	// Drafts, when set, are the deployment's capability drafts
+	// (capability.Guard): the list shows those the person may publish,
+	// each on a page of its own where they publish or reject it.
+	Drafts Drafts
 	// Providers are more kinds of decisions for the list.
 	Providers []Provider
 	Logger    *slog.Logger
@@ -167,6 +180,9 @@ func New(opts Options) (*Page, error) {
 	if opts.Lister != nil {
 		p.providers = append(p.providers, callsProvider{p})
 	}
+	if opts.Drafts != nil {
+		p.providers = append(p.providers, draftsProvider{p})
+	}
 	p.providers = append(p.providers, opts.Providers...)
 	p.cop = http.NewCrossOriginProtection()
 	if opts.BaseURL != "" {
@@ -213,7 +229,8 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Handle serves another kind of decision's page under Prefix (pattern
-// "GET /approvals/drafts/{name}"): it gets the page's headers; its
+// "GET /approvals/things/{id}"; a deployment must route it too): it gets
+// the page's headers; its
 // handlers read the person with Person and check forms with CheckForm.
 // A POST pattern is wrapped in the cross-origin protection.
 func (p *Page) Handle(pattern string, h http.Handler) {
@@ -237,8 +254,9 @@ func (p *Page) CheckForm(r *http.Request) bool {
 	return ok && p.csrfOK(s, r.PostFormValue("csrf"))
 }
 
-// ExecutionURL is the page of execution id, under base (the request's
-// base URL when the page has none configured: BaseURL).
+// ExecutionURL is the page of execution id (or of capability draft id:
+// both are under the same route), under base (the request's base URL
+// when the page has none configured: BaseURL).
 func (p *Page) ExecutionURL(base, id string) string {
 	if p.opts.BaseURL != "" {
 		base = p.opts.BaseURL
@@ -387,9 +405,12 @@ func (p *Page) list(w http.ResponseWriter, r *http.Request) {
 	}
 	d := p.decider(s)
 	data := pageData{Title: "Waiting for a decision", Session: &s, CSRF: p.csrfToken(s)}
-	for _, pr := range p.providers {
+	for i, pr := range p.providers {
 		items, err := pr.Waiting(r.Context(), d, maxListItems)
-		g := group{Kind: pr.Kind()}
+		g := group{Kind: pr.Kind(), ID: "waiting-" + strconv.Itoa(i)}
+		if id, ok := pr.(interface{ listID() string }); ok {
+			g.ID = id.listID()
+		}
 		if err != nil {
 			p.log.WarnContext(r.Context(), "approval list", "kind", pr.Kind(), "err", err)
 			g.Error = "This list could not be read now."
@@ -414,6 +435,8 @@ type callsProvider struct{ p *Page }
 
 func (c callsProvider) Kind() string { return "Tool calls" }
 
+func (c callsProvider) listID() string { return "waiting" }
+
 func (c callsProvider) Waiting(ctx context.Context, person approval.Decider, limit int) ([]Item, error) {
 	pol := c.p.opts.Policy
 	docs, ferr := c.p.opts.Lister.ListWaiting(ctx, limit, func(owner string) bool {
@@ -425,14 +448,36 @@ func (c callsProvider) Waiting(ctx context.Context, person approval.Decider, lim
 	items := make([]Item, 0, len(docs))
 	for _, d := range docs {
 		var tools []string
+		approvals, questions := false, false
 		for _, pc := range d.Pending {
-			tools = append(tools, "#"+strconv.Itoa(pc.CallID)+" "+pc.Server+"."+pc.Tool)
+			tools = append(tools, pendingLabel(pc))
+			questions = questions || pc.Reason == execution.PendingQuestion
+			approvals = approvals || pc.Reason != execution.PendingQuestion
 		}
+		may := pol.MayApprove(person, d.Owner)
 		items = append(items, Item{Path: Prefix + "/" + url.PathEscape(d.ExecutionID), Title: "Execution " + d.ExecutionID,
 			Summary: strings.Join(tools, ", "), Owner: d.Owner, Asked: d.CreatedAt, Expires: d.ExpiresAt,
-			MayApprove: pol.MayApprove(person, d.Owner)})
+			MayApprove: may, May: callsMay(may, approvals, questions)})
 	}
 	return items, nil
+}
+
+// callsMay says what a person may do with an execution's calls: approve
+// and answer (MayAnswer is MayApprove), or only reject and decline.
+func callsMay(may, approvals, questions bool) string {
+	switch {
+	case may && approvals && questions:
+		return "approve or reject, answer or decline"
+	case may && questions:
+		return "answer or decline"
+	case may:
+		return "approve or reject"
+	case approvals && questions:
+		return "reject or decline only"
+	case questions:
+		return "decline only"
+	}
+	return "reject only"
 }
 
 // mayDecide reports whether the person may act on owner's ask at all.
@@ -443,7 +488,7 @@ func (p *Page) mayDecide(d approval.Decider, owner string) bool {
 // notWaiting is the answer for an execution that does not wait for this
 // person: the same for every reason, so ids cannot be probed.
 func (p *Page) notWaiting(w http.ResponseWriter, r *http.Request) {
-	p.fail(w, r, http.StatusNotFound, "No execution waits for your decision under this id: it may have been decided already, "+
+	p.fail(w, r, http.StatusNotFound, "Nothing waits for your decision under this id: it may have been decided already, "+
 		"have expired, belong to someone you do not decide for, or never have existed.")
 }
 
@@ -452,25 +497,35 @@ func (p *Page) execution(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	id := r.PathValue("id")
+	if isDraftID(id) {
+		p.draft(w, r, s, id)
+		return
+	}
 	d := p.decider(s)
-	doc, ferr := p.opts.Service.Waiting(r.Context(), r.PathValue("id"))
+	doc, ferr := p.opts.Service.Waiting(r.Context(), id)
 	if ferr != nil || !p.mayDecide(d, doc.Owner) {
 		p.notWaiting(w, r)
 		return
 	}
-	p.render(w, r, http.StatusOK, "execution", p.executionView(r.Context(), s, doc))
+	p.render(w, r, http.StatusOK, "execution", p.executionView(r.Context(), s, doc, nil))
 }
 
 // flushTimeout bounds writing traces after a decision ran the execution
 // on.
 const flushTimeout = 5 * time.Second
 
+// The words of the page's forms besides execution.DecisionApprove and
+// execution.DecisionReject: a remote server's question answered
+// (execution.DecisionAnswer) or declined.
+const formDecline = "decline"
+
 func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 	s, ok := p.person(w, r)
 	if !ok {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		p.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
@@ -481,17 +536,31 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	if isDraftID(id) {
+		p.decideDraft(w, r, s, id)
+		return
+	}
 	call, err1 := strconv.Atoi(r.PostFormValue("call"))
 	version, err2 := strconv.Atoi(r.PostFormValue("version"))
 	word, reason := r.PostFormValue("decision"), strings.TrimSpace(r.PostFormValue("reason"))
-	if err1 != nil || err2 != nil || call < 1 || version < 1 || (word != execution.DecisionApprove && word != execution.DecisionReject) || len(reason) > execution.MaxReasonBytes {
+	known := word == execution.DecisionApprove || word == execution.DecisionReject || word == execution.DecisionAnswer || word == formDecline
+	if err1 != nil || err2 != nil || call < 1 || version < 1 || !known || len(reason) > execution.MaxReasonBytes {
 		p.fail(w, r, http.StatusBadRequest, "The form is not one this page sent: it names no call, version or decision, or its reason is over "+
 			strconv.Itoa(execution.MaxReasonBytes)+" bytes.")
 		return
 	}
-	dec := execution.Decision{Approve: word == execution.DecisionApprove, Reason: reason}
-	if !dec.Approve && reason == "" {
-		dec.Reason = "rejected on the approval page"
+	var dec execution.Decision
+	switch word {
+	case execution.DecisionAnswer, formDecline:
+		var done bool
+		if dec, done = p.answer(w, r, s, id, call, version, word); done {
+			return
+		}
+	default:
+		dec = execution.Decision{Approve: word == execution.DecisionApprove, Reason: reason}
+		if !dec.Approve && reason == "" {
+			dec.Reason = "rejected on the approval page"
+		}
 	}
 	rr := execution.ResumeRequest{ExecutionID: id, Decisions: map[string]execution.Decision{strconv.Itoa(call): dec},
 		CallDetail: execution.CallDetailSummary, Principal: s.Principal, Channel: execution.ChannelPage, Version: version}
@@ -507,8 +576,52 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, status, msg)
 		return
 	}
-	p.log.InfoContext(r.Context(), "decided on the approval page", "execution_id", id, "call_id", call, "decision", word, "principal", s.Principal)
-	p.render(w, r, http.StatusOK, "decided", decidedView(s, p.csrfToken(s), id, call, dec, resp, p.path(Prefix+"/"+url.PathEscape(id)), p.path(Prefix)))
+	p.log.InfoContext(r.Context(), "decided on the approval page", "execution_id", id, "call_id", call, "decision", verb(dec), "principal", s.Principal)
+	p.render(w, r, http.StatusOK, "decided", decidedView(s, id, call, dec, resp, p.path(Prefix+"/"+url.PathEscape(id)), p.path(Prefix)))
+}
+
+// maxFormBytes bounds a posted form: an answer to a server's questions
+// with its fields, or a decision with its reason.
+const maxFormBytes = 256 << 10
+
+// answer reads the person's answer to the question call waits on (word
+// execution.DecisionAnswer: every question accepted, its fields checked
+// against the server's schema; formDecline: declined) from the execution
+// as it waits at version, the version the form was shown with. done
+// reports that the request was answered already: a refusal, or the page
+// again with what the server's schema refused.
+func (p *Page) answer(w http.ResponseWriter, r *http.Request, s session, id string, call, version int, word string) (execution.Decision, bool) {
+	d := p.decider(s)
+	doc, ferr := p.opts.Service.Waiting(r.Context(), id)
+	if ferr != nil || !p.mayDecide(d, doc.Owner) {
+		p.notWaiting(w, r)
+		return execution.Decision{}, true
+	}
+	if doc.StateVersion != version {
+		status, msg := refusal(fault.New(fault.Conflict, "moved on"))
+		p.fail(w, r, status, msg)
+		return execution.Decision{}, true
+	}
+	i := slices.IndexFunc(doc.Pending, func(pc execution.Pending) bool { return pc.CallID == call })
+	if i < 0 || doc.Pending[i].Reason != execution.PendingQuestion {
+		p.fail(w, r, http.StatusBadRequest, "Call #"+strconv.Itoa(call)+" does not wait for an answer to a server's question: approve or reject it.")
+		return execution.Decision{}, true
+	}
+	pc := doc.Pending[i]
+	if word == formDecline {
+		if p.opts.Policy.MayAnswer(d, doc.Owner) {
+			return execution.Decision{Approve: true, Answers: declined(pc)}, false
+		}
+		// Whoever may not answer may still refuse: the asker itself.
+		return execution.Decision{Reason: "the server's question was declined on the approval page"}, false
+	}
+	answers, problems := readAnswers(pc, r.PostForm)
+	if len(problems) > 0 {
+		p.log.InfoContext(r.Context(), "answer refused", "execution_id", id, "call_id", call, "principal", s.Principal, "problems", len(problems))
+		p.render(w, r, http.StatusBadRequest, "execution", p.executionView(r.Context(), s, doc, &answerBack{call: call, form: r.PostForm, problems: problems}))
+		return execution.Decision{}, true
+	}
+	return execution.Decision{Approve: true, Answers: answers}, false
 }
 
 // refusal is what the person is told when a decision was refused: nothing

@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
@@ -52,9 +53,10 @@ const [a, b] = await Promise.all([settle(mcp.demo.kv_delete({key: "a"})), settle
 return {a, b};`
 
 // env is a deployment in miniature: the execution service over the demo
-// tools and a suspension directory, the page over it with the deployed
-// policy (the caller decides nothing; alice, signed in through the
-// provider, and the local person approve), and the provider.
+// tools (and any more sources) and a suspension directory, the capability
+// guard over a file registry, the page over both with the deployed policy
+// (the caller decides nothing; alice, signed in through the provider, and
+// the local person approve), and the provider.
 type env struct {
 	t      *testing.T
 	svc    *bridge.Service
@@ -63,11 +65,13 @@ type env struct {
 	idp    *oidcprovider.Provider
 	srv    *httptest.Server
 	policy approval.Policy
+	reg    *capability.FileRegistry
+	guard  *capability.Guard
 }
 
 const clientID = "approval-page"
 
-func newEnv(t *testing.T, mutate func(*approval.Policy)) *env {
+func newEnv(t *testing.T, mutate func(*approval.Policy), sources ...execution.ToolSource) *env {
 	t.Helper()
 	e := &env{t: t, sink: tracedb.NewMemory(0), links: approvalpage.NewLocalLinks()}
 	mux := http.NewServeMux()
@@ -75,14 +79,16 @@ func newEnv(t *testing.T, mutate func(*approval.Policy)) *env {
 	t.Cleanup(e.srv.Close)
 	e.idp = oidcprovider.Start(t, oidcprovider.Options{
 		Clients: map[string]oidcprovider.Client{clientID: {Secret: "s3cret", RedirectURIs: []string{e.srv.URL + "/approvals/signin/callback"}}},
-		Users:   map[string]string{"alice": "pw-alice", "agent-7": "pw-agent"},
+		Users:   map[string]string{"alice": "pw-alice", "agent-7": "pw-agent", "bob": "pw-bob"},
 	})
 	e.policy = approval.Policy{Approvers: []string{approvalpage.JWTPrincipal(e.idp.URL, "alice"), approvalpage.LocalPrincipal}}
 	if mutate != nil {
 		mutate(&e.policy)
 	}
 	log := slog.New(slog.DiscardHandler)
-	e.svc = bridge.New(engine, bridge.Options{Policy: e.policy, Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}},
+	e.reg = capability.NewFileRegistry(t.TempDir() + "/capabilities.json")
+	e.guard = &capability.Guard{Registry: e.reg, Policy: e.policy}
+	e.svc = bridge.New(engine, bridge.Options{Policy: e.policy, Sources: append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...),
 		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
@@ -90,7 +96,7 @@ func newEnv(t *testing.T, mutate func(*approval.Policy)) *env {
 	}
 	idpClient := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(idpClient.CloseIdleConnections)
-	page, err := approvalpage.New(approvalpage.Options{Service: e.svc, Lister: e.svc, Policy: e.policy, Key: key, Links: e.links, Logger: log,
+	page, err := approvalpage.New(approvalpage.Options{Service: e.svc, Lister: e.svc, Drafts: e.guard, Policy: e.policy, Key: key, Links: e.links, Logger: log,
 		OIDC: &approvalpage.OIDC{Issuer: e.idp.URL, ClientID: clientID, ClientSecret: "s3cret", HTTPClient: idpClient}})
 	if err != nil {
 		t.Fatal(err)

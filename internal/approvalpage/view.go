@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -80,12 +81,14 @@ type pageData struct {
 	Signout   string
 	Groups    []group
 	Exec      *execView
+	Draft     *draftView
 	Decided   *decided
 }
 
 // group is one provider's part of the list.
 type group struct {
 	Kind  string
+	ID    string // the list's element id
 	Items []Item
 	Error string
 }
@@ -121,6 +124,28 @@ type execView struct {
 	SourceLines    int
 	Source         []sourceLine // the whole script, folded
 	Mine           bool         // the person is the execution's owner
+	// Approvals and Questions count the calls waiting for approval and
+	// those whose server asked a question.
+	Approvals, Questions int
+}
+
+// answerLabel is the answer button's: done, for questions that only ask
+// the person to open a page.
+func answerLabel(qs []questionView) string {
+	for _, q := range qs {
+		if !q.URLMode {
+			return "Send the answer"
+		}
+	}
+	return "Done: I opened it"
+}
+
+// answerBack is an answer the page refused, shown again with its values
+// and why.
+type answerBack struct {
+	call     int
+	form     url.Values
+	problems []answerProblem
 }
 
 // callView is one pending call.
@@ -142,6 +167,19 @@ type callView struct {
 	// Excerpt is the script around the lines that name the tool.
 	Excerpt    [][]sourceLine
 	MayApprove bool
+	// Question: the call was sent, and its remote server asked Questions
+	// before it would answer; MayAnswer is whether the person's answer
+	// counts (else they may only decline). Problems are why the person's
+	// last answer was refused (its values are back in the fields).
+	Question    bool
+	Questions   []questionView
+	MayAnswer   bool
+	Problems    []answerProblem
+	AnswerLabel string
+	// The answer form's action, token and version (the question's
+	// template has the call alone).
+	Action, CSRF string
+	Version      int
 }
 
 type argKey struct {
@@ -156,7 +194,7 @@ type sourceLine struct {
 	Match bool
 }
 
-func (p *Page) executionView(ctx context.Context, s session, doc *execution.Response) pageData {
+func (p *Page) executionView(ctx context.Context, s session, doc *execution.Response, back *answerBack) pageData {
 	d := p.decider(s)
 	tools := map[string]catalog.Tool{}
 	for _, t := range p.opts.Service.Catalog(ctx) {
@@ -173,6 +211,17 @@ func (p *Page) executionView(ctx context.Context, s session, doc *execution.Resp
 		}
 		cv.Args, cv.Keys = renderArgs(pc.Args)
 		cv.Excerpt = excerpt(lines, pc.Tool)
+		if pc.Reason == execution.PendingQuestion {
+			var sent url.Values
+			if back != nil && back.call == pc.CallID {
+				sent, cv.Problems = back.form, back.problems
+			}
+			cv.Question, cv.Questions, cv.MayAnswer = true, questionViews(pc, sent), p.opts.Policy.MayAnswer(d, doc.Owner)
+			cv.Action, cv.CSRF, cv.Version, cv.AnswerLabel = ev.Action, p.csrfToken(s), ev.Version, answerLabel(cv.Questions)
+			ev.Questions++
+		} else {
+			ev.Approvals++
+		}
 		ev.Calls = append(ev.Calls, cv)
 	}
 	return pageData{Title: "Execution " + doc.ExecutionID, Session: &s, Exec: ev}
@@ -366,25 +415,56 @@ func identChar(c byte) bool {
 
 // decided is the answer to a decision.
 type decided struct {
-	ID, Decision, Reason string
-	CallID               int
-	Outcome              string
-	Pending              []string
-	ExecPath, ListPath   string
+	// Heading and Said say what the person decided ("Call #3 rejected",
+	// "You rejected call #3 of execution ex_… (reason: …).").
+	Heading, Said string
+	// Outcome is what came of it; Pending what still waits.
+	Outcome            string
+	Pending            []string
+	ExecPath, ListPath string
 }
 
-func decidedView(s session, csrf, id string, call int, d execution.Decision, resp *execution.Response, execPath, listPath string) pageData {
-	out := &decided{ID: id, CallID: call, Decision: d.Word(), ExecPath: execPath, ListPath: listPath}
-	if d.Approve {
-		out.Decision = "approved"
-	} else {
-		out.Decision, out.Reason = "rejected", d.Reason
+// verb is what a decision did, as the person is told.
+func verb(d execution.Decision) string {
+	switch {
+	case d.Answers != nil && d.Approve && answersAccept(d.Answers):
+		return "answered"
+	case d.Answers != nil:
+		return "declined"
+	case d.Approve:
+		return "approved"
 	}
+	return "rejected"
+}
+
+// answersAccept reports whether every answer accepts its question.
+func answersAccept(answers map[string]json.RawMessage) bool {
+	for _, a := range answers {
+		var r struct {
+			Action string `json:"action"`
+		}
+		if json.Unmarshal(a, &r) != nil || r.Action != "accept" {
+			return false
+		}
+	}
+	return true
+}
+
+func decidedView(s session, id string, call int, d execution.Decision, resp *execution.Response, execPath, listPath string) pageData {
+	v := verb(d)
+	said := fmt.Sprintf("You %s call #%d of execution %s", v, call, id)
+	if v == "answered" || v == "declined" {
+		said = fmt.Sprintf("You %s the question call #%d of execution %s waited on", v, call, id)
+	}
+	if !d.Approve && d.Answers == nil && d.Reason != "" {
+		said += " (reason: " + d.Reason + ")"
+	}
+	out := &decided{Heading: fmt.Sprintf("Call #%d %s", call, v), Said: said + ".", ExecPath: execPath, ListPath: listPath}
 	switch {
 	case resp.Suspended():
 		out.Outcome = "The execution ran on and waits again."
 		for _, pc := range resp.Pending {
-			out.Pending = append(out.Pending, "#"+strconv.Itoa(pc.CallID)+" "+pc.Server+"."+pc.Tool)
+			out.Pending = append(out.Pending, pendingLabel(pc))
 		}
 	case resp.Running():
 		out.Outcome = "The execution runs on."
@@ -395,5 +475,15 @@ func decidedView(s session, csrf, id string, call int, d execution.Decision, res
 	default:
 		out.Outcome = "The execution ran to its end."
 	}
-	return pageData{Title: "Decided", Session: &s, CSRF: csrf, Decided: out}
+	return pageData{Title: out.Heading, Session: &s, Decided: out}
+}
+
+// pendingLabel names a pending call in a line: "#3 demo.kv_delete", and
+// what it waits for when its server asked a question.
+func pendingLabel(pc execution.Pending) string {
+	l := "#" + strconv.Itoa(pc.CallID) + " " + pc.Server + "." + pc.Tool
+	if pc.Reason == execution.PendingQuestion {
+		l += " (its server asks a question)"
+	}
+	return l
 }

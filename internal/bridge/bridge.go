@@ -19,6 +19,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/approval"
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/evidence"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -82,6 +83,11 @@ type Options struct {
 	// fails LIMIT_EXCEEDED session_size, and the session keeps the state
 	// before it.
 	SessionMaxBytes int
+	// Answerer, when set, answers a remote server's question in line in
+	// an execution that cannot suspend, where Policy lets the caller
+	// answer (question.go): the front end's caller is the person at the
+	// keyboard (pml run). Without it such a question fails the call.
+	Answerer ask.Answerer
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -104,6 +110,7 @@ type Service struct {
 	listing   atomic.Pointer[listing]
 	learner   *learn.Learner
 	ranker    *evidence.Ranker
+	asker     ask.Answerer
 
 	sessions   suspend.Sessions
 	sessionTTL time.Duration
@@ -113,7 +120,7 @@ type Service struct {
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
-		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker,
+		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
 		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL

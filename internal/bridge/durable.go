@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -98,8 +99,11 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 	before := st.Events
 	st.Events = append(slices.Clone(st.Events), trace.Event{Type: trace.EventSuspend, At: time.Now().UTC(), Pending: ids})
 	st.Waits = st.Waits[:0]
-	for _, p := range susp.Parked {
-		st.Waits = append(st.Waits, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool})
+	for _, p := range pending {
+		// A call its server asked about is listed as such (the question
+		// cut short: the record's metadata is bounded, and the page reads
+		// it whole from the image).
+		st.Waits = append(st.Waits, execution.PendingTool{CallID: p.CallID, Tool: p.Server + ":" + p.Tool, Question: cutText(questionText(p.Questions), maxWaitQuestion)})
 	}
 	bridge, err := st.encode()
 	if err == nil {
@@ -281,11 +285,30 @@ func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner
 			UpdatedAt: r.UpdatedAt, StateVersion: r.Version, Owner: r.Principal, Approvers: s.policy.Deciders(), Logs: []trace.LogEntry{}}
 		for _, w := range st.Waits {
 			server, tool, _ := strings.Cut(w.Tool, ":")
-			doc.Pending = append(doc.Pending, execution.Pending{CallID: w.CallID, Server: server, Tool: tool, Reason: execution.PendingApproval})
+			reason := execution.PendingApproval
+			if w.Question != "" {
+				reason = execution.PendingQuestion
+			}
+			doc.Pending = append(doc.Pending, execution.Pending{CallID: w.CallID, Server: server, Tool: tool, Reason: reason})
 		}
 		out = append(out, doc)
 	}
 	return out, nil
+}
+
+// maxWaitQuestion bounds the question a record's Waits keeps of a call.
+const maxWaitQuestion = 200
+
+// cutText cuts s to at most n bytes, not inside a character, marking the
+// cut.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // pendingOf is how a suspended execution's answer names the calls it

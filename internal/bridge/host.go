@@ -96,7 +96,7 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 	if sp, ok := h.service.sink.(trace.Spans); ok {
 		ctx = sp.StartCall(ctx, trace.Call{ExecutionID: h.req.ExecutionID, CallID: c.ID, Server: c.Server, Tool: c.Tool, Kind: e.tool.Kind})
 	}
-	out, err := e.source.Call(ctx, e.tool, c.Args, execution.CallOptions{
+	opts := execution.CallOptions{
 		// An approved call was consented to, as allow_destructive would:
 		// the source's own check (the MCP pool's) must let it through.
 		// So was one sent again with the answers to its server's
@@ -106,8 +106,12 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		Sandboxes:     h.budget,
 		OnChild:       func(id string, version int, calls []trace.Call) { h.setChild(c.ID, id, version, calls) },
 		Retry:         retry,
-	})
+	}
+	out, err := e.source.Call(ctx, e.tool, c.Args, opts)
 	if q, ok := isQuestion(err); ok {
+		if h.answersInLine() {
+			return h.answerInLine(ctx, e, c, opts, q)
+		}
 		return nil, h.parkQuestion(full, q)
 	}
 	return out, err

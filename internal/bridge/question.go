@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
@@ -135,7 +136,7 @@ func engineDecisions(decisions map[int]execution.Decision, parked []guest.Parked
 			case "cancel":
 				reject = "the server's question was cancelled"
 			}
-			a.Content = withDefaults(a.Content, q.Requests[k])
+			a.Content = ask.WithDefaults(a.Content, q.Requests[k])
 			answers[k] = a
 		}
 		if reject != "" {
@@ -149,38 +150,6 @@ func engineDecisions(decisions map[int]execution.Decision, parked []guest.Parked
 		out[cid] = guest.Decision{Approve: true, Answer: raw}
 	}
 	return out, nil
-}
-
-// withDefaults fills the fields of an accepted form the person left out
-// with the defaults the question's schema names.
-func withDefaults(content map[string]any, request json.RawMessage) map[string]any {
-	var p struct {
-		Schema struct {
-			Properties map[string]struct {
-				Default json.RawMessage `json:"default"`
-			} `json:"properties"`
-		} `json:"requestedSchema"`
-	}
-	if json.Unmarshal(request, &p) != nil {
-		return content
-	}
-	for name, prop := range p.Schema.Properties {
-		if len(prop.Default) == 0 {
-			continue
-		}
-		if _, ok := content[name]; ok {
-			continue
-		}
-		var v any
-		if json.Unmarshal(prop.Default, &v) != nil {
-			continue
-		}
-		if content == nil {
-			content = map[string]any{}
-		}
-		content[name] = v
-	}
-	return content
 }
 
 // checkAnswers refuses decisions that do not fit the calls they decide: an

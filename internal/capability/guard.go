@@ -85,6 +85,10 @@ type DraftNotice struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Publishers says who may publish it (roles).
 	Publishers string `json:"publishers"`
+	// ApprovalURL is the draft's page on the approval page, where a
+	// person who may publish it signs in and decides (where the
+	// deployment names its page's URL).
+	ApprovalURL string `json:"approval_url,omitempty"`
 }
 
 // errNotAllowed is a save's refusal by the policy, which Submit turns
@@ -355,6 +359,21 @@ func (g *Guard) Drafts(ctx context.Context, principal string, all bool) ([]Draft
 		}
 	}
 	return out, nil
+}
+
+// Head is the published head of name (its latest version) as principal
+// may see it (Shown); ok is false when nothing is published under the
+// name. The approval page shows a draft against it.
+func (g *Guard) Head(ctx context.Context, principal, name string) (c Capability, ok bool, err error) {
+	found, err := g.Registry.Lookup(ctx, []string{name})
+	if err != nil {
+		return Capability{}, false, err
+	}
+	c, ok = found[name]
+	if !ok {
+		return Capability{}, false, nil
+	}
+	return g.Shown(c, principal), true, nil
 }
 
 // Shown is c as principal may see it: the principals that wrote and

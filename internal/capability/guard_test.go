@@ -176,3 +176,28 @@ func TestCallerPublishesLocally(t *testing.T) {
 		}
 	})
 }
+
+// TestGuardHead: the published head of a name, as the viewer may see it
+// (its author and publisher to an approver or to themselves); nothing for
+// a name nobody published.
+func TestGuardHead(t *testing.T) {
+	registries(t, func(t *testing.T, reg capability.Registry) {
+		ctx := context.Background()
+		g := &capability.Guard{Registry: reg, Policy: deployed}
+		if _, ok, err := g.Head(ctx, ops, "math:sum"); ok || err != nil {
+			t.Fatalf("the head of nothing: %v %v", ok, err)
+		}
+		for _, code := range []string{"return 1", "return 2"} {
+			if out, err := g.Submit(ctx, caller(ops), ops, capability.Proposal{Name: "math:sum", Code: code}); err != nil || out.Status != capability.OutcomePublished {
+				t.Fatalf("publishing %q: %+v %v", code, out, err)
+			}
+		}
+		c, ok, err := g.Head(ctx, ops, "math:sum")
+		if err != nil || !ok || c.Version != 2 || c.Code != "return 2" || c.Publisher != ops {
+			t.Fatalf("the head for the approver: %+v %v %v", c, ok, err)
+		}
+		if c, _, _ := g.Head(ctx, agent, "math:sum"); c.Version != 2 || c.Publisher != "" || c.Author != "" {
+			t.Fatalf("the head for another principal shows who published it: %+v", c)
+		}
+	})
+}

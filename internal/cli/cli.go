@@ -16,6 +16,8 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
@@ -228,6 +230,12 @@ type serviceFlags struct {
 	// policy then names an approver.
 	page      app.PageConfig
 	onSuspend func(context.Context, execution.SuspensionNotice)
+	onDraft   func(context.Context, capability.DraftNotice)
+	// answerer answers remote servers' questions in line (pml run:
+	// inlineAnswers), and progress is the display a terminal prompt
+	// pauses.
+	answerer ask.Answerer
+	progress *progressSlot
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -263,7 +271,7 @@ func (f *serviceFlags) approvalConfig() (app.ApprovalConfig, error) {
 		// is the person at its keyboard: they approve here.
 		policy.Approvers = append(policy.Approvers, approvalpage.LocalPrincipal)
 	}
-	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile(), Page: f.page, OnSuspend: f.onSuspend}, nil
+	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile(), Page: f.page, OnSuspend: f.onSuspend, OnDraft: f.onDraft}, nil
 }
 
 // appConfig is the wiring the flags ask for. Its errors are usage errors.
@@ -322,6 +330,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		Approval:         appr,
 		MCPAuth:          auth,
 		Learn:            learning,
+		Answerer:         f.answerer,
 	}, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/secretref"
 )
 
 // mcpAuthConfig is the MCP OAuth wiring of a command that runs code: its
@@ -97,7 +98,7 @@ func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int
 	red := redact.New()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	src, err := mcpclient.NewSource(ctx, cfg, app.MCPCredentialsDir(), app.SecretsClient, agent,
+	src, err := mcpclient.NewSource(ctx, cfg, app.MCPCredentialsDir(), app.SecretsClient, secretRefs(), agent,
 		&http.Client{Timeout: 30 * time.Second}, red.Add)
 	if err != nil {
 		return ExitFailed, errors.New(red.String(err.Error()))
@@ -164,6 +165,7 @@ func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (in
 	}
 	red := redact.New()
 	out2 := make([]mcpauth.Status, 0, len(cfgs))
+	refs := secretRefs()
 	for _, c := range cfgs {
 		st := mcpauth.Status{Server: c.Name, Type: mcpauth.TypeName(c.Auth.Type), State: "none"}
 		switch {
@@ -171,7 +173,7 @@ func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (in
 		case !c.OAuth():
 			st.State = "static headers"
 		default:
-			src, err := mcpclient.NewSource(ctx, c, app.MCPCredentialsDir(), app.SecretsClient, nil, &http.Client{Timeout: 30 * time.Second}, red.Add)
+			src, err := mcpclient.NewSource(ctx, c, app.MCPCredentialsDir(), app.SecretsClient, refs, nil, &http.Client{Timeout: 30 * time.Second}, red.Add)
 			if err != nil {
 				st.State, st.Error = "misconfigured", red.String(err.Error())
 				break
@@ -222,4 +224,11 @@ func openBrowser(u string) error {
 	}
 	go func() { _ = cmd.Wait() }()
 	return nil
+}
+
+// secretRefs resolves the secret references of a server's OAuth client
+// secret, reading Secrets Manager through the default AWS configuration
+// when one is ${secret:}.
+func secretRefs() *secretref.Resolver {
+	return secretref.New(func(ctx context.Context) (secretref.API, error) { return app.SecretsClient(ctx) }, secretref.Options{})
 }

@@ -29,6 +29,11 @@ type liveProgress struct {
 	changed chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	// drawMu orders drawing with pause: while a question is on the
+	// terminal (paused), nothing is drawn over it.
+	drawMu sync.Mutex
+	paused bool
 }
 
 // startProgress returns a running display on w when w is a terminal (a
@@ -84,8 +89,55 @@ func (p *liveProgress) loop() {
 		case <-p.changed:
 		case <-t.C:
 		}
-		_, _ = io.WriteString(p.w, "\r\033[K"+p.line(time.Since(p.start)))
+		p.drawMu.Lock()
+		if !p.paused {
+			_, _ = io.WriteString(p.w, "\r\033[K"+p.line(time.Since(p.start)))
+		}
+		p.drawMu.Unlock()
 	}
+}
+
+// hold clears the line and stops drawing until the returned func is
+// called: a question is being asked on the terminal (ask.Terminal).
+func (p *liveProgress) hold() (release func()) {
+	if p == nil {
+		return func() {}
+	}
+	p.drawMu.Lock()
+	p.paused = true
+	_, _ = io.WriteString(p.w, "\r\033[K")
+	p.drawMu.Unlock()
+	return func() {
+		p.drawMu.Lock()
+		p.paused = false
+		p.drawMu.Unlock()
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// progressSlot holds the display a command is showing, if any, for a
+// terminal prompt made before the display starts (the answerer is wired
+// with the service, the display with the run).
+type progressSlot struct {
+	mu   sync.Mutex
+	live *liveProgress
+}
+
+func (s *progressSlot) set(p *liveProgress) {
+	s.mu.Lock()
+	s.live = p
+	s.mu.Unlock()
+}
+
+// hold pauses the display shown now, if any.
+func (s *progressSlot) hold() (release func()) {
+	s.mu.Lock()
+	p := s.live
+	s.mu.Unlock()
+	return p.hold()
 }
 
 // line renders the state after elapsed.

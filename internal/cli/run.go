@@ -33,6 +33,8 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		startRun = fs.String("start-run", "", "run the queued asynchronous execution ID (what pml run --async starts; not for use by hand)")
 		session  = fs.String("session", "", "run in a session: new starts one (the output names it), an ss_… id continues it; its top-level declarations and globals live on between runs (pml session list|show|rm)")
 		sessTTL  = fs.Duration("session-ttl", 0, "with --session new: how long the session lives without a run (default $"+app.EnvSessionTTL+", else 1h; at most 24h)")
+		answers  = fs.String("answers", "", "answer remote MCP servers' questions from this JSON file (- for standard input) instead of at the terminal: "+
+			`an array of answers in the order asked, or an object of them keyed by server:tool; an answer is "accept" (the form's defaults), "decline", "cancel" or {"action": "accept", "content": {…}}`)
 	)
 	var pins pinFlag
 	fs.Var(&pins, "pin", "run this version of a capability wherever the script, or a capability it calls, calls it: NAME@VERSION (math:sum@2); repeatable, or comma-separated")
@@ -88,9 +90,17 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 		return ExitUsage, usageError{ferr}
 	}
 	if *async {
+		if *answers != "" {
+			return ExitUsage, usagef("--answers: an asynchronous run has nobody to answer for; run it without --async")
+		}
 		req.Async = true
 		return runAsync(ctx, &sf, req, args, out, errOut)
 	}
+	closeAsker, err := sf.inlineAnswers(*answers, fs.Args(), errOut)
+	if err != nil {
+		return ExitUsage, err
+	}
+	defer closeAsker()
 
 	var resp *execution.Response
 	err = withService(ctx, &sf, errOut, func(svc execution.Executor, onEvent func(execution.Event)) {
@@ -121,7 +131,13 @@ func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do fun
 	if live != nil {
 		onEvent = live.event
 	}
+	if sf.progress != nil {
+		sf.progress.set(live)
+	}
 	do(a.Service, onEvent)
+	if sf.progress != nil {
+		sf.progress.set(nil)
+	}
 	live.finish()
 	if err := a.Service.Flush(context.Background()); err != nil {
 		log.Warn("trace flush failed", "err", err)

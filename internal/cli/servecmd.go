@@ -23,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/admission"
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -90,6 +91,13 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 				fmt.Fprintf(errOut, "pml serve: execution %s waits for approval: %s\n  sign in to decide (one use, within %v): %s&next=%s\n",
 					n.ExecutionID, page.ExecutionURL(pageBase, n.ExecutionID), approvalpage.LinkTTL, page.SignInLink(pageBase),
 					url.QueryEscape(approvalpage.Prefix+"/"+n.ExecutionID))
+			}
+		}
+		sf.onDraft = func(_ context.Context, n capability.DraftNotice) {
+			if page != nil {
+				fmt.Fprintf(errOut, "pml serve: capability draft %s of %s waits to be published: %s\n  sign in to decide (one use, within %v): %s&next=%s\n",
+					n.DraftID, n.Name, page.ExecutionURL(pageBase, n.DraftID), approvalpage.LinkTTL, page.SignInLink(pageBase),
+					url.QueryEscape(approvalpage.Prefix+"/"+n.DraftID))
 			}
 		}
 	}

@@ -223,7 +223,7 @@ func (a *api) approvalPage() http.Handler {
 		return a.Approvals
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this server has no approval page (it keeps no suspended executions, or no approval key)"))
+		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this server has no approval page (it keeps no suspended executions nor capability drafts, or has no approval key)"))
 	})
 }
 

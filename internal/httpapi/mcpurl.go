@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,12 +83,19 @@ func clientElicitModes(ctx context.Context) (form, url bool) {
 }
 
 // askPage sends the client's user to resp's page: one URL-mode
-// elicitation, with the sealed state the retry comes back with.
+// elicitation, with the sealed state the retry comes back with. Its
+// message names what waits there: calls to approve, and the questions
+// remote servers asked about calls (answered on the page as the server
+// asked them, never by the client's form).
 func (a *api) askPage(ctx context.Context, resp *execution.Response, budget int) *mcp.CallToolResult {
 	st := approval.State{ExecutionID: resp.ExecutionID, Version: resp.StateVersion, Principal: resp.Owner, Expires: resp.ExpiresAt.Unix(), Page: true}
-	var calls []string
+	var calls, asked []string
 	for _, p := range resp.Pending {
 		st.Calls = append(st.Calls, p.CallID)
+		if p.Reason == execution.PendingQuestion {
+			asked = append(asked, askedText(p))
+			continue
+		}
 		calls = append(calls, "#"+strconv.Itoa(p.CallID)+" "+p.Server+"."+p.Tool)
 	}
 	token, err := a.StateKey.Seal(st)
@@ -94,17 +104,56 @@ func (a *api) askPage(ctx context.Context, resp *execution.Response, budget int)
 		return a.executionResult(resp, budget)
 	}
 	url := a.approvalURL(ctx, resp.ExecutionID)
-	noun := "calls"
-	if len(calls) == 1 {
-		noun = "call"
+	var msg strings.Builder
+	if len(calls) > 0 {
+		noun := "calls"
+		if len(calls) == 1 {
+			noun = "call"
+		}
+		fmt.Fprintf(&msg, "A script wants to make %d %s that a person must approve: %s. Nothing of them has run yet. ", len(calls), noun, strings.Join(calls, ", "))
 	}
-	msg := fmt.Sprintf("A script wants to make %d %s that a person must approve: %s. Nothing has run yet. "+
-		"Open the approval page, sign in, read each call in full and approve or reject it there; then continue here. "+
-		"Execution %s waits until %s.", len(calls), noun, strings.Join(calls, ", "), resp.ExecutionID, resp.ExpiresAt.UTC().Format(time.RFC3339))
+	for _, q := range asked {
+		msg.WriteString(q + " ")
+	}
+	what := "read each call in full and approve or reject it there"
+	switch {
+	case len(asked) > 0 && len(calls) > 0:
+		what = "read each call in full, approve or reject it, and answer or decline each server's question there"
+	case len(asked) > 0:
+		what = "read the question in full and answer or decline it there (the answer goes to the server)"
+	}
+	fmt.Fprintf(&msg, "Open the approval page, sign in, %s; then continue here. Execution %s waits until %s.", what, resp.ExecutionID, resp.ExpiresAt.UTC().Format(time.RFC3339))
 	return server.NewInputRequestBuilder("").
-		Elicit(pageElicitID, mcp.ElicitationParams{Mode: mcp.ElicitationModeURL, Message: msg, URL: url,
+		Elicit(pageElicitID, mcp.ElicitationParams{Mode: mcp.ElicitationModeURL, Message: msg.String(), URL: url,
 			ElicitationID: resp.ExecutionID + "@" + strconv.Itoa(resp.StateVersion)}).
 		RequestState(token).ToolResult()
+}
+
+// maxAskedText bounds each remote question quoted in the message that
+// sends the user to the page, which shows it whole.
+const maxAskedText = 300
+
+// askedText is what a remote server asked about call p, in a sentence:
+// who asks, about which call, and its questions' messages (each cut to
+// maxAskedText bytes, the page showing them whole).
+func askedText(p execution.Pending) string {
+	var msgs []string
+	for _, key := range slices.Sorted(maps.Keys(p.Questions)) {
+		var params mcp.ElicitationParams
+		if err := json.Unmarshal(p.Questions[key], &params); err != nil {
+			continue
+		}
+		m := params.Message
+		if len(m) > maxAskedText {
+			m = truncateUTF8(m, maxAskedText) + fmt.Sprintf("… (%d more bytes on the page)", len(m)-len(truncateUTF8(m, maxAskedText)))
+		}
+		if params.Mode == mcp.ElicitationModeURL {
+			m += " (it asks you to open a page of its own: the approval page shows its address)"
+		}
+		msgs = append(msgs, strconv.Quote(m))
+	}
+	return fmt.Sprintf("The MCP server %q asks a question before it answers the script's call #%d %s.%s: %s.",
+		p.Server, p.CallID, p.Server, p.Tool, strings.Join(msgs, "; "))
 }
 
 // afterPage answers the retry of a question that sent the person to the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,8 +27,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/askserver"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
@@ -43,13 +46,14 @@ type gated struct {
 	sink  *tracedb.Memory
 }
 
-func newGated(t *testing.T, sessions bool) *gated {
+func newGated(t *testing.T, sessions bool, sources ...execution.ToolSource) *gated {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	policy := approval.Policy{Approvers: []string{approvalpage.LocalPrincipal}}
 	dir := t.TempDir()
 	g := &gated{links: approvalpage.NewLocalLinks(), sink: tracedb.NewMemory(0)}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log, Sink: g.sink,
+	sources = append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...)
+	svc := bridge.New(engine, bridge.Options{Sources: sources, Logger: log, Sink: g.sink,
 		Suspensions: suspend.NewFile(filepath.Join(dir, "susp"), suspend.Options{}), Policy: policy})
 	exec := runs.New(svc, runs.Options{Store: suspend.NewFileRuns(filepath.Join(dir, "runs"), suspend.Options{}), Policy: policy, Logger: log})
 	t.Cleanup(func() { _ = exec.Close(context.Background()) })
@@ -81,6 +85,13 @@ var (
 // takes decision on call of the execution at pageURL, and reports the
 // page's status.
 func (g *gated) approveOnPage(t *testing.T, pageURL, call, decision string) int {
+	return g.onPage(t, pageURL, url.Values{"call": {call}, "decision": {decision}})
+}
+
+// onPage is the person: signs in with a fresh one-time link, opens the
+// page at pageURL and posts its form with fields, and reports the page's
+// status.
+func (g *gated) onPage(t *testing.T, pageURL string, fields url.Values) int {
 	jar, _ := cookiejar.New(nil)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -103,7 +114,11 @@ func (g *gated) approveOnPage(t *testing.T, pageURL, call, decision string) int 
 		t.Errorf("no form on %s: %s", pageURL, page)
 		return 0
 	}
-	resp, err = b.PostForm(pageURL, url.Values{"csrf": {string(c[1])}, "version": {string(v[1])}, "call": {call}, "decision": {decision}})
+	form := url.Values{"csrf": {string(c[1])}, "version": {string(v[1])}}
+	for k, vs := range fields {
+		form[k] = vs
+	}
+	resp, err = b.PostForm(pageURL, form)
 	if err != nil {
 		t.Error(err)
 		return 0
@@ -119,8 +134,11 @@ type pagePerson struct {
 	t        *testing.T
 	g        *gated
 	decision string
-	mu       sync.Mutex
-	asked    []mcp.ElicitationParams
+	// fields, when set, are what the person posts on the page instead of
+	// deciding call 2.
+	fields url.Values
+	mu     sync.Mutex
+	asked  []mcp.ElicitationParams
 }
 
 func (p *pagePerson) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
@@ -128,7 +146,11 @@ func (p *pagePerson) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.E
 	p.asked = append(p.asked, r.Params)
 	p.mu.Unlock()
 	if r.Params.Mode == mcp.ElicitationModeURL {
-		if status := p.g.approveOnPage(p.t, r.Params.URL, "2", p.decision); status != http.StatusOK {
+		fields := p.fields
+		if fields == nil {
+			fields = url.Values{"call": {"2"}, "decision": {p.decision}}
+		}
+		if status := p.g.onPage(p.t, r.Params.URL, fields); status != http.StatusOK {
 			p.t.Errorf("deciding on the page: %d", status)
 		}
 		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept}}, nil
@@ -187,6 +209,73 @@ func TestURLModeSendsThePersonToThePage(t *testing.T) {
 				}
 				if ev := ex.Events[len(ex.Events)-1]; ev.Via != trace.ViaPage || ev.Principal != approvalpage.LocalPrincipal {
 					t.Fatalf("decided %+v, want by the local person on the page", ev)
+				}
+			}
+		})
+	}
+}
+
+// TestURLModeSendsThePersonToThePageForAQuestion: a remote server (a real
+// mcp-go server) asks before it answers a script's call, and the client,
+// which the deployment does not trust with a form, can open URLs: its user
+// is sent to the approval page, told which server asks what, and answers
+// the server's question there (or declines it); the retry reports what
+// the page decided — the server's result, or the REJECTED the script
+// caught — and the trace records the answer as the person's.
+func TestURLModeSendsThePersonToThePageForAQuestion(t *testing.T) {
+	ask, err := askserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ask.Close() })
+	const asking = `try { return await mcp.ask.confirm_delete({item: "from-the-page"}); } catch (e) { return {code: e.code, message: e.message}; }`
+	for _, tc := range []struct {
+		name     string
+		version  string
+		sessions bool
+	}{
+		{"2026-07-28, stateless", "", false},
+		{"2025-11-25 on a session", "2025-11-25", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
+				mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = pool.Close() })
+			g := newGated(t, tc.sessions, mcpclient.Source{Pool: pool})
+			for _, answer := range []string{"answer", "decline"} {
+				p := &pagePerson{t: t, g: g, fields: url.Values{"call": {"1"}, "decision": {answer}, "a.0.confirmed": {"true"}, "a.0.note": {"on the page"}}}
+				tr, err := transport.NewStreamableHTTP(g.srv.URL + "/mcp")
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts := []client.ClientOption{client.WithElicitationHandler(p), client.WithClientCapabilities(bothModes)}
+				if tc.version != "" {
+					opts = append(opts, client.WithProtocolVersion(tc.version))
+				}
+				before := len(ask.Retries())
+				res, doc := executeCode(t, mcptest.Connect(t, client.NewClient(tr, opts...), tc.version), asking)
+				r, _ := json.Marshal(doc["result"])
+				switch {
+				case answer == "answer" && (res.IsError || string(r) != `{"deleted":true,"item":"from-the-page","note":"on the page"}`):
+					t.Fatalf("answered on the page: %s %+v", r, doc)
+				case answer == "decline" && (!strings.Contains(string(r), `"code":"REJECTED"`) || len(ask.Retries()) != before):
+					t.Fatalf("declined on the page: %s %+v", r, doc)
+				}
+				if len(p.asked) != 1 || p.asked[0].Mode != mcp.ElicitationModeURL || !strings.HasPrefix(p.asked[0].URL, g.srv.URL+"/approvals/ex_") ||
+					!strings.Contains(p.asked[0].Message, `The MCP server "ask" asks a question before it answers the script's call #1 ask.confirm_delete`) ||
+					!strings.Contains(p.asked[0].Message, fmt.Sprintf(askserver.Question, "from-the-page")) || !strings.Contains(p.asked[0].Message, "answer or decline it there") {
+					t.Fatalf("the person was asked %+v", p.asked)
+				}
+				id := strings.TrimPrefix(p.asked[0].URL, g.srv.URL+"/approvals/")
+				ex, _, err := g.sink.GetExecution(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev := ex.Events[len(ex.Events)-1]; ev.Via != trace.ViaPage || ev.Principal != approvalpage.LocalPrincipal || ev.Decisions[0].Decision != "answer" {
+					t.Fatalf("decided %+v, want answered by the local person on the page", ev)
 				}
 			}
 		})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/secretref"
 )
 
 // authOptions are the pool's OAuth settings (see the With options below).
@@ -55,16 +56,17 @@ func loginHint(cfg ServerConfig, credentialsDir string) func(string) string {
 }
 
 // NewSource builds the mcpauth.Source of one server: its secrets
-// resolved, its store chosen (the secret, else a file in credentialsDir,
-// else memory). addSecret learns every secret the source handles.
+// resolved through refs, its store chosen (the secret, else a file in
+// credentialsDir, else memory). addSecret learns every secret the source
+// handles.
 func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, secrets func(context.Context) (mcpauth.SecretsAPI, error),
-	agent mcpauth.UserAgent, hc *http.Client, addSecret func(...string), o ...func(*mcpauth.Options)) (*mcpauth.Source, error) {
+	refs *secretref.Resolver, agent mcpauth.UserAgent, hc *http.Client, addSecret func(...string), o ...func(*mcpauth.Options)) (*mcpauth.Source, error) {
 	ac := cfg.Auth
 	var err error
-	if ac.ClientSecret, err = resolveRefs("auth client_secret", ac.ClientSecret); err != nil {
+	if ac.ClientSecret, err = refs.Resolve(ctx, "auth client_secret", ac.ClientSecret); err != nil {
 		return nil, err
 	}
-	if ac.PrivateKey, err = resolveRefs("auth private_key", ac.PrivateKey); err != nil {
+	if ac.PrivateKey, err = refs.Resolve(ctx, "auth private_key", ac.PrivateKey); err != nil {
 		return nil, err
 	}
 	var store mcpauth.Store
@@ -97,7 +99,7 @@ func (s *remote) setupAuth() {
 		return
 	}
 	o := s.p.opts.auth
-	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, o.secrets, o.agent,
+	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, o.secrets, s.p.opts.refs, o.agent,
 		&http.Client{Transport: s.httpTransport, Timeout: s.p.opts.connectTimeout * 3},
 		s.addSecrets, func(mo *mcpauth.Options) { mo.Logger = s.log })
 	if err != nil {

@@ -136,6 +136,8 @@ const maxShedRetries = 3
 
 func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
 	full := e.tool.FullName()
+	ctx, untrack := s.track(ctx, e.tool.Name)
+	defer untrack()
 	timeout := s.cfg.callTimeout()
 	tw := &tripwire{}
 	cctx, cancel := context.WithCancelCause(withTripwire(ctx, tw))

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/secretref"
 )
 
 // Transport names accepted in ServerConfig.Transport.
@@ -52,9 +52,11 @@ type ServerConfig struct {
 	// Transport is "auto" (the default), "sse" or "streamable".
 	Transport string
 	// Headers are sent with every HTTP request. A value may reference
-	// secrets as ${env:NAME} or ${file:/path}; references are resolved at
-	// connect time so that rotated secrets are picked up on reconnect, and
-	// values are never logged or printed.
+	// secrets as ${env:NAME}, ${file:/path} or ${secret:ARN-or-name[#key]}
+	// (internal/secretref); references are resolved at connect time, so
+	// that rotated secrets are picked up on reconnect, and a Secrets
+	// Manager secret again when the server refuses it (401, 403); values
+	// are never logged or printed.
 	Headers map[string]string
 	// CallTimeout bounds one tools/call; zero means DefaultCallTimeout.
 	CallTimeout time.Duration
@@ -231,12 +233,12 @@ func redactURL(raw string) string {
 func (c ServerConfig) secrets() []string {
 	var out []string
 	for _, v := range c.Headers {
-		if !secretRef.MatchString(v) {
+		if !secretref.Has(v) {
 			out = append(out, headerSecrets(v)...)
 		}
 	}
 	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
-		if v != "" && !secretRef.MatchString(v) {
+		if v != "" && !secretref.Has(v) {
 			out = append(out, v)
 		}
 	}
@@ -325,7 +327,7 @@ func (c ServerConfig) Validate() error {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
 			return fmt.Errorf("server %q: invalid header name %q", c.Name, k)
 		}
-		if err := checkSecretRefs(v); err != nil {
+		if err := secretref.Check(v); err != nil {
 			return fmt.Errorf("server %q: header %s: %w", c.Name, k, err)
 		}
 	}
@@ -333,7 +335,7 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("server %q: auth: %w", c.Name, err)
 	}
 	for name, v := range map[string]string{"client_secret": c.Auth.ClientSecret, "private_key": c.Auth.PrivateKey} {
-		if err := checkSecretRefs(v); err != nil {
+		if err := secretref.Check(v); err != nil {
 			return fmt.Errorf("server %q: auth: %s: %w", c.Name, name, err)
 		}
 	}
@@ -477,64 +479,6 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 		return nil, fmt.Errorf("mcp config %s: %w", path, err)
 	}
 	return cfgs, nil
-}
-
-// secretRef matches ${env:NAME} and ${file:/path} inside a header value.
-var secretRef = regexp.MustCompile(`\$\{(env|file):([^}]*)\}`)
-
-func checkSecretRefs(v string) error {
-	for _, m := range secretRef.FindAllStringSubmatch(v, -1) {
-		if m[2] == "" {
-			return fmt.Errorf("empty ${%s:} reference", m[1])
-		}
-		if m[1] == "file" && !filepath.IsAbs(m[2]) {
-			return fmt.Errorf("${file:%s}: path must be absolute", m[2])
-		}
-	}
-	return nil
-}
-
-// resolveRefs substitutes the secret references in v. Errors name what
-// and the reference, never a value.
-func resolveRefs(what, v string) (string, error) {
-	var firstErr error
-	resolved := secretRef.ReplaceAllStringFunc(v, func(ref string) string {
-		m := secretRef.FindStringSubmatch(ref)
-		switch m[1] {
-		case "env":
-			val, ok := os.LookupEnv(m[2])
-			if !ok && firstErr == nil {
-				firstErr = fmt.Errorf("%s: environment variable %s is not set", what, m[2])
-			}
-			return val
-		default:
-			data, err := os.ReadFile(m[2])
-			if err != nil && firstErr == nil {
-				// The path is config, not a secret; the OS error
-				// says why without quoting the contents.
-				firstErr = fmt.Errorf("%s: secret file: %w", what, err)
-			}
-			return strings.TrimRight(string(data), "\r\n")
-		}
-	})
-	return resolved, firstErr
-}
-
-// resolveHeaders substitutes secret references. Errors name the reference,
-// never a value.
-func resolveHeaders(h map[string]string) (map[string]string, error) {
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		resolved, err := resolveRefs("header "+k, v)
-		if err != nil {
-			return nil, err
-		}
-		if strings.ContainsAny(resolved, "\r\n") {
-			return nil, fmt.Errorf("header %s: resolved value contains a line break", k)
-		}
-		out[k] = resolved
-	}
-	return out, nil
 }
 
 // requiresApproval reports whether the require_approval list names tool,

@@ -129,38 +129,6 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-func TestResolveHeaders(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "key")
-	if err := os.WriteFile(keyFile, []byte("file-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("MCPCLIENT_TEST_SECRET", "env-secret")
-	cases := []struct {
-		in      map[string]string
-		want    map[string]string
-		wantErr string
-	}{
-		{in: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_SECRET}"}, want: map[string]string{"Authorization": "Bearer env-secret"}},
-		{in: map[string]string{"X-Key": "${file:" + keyFile + "}", "X-Plain": "v"}, want: map[string]string{"X-Key": "file-secret", "X-Plain": "v"}},
-		{in: map[string]string{"X": "${env:MCPCLIENT_TEST_SECRET}-${file:" + keyFile + "}"}, want: map[string]string{"X": "env-secret-file-secret"}},
-		{in: map[string]string{"X": "${env:MCPCLIENT_TEST_NOPE}"}, wantErr: "MCPCLIENT_TEST_NOPE is not set"},
-		{in: map[string]string{"X": "${file:" + filepath.Join(dir, "none") + "}"}, wantErr: "secret file"},
-	}
-	for i, tc := range cases {
-		got, err := resolveHeaders(tc.in)
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%d: err %v; want %q", i, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%d: got %v, %v; want %v", i, got, err, tc.want)
-		}
-	}
-}
-
 func TestConfigNeverPrintsHeaderValues(t *testing.T) {
 	c := ServerConfig{Name: "gh", URL: "https://user:pw@api.example.com/mcp",
 		Headers: map[string]string{"Authorization": "Bearer literal-secret"}}

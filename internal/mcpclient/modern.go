@@ -35,10 +35,11 @@ const minListTTL = time.Second
 
 // clientCapabilities is what the pool declares on 2026-07-28: form-mode
 // elicitation, which a person answers while the call waits parked
-// (question); it has no model to sample and no file system to offer roots
-// of. On 2025-11-25 it declares nothing (initRequest): a server there asks
-// with a request on the call's own stream, held open while it waits, which
-// no suspended execution can answer from another process.
+// (question), or in line (pml run); it has no model to sample and no file
+// system to offer roots of. On 2025-11-25 it declares elicitation only
+// with an answerer (initRequest, elicit.go): a server there asks with a
+// request on the call's own stream, held open while it waits, which no
+// suspended execution can answer from another process.
 func clientCapabilities() mcp.ClientCapabilities {
 	return mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}}}
 }

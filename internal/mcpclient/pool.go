@@ -34,11 +34,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/secretref"
 )
 
 // ProtocolVersion is the MCP revision the pool asks for with the
@@ -114,6 +116,12 @@ type options struct {
 	maxAttempts     int
 	maxMessageBytes int64
 	auth            authOptions
+	// answerer answers 2025-11-25 servers' questions in line
+	// (WithAnswerer).
+	answerer ask.Answerer
+	// refs resolves the secret references of the servers' credentials
+	// (WithSecretRefs).
+	refs *secretref.Resolver
 }
 
 // defaultMaxResultBytes caps a normalised result whose call sets no cap
@@ -256,6 +264,13 @@ func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error
 		// when the first needs it.
 		get := sync.OnceValues(func() (mcpauth.SecretsAPI, error) { return f(pctx) })
 		p.opts.auth.secrets = func(context.Context) (mcpauth.SecretsAPI, error) { return get() }
+	}
+	if p.opts.refs == nil {
+		var client func(context.Context) (secretref.API, error)
+		if f := p.opts.auth.secrets; f != nil {
+			client = func(ctx context.Context) (secretref.API, error) { return f(ctx) }
+		}
+		p.opts.refs = secretref.New(client, secretref.Options{})
 	}
 	for _, c := range cfgs {
 		s := newServer(p, c)

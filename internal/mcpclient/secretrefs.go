@@ -1,21 +1,21 @@
 package mcpclient
 
-// The exported forms of the secret references header values may hold
-// (${env:NAME}, ${file:/absolute/path}), for the other tool sources
-// (internal/openapisrc, internal/lambdasrc) that take credentials the same
-// way: one syntax, one resolver.
+import (
+	"github.com/pml-sandbox/pml/internal/secretref"
+)
 
-// CheckSecretRefs reports a malformed secret reference in v (an empty
-// name, a relative file path), without resolving anything.
-func CheckSecretRefs(v string) error { return checkSecretRefs(v) }
+// Secret references in credentials (${env:NAME}, ${file:/path},
+// ${secret:ARN-or-name[#key]}) are internal/secretref's, shared with the
+// other tool sources (internal/openapisrc): one syntax, one resolver per
+// process (WithSecretRefs).
 
-// ResolveSecretRefs substitutes the secret references in v; what names v
-// in errors, which never quote a value.
-func ResolveSecretRefs(what, v string) (string, error) { return resolveRefs(what, v) }
-
-// HasSecretRef reports whether v holds a secret reference (a value without
-// one is itself the secret, and must be masked as written).
-func HasSecretRef(v string) bool { return secretRef.MatchString(v) }
+// WithSecretRefs sets the resolver of the servers' secret references,
+// shared with the process's other tool sources so that a Secrets Manager
+// secret is read once per process and lifetime. Without it the pool makes
+// its own, reading Secrets Manager through WithSecretsManager's client.
+func WithSecretRefs(r *secretref.Resolver) Option {
+	return func(o *options) { o.refs = r }
+}
 
 // HeaderSecrets is what a resolved header value makes secret: the value,
 // and for "Scheme credentials" values the credentials alone.

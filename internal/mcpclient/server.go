@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sort"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
@@ -50,6 +52,8 @@ type remote struct {
 	drops         *catalog.DropLog // tools left out of the catalog, each told once
 	httpTransport *http.Transport
 	httpClient    *http.Client
+	// headers are the configured headers, resolved (secretref).
+	headers *secretref.Headers
 	// red knows the secrets this server is sent (its config's, resolved
 	// header values, its OAuth tokens): its results are masked with it
 	// before anyone sees them, and the pool's redactor learns them too.
@@ -80,24 +84,52 @@ type remote struct {
 	connected    bool // ever connected: later connects count as reconnects
 	refreshing   bool
 	refreshAgain bool
+
+	// imu guards inflight: the tools of the calls in flight, by count,
+	// kept only with an answerer (elicit.go).
+	imu      sync.Mutex
+	inflight map[string]int
 }
 
 func newServer(p *Pool, cfg ServerConfig) *remote {
 	ht := newHTTPTransport()
 	log := p.log.With(slog.String("mcp_server", cfg.Name))
-	return &remote{
+	s := &remote{
 		p:             p,
 		cfg:           cfg,
 		log:           log,
 		drops:         catalog.NewDropLog(log),
 		httpTransport: ht,
-		httpClient:    &http.Client{Transport: &capTransport{base: ht, limit: p.opts.maxMessageBytes}},
 		red:           redact.New(cfg.secrets()...),
 		firstDone:     make(chan struct{}),
 		state:         StateUnavailable,
 		lastErr:       "not connected yet",
 		since:         time.Now(),
 	}
+	// Resolved values are known to the redactors before any request can
+	// go out, so before any error or log line can quote them.
+	s.headers = secretref.NewHeaders(p.opts.refs, cfg.Headers, func(_, v string) { s.addSecrets(headerSecrets(v)...) })
+	s.httpClient = &http.Client{Transport: s.headers.Transport(&capTransport{base: ht, limit: p.opts.maxMessageBytes})}
+	return s
+}
+
+// requestHeaders is what every HTTP request to the server carries: its
+// configured headers as last resolved (a rotated secret's new value as
+// soon as it is read), and the call's trace context (traceparent; on
+// 2026-07-28 it is in the request's _meta too: callParams), so that a
+// server that traces joins the trace.
+func (s *remote) requestHeaders(ctx context.Context) map[string]string {
+	h, tc := s.headers.Current(), tracectx.Headers(ctx)
+	if len(tc) == 0 {
+		return h
+	}
+	if len(h) == 0 {
+		return tc
+	}
+	out := make(map[string]string, len(h)+len(tc))
+	maps.Copy(out, h)
+	maps.Copy(out, tc)
+	return out
 }
 
 // addSecrets makes the server's results, and everything the pool lets
@@ -220,11 +252,21 @@ func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.To
 
 // initRequest leaves the protocol version to the client (see dial): the
 // newest it speaks, 2026-07-28 through server/discover, else the newest
-// with the handshake.
-func (s *remote) initRequest() mcp.InitializeRequest {
+// with the handshake. It declares form-mode elicitation where the pool
+// answers in line (an answerer, over streamable HTTP: elicit.go), and no
+// other capability.
+func (s *remote) initRequest(c *conn) mcp.InitializeRequest {
 	var r mcp.InitializeRequest
 	r.Params.ClientInfo = clientInfo
+	if s.answersInLine(c) {
+		r.Params.Capabilities.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}}
+	}
 	return r
+}
+
+// answersInLine reports whether c's server requests reach the answerer.
+func (s *remote) answersInLine(c *conn) bool {
+	return s.p.opts.answerer != nil && c.kind != TransportSSE
 }
 
 func (s *remote) setStateLocked(st State, lastErr string) {
@@ -336,19 +378,16 @@ func (s *remote) connectOnce() error {
 	if s.authSetupErr != nil {
 		return fmt.Errorf("auth: %w", s.authSetupErr)
 	}
-	headers, err := resolveHeaders(s.cfg.Headers)
-	if err != nil {
+	// Resolved again on each connect: a rotated ${env:} or ${file:} is
+	// picked up on reconnect (a Secrets Manager secret when it expires, or
+	// when the server refuses it).
+	if _, err := s.headers.Resolve(s.p.ctx); err != nil {
 		return err
-	}
-	// Known before any request goes out, so before any error or log line
-	// can quote them.
-	for _, v := range headers {
-		s.addSecrets(headerSecrets(v)...)
 	}
 	var errs []error
 	for _, kind := range s.transportOrder() {
 		start := time.Now()
-		c, tools, err := s.dial(s.p.ctx, kind, headers)
+		c, tools, err := s.dial(s.p.ctx, kind)
 		if err == nil {
 			return s.install(c, tools, time.Since(start))
 		}
@@ -368,7 +407,7 @@ func (s *remote) connectOnce() error {
 // dial opens a connection, initialises it and lists its tools. Over
 // streamable HTTP it first probes for 2026-07-28 (discover); a server that
 // does not speak it gets a fresh transport and the initialize handshake.
-func (s *remote) dial(parent context.Context, kind string, headers map[string]string) (_ *conn, _ *toolList, err error) {
+func (s *remote) dial(parent context.Context, kind string) (_ *conn, _ *toolList, err error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel, idPrefix: rand.Text()[:8] + "-"}
 	// The SSE stream and the GET listener live on ctx, so the connect
@@ -384,7 +423,7 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 		}
 	}()
 	if kind != TransportSSE {
-		if err := s.open(c, headers, false); err != nil {
+		if err := s.open(c, false); err != nil {
 			return nil, nil, err
 		}
 		res, derr := s.discover(ctx, c)
@@ -402,10 +441,10 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 		}
 	}
 	if !c.modern {
-		if err := s.open(c, headers, true); err != nil {
+		if err := s.open(c, true); err != nil {
 			return nil, nil, err
 		}
-		res, err := c.client.Initialize(ctx, s.initRequest())
+		res, err := c.client.Initialize(ctx, s.initRequest(c))
 		s.p.initializes.Add(1)
 		if err != nil {
 			return nil, nil, fmt.Errorf("initialize: %w", err)
@@ -426,12 +465,11 @@ func (s *remote) dial(parent context.Context, kind string, headers map[string]st
 // (legacy false) a streamable HTTP transport without the GET stream; for
 // the handshake, one pinned to ProtocolVersion, with the GET stream on
 // streamable HTTP.
-func (s *remote) open(c *conn, headers map[string]string, legacy bool) error {
+func (s *remote) open(c *conn, legacy bool) error {
 	switch c.kind {
 	case TransportSSE:
 		t, err := transport.NewSSE(s.cfg.URL,
-			transport.WithHeaders(headers),
-			transport.WithHeaderFunc(tracectx.Headers),
+			transport.WithHeaderFunc(s.requestHeaders),
 			transport.WithHTTPClient(s.httpClient),
 			transport.WithSSELogger(s.log),
 			transport.WithEndpointTimeout(s.p.opts.connectTimeout))
@@ -446,10 +484,7 @@ func (s *remote) open(c *conn, headers map[string]string, legacy bool) error {
 		c.tr = t
 	default:
 		topts := []transport.StreamableHTTPCOption{
-			transport.WithHTTPHeaders(headers),
-			// A call's trace context goes out as traceparent (and in its
-			// _meta: callParams), so a server that traces joins the trace.
-			transport.WithHTTPHeaderFunc(tracectx.Headers),
+			transport.WithHTTPHeaderFunc(s.requestHeaders),
 			transport.WithHTTPBasicClient(s.httpClient),
 			transport.WithHTTPLogger(s.log),
 		}
@@ -469,6 +504,9 @@ func (s *remote) open(c *conn, headers map[string]string, legacy bool) error {
 	var copts []client.ClientOption
 	if legacy {
 		copts = append(copts, client.WithProtocolVersion(ProtocolVersion))
+		if s.answersInLine(c) {
+			copts = append(copts, client.WithElicitationHandler(elicitHandler{s}))
+		}
 	}
 	c.client = client.NewClient(c.tr, copts...)
 	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
@@ -579,7 +617,7 @@ func (s *remote) reinit(ctx context.Context, c *conn, gen uint64) error {
 	}
 	ictx, cancel := context.WithTimeout(ctx, s.p.opts.connectTimeout)
 	defer cancel()
-	_, err := c.client.Initialize(ictx, s.initRequest())
+	_, err := c.client.Initialize(ictx, s.initRequest(c))
 	s.p.initializes.Add(1)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/secretref"
 )
 
 // DefaultCallTimeout bounds one request when the configuration sets none.
@@ -46,9 +47,11 @@ type Config struct {
 	// operator says so here).
 	BaseURL string
 	// Headers and Query are sent with every request (bearer tokens, API
-	// keys); values may reference secrets as ${env:NAME} or
-	// ${file:/path}, resolved when the source starts, and are never
-	// logged or shown.
+	// keys); values may reference secrets as ${env:NAME}, ${file:/path}
+	// or ${secret:ARN-or-name[#key]} (internal/secretref), resolved for
+	// each request (a Secrets Manager secret from the process's cache, and
+	// read again when the service refuses it), and are never logged or
+	// shown.
 	Headers, Query map[string]string
 	Auth           Auth
 	// CallTimeout bounds one request; zero means DefaultCallTimeout.
@@ -111,7 +114,7 @@ func (c Config) Validate() error {
 			if k == "" || (what == "header" && strings.ContainsAny(k, " \t\r\n:")) {
 				return fmt.Errorf("server %q: invalid %s name %q", c.Name, what, k)
 			}
-			if err := mcpclient.CheckSecretRefs(v); err != nil {
+			if err := secretref.Check(v); err != nil {
 				return fmt.Errorf("server %q: %s %s: %w", c.Name, what, k, err)
 			}
 		}
@@ -168,13 +171,13 @@ func (c Config) secrets() []string {
 	var out []string
 	for _, m := range []map[string]string{c.Headers, c.Query} {
 		for _, v := range m {
-			if !mcpclient.HasSecretRef(v) {
+			if !secretref.Has(v) {
 				out = append(out, mcpclient.HeaderSecrets(v)...)
 			}
 		}
 	}
 	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
-		if v != "" && !mcpclient.HasSecretRef(v) {
+		if v != "" && !secretref.Has(v) {
 			out = append(out, v)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
@@ -65,6 +66,11 @@ type Options struct {
 	CredentialsDir string
 	Secrets        func(context.Context) (mcpauth.SecretsAPI, error)
 	Agent          mcpauth.UserAgent
+	// Refs resolves the secret references of headers, query values and
+	// OAuth client secrets, shared with the process's other tool sources
+	// (mcpclient.WithSecretRefs); nil makes one reading Secrets Manager
+	// through Secrets.
+	Refs *secretref.Resolver
 	// Transport is the HTTP transport under everything (tests; default a
 	// clone of http.DefaultTransport per service).
 	Transport http.RoundTripper
@@ -164,6 +170,13 @@ func New(ctx context.Context, cfgs []Config, opts Options) (*Source, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Refs == nil {
+		var client func(context.Context) (secretref.API, error)
+		if f := opts.Secrets; f != nil {
+			client = func(ctx context.Context) (secretref.API, error) { return f(ctx) }
+		}
+		opts.Refs = secretref.New(client, secretref.Options{})
+	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Source{opts: opts, log: slog.New(red.Handler(opts.Logger.Handler())), red: red,
 		apis: map[string]*service{}, ctx: sctx, cancel: cancel}
@@ -205,7 +218,7 @@ func (s *Source) newService(c Config) *service {
 	switch {
 	case c.oauth():
 		sc := mcpclient.ServerConfig{Name: c.Name, URL: c.BaseURL, Auth: c.Auth.Config}
-		src, err := mcpclient.NewSource(s.ctx, sc, s.opts.CredentialsDir, s.opts.Secrets, s.opts.Agent,
+		src, err := mcpclient.NewSource(s.ctx, sc, s.opts.CredentialsDir, s.opts.Secrets, s.opts.Refs, s.opts.Agent,
 			&http.Client{Transport: base, Timeout: time.Minute}, a.addSecret, func(o *mcpauth.Options) { o.Logger = log })
 		if err != nil {
 			a.setupErr = fmt.Errorf("auth: %w", err)
@@ -518,34 +531,78 @@ func (s *Source) call(ctx context.Context, server, name string, args json.RawMes
 	timeout := a.cfg.callTimeout()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 	defer cancel()
-	req, err := e.op.newRequest(tctx, ts.doc.Base, checked)
+	send := func() (*http.Response, error) {
+		req, err := e.op.newRequest(tctx, ts.doc.Base, checked)
+		if err != nil {
+			return nil, fault.As(err).WithTool(full)
+		}
+		for k, v := range tracectx.Headers(ctx) {
+			req.Header.Set(k, v)
+		}
+		if err := a.addCredentials(tctx, req); err != nil {
+			return nil, fault.Wrap(fault.Unavailable, err, "credentials").WithTool(full)
+		}
+		req.Header.Set("User-Agent", "pml-sandbox")
+		resp, err := a.client.Do(req)
+		if err != nil {
+			return nil, a.classify(ctx, tctx, err, full, timeout)
+		}
+		return resp, nil
+	}
+	resp, err := send()
 	if err != nil {
-		return nil, fault.As(err).WithTool(full)
+		return nil, err
 	}
-	for k, v := range tracectx.Headers(ctx) {
-		req.Header.Set(k, v)
-	}
-	if err := a.addCredentials(req); err != nil {
-		return nil, fault.Wrap(fault.Unavailable, err, "credentials").WithTool(full)
-	}
-	req.Header.Set("User-Agent", "pml-sandbox")
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return nil, a.classify(ctx, tctx, err, full, timeout)
+	if a.rotated(tctx, resp.StatusCode) {
+		// The credentials were refused and a secret they come from has
+		// changed since it was read: once more, with the new value.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		_ = resp.Body.Close()
+		if resp, err = send(); err != nil {
+			return nil, err
+		}
 	}
 	defer resp.Body.Close()
 	return a.result(tctx, ctx, resp, full, timeout)
 }
 
+// rotated reports whether a response with status means a credential
+// from Secrets Manager was rotated: the service refused the request (401,
+// 403), a header or query value references a secret, and reading it again
+// gave another value (secretref.Resolver.Refresh).
+func (a *service) rotated(ctx context.Context, status int) bool {
+	if status != http.StatusUnauthorized && status != http.StatusForbidden {
+		return false
+	}
+	var vs []string
+	for _, m := range []map[string]string{a.cfg.Headers, a.cfg.Query} {
+		for _, v := range m {
+			if secretref.HasSecret(v) {
+				vs = append(vs, v)
+			}
+		}
+	}
+	if len(vs) == 0 {
+		return false
+	}
+	changed, err := a.src.opts.Refs.Refresh(ctx, vs...)
+	if err != nil {
+		a.log.Warn("reading the service's secrets again after a refusal", "err", err)
+	}
+	return changed
+}
+
 var errCallTimeout = errors.New("call timed out")
 
 // addCredentials puts the configured headers and query values on req,
-// their secret references resolved now, so that a rotated secret is read
-// on the next call; every resolved value is added to the redactor before
-// the request can go out.
-func (a *service) addCredentials(req *http.Request) error {
+// their secret references resolved now (a Secrets Manager secret from the
+// process's cache while it is fresh), so that a rotated secret is read on
+// the next call; every resolved value is added to the redactor before the
+// request can go out.
+func (a *service) addCredentials(ctx context.Context, req *http.Request) error {
+	refs := a.src.opts.Refs
 	for k, v := range a.cfg.Headers {
-		r, err := mcpclient.ResolveSecretRefs("header "+k, v)
+		r, err := refs.Resolve(ctx, "header "+k, v)
 		if err != nil {
 			return err
 		}
@@ -558,7 +615,7 @@ func (a *service) addCredentials(req *http.Request) error {
 	if len(a.cfg.Query) > 0 {
 		q := req.URL.Query()
 		for k, v := range a.cfg.Query {
-			r, err := mcpclient.ResolveSecretRefs("query "+k, v)
+			r, err := refs.Resolve(ctx, "query "+k, v)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 )
@@ -579,7 +580,8 @@ func TestApprovalPolicy(t *testing.T) {
 // mcpauth.SecretsAPI), on exactly the secrets the McpCredentialSecrets
 // parameter names and only when it names some; nothing else in the
 // template touches Secrets Manager but the approval state key
-// (TestApprovalPolicy).
+// (TestApprovalPolicy) and the secrets the server list references
+// (TestToolSecretsPolicy).
 func TestSecretsPolicy(t *testing.T) {
 	tpl, err := loadFile(realTemplate)
 	if err != nil {
@@ -589,8 +591,9 @@ func TestSecretsPolicy(t *testing.T) {
 	got := map[string][]string{}
 	for _, st := range statements(tpl) {
 		touches := slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })
-		if !touches || st.resource == `{"Ref":"ApprovalStateKey"}` {
-			// The approval state key is TestApprovalPolicy's.
+		if !touches || st.resource == `{"Ref":"ApprovalStateKey"}` || st.resource == `{"Ref":"ToolSecretArns"}` {
+			// The approval state key is TestApprovalPolicy's, the
+			// referenced secrets TestToolSecretsPolicy's.
 			continue
 		}
 		if st.resource == `{"Ref":"ApprovalOidcClientSecretArn"}` {
@@ -616,6 +619,42 @@ func TestSecretsPolicy(t *testing.T) {
 		if !slices.Equal(got[id], need) {
 			t.Errorf("%s may %v on the MCP credential secrets; it needs exactly %v", id, got[id], need)
 		}
+	}
+}
+
+// TestToolSecretsPolicy: both functions that call tools may do to the
+// secrets the server list references (${secret:…}) exactly what
+// secretref.Resolver does (the methods of secretref.API: read, never
+// write), on exactly what the ToolSecretArns parameter lists and only
+// when it lists something; no other function may.
+func TestToolSecretsPolicy(t *testing.T) {
+	tpl, err := loadFile(realTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := methods(reflect.TypeFor[secretref.API](), "secretsmanager", nil)
+	got := map[string][]string{}
+	for _, st := range statements(tpl) {
+		if st.resource != `{"Ref":"ToolSecretArns"}` {
+			continue
+		}
+		if st.cond != "HasToolSecrets" {
+			t.Errorf("%s: %v on the referenced secrets with condition %q; want them only when ToolSecretArns lists some", st.fn, st.actions, st.cond)
+		}
+		got[st.fn] = append(got[st.fn], st.actions...)
+	}
+	for _, id := range functions(tpl) {
+		slices.Sort(got[id])
+		need := want
+		if id != "ExecuteFunction" && id != "CapabilityFunction" {
+			need = nil
+		}
+		if !slices.Equal(got[id], need) {
+			t.Errorf("%s may %v on the referenced secrets; it needs exactly %v", id, got[id], need)
+		}
+	}
+	if !slices.Equal(want, []string{"secretsmanager:GetSecretValue"}) {
+		t.Errorf("secretref.API is %v: the template's ToolSecrets statement and docs/DEPLOY.md say GetSecretValue", want)
 	}
 }
 

@@ -67,7 +67,11 @@ func TestLoadAggregation(t *testing.T) {
 		t.Skip("load test (100,000 executions through DynamoDB Local, about 2 minutes): not under -short")
 	}
 	ctx := context.Background()
-	inst := dynamolocal.Start(t)
+	// An instance of its own, stopped when the test ends: 100,000 items
+	// and their stream would otherwise stay in the package's shared JVM,
+	// and the tests after this one would meet its garbage collection
+	// (a 10 s write deadline was once missed so).
+	inst := dynamolocal.Dedicated(t)
 	db := inst.Client()
 	table := dynamolocal.TableName(t)
 	if err := tracedb.CreateTable(ctx, db, table); err != nil {

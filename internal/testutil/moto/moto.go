@@ -101,3 +101,22 @@ func (s *Server) CreateSecret(tb testing.TB, name string) string {
 	}
 	return aws.ToString(out.ARN)
 }
+
+// PutSecret creates a secret holding value and returns its ARN.
+func (s *Server) PutSecret(tb testing.TB, name, value string) string {
+	tb.Helper()
+	out, err := s.Client().CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return aws.ToString(out.ARN)
+}
+
+// Rotate gives the secret id (its ARN or name) a new current value, as a
+// rotation does.
+func (s *Server) Rotate(tb testing.TB, id, value string) {
+	tb.Helper()
+	if _, err := s.Client().PutSecretValue(context.Background(), &secretsmanager.PutSecretValueInput{SecretId: aws.String(id), SecretString: aws.String(value)}); err != nil {
+		tb.Fatal(err)
+	}
+}

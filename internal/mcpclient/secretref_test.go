@@ -1,0 +1,132 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/testutil/moto"
+)
+
+// TestSecretsManagerHeader: a header from ${secret:NAME#key}, read through
+// moto's Secrets Manager, reaches a real MCP server that checks it; a tool
+// that echoes it gives the script the mask, never the key; when the
+// secret is rotated and the server starts refusing the old key (401), the
+// pool reads the secret again and the next call goes through with the new
+// one, on the same connection.
+func TestSecretsManagerHeader(t *testing.T) {
+	m := moto.Start(t)
+	m.PutSecret(t, "mcp/keys", `{"api": "key-`+secretMarker+`-1"}`)
+	var want atomic.Value
+	want.Store("key-" + secretMarker + "-1")
+	var refused atomic.Int64
+	ms := server.NewMCPServer("keyed", "1.0", server.WithToolCapabilities(true))
+	ms.AddTool(mcp.NewTool("echo_key", readOnly), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("you sent " + r.Header.Get("X-Api-Key")), nil
+	})
+	sh := server.NewStreamableHTTPServer(ms)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != want.Load().(string) {
+			refused.Add(1)
+			http.Error(w, "bad key", http.StatusUnauthorized)
+			return
+		}
+		sh.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	cfg := ServerConfig{Name: "k", URL: hs.URL + "/mcp", Transport: TransportStreamable,
+		Headers: map[string]string{"X-Api-Key": "${secret:mcp/keys#api}"}}
+	p := newTestPool(t, []ServerConfig{cfg},
+		WithSecretsManager(func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }))
+	waitTools(t, p, "k", "echo_key")
+	out, err := call(t, p, "k", "echo_key", `{}`, CallOptions{})
+	if err != nil || strings.Contains(out, secretMarker) || !strings.Contains(out, "[REDACTED]") {
+		t.Fatalf("echo: %s, %v; want the key masked", out, err)
+	}
+
+	m.Rotate(t, "mcp/keys", `{"api": "key-`+secretMarker+`-2"}`)
+	want.Store("key-" + secretMarker + "-2")
+	out, err = call(t, p, "k", "echo_key", `{}`, CallOptions{})
+	if err != nil || strings.Contains(out, secretMarker) {
+		t.Fatalf("after the rotation: %s, %v", out, err)
+	}
+	if refused.Load() != 1 {
+		t.Errorf("the server refused %d requests; want the one with the old key", refused.Load())
+	}
+	if h := p.Health()[0]; h.State != StateHealthy || strings.Contains(h.LastError, secretMarker) {
+		t.Errorf("health %+v", h)
+	}
+}
+
+// TestSecretsManagerReferenceRefusals: a header referencing a secret that
+// does not exist, or one whose value holds a line break, leaves its server
+// unavailable with a last error naming the header and the reference, and
+// no request reaches it; a server that refuses a key read from Secrets
+// Manager and quotes it back has its quote masked. Nothing the pool says
+// (errors, health, logs) holds a secret, and the pool stays live.
+func TestSecretsManagerReferenceRefusals(t *testing.T) {
+	m := moto.Start(t)
+	m.PutSecret(t, "mcp/crlf", "key-"+secretMarker+"\r\nX-Injected: 1")
+	m.PutSecret(t, "mcp/good", "key-"+secretMarker+"-ok")
+	var reached atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != "" {
+			reached.Add(1)
+		}
+		http.Error(w, "bad key "+r.Header.Get("X-Api-Key"), http.StatusUnauthorized)
+	}))
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	l := &leakCheck{t: t}
+	cfg := func(name, ref string) ServerConfig {
+		return ServerConfig{Name: name, URL: hs.URL + "/mcp", Transport: TransportStreamable, Headers: map[string]string{"X-Api-Key": ref}}
+	}
+	p := newTestPool(t, []ServerConfig{cfg("gone", "${secret:mcp/none}"), cfg("crlf", "${secret:mcp/crlf}"), cfg("quoting", "${secret:mcp/good}")},
+		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3),
+		WithSecretsManager(func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }))
+	for name, want := range map[string]string{"gone": "header X-Api-Key: reading secret mcp/none", "crlf": "header X-Api-Key: resolved value contains a line break", "quoting": "authorization required"} {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			h := p.Health()
+			i := slices.IndexFunc(h, func(h ServerHealth) bool { return h.Name == name })
+			if strings.Contains(h[i].LastError, want) {
+				if h[i].State == StateHealthy {
+					t.Errorf("%s: %+v; want it unavailable", name, h[i])
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: last error never mentioned %q: %+v", name, want, h[i])
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_, err := call(t, p, name, "anything", `{}`, CallOptions{})
+		if err == nil {
+			t.Errorf("%s: a call went through", name)
+		}
+		l.err(name, err)
+	}
+	if n := reached.Load(); n == 0 {
+		t.Error("the quoting server was never reached: the test proves nothing about its quote")
+	}
+	b, _ := json.Marshal(p.Health())
+	if strings.Contains(string(b), secretMarker) {
+		t.Errorf("health holds a secret: %s", b)
+	}
+	l.closeAndCheckLogs(p)
+}
