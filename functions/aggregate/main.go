@@ -19,6 +19,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
+	"github.com/pml-sandbox/pml/internal/startgc"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/xraysink"
 )
@@ -46,5 +47,7 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
+	// Initialised: the collector may run again (internal/startgc).
+	startgc.Done()
 	lambda.Start(agg.Handle)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
+	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 func main() {
@@ -30,6 +31,8 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
+	// Initialised: the collector may run again (internal/startgc).
+	startgc.Done()
 	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
 	lambda.Start(lambdaevents.CapabilityHandler(a.CapabilityRunner(), a.Service, log))
 }

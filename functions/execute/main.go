@@ -19,6 +19,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
 	"github.com/pml-sandbox/pml/internal/runs"
+	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 func main() {
@@ -34,6 +35,8 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
+	// Initialised: the collector may run again (internal/startgc).
+	startgc.Done()
 	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
 	textBytes, err := app.MCPTextBytes()
 	if err != nil {

@@ -136,7 +136,11 @@ func openEngine(ctx context.Context, cfg Config, log *slog.Logger) (*guest.Engin
 	out.duration = time.Since(start)
 	if cfg.CacheDir != "" {
 		after, err := guestcache.Entries(cfg.CacheDir)
-		out.hit = err == nil && !slices.ContainsFunc(after, func(e string) bool { return !slices.Contains(before, e) })
+		// A new post-init image (guest.ImageDir) is no compile: an older
+		// cache, or a shipped one without it, gains one on first use.
+		out.hit = err == nil && !slices.ContainsFunc(after, func(e string) bool {
+			return !slices.Contains(before, e) && !strings.HasPrefix(e, guest.ImageDir+"/")
+		})
 	}
 	return eng, out, nil
 }

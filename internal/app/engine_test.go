@@ -55,8 +55,21 @@ func editManifest(t *testing.T, dir string, edit func(*guestcache.Manifest)) {
 	}
 }
 
+// wazeroEntry is the shipped cache's one entry of wazero's (the other is
+// the guest's post-init image).
+func wazeroEntry(t *testing.T, m guestcache.Manifest) string {
+	t.Helper()
+	for _, e := range m.Entries {
+		if strings.HasPrefix(e, "wazero-") {
+			return e
+		}
+	}
+	t.Fatalf("no wazero entry in %v", m.Entries)
+	return ""
+}
+
 // compiledEntries are the regular files (not links to a shipped cache) in
-// a cache directory: what wazero compiled there.
+// a cache directory, but for post-init images: what wazero compiled there.
 func compiledEntries(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := guestcache.Entries(dir)
@@ -65,6 +78,9 @@ func compiledEntries(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range entries {
+		if strings.HasPrefix(e, guest.ImageDir+"/") {
+			continue
+		}
 		if st, err := os.Lstat(filepath.Join(dir, e)); err == nil && st.Mode().IsRegular() {
 			out = append(out, e)
 		}
@@ -135,7 +151,7 @@ func TestOpenEngineGuestCache(t *testing.T) {
 			setup: func(t *testing.T) (string, string) {
 				d := shippedCopy(t)
 				m, _ := guestcache.ReadManifest(d)
-				p := filepath.Join(d, m.Entries[0])
+				p := filepath.Join(d, wazeroEntry(t, m))
 				b, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -154,7 +170,7 @@ func TestOpenEngineGuestCache(t *testing.T) {
 			setup: func(t *testing.T) (string, string) {
 				d := shippedCopy(t)
 				m, _ := guestcache.ReadManifest(d)
-				old := m.Entries[0]
+				old := wazeroEntry(t, m)
 				renamed := filepath.Join(filepath.Dir(old), strings.Repeat("0", 64))
 				if err := os.Rename(filepath.Join(d, old), filepath.Join(d, renamed)); err != nil {
 					t.Fatal(err)
@@ -176,6 +192,24 @@ func TestOpenEngineGuestCache(t *testing.T) {
 				return cache, filepath.Join(t.TempDir(), "none")
 			},
 			hit: true, from: fromCacheDir, reason: "no usable shipped cache",
+		},
+		{
+			name: "an earlier process compiled, without keeping the post-init image",
+			setup: func(t *testing.T) (string, string) {
+				cache := t.TempDir()
+				eng, _, err := openEngine(context.Background(), Config{CacheDir: cache, prepared: -1}, slog.New(slog.DiscardHandler))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = eng.Close(context.Background())
+				// As a cache written before images were kept: making one
+				// now is no compile.
+				if err := os.RemoveAll(filepath.Join(cache, guest.ImageDir)); err != nil {
+					t.Fatal(err)
+				}
+				return cache, ""
+			},
+			hit: true, from: fromCacheDir, reason: "no shipped cache configured",
 		},
 	}
 	for _, tt := range tests {
@@ -249,7 +283,8 @@ func TestPrecompile(t *testing.T) {
 		if err := guestcache.Mismatch(m, guestcache.Running(guest.EmbeddedHash())); err != nil {
 			t.Error(err)
 		}
-		if len(m.Entries) != 1 || !strings.HasPrefix(m.Entries[0], "wazero-"+m.Wazero+"-") {
+		// wazero's code, and the guest's post-init image (sorted first).
+		if len(m.Entries) != 2 || m.Entries[0] != guest.ImageDir+"/"+guest.EmbeddedHash() || !strings.HasPrefix(m.Entries[1], "wazero-"+m.Wazero+"-") {
 			t.Errorf("entries %v", m.Entries)
 		}
 		err = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
@@ -275,7 +310,7 @@ func TestPrecompile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(stale); err == nil || len(m.Entries) != 1 {
+		if _, err := os.Stat(stale); err == nil || len(m.Entries) != 2 {
 			t.Errorf("kept a stale entry: %v", m.Entries)
 		}
 	})

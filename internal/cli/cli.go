@@ -23,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
+	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 // Exit codes; the README's table is where users read them.
@@ -222,6 +223,11 @@ type serviceFlags struct {
 	approvers, trustedClients, selfApproval, callerDecides string
 	callerAuto                                             bool
 	login                                                  string
+	// oneShot: the command runs one execution and exits (withService),
+	// and turns the garbage collector back on only after it, not once
+	// the service is built: the first cycle would mark the whole
+	// start's heap, all of it live, just before the process ends.
+	oneShot bool
 	// metrics is how the command publishes metrics unless PML_METRICS
 	// says otherwise: pml serve serves Prometheus's /metrics.
 	metrics string
@@ -341,6 +347,11 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 		return nil, err
 	}
 	a, err := app.New(ctx, cfg, logger)
+	// The service is built (or failed to be): the start is over, unless
+	// the one execution is still to come (oneShot).
+	if !f.oneShot || err != nil {
+		startgc.Done()
+	}
 	if fault.CodeOf(err) == fault.InvalidRequest {
 		return nil, usageError{err}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -121,6 +122,8 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 // pipe), then flushes the traces and closes the service.
 func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do func(execution.Executor, func(execution.Event))) error {
 	log := logger(errOut)
+	sf.oneShot = true
+	defer startgc.Done() // its memory limit still bounds the heap meanwhile
 	a, err := sf.open(ctx, log)
 	if err != nil {
 		return err

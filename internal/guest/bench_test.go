@@ -125,3 +125,23 @@ func BenchmarkAwaitBaseline(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n/1000, "µs/call")
 }
+
+// BenchmarkStartCached is a process's guest start with a warm cache
+// directory: guest.New over the compiled code and post-init image an
+// earlier engine kept (Linux; elsewhere the initialisation runs), then
+// Close. The package initialisation of a binary is not in it.
+func BenchmarkStartCached(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	open := func() *guest.Engine {
+		e, err := guest.New(ctx, guest.Options{CacheDir: dir, Prepared: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e
+	}
+	_ = open().Close(ctx)
+	for b.Loop() {
+		_ = open().Close(ctx)
+	}
+}

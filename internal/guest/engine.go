@@ -19,10 +19,10 @@ package guest
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -72,7 +72,9 @@ type Engine struct {
 	max      Limits
 	log      *slog.Logger
 	wasmHash string
-	runFlags uint64 // pml_run flags; bit 0 disables deadline polling (benchmarks only)
+	// imageLoaded: the snapshot came from the cache directory.
+	imageLoaded bool
+	runFlags    uint64 // pml_run flags; bit 0 disables deadline polling (benchmarks only)
 
 	pool     chan *instance
 	refill   chan struct{}
@@ -113,7 +115,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	sum := sha256.Sum256(wasm)
+	sum := wasmSum(wasm)
 	e := &Engine{
 		defaults: opts.Limits.withDefaults(DefaultLimits()),
 		max:      opts.MaxLimits.withDefaults(DefaultMaxLimits()),
@@ -149,7 +151,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("guest: compile: %w", err)
 	}
 	e.compiled = compiled
-	if e.snap, err = takeSnapshot(ctx, e.runtime, compiled); err != nil {
+	if e.snap, err = e.openSnapshot(ctx, opts.CacheDir, sum); err != nil {
 		_ = e.runtime.Close(ctx)
 		return nil, err
 	}
@@ -178,6 +180,39 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 // WasmHash identifies the guest binary (first 8 bytes of its sha256, hex).
 func (e *Engine) WasmHash() string { return e.wasmHash }
+
+// openSnapshot loads the post-init image an earlier process kept in the
+// cache directory (imagefile.go), or runs the guest's initialisation and
+// keeps its image there for the next one. A missing, unreadable or stale
+// file only costs the initialisation.
+func (e *Engine) openSnapshot(ctx context.Context, cacheDir string, sum [32]byte) (*snapshot, error) {
+	path := ""
+	if cacheDir != "" {
+		path = imagePath(cacheDir, sum)
+	}
+	if path != "" {
+		s, err := loadImageFile(path, sum, memoryPages(e.max.MemoryBytes))
+		if err == nil {
+			e.imageLoaded = true
+			return s, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			e.log.Warn("guest: the cached post-init image is not used", "err", err)
+		}
+	}
+	s, err := takeSnapshot(ctx, e.runtime, e.compiled)
+	if err != nil || path == "" || s.img == nil {
+		return s, err
+	}
+	if err := saveImageFile(path, s, sum); err != nil {
+		e.log.Warn("guest: keeping the post-init image failed", "err", err)
+	}
+	return s, nil
+}
+
+// ImageLoaded reports whether the post-init image came from the cache
+// directory, and the guest's initialisation did not run in this process.
+func (e *Engine) ImageLoaded() bool { return e.imageLoaded }
 
 // Close stops the pool, waits for running executions and frees the runtime.
 func (e *Engine) Close(ctx context.Context) error {

@@ -203,34 +203,44 @@ func (img *image) bytes() []byte { return img.view }
 // newImage copies mem into a new sealed memfd. Only non-zero pages are
 // written, so the file is as sparse as the memory.
 func newImage(mem []byte) (*image, error) {
+	return makeImage(len(mem), func(fd int) error {
+		for off := 0; off < len(mem); off += pageSize {
+			p := mem[off:min(off+pageSize, len(mem))]
+			if isZero(p) {
+				continue
+			}
+			if _, err := unix.Pwrite(fd, p, int64(off)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// makeImage makes an image of size bytes, zeros but for what write puts
+// into its file, then seals it.
+func makeImage(size int, write func(fd int) error) (*image, error) {
 	fd, err := unix.MemfdCreate("pml-guest-image", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	img := &image{fd: fd, size: len(mem)}
+	img := &image{fd: fd, size: size}
 	fail := func(err error) (*image, error) {
 		img.close()
 		return nil, err
 	}
-	if err := unix.Ftruncate(fd, int64(len(mem))); err != nil {
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		return fail(fmt.Errorf("sizing the image: %w", err))
 	}
-	const page = 4096
-	for off := 0; off < len(mem); off += page {
-		p := mem[off:min(off+page, len(mem))]
-		if isZero(p) {
-			continue
-		}
-		if _, err := unix.Pwrite(fd, p, int64(off)); err != nil {
-			return fail(fmt.Errorf("writing the image: %w", err))
-		}
+	if err := write(fd); err != nil {
+		return fail(fmt.Errorf("writing the image: %w", err))
 	}
 	// Sealed: nothing, this process included, can change what every
 	// instance starts from.
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE|unix.F_SEAL_SEAL); err != nil {
 		return fail(fmt.Errorf("sealing the image: %w", err))
 	}
-	if img.view, err = unix.Mmap(fd, 0, len(mem), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+	if img.view, err = unix.Mmap(fd, 0, size, unix.PROT_READ, unix.MAP_SHARED); err != nil {
 		return fail(fmt.Errorf("mapping the image: %w", err))
 	}
 	return img, nil

@@ -5,6 +5,7 @@ package guest
 import (
 	"context"
 	"errors"
+	"os"
 
 	"github.com/tetratelabs/wazero/experimental"
 )
@@ -39,6 +40,17 @@ func (*image) close() {}
 func (*image) bytes() []byte { return nil }
 
 func newImage([]byte) (*image, error) { return nil, errors.New("copy-on-write images need Linux") }
+
+// ImageDir is where a Linux process keeps the post-init image in a
+// compilation cache directory; elsewhere every process initialises the
+// guest itself.
+const ImageDir = "pml-image-v1"
+
+func imagePath(string, [32]byte) string { return "" }
+
+func loadImageFile(string, [32]byte, uint32) (*snapshot, error) { return nil, os.ErrNotExist }
+
+func saveImageFile(string, *snapshot, [32]byte) error { return nil }
 
 func allocator(*image, func(*mappedMemory)) experimental.MemoryAllocator { return nil }
 

@@ -52,9 +52,9 @@ func (e *Engine) Parse(ctx context.Context, code string, limits Limits) *fault.E
 // parse calls pml_parse and decodes its answer.
 func (x *execution) parse(in *instance) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	codePtr, err := put(ctx, in, []byte(x.req.Code))
-	if err != nil {
-		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
+	codePtr, ferr := x.put(ctx, in, []byte(x.req.Code), "loading the code")
+	if ferr != nil {
+		return nil, ferr
 	}
 	ret, err := in.parse.Call(ctx, uint64(codePtr), uint64(len(x.req.Code)), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes))
 	if err != nil {

@@ -128,14 +128,21 @@ func (s *snapshot) diff(ctx context.Context, rt wazero.Runtime, compiled wazero.
 	return nil
 }
 
+// isZero reports whether b is all zeros, a page at a time (bytes.Equal is
+// vectorised; a byte loop over the ~10 MB post-init memory cost a cold
+// start milliseconds).
 func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPage))
+		if !bytes.Equal(b[:n], zeroPage[:n]) {
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }
+
+var zeroPage [pageSize]byte
 
 // restore returns a new instance in the post-init state.
 func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) (*instance, error) {

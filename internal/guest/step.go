@@ -28,13 +28,13 @@ type outputDoc struct {
 // run calls pml_run on a fresh instance and decodes its answer.
 func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	cfgPtr, err := put(ctx, in, cfg)
-	if err != nil {
-		return nil, fault.Wrap(fault.SandboxError, err, "loading the configuration")
+	cfgPtr, ferr := x.put(ctx, in, cfg, "loading the configuration")
+	if ferr != nil {
+		return nil, ferr
 	}
-	codePtr, err := put(ctx, in, []byte(x.req.Code))
-	if err != nil {
-		return nil, fault.Wrap(fault.SandboxError, err, "loading the code")
+	codePtr, ferr := x.put(ctx, in, []byte(x.req.Code), "loading the code")
+	if ferr != nil {
+		return nil, ferr
 	}
 	flags := x.engine.runFlags
 	if x.req.ArgsDeclared {
@@ -62,14 +62,21 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 
 // put copies b into a new buffer of the guest's, followed by a NUL
 // (QuickJS's parsers need one after the text), and returns its address.
-func put(ctx context.Context, in *instance, b []byte) (uint32, error) {
+// The guest's allocator checks in on its loops, so a deadline that passed
+// before the script began (a loaded machine, a short timeout) ends the run
+// here, and that is the run's TIMEOUT (or the caller's cause), not a
+// SANDBOX_ERROR.
+func (x *execution) put(ctx context.Context, in *instance, b []byte, what string) (uint32, *fault.Error) {
 	r, err := in.alloc.Call(ctx, uint64(len(b)+1))
 	if err != nil {
-		return 0, err
+		if x.stopping || x.stopErr != nil || x.interrupted() {
+			return 0, x.trapError(err)
+		}
+		return 0, fault.Wrap(fault.SandboxError, err, what)
 	}
 	p := uint32(r[0])
 	if p == 0 || !in.mod.Memory().Write(p, b) || !in.mod.Memory().WriteByte(p+uint32(len(b)), 0) {
-		return 0, errors.New("guest allocation failed")
+		return 0, fault.New(fault.SandboxError, "%s: guest allocation failed", what)
 	}
 	return p, nil
 }
