@@ -23,10 +23,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pml-sandbox/pml/internal/admission"
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/runs"
 )
 
 // ServeClients is how many clients drive `pml serve` at once for the
@@ -100,6 +102,8 @@ type served struct {
 	app    *app.App
 	demo   *demoserver.Server
 	hs     *http.Server
+	api    *httpapi.Handler
+	exec   *runs.Service
 	done   chan error
 	tmp    string
 	client *http.Client
@@ -147,6 +151,10 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 		Servers:          []mcpclient.ServerConfig{demo},
 		Traces:           app.TraceConfig{Store: app.StoreMemory},
 		CapabilitiesFile: capFile,
+		// pml serve's defaults: Prometheus metrics, suspended executions
+		// and sessions kept in a directory (here the benchmark's own).
+		Metrics:     app.MetricsPrometheus,
+		Suspensions: app.SuspensionConfig{Dir: filepath.Join(s.tmp, "suspensions")},
 	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("bench: starting the service: %w", err)
@@ -156,11 +164,25 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	s.url = "http://" + ln.Addr().String()
-	handler := s.app.HTTPHandler(httpapi.Options{
-		Logger: log,
-		Guard:  &httpapi.Guard{}, // what pml serve guards loopback with
+	// The front end pml serve puts around the service (servecmd.go): the
+	// server's budget of executions and memory, the runs of asynchronous
+	// executions, client limits, streaming, MCP sessions and /metrics.
+	budget, err := admission.New(admission.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	s.exec = s.app.Executor(budget.Admit(s.app.Service), nil)
+	clients := httpapi.DefaultClientLimits()
+	s.api = s.app.HTTPHandler(httpapi.Options{
+		Service:     s.exec,
+		Logger:      log,
+		Guard:       &httpapi.Guard{}, // what pml serve guards loopback with
+		Streaming:   true,
+		MCPSessions: true,
+		Clients:     &clients,
+		Metrics:     s.app.MetricsHandler(),
 	})
-	s.hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	s.hs = &http.Server{Handler: budget.RetryAfter(s.api), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	s.done = make(chan error, 1)
 	go func() { s.done <- s.hs.Serve(ln) }()
 	// Keep-alive connections for every client and every held execution,
@@ -186,6 +208,12 @@ func (s *served) close() {
 		}
 		cancel()
 		<-s.done
+	}
+	if s.api != nil {
+		_ = s.api.Close(context.Background())
+	}
+	if s.exec != nil {
+		_ = s.exec.Close(context.Background())
 	}
 	if s.app != nil {
 		s.app.Close(context.Background())

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/analysis"
@@ -103,9 +104,13 @@ type Service struct {
 	policy  approval.Policy
 	notify  func(context.Context, execution.SuspensionNotice)
 	owners  map[string]owner // the ServerSources' servers, fixed at New
-	learner *learn.Learner
-	ranker  *evidence.Ranker
-	asker   ask.Answerer
+	// listFirst: the sources are in the order the cached listing
+	// serves; listing is the last one built (see listing).
+	listFirst bool
+	listing   atomic.Pointer[listing]
+	learner   *learn.Learner
+	ranker    *evidence.Ranker
+	asker     ask.Answerer
 
 	sessions   suspend.Sessions
 	sessionTTL time.Duration
@@ -137,6 +142,7 @@ func New(engine *guest.Engine, opts Options) *Service {
 		s.sandbox = execution.DefaultSandboxes
 	}
 	s.owners = ownersOf(s.sources)
+	s.listFirst = listingFirst(s.sources)
 	return s
 }
 
@@ -217,7 +223,35 @@ func (b *builder) sorted() []entry {
 // the sources that resolve (capabilities), only names — those the code
 // references — that no earlier source has and no configured server owns.
 // failed holds the names a resolving source could not answer for.
-func (s *Service) resolve(ctx context.Context, names []string) (entries []entry, failed map[string]error) {
+func (s *Service) resolve(ctx context.Context, names []string) (entries []entry, failed map[string]error, plain *listing) {
+	if !s.listFirst {
+		return s.resolveEach(ctx, names)
+	}
+	l := s.listed(ctx)
+	b := &l.merged // read only, until a resolving source adds a tool
+	for i := len(l.keys); i < len(s.sources); i++ {
+		ask := s.toAsk(b, i, names)
+		if len(ask) == 0 {
+			continue
+		}
+		tools, err := s.sources[i].(execution.ResolvingSource).Resolve(ctx, ask)
+		if err != nil {
+			failed = s.resolveFailed(ctx, failed, ask, err)
+		}
+		if len(tools) > 0 && b == &l.merged {
+			b = l.clone()
+		}
+		b.add(ctx, i, s.sources[i], tools)
+	}
+	if b == &l.merged {
+		return l.sorted, failed, l
+	}
+	return b.sorted(), failed, nil
+}
+
+// resolveEach is resolve without the cached listing, for sources in an
+// order it does not serve (listingFirst).
+func (s *Service) resolveEach(ctx context.Context, names []string) (entries []entry, failed map[string]error, plain *listing) {
 	b := s.newBuilder()
 	for i, src := range s.sources {
 		rs, ok := src.(execution.ResolvingSource)
@@ -229,30 +263,43 @@ func (s *Service) resolve(ctx context.Context, names []string) (entries []entry,
 			b.add(ctx, i, src, tools)
 			continue
 		}
-		var ask []string
-		for _, n := range names {
-			server, tool, _ := strings.Cut(n, ":")
-			if o, owned := b.owners[server]; b.seen[n] || (owned && o.index != i) || catalog.ValidName(server) != nil || catalog.ValidName(tool) != nil {
-				continue
-			}
-			ask = append(ask, n)
-		}
+		ask := s.toAsk(b, i, names)
 		if len(ask) == 0 {
 			continue
 		}
 		tools, err := rs.Resolve(ctx, ask)
 		if err != nil {
-			s.log.WarnContext(ctx, "tool source unavailable", "err", err)
-			if failed == nil {
-				failed = map[string]error{}
-			}
-			for _, n := range ask {
-				failed[n] = err
-			}
+			failed = s.resolveFailed(ctx, failed, ask, err)
 		}
 		b.add(ctx, i, src, tools)
 	}
-	return b.sorted(), failed
+	return b.sorted(), failed, nil
+}
+
+// toAsk are the names the resolving source at index i is asked for: those
+// no earlier source took and no other source's configured server owns.
+func (s *Service) toAsk(b *builder, i int, names []string) []string {
+	var ask []string
+	for _, n := range names {
+		server, tool, _ := strings.Cut(n, ":")
+		if o, owned := b.owners[server]; b.seen[n] || (owned && o.index != i) || catalog.ValidName(server) != nil || catalog.ValidName(tool) != nil {
+			continue
+		}
+		ask = append(ask, n)
+	}
+	return ask
+}
+
+// resolveFailed records that ask could not be resolved.
+func (s *Service) resolveFailed(ctx context.Context, failed map[string]error, ask []string, err error) map[string]error {
+	s.log.WarnContext(ctx, "tool source unavailable", "err", err)
+	if failed == nil {
+		failed = map[string]error{}
+	}
+	for _, n := range ask {
+		failed[n] = err
+	}
+	return failed
 }
 
 // owner is the ServerSource that owns a server name, and its position in
@@ -348,17 +395,29 @@ type toolSet struct {
 	entries   map[string]entry
 	// failed are the names whose source could not be read.
 	failed map[string]error
+	// guest is what the guest is given, when built with the set (a
+	// listing's shared set); nil: built per execution.
+	guest []guest.Tool
 }
 
 // toolSet narrows the tools names need to what req may call: its own
 // filter, and what the runs above it narrowed to.
 func (s *Service) toolSet(ctx context.Context, req *execution.Request, names []string) (*toolSet, *fault.Error) {
-	all, failed := s.resolve(ctx, names)
+	all, failed, l := s.resolve(ctx, names)
+	filter := req.Filter()
+	if l != nil && filter.IsZero() && len(req.Inherited()) == 0 {
+		// Nothing narrowed, nothing resolved: the listing's own set.
+		if failed == nil {
+			return l.plain, nil
+		}
+		ts := *l.plain
+		ts.failed = failed
+		return &ts, nil
+	}
 	tools := make([]catalog.Tool, len(all))
 	for i, e := range all {
 		tools[i] = e.tool
 	}
-	filter := req.Filter()
 	visible, err := filter.Narrow(tools)
 	if err != nil {
 		// A pattern that selects none of these may select a capability
@@ -480,11 +539,14 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		shape = learn.Read(parsed, s.learner.Known())
 	}
 
-	gtools := make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
-	for _, t := range ts.visible {
-		gtools = append(gtools, guestTool(t))
+	gtools := ts.guest // shared: the guest copies it before adding to it
+	if gtools == nil {
+		gtools = make([]guest.Tool, 0, len(ts.visible)+len(ts.forbidden))
+		for _, t := range ts.visible {
+			gtools = append(gtools, guestTool(t))
+		}
+		gtools = append(gtools, forbiddenGuestTools(ts.all, ts.forbidden)...)
 	}
-	gtools = append(gtools, forbiddenGuestTools(ts.all, ts.forbidden)...)
 	limits := s.limits
 	limits.Timeout = timeout
 	host := &toolHost{service: s, req: req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,

@@ -35,16 +35,22 @@ var demoValidators = sync.OnceValue(func() map[string]*argcheck.Validator {
 	return vs
 })
 
-// Tools implements execution.ToolSource.
+// Tools implements execution.ToolSource. The list never changes, so every
+// call answers the same slice (callers must not modify it): the bridge
+// then merges it once, not once per execution.
 func (Source) Tools(context.Context) ([]catalog.Tool, error) {
+	return demoCatalog(), nil
+}
+
+var demoCatalog = sync.OnceValue(func() []catalog.Tool {
 	defs := Definitions()
 	out := make([]catalog.Tool, len(defs))
 	for i, d := range defs {
 		out[i] = catalog.Tool{Server: Name, Name: d.Name, Description: d.Description, InputSchema: d.InputSchema,
 			OutputSchema: d.OutputSchema, Annotations: d.Annotations, Kind: trace.KindBuiltin}
 	}
-	return out, nil
-}
+	return out
+})
 
 // Call implements execution.ToolSource. Arguments are checked against the tool's
 // input schema first, as MCP tools' and capabilities' are, so a bad one is

@@ -52,7 +52,10 @@ type Executor interface {
 // ToolSource provides tools: MCP servers, capabilities, the demo tools.
 // Implementations must be safe for concurrent use.
 type ToolSource interface {
-	// Tools lists what the source offers now.
+	// Tools lists what the source offers now. The slice is read only,
+	// for the source and its callers alike: a source may answer the same
+	// slice until its list changes (the service then reuses what it
+	// built from it), never one it modifies afterwards.
 	Tools(ctx context.Context) ([]catalog.Tool, error)
 	// Call runs one tool. args has already been checked to be JSON.
 	Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) (json.RawMessage, error)

@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -111,6 +109,7 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 	// stopped reading would hold it, and a goroutine, idle for minutes.
 	h.Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
+	ew := newEventWriter(w)
 	broken := false
 	fail := func(err error) {
 		if err != nil && !broken {
@@ -133,10 +132,10 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 			if broken {
 				return
 			}
-			fail(writeEvent(w, string(ev.Type), ev.Data()))
+			fail(ew.event(string(ev.Type), ev.Data()))
 		}
 		if dropped > 0 && !broken {
-			fail(writeEvent(w, EventDropped, Dropped{Dropped: dropped}))
+			fail(ew.event(EventDropped, Dropped{Dropped: dropped}))
 		}
 		flush()
 		heartbeat.Reset(a.StreamHeartbeat)
@@ -158,7 +157,7 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 			send()
 			a.flush(r.Context())
 			if !broken {
-				fail(writeEvent(w, EventResult, StreamResult{Status: out.status, Response: out.resp}))
+				fail(ew.result(StreamResult{Status: out.status, Response: out.resp}))
 				flush()
 			}
 			return
@@ -174,23 +173,6 @@ const EventDropped = "dropped"
 type Dropped struct {
 	// Dropped is how many events were left out here.
 	Dropped int `json:"dropped"`
-}
-
-// writeEvent writes one server-sent event. JSON holds no raw newline, so
-// the data is one line.
-func writeEvent(w io.Writer, name string, data any) error {
-	var b bytes.Buffer
-	b.WriteString("event: " + name + "\ndata: ")
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // as the plain response
-	if err := enc.Encode(data); err != nil {
-		b.Reset()
-		b.WriteString("event: " + name + "\ndata: ")
-		_ = enc.Encode(map[string]string{"error": err.Error()})
-	}
-	b.WriteString("\n") // Encode ended the data line; a blank line ends the event
-	_, err := w.Write(b.Bytes())
-	return err
 }
 
 // streamQueueBytes bounds what a stream's queue holds (by eventCost). A

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,6 +229,8 @@ type Pool struct {
 	wg     sync.WaitGroup
 
 	initializes, toolLists, calls, reconnects atomic.Int64
+
+	merged atomic.Pointer[mergedTools] // see Tools
 }
 
 var errPoolClosed = errors.New("mcp client pool is closed")
@@ -321,11 +324,14 @@ func (p *Pool) isClosed() bool {
 // left out. Destructive tools stay listed (their annotations say so)
 // because mcp-go servers mark every tool destructiveHint=true unless told
 // otherwise, as the MCP default says; Call refuses them unless allowed.
+// The slice is shared until the catalog changes: callers must not modify
+// it.
 func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 	if p.isClosed() {
 		return nil, fault.Wrap(fault.Unavailable, errPoolClosed, "")
 	}
-	var out []catalog.Tool
+	var stack [4]*toolSet
+	sets := stack[:0]
 	for _, s := range p.order {
 		select {
 		case <-s.firstDone:
@@ -336,11 +342,28 @@ func (p *Pool) Tools(ctx context.Context) ([]catalog.Tool, error) {
 		} else {
 			s.kick()
 		}
-		if ts := s.cat.Load(); ts != nil {
-			out = append(out, ts.visible...)
+		sets = append(sets, s.cat.Load())
+	}
+	if m := p.merged.Load(); m != nil && slices.Equal(m.from, sets) {
+		return m.tools, nil
+	}
+	m := &mergedTools{from: slices.Clone(sets)}
+	for _, ts := range sets {
+		if ts != nil {
+			m.tools = append(m.tools, ts.visible...)
 		}
 	}
-	return out, nil
+	p.merged.Store(m)
+	return m.tools, nil
+}
+
+// mergedTools is the list Tools last answered and the servers' lists it
+// joins. Tools hands out the same slice until one of them changes, so
+// that a caller (the bridge, on every execution) can tell an unchanged
+// catalog by its identity; nobody may modify it.
+type mergedTools struct {
+	from  []*toolSet
+	tools []catalog.Tool
 }
 
 // Health reports every server, in config order.

@@ -131,9 +131,16 @@ func TestWarmReuse(t *testing.T) {
 	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}})
 	waitTools(t, p, "demo", "echo")
 	before := p.Stats()
+	first, _ := p.Tools(context.Background())
 	for range 3 {
-		if _, err := p.Tools(context.Background()); err != nil {
+		tools, err := p.Tools(context.Background())
+		if err != nil {
 			t.Fatal(err)
+		}
+		// An unchanged catalog is the same slice: the bridge reuses what
+		// it built from it.
+		if len(tools) == 0 || &tools[0] != &first[0] || len(tools) != len(first) {
+			t.Error("an unchanged catalog was answered as a new slice")
 		}
 		if _, err := call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{}); err != nil {
 			t.Fatal(err)

@@ -279,7 +279,7 @@ func scan(code string, lim Limits) result {
 	r := &reading{s: s, code: code, lim: lim, slash: slashRegexp, brace: braceStmt, stmtStart: true, lineStart: true}
 	// The wrapper `(async function (args) {`: its paren and body, counted
 	// as depth 0.
-	r.stack = make([]level, 0, 64)
+	r.stack = make([]level, 0, 16) // grows with nesting: most scripts stay shallow
 	r.stack = append(r.stack, level{kind: kTop, flags: fBlock}, level{kind: kParen})
 	r.cur = level{kind: kBrace, flags: fBlock | fFunc, id: 1}
 	s.nextID = 2
