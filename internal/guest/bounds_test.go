@@ -54,7 +54,12 @@ var escapes = []struct{ name, code string }{
 }
 
 // TestDeadlineIsAbsolute runs every escape against a short deadline: each
-// must end as TIMEOUT within 100 ms of it.
+// must end as TIMEOUT within a second of it. Without its check-ins each
+// would run for hours (2^53 steps); with them it stops within a few
+// milliseconds on a quiet machine, but a loaded 2-core one deschedules the
+// run's thread for 100-200 ms at a time (measured at load 15), so the bound
+// is the alternative ruled out, not the quiet figure
+// (BenchmarkBulkFillDeadline reports that).
 func TestDeadlineIsAbsolute(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	for _, tt := range escapes {
@@ -67,11 +72,11 @@ func TestDeadlineIsAbsolute(t *testing.T) {
 				if r.OK || r.Err.Code != fault.Timeout {
 					t.Fatalf("want TIMEOUT, got %+v %s", r.Err, r.Value)
 				}
-				if over = r.Duration - timeout; over <= 100*time.Millisecond {
+				if over = r.Duration - timeout; over <= time.Second {
 					return
 				}
 			}
-			t.Fatalf("stopped %v after the deadline; want ≤ 100ms", over)
+			t.Fatalf("stopped %v after the deadline; want ≤ 1s", over)
 		})
 	}
 }
