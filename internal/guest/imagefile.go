@@ -30,7 +30,8 @@ import (
 // A file is (little-endian)
 //
 //	"PMLI" | u32 format | [32]byte guest sha256 | u32 pages (64 KiB wasm pages) |
-//	u64 stack pointer | u32 count | count × u32 page index (4 KiB pages, ascending) |
+//	u64 stack pointer | u32 count | u32 inbox address |
+//	count × u32 page index (4 KiB pages, ascending) |
 //	count × 4 KiB | u32 CRC-32C of everything before it
 //
 // holding the image's non-zero pages (~80 of ~2,400). The directory is as
@@ -40,14 +41,17 @@ import (
 
 // ImageDir is the directory of post-init images inside a compilation
 // cache directory (internal/guestcache ships it with wazero's entries).
-const ImageDir = "pml-image-v1"
+const ImageDir = "pml-image-v2"
 
 var imageMagic = [4]byte{'P', 'M', 'L', 'I'}
 
 const (
-	imageFormat = 1
+	// imageFormat 2 added the inbox's address (format 1 files, in
+	// pml-image-v1, are never read: without it the host would write
+	// answers to address 0).
+	imageFormat = 2
 	// imageHead is the fixed part before the page indexes.
-	imageHead = 4 + 4 + 32 + 4 + 8 + 4
+	imageHead = 4 + 4 + 32 + 4 + 8 + 4 + 4
 	// maxImagePages bounds a file's wasm pages: a 32-bit memory's.
 	maxImagePages = 65536
 )
@@ -77,6 +81,7 @@ func encodeImage(s *snapshot, sum [32]byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, s.pages)
 	b = binary.LittleEndian.AppendUint64(b, s.stackPointer)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(idx)))
+	b = binary.LittleEndian.AppendUint32(b, s.inbox)
 	for _, p := range idx {
 		b = binary.LittleEndian.AppendUint32(b, p)
 	}
@@ -93,6 +98,7 @@ func encodeImage(s *snapshot, sum [32]byte) []byte {
 type decodedImage struct {
 	pages        uint32
 	stackPointer uint64
+	inbox        uint32   // the guest's static inbox (snapshot.inbox)
 	index        []uint32 // ascending 4 KiB page numbers
 	data         []byte   // their contents, one after another
 }
@@ -117,8 +123,12 @@ func decodeImage(b []byte, sum [32]byte, maxPages uint32) (decodedImage, error) 
 	d.pages = binary.LittleEndian.Uint32(b[40:])
 	d.stackPointer = binary.LittleEndian.Uint64(b[44:])
 	count := uint64(binary.LittleEndian.Uint32(b[52:]))
+	d.inbox = binary.LittleEndian.Uint32(b[56:])
 	if d.pages == 0 || d.pages > min(maxPages, maxImagePages) {
 		return d, fmt.Errorf("%d pages, more than the memory limit's %d", d.pages, maxPages)
+	}
+	if d.inbox == 0 || uint64(d.inbox)+inboxSize > uint64(d.pages)*65536 {
+		return d, fmt.Errorf("inbox at %d outside the image's memory", d.inbox)
 	}
 	if uint64(len(body)) != imageHead+count*(4+pageSize) {
 		return d, errors.New("size does not match its page count")
@@ -164,7 +174,7 @@ func loadImageFile(path string, sum [32]byte, maxPages uint32) (*snapshot, error
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{pages: d.pages, stackPointer: d.stackPointer, img: img, bytes: size}, nil
+	return &snapshot{pages: d.pages, stackPointer: d.stackPointer, inbox: d.inbox, img: img, bytes: size}, nil
 }
 
 // saveImageFile keeps s at path for the next process: written beside it

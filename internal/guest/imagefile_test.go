@@ -42,16 +42,20 @@ func TestImageFileRoundTrip(t *testing.T) {
 		t.Fatal("the kept image was not loaded")
 	}
 	a, b := first.snap, second.snap
-	if a.pages != b.pages || a.stackPointer != b.stackPointer || a.bytes != b.bytes {
-		t.Fatalf("loaded snapshot differs: pages %d/%d, stack pointer %d/%d, bytes %d/%d",
-			a.pages, b.pages, a.stackPointer, b.stackPointer, a.bytes, b.bytes)
+	if a.pages != b.pages || a.stackPointer != b.stackPointer || a.bytes != b.bytes || a.inbox != b.inbox {
+		t.Fatalf("loaded snapshot differs: pages %d/%d, stack pointer %d/%d, bytes %d/%d, inbox %d/%d",
+			a.pages, b.pages, a.stackPointer, b.stackPointer, a.bytes, b.bytes, a.inbox, b.inbox)
 	}
 	if !bytes.Equal(a.img.bytes(), b.img.bytes()) {
 		t.Fatal("loaded image differs from the one the initialisation made")
 	}
-	for _, code := range []string{"return 1+1", "let s = 0; for (let i = 0; i < 1e5; i++) s += i; return s"} {
-		r := second.Run(ctx, Request{Code: code})
-		want := first.Run(ctx, Request{Code: code})
+	for _, code := range []string{"return 1+1",
+		// Answers written straight into the guest's inbox, whose address
+		// the image carries.
+		"const a = await mcp.demo.add({a: 1, b: 2}); const e = await mcp.demo.echo({s: 'x'.repeat(5000)}); return [a, e.s.length]",
+		"let s = 0; for (let i = 0; i < 1e5; i++) s += i; return s"} {
+		r := second.Run(ctx, Request{Code: code, Tools: DemoTools(), Host: DemoHost{}})
+		want := first.Run(ctx, Request{Code: code, Tools: DemoTools(), Host: DemoHost{}})
 		if !r.OK || string(r.Value) != string(want.Value) {
 			t.Fatalf("%q from the loaded image: %+v, want %s", code, r, want.Value)
 		}
@@ -106,6 +110,11 @@ func TestImageFileRejected(t *testing.T) {
 		})},
 		{"pages out of order", edit(func(b []byte) []byte {
 			copy(b[imageHead:], b[imageHead+4:imageHead+8])
+			return resum(b)
+		})},
+		{"no inbox", edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[56:], 0); return resum(b) })},
+		{"an inbox beyond the memory", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[56:], binary.LittleEndian.Uint32(b[40:])*65536-100)
 			return resum(b)
 		})},
 		{"a count beyond the file", edit(func(b []byte) []byte {

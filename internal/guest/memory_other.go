@@ -44,7 +44,7 @@ func newImage([]byte) (*image, error) { return nil, errors.New("copy-on-write im
 // ImageDir is where a Linux process keeps the post-init image in a
 // compilation cache directory; elsewhere every process initialises the
 // guest itself.
-const ImageDir = "pml-image-v1"
+const ImageDir = "pml-image-v2"
 
 func imagePath(string, [32]byte) string { return "" }
 
