@@ -64,8 +64,13 @@ case $scenario in
 esac
 # The suite's tools say nothing about themselves, which MCP's defaults make
 # destructive: a user of such a server says it under-annotates.
+# connect_timeout: the suite serves every scenario from one Node process,
+# which starts 48 servers at once; on a loaded 2-core machine its event loop
+# took more than the pool's 10 s default to accept a scenario's first
+# connection (the slots above bound pml, not the suite). What is tested is
+# the protocol, so the scenarios' servers get 30 s.
 cat >"$work/servers.json" <<JSON
-{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "allow_destructive": true, "assume_not_destructive": true, "auth": $auth}]}
+{"servers": [{"name": "s", "url": $(q "$url"), "transport": "streamable", "connect_timeout": "30s", "allow_destructive": true, "assume_not_destructive": true, "auth": $auth}]}
 JSON
 
 

@@ -100,7 +100,7 @@ func (s *remote) setupAuth() {
 	}
 	o := s.p.opts.auth
 	src, err := NewSource(s.p.ctx, s.cfg, o.credentialsDir, o.secrets, s.p.opts.refs, o.agent,
-		&http.Client{Transport: s.httpTransport, Timeout: s.p.opts.connectTimeout * 3},
+		&http.Client{Transport: s.httpTransport, Timeout: s.connectTimeout() * 3},
 		s.addSecrets, func(mo *mcpauth.Options) { mo.Logger = s.log })
 	if err != nil {
 		s.authSetupErr = err

@@ -60,6 +60,12 @@ type ServerConfig struct {
 	Headers map[string]string
 	// CallTimeout bounds one tools/call; zero means DefaultCallTimeout.
 	CallTimeout time.Duration
+	// ConnectTimeout bounds one connect attempt to this server (stream
+	// set-up, discover or initialize, the first tools/list; an OAuth
+	// exchange gets three times it); zero means the pool's
+	// (WithConnectTimeout, 10 s by default). For a server known to be slow
+	// to answer at first.
+	ConnectTimeout time.Duration
 	// Allow, when not empty, lists the only tool names exposed; Deny lists
 	// names never exposed (Deny wins). Each entry is a glob: a '*' matches
 	// any run of characters. Deny, which guards, matches without regard to
@@ -121,6 +127,9 @@ func (c ServerConfig) String() string {
 	}
 	if c.CallTimeout > 0 {
 		fmt.Fprintf(&b, " call_timeout=%s", c.CallTimeout)
+	}
+	if c.ConnectTimeout > 0 {
+		fmt.Fprintf(&b, " connect_timeout=%s", c.ConnectTimeout)
 	}
 	if len(c.Allow) > 0 {
 		fmt.Fprintf(&b, " allow=%s", strings.Join(c.Allow, ","))
@@ -323,6 +332,9 @@ func (c ServerConfig) Validate() error {
 	if c.CallTimeout < 0 {
 		return fmt.Errorf("server %q: negative call timeout", c.Name)
 	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("server %q: negative connect timeout", c.Name)
+	}
 	for k, v := range c.Headers {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
 			return fmt.Errorf("server %q: invalid header name %q", c.Name, k)
@@ -394,6 +406,7 @@ type fileServer struct {
 	Transport        string            `json:"transport" yaml:"transport"`
 	Headers          map[string]string `json:"headers" yaml:"headers"`
 	CallTimeout      string            `json:"call_timeout" yaml:"call_timeout"`
+	ConnectTimeout   string            `json:"connect_timeout" yaml:"connect_timeout"`
 	Allow            []string          `json:"allow" yaml:"allow"`
 	Deny             []string          `json:"deny" yaml:"deny"`
 	AllowDestructive bool              `json:"allow_destructive" yaml:"allow_destructive"`
@@ -472,6 +485,13 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 				return nil, fmt.Errorf("mcp config %s: servers[%d] (%q): call_timeout: %w", path, i, fs.Name, err)
 			}
 			c.CallTimeout = d
+		}
+		if fs.ConnectTimeout != "" {
+			d, err := time.ParseDuration(fs.ConnectTimeout)
+			if err != nil {
+				return nil, fmt.Errorf("mcp config %s: servers[%d] (%q): connect_timeout: %w", path, i, fs.Name, err)
+			}
+			c.ConnectTimeout = d
 		}
 		cfgs = append(cfgs, c)
 	}

@@ -66,7 +66,7 @@ func TestLoadConfig(t *testing.T) {
 	want := []ServerConfig{
 		{Name: "github", URL: "https://api.example.com/mcp", Transport: "streamable",
 			Headers:     map[string]string{"Authorization": "Bearer ${env:GITHUB_TOKEN}"},
-			CallTimeout: 10 * time.Second, Allow: []string{"get_*"}, Deny: []string{"get_secret"}},
+			CallTimeout: 10 * time.Second, ConnectTimeout: 45 * time.Second, Allow: []string{"get_*"}, Deny: []string{"get_secret"}},
 		{Name: "ev", URL: "http://127.0.0.1:9/sse", AllowDestructive: true, RequireApproval: []string{"send_*", "pay"}, AssumeNotDestructive: true},
 	}
 	yamlBody := `servers:
@@ -76,6 +76,7 @@ func TestLoadConfig(t *testing.T) {
     headers:
       Authorization: "Bearer ${env:GITHUB_TOKEN}"
     call_timeout: 10s
+    connect_timeout: 45s
     allow: ["get_*"]
     deny: [get_secret]
   - name: ev
@@ -86,7 +87,7 @@ func TestLoadConfig(t *testing.T) {
 `
 	jsonBody := `{"servers":[
   {"name":"github","url":"https://api.example.com/mcp","transport":"streamable",
-   "headers":{"Authorization":"Bearer ${env:GITHUB_TOKEN}"},"call_timeout":"10s",
+   "headers":{"Authorization":"Bearer ${env:GITHUB_TOKEN}"},"call_timeout":"10s","connect_timeout":"45s",
    "allow":["get_*"],"deny":["get_secret"]},
   {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true,"require_approval":["send_*","pay"],"assume_not_destructive":true}]}`
 
@@ -110,6 +111,8 @@ func TestLoadConfig(t *testing.T) {
 		{"proto.yaml", "servers:\n  - {name: __proto__, url: http://h/mcp}\n", "reserved"},
 		{"then.yaml", "servers:\n  - {name: then, url: http://h/mcp}\n", "reserved"},
 		{"timeout.yaml", "servers:\n  - {name: a, url: http://h/mcp, call_timeout: soon}\n", "call_timeout"},
+		{"connect.yaml", "servers:\n  - {name: a, url: http://h/mcp, connect_timeout: soon}\n", "connect_timeout"},
+		{"connect-negative.yaml", "servers:\n  - {name: a, url: http://h/mcp, connect_timeout: -1s}\n", "negative connect timeout"},
 		{"relative-secret.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    headers: {X-Key: '${file:key.txt}'}\n", "absolute"},
 		{"transport.yaml", "servers:\n  - {name: a, url: http://h/mcp, transport: ws}\n", "transport"},
 		{"approval.yaml", "servers:\n  - {name: a, url: http://h/mcp, require_approval: [\"\"]}\n", "require_approval"},

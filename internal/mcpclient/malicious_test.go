@@ -324,8 +324,22 @@ func TestMaliciousServerSSE(t *testing.T) {
 }
 
 // TestNeverAnsweringConnect: a server that accepts connections and never
-// says a word must not hold up New, Tools past its ctx, or Close.
+// says a word must not hold up New, Tools past its ctx, or Close; the
+// connect attempt ends at the server's own connect_timeout where it has
+// one (the pool's is then an hour, past the call's 10 s), else the pool's.
 func TestNeverAnsweringConnect(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		pool, server time.Duration
+	}{
+		{"the pool's connect timeout", 300 * time.Millisecond, 0},
+		{"the server's connect timeout", time.Hour, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) { neverAnsweringConnect(t, tc.pool, tc.server) })
+	}
+}
+
+func neverAnsweringConnect(t *testing.T, poolTimeout, serverTimeout time.Duration) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -354,8 +368,8 @@ func TestNeverAnsweringConnect(t *testing.T) {
 		conns.Wait()
 	}()
 
-	p, err := New(context.Background(), []ServerConfig{{Name: "mute", URL: "http://" + ln.Addr().String() + "/mcp"}},
-		WithLogger(testLogger()), WithConnectTimeout(300*time.Millisecond))
+	p, err := New(context.Background(), []ServerConfig{{Name: "mute", URL: "http://" + ln.Addr().String() + "/mcp", ConnectTimeout: serverTimeout}},
+		WithLogger(testLogger()), WithConnectTimeout(poolTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,8 +381,8 @@ func TestNeverAnsweringConnect(t *testing.T) {
 		t.Errorf("Tools: %d tools after %s", len(tools), time.Since(start))
 	}
 	_, err = call(t, p, "mute", "x", `{}`, CallOptions{})
-	if codeOf(err) != fault.Unavailable {
-		t.Errorf("call: %v; want UNAVAILABLE", err)
+	if codeOf(err) != fault.Unavailable || !strings.Contains(err.Error(), "connect timed out") {
+		t.Errorf("call: %v; want UNAVAILABLE, connect timed out", err)
 	}
 	start = time.Now()
 	if err := p.Close(); err != nil {

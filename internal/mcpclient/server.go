@@ -404,6 +404,15 @@ func (s *remote) connectOnce() error {
 	return errors.Join(errs...)
 }
 
+// connectTimeout bounds one connect attempt: the server's own, or the
+// pool's.
+func (s *remote) connectTimeout() time.Duration {
+	if s.cfg.ConnectTimeout > 0 {
+		return s.cfg.ConnectTimeout
+	}
+	return s.p.opts.connectTimeout
+}
+
 // dial opens a connection, initialises it and lists its tools. Over
 // streamable HTTP it first probes for 2026-07-28 (discover); a server that
 // does not speak it gets a fresh transport and the initialize handshake.
@@ -412,7 +421,7 @@ func (s *remote) dial(parent context.Context, kind string) (_ *conn, _ *toolList
 	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel, idPrefix: rand.Text()[:8] + "-"}
 	// The SSE stream and the GET listener live on ctx, so the connect
 	// deadline cancels ctx from a timer instead of being a deadline on it.
-	timer := time.AfterFunc(s.p.opts.connectTimeout, func() { cancel(errConnectTimeout) })
+	timer := time.AfterFunc(s.connectTimeout(), func() { cancel(errConnectTimeout) })
 	defer func() {
 		if err != nil {
 			timer.Stop()
@@ -472,7 +481,7 @@ func (s *remote) open(c *conn, legacy bool) error {
 			transport.WithHeaderFunc(s.requestHeaders),
 			transport.WithHTTPClient(s.httpClient),
 			transport.WithSSELogger(s.log),
-			transport.WithEndpointTimeout(s.p.opts.connectTimeout))
+			transport.WithEndpointTimeout(s.connectTimeout()))
 		if err != nil {
 			return err
 		}
@@ -586,7 +595,7 @@ func (s *remote) probe(c *conn) {
 	}
 	ok := s.p.spawn(func() {
 		defer c.probing.Store(false)
-		ctx, cancel := context.WithTimeout(c.ctx, min(probeTimeout, s.p.opts.connectTimeout))
+		ctx, cancel := context.WithTimeout(c.ctx, min(probeTimeout, s.connectTimeout()))
 		defer cancel()
 		gen := c.sessionGen.Load()
 		c.reinitMu.RLock()
@@ -615,7 +624,7 @@ func (s *remote) reinit(ctx context.Context, c *conn, gen uint64) error {
 	if c.sessionGen.Load() != gen {
 		return nil
 	}
-	ictx, cancel := context.WithTimeout(ctx, s.p.opts.connectTimeout)
+	ictx, cancel := context.WithTimeout(ctx, s.connectTimeout())
 	defer cancel()
 	_, err := c.client.Initialize(ictx, s.initRequest(c))
 	s.p.initializes.Add(1)
@@ -667,7 +676,7 @@ func (s *remote) refreshLoop(c *conn) {
 }
 
 func (s *remote) refresh(c *conn) {
-	ctx, cancel := context.WithTimeout(c.ctx, s.p.opts.connectTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, s.connectTimeout())
 	tools, err := s.listTools(ctx, c)
 	cancel()
 	s.mu.Lock()
