@@ -48,11 +48,14 @@ func BenchmarkPoolCallSSE(b *testing.B) {
 	pool, stop := benchPool(b)
 	defer stop()
 	args := json.RawMessage(`{"text":"one two three"}`)
+	cpu0 := processCPU()
 	for b.Loop() {
 		if _, err := pool.Call(context.Background(), "demo", "word_count", args, mcpclient.CallOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/call")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
 }
 
 func BenchmarkScriptCallSSE(b *testing.B) {

@@ -154,7 +154,8 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	}
 	gen := c.sessionGen.Load()
 	var raw json.RawMessage
-	var err error
+	var res wireResult
+	var err, derr error
 	for shed := 0; ; shed++ {
 		raw, err = c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
 		s.p.calls.Add(1)
@@ -169,7 +170,15 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 		if err != nil {
 			return nil, s.classify(ctx, tctx, c, tw, err, full, timeout)
 		}
-		q, ferr := question(raw, s.cfg.Name, e.tool.Name)
+		// One decode serves the question check and the result: only a
+		// result that says input_required (or will not decode) is read
+		// again, as a question.
+		res, derr = decodeResult(raw)
+		var q *execution.Question
+		var ferr *fault.Error
+		if derr != nil || res.inputRequired() {
+			q, ferr = question(raw, s.cfg.Name, e.tool.Name)
+		}
 		switch {
 		case ferr != nil:
 			return nil, ferr.WithTool(full)
@@ -188,7 +197,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	}
 
 	parseText := opt.ParseJSONText || e.tool.OutputSchema != nil
-	value, isErr, msg, err := normalizeResult(raw, parseText)
+	value, isErr, msg, err := normalizeDecoded(res, derr, parseText)
 	if err != nil {
 		return nil, fault.Wrap(fault.Unavailable, &protocolError{msg: err.Error()}, "tools/call result").WithTool(full)
 	}
@@ -279,6 +288,26 @@ type wireResult struct {
 	Content           []json.RawMessage `json:"content"`
 	StructuredContent json.RawMessage   `json:"structuredContent"`
 	IsError           bool              `json:"isError"`
+	// ResultType stays raw: a result whose resultType is not a string is
+	// no question (question), and must not fail here.
+	ResultType json.RawMessage `json:"resultType"`
+}
+
+// decodeResult decodes a tools/call result.
+func decodeResult(raw json.RawMessage) (wireResult, error) {
+	var r wireResult
+	err := json.Unmarshal(raw, &r)
+	return r, err
+}
+
+// inputRequired reports whether r says it is a question (2026-07-28
+// input_required), which question then reads in full.
+func (r *wireResult) inputRequired() bool {
+	if len(r.ResultType) == 0 {
+		return false
+	}
+	var t string
+	return json.Unmarshal(r.ResultType, &t) == nil && t == string(mcp.ResultTypeInputRequired)
 }
 
 // normalizeResult turns a tools/call result into the JS value a script
@@ -295,9 +324,15 @@ type wireResult struct {
 //
 // For an isError result it returns isErr and the text of its text items.
 func normalizeResult(raw json.RawMessage, parseText bool) (value json.RawMessage, isErr bool, msg string, err error) {
-	var r wireResult
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, false, "", err
+	r, err := decodeResult(raw)
+	return normalizeDecoded(r, err, parseText)
+}
+
+// normalizeDecoded is normalizeResult of a result decodeResult has
+// decoded, with the error it returned.
+func normalizeDecoded(r wireResult, derr error, parseText bool) (value json.RawMessage, isErr bool, msg string, err error) {
+	if derr != nil {
+		return nil, false, "", derr
 	}
 	if r.IsError {
 		return nil, true, errorText(r.Content), nil
@@ -371,6 +406,14 @@ func normalizeItem(raw json.RawMessage, parseText bool) (json.RawMessage, error)
 // marshalString encodes s as a JSON string without HTML escaping, so that
 // "<" reaches the script as "<", not "\u003c".
 func marshalString(s string) (json.RawMessage, error) {
+	if plainString(s) {
+		// What the encoder would write, without its buffer and encoder
+		// (most tool results are short plain text).
+		b := make([]byte, 0, len(s)+2)
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"'), nil
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -378,6 +421,23 @@ func marshalString(s string) (json.RawMessage, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// plainString reports whether encoding/json (HTML escaping off) writes s
+// between quotes unchanged: valid UTF-8 without control characters, '"',
+// '\\', U+2028 or U+2029.
+func plainString(s string) bool {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	return ascii || utf8.ValidString(s) && !strings.ContainsAny(s, "\u2028\u2029")
 }
 
 // errorText joins the text items of an isError result.

@@ -114,3 +114,24 @@ func TestCappedBody(t *testing.T) {
 		})
 	}
 }
+
+// TestMarshalString holds the plain-string shortcut to what the encoder
+// writes, on the strings the shortcut must send to the encoder.
+func TestMarshalString(t *testing.T) {
+	for _, s := range []string{
+		"", "one two three", "<b>&amp;</b>", "quote \" in", `back\slash`, "tab\there", "nl\n", "\x00", "\x1f", "\x7f",
+		"héllo wörld", "line\u2028sep", "para\u2029sep", "bad \xff utf-8", "cut \xe2\x82", "emoji 😀", "é\"", "é\n",
+	} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		want := strings.TrimSuffix(b.String(), "\n")
+		got, err := marshalString(s)
+		if err != nil || string(got) != want {
+			t.Errorf("marshalString(%q) = %s, %v; want %s", s, got, err, want)
+		}
+	}
+}
