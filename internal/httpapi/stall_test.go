@@ -379,7 +379,9 @@ func TestStalledReadersHoldBoundedMemory(t *testing.T) {
 				f := stalledHeld(t, srv, svc, readers, sc, mode, true, func() { checkLive(t, srv) })
 				t.Logf("per stalled reader: live heap held %.2f×, at the peak %.2f× (resident %.2f×) what its execution wrote (%d bytes)",
 					f.held, f.peakHeap, f.peakRSS, stallWritten)
-				if f.held > stallBound || f.peakHeap > stallBound {
+				// Under the race detector only what is held is judged (the
+				// peak measured 1.6-2.7x there, 1.12-1.20x without it).
+				if f.held > stallBound || (!raceEnabled && f.peakHeap > stallBound) {
 					t.Errorf("each stalled reader held %.2f× what its execution wrote in live heap, %.2f× at the peak; want at most %.1f×", f.held, f.peakHeap, stallBound)
 				}
 				srv.Close() // waits for the handlers, which the released clients ended
