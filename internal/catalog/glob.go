@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -53,4 +55,33 @@ func fold(s string) string {
 		}
 		return least
 	}, s)
+}
+
+// MatchAnyGlob reports whether any of globs names name (MatchGlob: for
+// globs that grant).
+func MatchAnyGlob(globs []string, name string) bool {
+	return slices.ContainsFunc(globs, func(g string) bool { return MatchGlob(g, name) })
+}
+
+// MatchAnyToolGlob reports whether any of globs names tool in any case
+// (MatchToolGlob: for globs that guard — deny, require_approval,
+// destructive).
+func MatchAnyToolGlob(globs []string, tool string) bool {
+	return slices.ContainsFunc(globs, func(g string) bool { return MatchToolGlob(g, tool) })
+}
+
+// Refusal says why a server's allow and deny lists hide tool, "" when they
+// let it through. Every kind of source (MCP servers, OpenAPI services,
+// Lambda functions) applies this one rule: deny guards, so it matches in
+// any case; allow grants, so it matches as spelled.
+func Refusal(allow, deny []string, tool string) string {
+	for _, p := range deny {
+		if MatchToolGlob(p, tool) {
+			return "matches " + strconv.Quote(p) + " in the server's deny list"
+		}
+	}
+	if len(allow) == 0 || MatchAnyGlob(allow, tool) {
+		return ""
+	}
+	return "not in the server's allow list"
 }

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -194,7 +193,7 @@ func (sv *server) describe(ctx context.Context) {
 		default:
 			tool.Annotations = catalog.Annotations{ReadOnly: &f, Destructive: &t}
 		}
-		tool.RequireApproval = matchAny(sv.cfg.RequireApproval, fn.Tool)
+		tool.RequireApproval = catalog.MatchAnyToolGlob(sv.cfg.RequireApproval, fn.Tool)
 		e := &entry{fn: fn, tool: tool, input: argcheck.New(input)}
 		if why := sv.refusal(fn.Tool); why != "" {
 			e.denied = true
@@ -302,20 +301,8 @@ func (s *Source) spawn(f func()) bool {
 	return true
 }
 
-func matchAny(globs []string, name string) bool {
-	return slices.ContainsFunc(globs, func(g string) bool { return catalog.MatchGlob(g, name) })
-}
-
 func (sv *server) refusal(tool string) string {
-	for _, p := range sv.cfg.Deny {
-		if catalog.MatchGlob(p, tool) {
-			return fmt.Sprintf("matches %q in the server's deny list", p)
-		}
-	}
-	if len(sv.cfg.Allow) == 0 || matchAny(sv.cfg.Allow, tool) {
-		return ""
-	}
-	return "not in the server's allow list"
+	return catalog.Refusal(sv.cfg.Allow, sv.cfg.Deny, tool)
 }
 
 // Tools implements execution.ToolSource.

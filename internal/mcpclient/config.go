@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -504,24 +503,9 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 // requiresApproval reports whether the require_approval list names tool,
 // in any case.
 func (c ServerConfig) requiresApproval(tool string) bool {
-	return slices.ContainsFunc(c.RequireApproval, func(p string) bool { return catalog.MatchToolGlob(p, tool) })
+	return catalog.MatchAnyToolGlob(c.RequireApproval, tool)
 }
 
 // refusal says why the allow/deny lists hide a tool, "" when they let it
 // through.
-func (c ServerConfig) refusal(tool string) string {
-	for _, p := range c.Deny {
-		if catalog.MatchToolGlob(p, tool) {
-			return "matches " + strconv.Quote(p) + " in the server's deny list"
-		}
-	}
-	if len(c.Allow) == 0 {
-		return ""
-	}
-	for _, p := range c.Allow {
-		if catalog.MatchGlob(p, tool) {
-			return ""
-		}
-	}
-	return "not in the server's allow list"
-}
+func (c ServerConfig) refusal(tool string) string { return catalog.Refusal(c.Allow, c.Deny, tool) }

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -359,13 +358,13 @@ func (a *service) buildToolSet(doc *Document) *toolSet {
 		tool.InputSchema, tool.OutputSchema = a.red.JSON(tool.InputSchema), a.red.JSON(tool.OutputSchema)
 		ann := tool.Annotations
 		switch {
-		case matchAny(a.cfg.Destructive, tool.Name):
+		case catalog.MatchAnyToolGlob(a.cfg.Destructive, tool.Name):
 			ann.ReadOnly, ann.Destructive = &f, &t
-		case matchAny(a.cfg.ReadOnly, tool.Name):
+		case catalog.MatchAnyGlob(a.cfg.ReadOnly, tool.Name):
 			ann.ReadOnly, ann.Destructive = &t, &f
 		}
 		tool.Annotations = ann
-		tool.RequireApproval = matchAny(a.cfg.RequireApproval, tool.Name)
+		tool.RequireApproval = catalog.MatchAnyToolGlob(a.cfg.RequireApproval, tool.Name)
 		e := &entry{op: op, tool: tool}
 		if why := a.refusal(tool.Name); why != "" {
 			e.denied = true
@@ -380,22 +379,10 @@ func (a *service) buildToolSet(doc *Document) *toolSet {
 	return ts
 }
 
-func matchAny(globs []string, name string) bool {
-	return slices.ContainsFunc(globs, func(g string) bool { return catalog.MatchGlob(g, name) })
-}
-
 // refusal says why the allow and deny lists hide a tool, "" when they do
-// not (mcpclient's rule).
+// not (the rule every source applies).
 func (a *service) refusal(tool string) string {
-	for _, p := range a.cfg.Deny {
-		if catalog.MatchGlob(p, tool) {
-			return fmt.Sprintf("matches %q in the server's deny list", p)
-		}
-	}
-	if len(a.cfg.Allow) == 0 || matchAny(a.cfg.Allow, tool) {
-		return ""
-	}
-	return "not in the server's allow list"
+	return catalog.Refusal(a.cfg.Allow, a.cfg.Deny, tool)
 }
 
 // Tools implements execution.ToolSource: every loaded service's visible
