@@ -446,7 +446,7 @@ func (e *Emulator) invokeStream(w http.ResponseWriter, r *http.Request) {
 // dispatch queues an invocation, starting a process if none is idle.
 func (f *function) dispatch(inv *invocation) error {
 	f.mu.Lock()
-	needProc := f.idle == 0 && len(f.procs) < f.cfg.MaxConcurrency
+	needProc := f.idle == 0 && f.liveLocked() < f.cfg.MaxConcurrency
 	f.mu.Unlock()
 	if needProc {
 		if err := f.spawn(); err != nil {
@@ -457,12 +457,49 @@ func (f *function) dispatch(inv *invocation) error {
 	return nil
 }
 
-func (f *function) spawn() error {
+// liveLocked counts the processes that have not exited; a dead one no
+// longer counts against the concurrency limit, as Lambda starts a new
+// environment in its place. f.mu must be held.
+func (f *function) liveLocked() int {
+	n := 0
+	for _, p := range f.procs {
+		select {
+		case <-p.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// replace starts a process in place of one that exited while
+// invocations still wait and no process is idle to take them; without
+// it they would wait until the next dispatch.
+func (f *function) replace() {
 	f.mu.Lock()
+	need := len(f.queue) > 0 && f.idle == 0 && f.liveLocked() < f.cfg.MaxConcurrency
+	f.mu.Unlock()
+	if need {
+		_ = f.spawn() // a binary that cannot start fails its callers by their timeout
+	}
+}
+
+func (f *function) spawn() error {
+	// f.mu is held from numbering the process until it is listed, so a
+	// process that asks for work before Start returns is known: its
+	// request waits on f.mu instead of meeting "unknown process" (which
+	// made the runtime exit and stranded the invocation it was started
+	// for until the caller's timeout).
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.emu.stop: // checked under f.mu, so Close sees every process started
+		return errors.New("lambdaemu: the emulator is closed")
+	default:
+	}
 	extra := append([]string(nil), f.cfg.Env...)
 	f.next++
 	n := f.next
-	f.mu.Unlock()
 	cmd := exec.Command(f.cfg.Binary)
 	if w := f.cfg.Wrapper; len(w) > 0 {
 		cmd = exec.Command(w[0], append(w[1:len(w):len(w)], f.cfg.Binary)...)
@@ -497,10 +534,11 @@ func (f *function) spawn() error {
 			held.finish(result{errType: "Runtime.ExitError", body: fmt.Appendf(nil, `{"errorType":"Runtime.ExitError","errorMessage":%q}`, msg)})
 		}
 		close(p.done)
+		// A pause first, so a binary that dies at start is retried at a
+		// bounded rate rather than in a loop until its callers time out.
+		time.AfterFunc(50*time.Millisecond, f.replace)
 	}()
-	f.mu.Lock()
 	f.procs = append(f.procs, p)
-	f.mu.Unlock()
 	return nil
 }
 

@@ -290,3 +290,30 @@ func TestProcessDeath(t *testing.T) {
 		t.Fatalf("after a death: %s %v %v", out, fnErr, err)
 	}
 }
+
+// TestProcessDiesBeforeTakingWork: a process that exits before it asks
+// for work (as a runtime does when its first request is refused) is
+// replaced, and the invocation it was started for is answered instead of
+// waiting out the function's timeout (the fresh-clone CI failure of
+// TestInvokeThroughTheSDK, "Task timed out after 30.00 seconds").
+func TestProcessDiesBeforeTakingWork(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "started-once")
+	emu, err := lambdaemu.Start(lambdaemu.Function{
+		Name: "echo", Binary: buildEcho(t), MaxConcurrency: 1, Timeout: 20 * time.Second,
+		// The first process dies at once; later ones run the function.
+		Wrapper: []string{"sh", "-c", `if [ ! -e "$1" ]; then : > "$1"; exit 3; fi; exec "$2"`, "", marker},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, fnErr, err := emu.Invoke(ctx, "echo", []byte(`{"x":1}`))
+	if err != nil || fnErr || !strings.Contains(string(out), `"echo":{"x":1}`) {
+		t.Fatalf("invocation after a process died at start: %s fnErr=%v err=%v", out, fnErr, err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the first process never ran: %v", err)
+	}
+}
