@@ -6,15 +6,22 @@
 # instruction per line, blocks opened by `block`, `loop` and `if` and closed
 # by `end`, function names kept (wasm-opt -g). The file is read twice.
 #
-# Each loop body starts with
+# Every branch back to a loop's label (the only way a loop goes round
+# again) is preceded by
 #
 #     budget -= 1; if (budget == 0) budget = pml.poll()
 #
-# where budget is a new mutable global and pml.poll is the host import that
-# traps once the run must stop. The cheapest iteration is a few
-# nanoseconds, so with the budget the host hands out a check-in comes well
-# within a millisecond of CPU, and costs a few instructions otherwise. The
-# global starts at 1: a fresh instance checks in on its first iteration.
+# (a conditional branch: only when it is taken), where budget is a new
+# mutable global and pml.poll is the host import that traps once the run
+# must stop. The cheapest iteration is a few nanoseconds, so with the
+# budget the host hands out a check-in comes well within a millisecond of
+# CPU, and costs a few instructions otherwise. The global starts at 1: a
+# fresh instance checks in when a loop first goes round again. Counting at
+# the back edges rather than at each loop's header leaves the loops that
+# run their body once free (most of those a function call passes: a hash
+# chain's first hit, a frame's one local), and counts every repetition;
+# on fib(25) the check-ins cost ~8% of the instructions at the headers and
+# none measurable at the back edges (docs/BENCHMARKS.md).
 #
 # The interpreter's dispatch is left alone: in JS_CallInternal, the loop
 # around the switch over opcodes (the widest br_table) and the loops that
@@ -99,12 +106,50 @@ FNR > 1 { print held }
   next
 }
 
+# The second pass keeps its own nesting: for each open label, whether it
+# is a loop whose back edges are checked.
+/^  \(func / { depth = 0 }
+/^ *(block|if)( |$)/ { checkedAt[++depth] = 0; next }
 /^ *loop( |$)/ {
   loopno++
-  if (loopno in exempt) next
+  checkedAt[++depth] = !(loopno in exempt)
+  if (checkedAt[depth]) checked++
+  next
+}
+/^ *end( |$)/ { depth--; next }
+
+# A branch back to a checked loop's label is where an iteration starts
+# again: the countdown goes there, not at the loop's header, so a loop that
+# runs its body once (a hash chain's first hit, a frame's one local: most of
+# the loops a function call passes) costs nothing, and every repetition
+# still counts. A conditional branch becomes an `if` around the countdown
+# and an unconditional branch one label further out, so the countdown runs
+# only when the branch is taken.
+/^ *(br|br_if|br_table) / {
+  loops = 0
+  for (i = 2; i <= NF; i++) {
+    if ($i ~ /^\(;@[0-9]+;\)$/) {
+      m = $i
+      gsub(/[^0-9]/, "", m)
+      if (checkedAt[m]) loops++
+    }
+  }
+  if (!loops) next
+  if ($0 !~ /^ *(br|br_if) [0-9]+ \(;@[0-9]+;\)$/ && $1 != "br_table") {
+    print "loopcheck: unexpected branch form: " $0 > "/dev/stderr"; bad = 1; exit 1
+  }
   match($0, /^ */)
-  pad = substr($0, 1, RLENGTH) "  "
-  held = held "\n" pad "global.get $pml_budget" \
+  pad = substr($0, 1, RLENGTH)
+  if ($1 == "br_if") {
+    held = pad "if" countdown(pad "  ") "\n" pad "  br " ($2 + 1) "\n" pad "end"
+  } else {
+    held = substr(countdown(pad), 2) "\n" held
+  }
+  backedges++
+}
+
+function countdown(pad) {
+  return "\n" pad "global.get $pml_budget" \
     "\n" pad "i32.const 1" \
     "\n" pad "i32.sub" \
     "\n" pad "global.set $pml_budget" \
@@ -113,7 +158,6 @@ FNR > 1 { print held }
     "\n" pad "if" \
     "\n" pad "  call $pml_poll" \
     "\n" pad "end"
-  checked++
 }
 
 END {
@@ -272,5 +316,5 @@ END {
   print "    if"
   print "      unreachable"
   print "    end))"
-  printf "loopcheck: %d loops checked; %d around the interpreter's dispatch (br_table of %d) left to its own polling; %d memory.fill and %d memory.copy chunked\n", checked, exempted, widest, bulk["fill"], bulk["copy"] > "/dev/stderr"
+  printf "loopcheck: %d loops checked at %d back edges; %d around the interpreter's dispatch (br_table of %d) left to its own polling; %d memory.fill and %d memory.copy chunked\n", checked, backedges, exempted, widest, bulk["fill"], bulk["copy"] > "/dev/stderr"
 }

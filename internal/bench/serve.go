@@ -71,9 +71,9 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 		return nil, err
 	}
 	figs := []Figure{
-		{Key: "serve_throughput_return_rps", Name: fmt.Sprintf("pml serve executions/s, %d clients, `%s`", ServeClients, scriptReturn), Value: ret, Unit: "/s", Target: "report; higher is better", HigherIsBetter: true,
+		{Key: "serve_throughput_return_rps", Name: fmt.Sprintf("pml serve executions/s, %d clients, `%s`", ServeClients, scriptReturn), Value: ret, Unit: "/s", Target: "≥ 10,000 /s on 2 cores", HigherIsBetter: true,
 			Compare: compare["serve_throughput_return_rps"]},
-		{Key: "serve_throughput_one_call_rps", Name: "same, one remote call (demo MCP server, streamable HTTP)", Value: one, Unit: "/s", Target: "report; higher is better", HigherIsBetter: true,
+		{Key: "serve_throughput_one_call_rps", Name: "same, one remote call (demo MCP server, streamable HTTP)", Value: one, Unit: "/s", Target: "≥ 5,000 /s on 2 cores", HigherIsBetter: true,
 			Compare: compare["serve_throughput_one_call_rps"]},
 	}
 	progress(fmt.Sprintf("memory per concurrent execution (%d held)", HeldExecutions))
@@ -86,7 +86,7 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 		return nil, err
 	}
 	return append(figs,
-		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held)", HeldExecutions), Value: rss, Unit: "KiB", Target: "report",
+		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held)", HeldExecutions), Value: rss, Unit: "KiB", Target: "≤ 256 KiB",
 			Compare: compare["memory_per_concurrent_execution_kib"]},
 		Figure{Key: "memory_per_concurrent_execution_go_heap_kib", Name: "same, live Go heap", Value: heap, Unit: "KiB"},
 	), nil
