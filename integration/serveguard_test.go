@@ -263,6 +263,8 @@ func TestServeStalledStreamReaders(t *testing.T) {
 
 	// Every execution ended at its deadline, recorded as usual.
 	n := 0
+	var latest time.Duration
+	defer func() { t.Logf("the latest execution ended %v after its deadline", latest-deadline) }()
 	for id := range ids {
 		resp, err := http.Get(srv.base + "/executions/" + id)
 		if err != nil {
@@ -283,7 +285,14 @@ func TestServeStalledStreamReaders(t *testing.T) {
 			t.Errorf("execution %s: %d %v %s", id, resp.StatusCode, err, raw)
 			continue
 		}
-		if ex.ErrorCode != "TIMEOUT" || time.Duration(ex.DurationMS*float64(time.Millisecond)) > deadline+2*time.Second {
+		latest = max(latest, time.Duration(ex.DurationMS*float64(time.Millisecond)))
+		// The alternative ruled out is an execution held by its stalled
+		// reader, which would end only when the reader's connection is cut,
+		// 10 s after the deadline. The bound lies between: 100 flooding
+		// scripts at once on a 2-core machine end 0.3 s late when it is
+		// otherwise idle, but up to 6.2 s late at load 15 (three fresh-clone
+		// `make test` runs at once).
+		if ex.ErrorCode != "TIMEOUT" || time.Duration(ex.DurationMS*float64(time.Millisecond)) > deadline+7*time.Second {
 			if n++; n <= 5 {
 				t.Errorf("execution %s: %+v; want TIMEOUT at its %v deadline", id, ex, deadline)
 			}
