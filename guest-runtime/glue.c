@@ -45,7 +45,7 @@
  * The run ends by a trap, never by a JS exception: once the deadline has
  * passed, the host traps at the guest's next contact (any import). The
  * guest contacts it often enough: QuickJS's interrupt handler calls poll,
- * and the build (loopcheck.awk) makes every loop header count down a budget
+ * and the build (loopcheck.awk) makes every loop's back edges count down a budget
  * and call poll when it runs out, so C code looping over a huge array-like
  * is stopped too, and the host's garbage collector is never kept waiting.
  */

@@ -3,7 +3,7 @@ package guest
 import "time"
 
 // Deadline enforcement. The guest checks in with the host (pml.poll) from
-// QuickJS's interrupt handler and from every loop header, at most every
+// QuickJS's interrupt handler and from every loop's back edges, at most every
 // pollBudget iterations (guest-runtime/loopcheck.awk), and every other host
 // call is a check-in too. Once the deadline has passed, the next check-in
 // traps: the run ends at once and nothing in the script can catch or delay
