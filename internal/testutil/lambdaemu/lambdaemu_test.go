@@ -170,6 +170,7 @@ func sdkClient(emu *lambdaemu.Emulator) *lambda.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(emu.Endpoint()),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		HTTPClient:   lambdaemu.StreamingHTTPClient(),
 	})
 }
 
