@@ -447,7 +447,7 @@ func (e *Emulator) invokeStream(w http.ResponseWriter, r *http.Request) {
 // dispatch queues an invocation, starting a process if none is idle.
 func (f *function) dispatch(inv *invocation) error {
 	f.mu.Lock()
-	needProc := f.idle == 0 && f.liveLocked() < f.cfg.MaxConcurrency
+	needProc := f.roomLocked()
 	f.mu.Unlock()
 	if needProc {
 		if err := f.spawn(); err != nil {
@@ -458,16 +458,23 @@ func (f *function) dispatch(inv *invocation) error {
 	return nil
 }
 
-// liveLocked counts the processes that have not exited; a dead one no
-// longer counts against the concurrency limit, as Lambda starts a new
-// environment in its place. f.mu must be held.
-func (f *function) liveLocked() int {
+// roomLocked reports whether an invocation needs a new process and may
+// have one: none is idle, and fewer than MaxConcurrency are alive (a dead
+// one no longer counts, as Lambda starts a new environment in its place).
+// f.mu must be held.
+func (f *function) roomLocked() bool {
+	return f.idle == 0 && len(f.procs)-f.exitedLocked() < f.cfg.MaxConcurrency
+}
+
+// exitedLocked counts the listed processes that have exited. f.mu must be
+// held.
+func (f *function) exitedLocked() int {
 	n := 0
 	for _, p := range f.procs {
 		select {
 		case <-p.done:
-		default:
 			n++
+		default:
 		}
 	}
 	return n
@@ -478,7 +485,7 @@ func (f *function) liveLocked() int {
 // it they would wait until the next dispatch.
 func (f *function) replace() {
 	f.mu.Lock()
-	need := len(f.queue) > 0 && f.idle == 0 && f.liveLocked() < f.cfg.MaxConcurrency
+	need := len(f.queue) > 0 && f.roomLocked()
 	f.mu.Unlock()
 	if need {
 		_ = f.spawn() // a binary that cannot start fails its callers by their timeout
@@ -774,15 +781,7 @@ func (e *Emulator) Exited(name string) int {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	for _, p := range f.procs {
-		select {
-		case <-p.done:
-			n++
-		default:
-		}
-	}
-	return n
+	return f.exitedLocked()
 }
 
 // Recycle stops a function's containers, as Lambda does when it scales in
