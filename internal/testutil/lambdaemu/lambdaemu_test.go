@@ -3,11 +3,13 @@ package lambdaemu_test
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,7 +172,6 @@ func sdkClient(emu *lambdaemu.Emulator) *lambda.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(emu.Endpoint()),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-		HTTPClient:   lambdaemu.StreamingHTTPClient(),
 	})
 }
 
@@ -185,9 +186,17 @@ func TestStreamedThroughTheSDK(t *testing.T) {
 	}
 	defer emu.Close()
 	client := sdkClient(emu)
+	// Each streamed invocation gets a connection of its own (see
+	// invokeStream): none is reused.
+	var reused atomic.Int32
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+		if c.Reused {
+			reused.Add(1)
+		}
+	}})
 	read := func(payload string) (chunks []string, at []time.Time, complete *types.InvokeWithResponseStreamCompleteEvent) {
 		t.Helper()
-		out, err := client.InvokeWithResponseStream(context.Background(), &lambda.InvokeWithResponseStreamInput{
+		out, err := client.InvokeWithResponseStream(ctx, &lambda.InvokeWithResponseStreamInput{
 			FunctionName: aws.String("echo"), Payload: []byte(payload)})
 		if err != nil {
 			t.Fatal(err)
@@ -222,6 +231,9 @@ func TestStreamedThroughTheSDK(t *testing.T) {
 	_, _, complete = read(`{"stream": ["a", "b"], "every_ms": 10, "stream_fail": true}`)
 	if complete == nil || complete.ErrorCode == nil || !strings.Contains(aws.ToString(complete.ErrorDetails), "failed mid-stream") {
 		t.Fatalf("a failure mid-stream: %+v", complete)
+	}
+	if n := reused.Load(); n != 0 {
+		t.Errorf("%d streamed invocations reused a connection", n)
 	}
 }
 
