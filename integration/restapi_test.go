@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/pml-sandbox/pml/internal/sdkhttp"
 )
 
 // restGateway is a local stand-in for the template's REST API, whose
@@ -33,7 +35,7 @@ import (
 func (s *stack) restGateway(t *testing.T, authorize func(r *http.Request) (map[string]any, bool)) string {
 	t.Helper()
 	client := lambda.New(lambda.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.emu.Endpoint()),
-		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""), HTTPClient: sdkhttp.New(nil)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/aggregate"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
+	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/startgc"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/xraysink"
@@ -33,6 +34,7 @@ func main() {
 		os.Exit(1)
 	}
 	xraysink.InstrumentAWS(&cfg)
+	sdkhttp.Use(&cfg)
 	// One stream, two kinds of counters: tool co-occurrence and the
 	// learning loop's candidates and capability runs.
 	extract := aggregate.Extractors(tracedb.CoOccurrence, learn.Extract)

@@ -41,6 +41,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -682,6 +683,7 @@ func (c *awsConfig) load(ctx context.Context) (aws.Config, error) {
 	// DynamoDB writes and capability invocations show in the X-Ray map
 	// (outside a traced context the instrumentation stays silent).
 	xraysink.InstrumentAWS(&cfg)
+	sdkhttp.Use(&cfg)
 	c.cfg = &cfg
 	return cfg, nil
 }

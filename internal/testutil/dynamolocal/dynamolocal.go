@@ -41,6 +41,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/testutil/installer"
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 
@@ -72,6 +73,7 @@ func (i *Instance) Config() aws.Config {
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 		// Fail fast: tests that simulate outages retry on their own.
 		RetryMaxAttempts: 2,
+		HTTPClient:       sdkhttp.New(nil),
 	}
 }
 

@@ -386,14 +386,6 @@ func (e *Emulator) invokeStream(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
 	w.Header().Set("X-Amz-Executed-Version", "$LATEST")
-	// One connection per streamed invocation, never reused. Twice in many
-	// fresh-clone runs a client's second streamed invocation, on a reused
-	// connection, failed a millisecond into its stream with "decode event:
-	// read tcp …: use of closed network connection" (the SDK's side of the
-	// connection closed under its reader, the class of
-	// aws/aws-sdk-go-v2#2737; the root cause is not found). Closing it
-	// here covers every SDK client that calls the emulator.
-	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	enc := eventstream.NewEncoder()
