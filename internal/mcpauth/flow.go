@@ -173,7 +173,11 @@ func (s *Source) client(ctx context.Context, d *Discovery, redirectURI string) (
 	s.mu.Unlock()
 	switch {
 	case cfg.ClientID != "":
-		c.ClientID, c.ClientSecret = cfg.ClientID, cfg.ClientSecret
+		cs, _, err := s.clientSecrets(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		c.ClientID, c.ClientSecret = cfg.ClientID, cs.ClientSecret
 	case cfg.ClientMetadataURL != "" && m.ClientIDMetadataDocumentSupported:
 		c.ClientID = cfg.ClientMetadataURL
 	case old != nil && old.Issuer == d.Issuer && old.ClientID != "" && old.ClientID != cfg.ClientMetadataURL:
@@ -281,45 +285,58 @@ func (s *Source) clientCredentials(ctx context.Context, ch Challenge, want []str
 	s.mu.Lock()
 	stored := s.creds
 	s.mu.Unlock()
-	id, secret, key := cfg.ClientID, cfg.ClientSecret, cfg.PrivateKey
-	if stored != nil {
-		// A secret may hold the client's credentials.
-		id = cmp.Or(id, stored.ClientID)
-		secret = cmp.Or(secret, stored.ClientSecret)
-		key = cmp.Or(key, stored.PrivateKey)
-	}
-	if id == "" {
-		return &Error{Server: s.o.Server, Kind: Refused, Hint: "set auth.client_id in the server's configuration", Err: errors.New("client credentials need a client_id")}
-	}
-	scopes := s.selectScopes(ch, d, want)
-	method := cfg.TokenEndpointAuthMethod
-	if method == "" {
-		if key != "" {
-			method = AuthPrivateKeyJWT
-		} else {
-			method = chooseAuthMethod("", secret != "", d.Server.TokenEndpointAuthMethodsSupported)
+	var (
+		tok    *oauth2.Token
+		method string
+		id     string
+		scopes []string
+	)
+	err = s.withRotation(ctx, func(cs ClientSecrets) error {
+		var secret, key string
+		id, secret, key = cfg.ClientID, cs.ClientSecret, cs.PrivateKey
+		if stored != nil {
+			// A secret may hold the client's credentials.
+			id = cmp.Or(id, stored.ClientID)
+			secret = cmp.Or(secret, stored.ClientSecret)
+			key = cmp.Or(key, stored.PrivateKey)
 		}
-	}
-	params := url.Values{"resource": {d.Resource}}
-	cc := clientcredentials.Config{ClientID: id, TokenURL: d.Server.TokenEndpoint, Scopes: scopes, EndpointParams: params, AuthStyle: authStyle(method)}
-	switch method {
-	case AuthPrivateKeyJWT:
-		if key == "" {
-			return &Error{Server: s.o.Server, Kind: Refused, Hint: "set auth.private_key", Err: errors.New("private_key_jwt needs a private key")}
+		if id == "" {
+			return &Error{Server: s.o.Server, Kind: Refused, Hint: "set auth.client_id in the server's configuration", Err: errors.New("client credentials need a client_id")}
 		}
-		assertion, err := signAssertion(key, cfg.SigningAlg, id, d.Issuer, s.o.Now())
-		if err != nil {
-			return &Error{Server: s.o.Server, Kind: Refused, Err: err}
+		scopes = s.selectScopes(ch, d, want)
+		method = cfg.TokenEndpointAuthMethod
+		if method == "" {
+			if key != "" {
+				method = AuthPrivateKeyJWT
+			} else {
+				method = chooseAuthMethod("", secret != "", d.Server.TokenEndpointAuthMethodsSupported)
+			}
 		}
-		s.o.AddSecret(assertion)
-		params.Set("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
-		params.Set("client_assertion", assertion)
-	default:
-		cc.ClientSecret = secret
-	}
-	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, s.hc))
+		params := url.Values{"resource": {d.Resource}}
+		cc := clientcredentials.Config{ClientID: id, TokenURL: d.Server.TokenEndpoint, Scopes: scopes, EndpointParams: params, AuthStyle: authStyle(method)}
+		switch method {
+		case AuthPrivateKeyJWT:
+			if key == "" {
+				return &Error{Server: s.o.Server, Kind: Refused, Hint: "set auth.private_key", Err: errors.New("private_key_jwt needs a private key")}
+			}
+			assertion, err := signAssertion(key, cfg.SigningAlg, id, d.Issuer, s.o.Now())
+			if err != nil {
+				return &Error{Server: s.o.Server, Kind: Refused, Err: err}
+			}
+			s.o.AddSecret(assertion)
+			params.Set("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+			params.Set("client_assertion", assertion)
+		default:
+			cc.ClientSecret = secret
+		}
+		var err error
+		if tok, err = cc.Token(context.WithValue(ctx, oauth2.HTTPClient, s.hc)); err != nil {
+			return tokenError(s.o.Server, s.hint(""), err)
+		}
+		return nil
+	})
 	if err != nil {
-		return tokenError(s.o.Server, s.hint(""), err)
+		return err
 	}
 	s.mu.Lock()
 	s.requested = scopes

@@ -55,6 +55,17 @@ type Options struct {
 	AddSecret func(...string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ClientSecrets, when set, gives the configured client secret and
+	// private key as they are now (Config's are what they were at start),
+	// so that a rotated secret is used without a restart; force asks past
+	// any cache, after the authorization server refused the client. It
+	// answers changed when force found values other than before.
+	ClientSecrets func(ctx context.Context, force bool) (s ClientSecrets, changed bool, err error)
+}
+
+// ClientSecrets are a configured client's secret values.
+type ClientSecrets struct {
+	ClientSecret, PrivateKey string
 }
 
 // Source hands out one server's access tokens: cached until shortly before
@@ -512,8 +523,58 @@ func (s *Source) refresh(ctx context.Context) error {
 	}
 }
 
-// trade sends c's refresh token to the token endpoint.
-func (s *Source) trade(ctx context.Context, c *Credentials) (*oauth2.Token, error) {
+// clientSecrets are the configured client's secret values, read again
+// when Options.ClientSecrets can (force: past its cache).
+func (s *Source) clientSecrets(ctx context.Context, force bool) (ClientSecrets, bool, error) {
+	if s.o.ClientSecrets == nil {
+		return ClientSecrets{ClientSecret: s.o.Config.ClientSecret, PrivateKey: s.o.Config.PrivateKey}, false, nil
+	}
+	cs, changed, err := s.o.ClientSecrets(ctx, force)
+	if err != nil {
+		return ClientSecrets{}, false, &Error{Server: s.o.Server, Kind: Refused, Err: fmt.Errorf("client secret: %w", err)}
+	}
+	s.o.AddSecret(cs.ClientSecret, cs.PrivateKey)
+	return cs, changed, nil
+}
+
+// withRotation runs a token request made with the configured client's
+// secrets; when the server refuses the client and reading the secrets
+// again finds them rotated, it runs it once more with the new ones.
+func (s *Source) withRotation(ctx context.Context, request func(ClientSecrets) error) error {
+	cs, _, err := s.clientSecrets(ctx, false)
+	if err != nil {
+		return err
+	}
+	err = request(cs)
+	var ae *Error
+	if err == nil || s.o.ClientSecrets == nil || !errors.As(err, &ae) || ae.Kind != Refused {
+		return err
+	}
+	cs, changed, rerr := s.clientSecrets(ctx, true)
+	if rerr != nil || !changed {
+		return err
+	}
+	s.o.Logger.Info("mcp client secret rotated; token request sent again")
+	return request(cs)
+}
+
+// trade sends c's refresh token to the token endpoint, with the
+// configured client secret as it is now when c is the configured client.
+func (s *Source) trade(ctx context.Context, c *Credentials) (tok *oauth2.Token, err error) {
+	if cfg := s.o.Config; cfg.ClientID == "" || c.ClientID != cfg.ClientID {
+		return s.tradeWith(ctx, c)
+	}
+	err = s.withRotation(ctx, func(cs ClientSecrets) error {
+		cc := *c
+		cc.ClientSecret = cs.ClientSecret
+		tok, err = s.tradeWith(ctx, &cc)
+		return err
+	})
+	return tok, err
+}
+
+// tradeWith sends c's refresh token to the token endpoint as c's client.
+func (s *Source) tradeWith(ctx context.Context, c *Credentials) (*oauth2.Token, error) {
 	if c.TokenEndpoint == "" {
 		return nil, &Error{Server: s.o.Server, Kind: LoginRequired, Hint: s.hint(""), Err: errors.New("the stored credentials name no token endpoint")}
 	}

@@ -61,7 +61,7 @@ func loginHint(cfg ServerConfig, credentialsDir string) func(string) string {
 // handles.
 func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, secrets func(context.Context) (mcpauth.SecretsAPI, error),
 	refs *secretref.Resolver, agent mcpauth.UserAgent, hc *http.Client, addSecret func(...string), o ...func(*mcpauth.Options)) (*mcpauth.Source, error) {
-	ac := cfg.Auth
+	ac, raw := cfg.Auth, cfg.Auth
 	var err error
 	if ac.ClientSecret, err = refs.Resolve(ctx, "auth client_secret", ac.ClientSecret); err != nil {
 		return nil, err
@@ -85,6 +85,9 @@ func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, sec
 	}
 	opts := mcpauth.Options{Server: cfg.Name, URL: cfg.URL, Config: ac, Store: store, HTTPClient: hc, Agent: agent,
 		LoginHint: loginHint(cfg, credentialsDir), AddSecret: addSecret}
+	if secretref.HasSecret(raw.ClientSecret) || secretref.HasSecret(raw.PrivateKey) {
+		opts.ClientSecrets = rotatingSecrets(refs, raw)
+	}
 	for _, f := range o {
 		f(&opts)
 	}
@@ -123,4 +126,29 @@ func authError(err error) *mcpauth.Error {
 // in), with mcpauth's message, which names the server and what to do.
 func authUnavailable(full string, ae *mcpauth.Error) *fault.Error {
 	return fault.Wrap(fault.Unavailable, ae, "").WithTool(full)
+}
+
+// rotatingSecrets reads a client's secret and private key from their
+// references each time (Secrets Manager values from the resolver's cache
+// while it is fresh, again when the authorization server refused the
+// client): a rotated secret is picked up without a restart.
+func rotatingSecrets(refs *secretref.Resolver, raw mcpauth.Config) func(context.Context, bool) (mcpauth.ClientSecrets, bool, error) {
+	return func(ctx context.Context, force bool) (mcpauth.ClientSecrets, bool, error) {
+		var changed bool
+		if force {
+			var err error
+			if changed, err = refs.Refresh(ctx, raw.ClientSecret, raw.PrivateKey); err != nil {
+				return mcpauth.ClientSecrets{}, false, err
+			}
+		}
+		secret, err := refs.Resolve(ctx, "auth client_secret", raw.ClientSecret)
+		if err != nil {
+			return mcpauth.ClientSecrets{}, false, err
+		}
+		key, err := refs.Resolve(ctx, "auth private_key", raw.PrivateKey)
+		if err != nil {
+			return mcpauth.ClientSecrets{}, false, err
+		}
+		return mcpauth.ClientSecrets{ClientSecret: secret, PrivateKey: key}, changed, nil
+	}
 }

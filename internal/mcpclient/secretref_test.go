@@ -16,6 +16,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
+	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
 
 // TestSecretsManagerHeader: a header from ${secret:NAME#key}, read through
@@ -129,4 +130,58 @@ func TestSecretsManagerReferenceRefusals(t *testing.T) {
 		t.Errorf("health holds a secret: %s", b)
 	}
 	l.closeAndCheckLogs(p)
+}
+
+// TestRotatedClientSecret: an OAuth client secret given as
+// ${secret:NAME#key} is read through moto's Secrets Manager; when it is
+// rotated (the authorization server refusing the old one from then on),
+// the next token request — a new client-credentials token, or a refresh
+// of an authorization-code login — is refused once, the secret is read
+// again, and the call goes through with the new one, without a restart.
+func TestRotatedClientSecret(t *testing.T) {
+	tests := []struct {
+		name string
+		auth mcpauth.Config
+		// expire makes the pool need a new token: revoke them all (the
+		// client-credentials case), or wait past the access token's life.
+		expire  func(as *oauthserver.Server)
+		counted func(c oauthserver.Counts) int
+	}{
+		{"client credentials", mcpauth.Config{Type: mcpauth.TypeClientCredentials},
+			func(as *oauthserver.Server) { as.RevokeAll() },
+			func(c oauthserver.Counts) int { return c.ClientCredentials }},
+		{"refresh of a login", mcpauth.Config{},
+			func(*oauthserver.Server) { time.Sleep(2 * time.Second) },
+			func(c oauthserver.Counts) int { return c.Refreshes }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := moto.Start(t)
+			m.PutSecret(t, "mcp/oauth", `{"secret": "cs-`+secretMarker+`-1"}`)
+			as := oauthserver.Start(t, oauthserver.Options{AccessTTL: 2 * time.Second,
+				Clients: map[string]string{"svc": "cs-" + secretMarker + "-1"}})
+			url := protectedServer(t, as)
+			auth := tt.auth
+			auth.ClientID, auth.ClientSecret = "svc", "${secret:mcp/oauth#secret}"
+			l := &leakCheck{t: t}
+			p := newTestPool(t, []ServerConfig{{Name: "secure", URL: url, Transport: TransportStreamable, Auth: auth}},
+				WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(mcpauth.Headless{}),
+				WithSecretsManager(func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }))
+			if _, err := call(t, p, "secure", "echo", `{"text":"one"}`, CallOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			before := tt.counted(as.Counts())
+
+			m.Rotate(t, "mcp/oauth", `{"secret": "cs-`+secretMarker+`-2"}`)
+			as.SetClientSecret("svc", "cs-"+secretMarker+"-2")
+			tt.expire(as)
+			if out, err := call(t, p, "secure", "echo", `{"text":"two"}`, CallOptions{}); err != nil || !strings.Contains(out, "two") {
+				t.Fatalf("after the rotation: %s, %v", out, err)
+			}
+			if got := tt.counted(as.Counts()); got != before+1 {
+				t.Errorf("%d token grants after the rotation; want one, with the new secret", got-before)
+			}
+			l.closeAndCheckLogs(p)
+		})
+	}
 }

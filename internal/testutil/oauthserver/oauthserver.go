@@ -110,6 +110,16 @@ func (s *Server) Counts() Counts {
 	return s.counts
 }
 
+// SetClientSecret gives a pre-registered client a new secret (a rotation):
+// the old one is refused from now on.
+func (s *Server) SetClientSecret(id, secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clients[id]
+	c.secret = secret
+	s.clients[id] = c
+}
+
 // RevokeAll revokes every token: the next refresh fails with invalid_grant.
 func (s *Server) RevokeAll() {
 	s.mu.Lock()
