@@ -480,7 +480,7 @@ func (s *remote) open(c *conn, legacy bool) error {
 		t, err := transport.NewSSE(s.cfg.URL,
 			transport.WithHeaderFunc(s.requestHeaders),
 			transport.WithHTTPClient(s.httpClient),
-			transport.WithSSELogger(s.log),
+			transport.WithSSELogger(transportLogger(s.log)),
 			transport.WithEndpointTimeout(s.connectTimeout()))
 		if err != nil {
 			return err
@@ -495,7 +495,7 @@ func (s *remote) open(c *conn, legacy bool) error {
 		topts := []transport.StreamableHTTPCOption{
 			transport.WithHTTPHeaderFunc(s.requestHeaders),
 			transport.WithHTTPBasicClient(s.httpClient),
-			transport.WithHTTPLogger(s.log),
+			transport.WithHTTPLogger(transportLogger(s.log)),
 		}
 		if legacy {
 			// The standalone GET stream is where list_changed arrives
