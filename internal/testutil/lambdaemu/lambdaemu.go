@@ -135,6 +135,9 @@ type process struct {
 	done chan struct{}
 	mu   sync.Mutex
 	held *invocation // the invocation the process took and has not answered
+	// waiting counts its /next requests waiting for work (under its
+	// function's mu).
+	waiting int
 }
 
 // Start serves the Invoke API on a free loopback port and readies the
@@ -577,6 +580,7 @@ func (f *function) runtimeAPI() http.Handler {
 		}
 		f.mu.Lock()
 		f.idle++
+		p.waiting++
 		f.mu.Unlock()
 		var inv *invocation
 	wait:
@@ -598,6 +602,7 @@ func (f *function) runtimeAPI() http.Handler {
 		}
 		f.mu.Lock()
 		f.idle--
+		p.waiting--
 		f.mu.Unlock()
 		if inv == nil {
 			return
@@ -801,14 +806,19 @@ func (e *Emulator) Recycle(name string) (int, error) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
-	// A stopped process's waiting /next request ends when the server sees
-	// its connection close; until then it would count as idle, and the
-	// next invocation would wait for it instead of starting a process.
+	// A stopped process's waiting /next request ends when its handler sees
+	// the process gone; until then it would count as idle, and the next
+	// invocation would wait for it instead of starting a process. Only the
+	// stopped ones are waited for: a process started since (a retry's) may
+	// be idle all along.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		waiting := 0
 		f.mu.Lock()
-		idle := f.idle
+		for _, p := range procs {
+			waiting += p.waiting
+		}
 		f.mu.Unlock()
-		if idle <= 0 {
+		if waiting == 0 {
 			return len(procs), nil
 		}
 	}
