@@ -61,14 +61,13 @@ func loginHint(cfg ServerConfig, credentialsDir string) func(string) string {
 // handles.
 func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, secrets func(context.Context) (mcpauth.SecretsAPI, error),
 	refs *secretref.Resolver, agent mcpauth.UserAgent, hc *http.Client, addSecret func(...string), o ...func(*mcpauth.Options)) (*mcpauth.Source, error) {
-	ac, raw := cfg.Auth, cfg.Auth
-	var err error
-	if ac.ClientSecret, err = refs.Resolve(ctx, "auth client_secret", ac.ClientSecret); err != nil {
+	read := clientSecrets(refs, cfg.Auth)
+	cs, _, err := read(ctx, false)
+	if err != nil {
 		return nil, err
 	}
-	if ac.PrivateKey, err = refs.Resolve(ctx, "auth private_key", ac.PrivateKey); err != nil {
-		return nil, err
-	}
+	ac := cfg.Auth
+	ac.ClientSecret, ac.PrivateKey = cs.ClientSecret, cs.PrivateKey
 	var store mcpauth.Store
 	switch {
 	case ac.Secret != "":
@@ -85,8 +84,9 @@ func NewSource(ctx context.Context, cfg ServerConfig, credentialsDir string, sec
 	}
 	opts := mcpauth.Options{Server: cfg.Name, URL: cfg.URL, Config: ac, Store: store, HTTPClient: hc, Agent: agent,
 		LoginHint: loginHint(cfg, credentialsDir), AddSecret: addSecret}
-	if secretref.HasSecret(raw.ClientSecret) || secretref.HasSecret(raw.PrivateKey) {
-		opts.ClientSecrets = rotatingSecrets(refs, raw)
+	if secretref.HasSecret(cfg.Auth.ClientSecret) || secretref.HasSecret(cfg.Auth.PrivateKey) {
+		// Only a Secrets Manager value can change under a running process.
+		opts.ClientSecrets = read
 	}
 	for _, f := range o {
 		f(&opts)
@@ -128,11 +128,11 @@ func authUnavailable(full string, ae *mcpauth.Error) *fault.Error {
 	return fault.Wrap(fault.Unavailable, ae, "").WithTool(full)
 }
 
-// rotatingSecrets reads a client's secret and private key from their
+// clientSecrets reads a client's secret and private key from their
 // references each time (Secrets Manager values from the resolver's cache
-// while it is fresh, again when the authorization server refused the
-// client): a rotated secret is picked up without a restart.
-func rotatingSecrets(refs *secretref.Resolver, raw mcpauth.Config) func(context.Context, bool) (mcpauth.ClientSecrets, bool, error) {
+// while it is fresh, again when forced, after the authorization server
+// refused the client): a rotated secret is picked up without a restart.
+func clientSecrets(refs *secretref.Resolver, raw mcpauth.Config) func(context.Context, bool) (mcpauth.ClientSecrets, bool, error) {
 	return func(ctx context.Context, force bool) (mcpauth.ClientSecrets, bool, error) {
 		var changed bool
 		if force {
