@@ -121,8 +121,7 @@ type function struct {
 	mu      sync.Mutex
 	procs   []*process
 	retired []*process // stopped by Recycle
-	idle    int
-	next    int // numbers processes
+	next    int        // numbers processes
 	ln      net.Listener
 	hs      *http.Server
 	// async counts asynchronous deliveries that ended.
@@ -465,7 +464,18 @@ func (f *function) dispatch(inv *invocation) error {
 // one no longer counts, as Lambda starts a new environment in its place).
 // f.mu must be held.
 func (f *function) roomLocked() bool {
-	return f.idle == 0 && len(f.procs)-f.exitedLocked() < f.cfg.MaxConcurrency
+	return idleLocked(f.procs) == 0 && idleLocked(f.retired) == 0 && len(f.procs)-f.exitedLocked() < f.cfg.MaxConcurrency
+}
+
+// idleLocked counts the /next requests of procs waiting for work; a
+// stopped process's counts until its handler sees it gone. Their
+// function's mu must be held.
+func idleLocked(procs []*process) int {
+	n := 0
+	for _, p := range procs {
+		n += p.waiting
+	}
+	return n
 }
 
 // exitedLocked counts the listed processes that have exited. f.mu must be
@@ -579,7 +589,6 @@ func (f *function) runtimeAPI() http.Handler {
 			return
 		}
 		f.mu.Lock()
-		f.idle++
 		p.waiting++
 		f.mu.Unlock()
 		var inv *invocation
@@ -601,7 +610,6 @@ func (f *function) runtimeAPI() http.Handler {
 			}
 		}
 		f.mu.Lock()
-		f.idle--
 		p.waiting--
 		f.mu.Unlock()
 		if inv == nil {
@@ -812,11 +820,8 @@ func (e *Emulator) Recycle(name string) (int, error) {
 	// stopped ones are waited for: a process started since (a retry's) may
 	// be idle all along.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		waiting := 0
 		f.mu.Lock()
-		for _, p := range procs {
-			waiting += p.waiting
-		}
+		waiting := idleLocked(procs)
 		f.mu.Unlock()
 		if waiting == 0 {
 			return len(procs), nil
