@@ -24,7 +24,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
@@ -67,7 +67,7 @@ func TestOAuthEndToEnd(t *testing.T) {
 	// authorization URL pml prints and follows it to pml's loopback
 	// redirect.
 	login(t, env, cfg)
-	credsFile := mcpauth.FilePath(credsDir, "secure")
+	credsFile := oauthclient.FilePath(credsDir, "secure")
 	info, err := os.Stat(credsFile)
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("credentials file: %v %v", info, err)
@@ -248,22 +248,22 @@ func login(t *testing.T, env []string, cfg string, extra ...string) {
 	}
 }
 
-func readCredsFile(t *testing.T, path string) *mcpauth.Credentials {
+func readCredsFile(t *testing.T, path string) *oauthclient.Credentials {
 	t.Helper()
-	c, _, err := mcpauth.FileStore{Path: path}.Load(context.Background())
+	c, _, err := oauthclient.FileStore{Path: path}.Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func secretCreds(t *testing.T, m *moto.Server, arn string) *mcpauth.Credentials {
+func secretCreds(t *testing.T, m *moto.Server, arn string) *oauthclient.Credentials {
 	t.Helper()
 	out, err := m.Client().GetSecretValue(context.Background(), &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c mcpauth.Credentials
+	var c oauthclient.Credentials
 	if err := json.Unmarshal([]byte(aws.ToString(out.SecretString)), &c); err != nil {
 		t.Fatal(err)
 	}

@@ -36,9 +36,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
@@ -667,7 +667,7 @@ func (a *App) serversFromSSM(ctx context.Context, name string) (serverconfig.Ser
 type awsConfig struct {
 	mu  sync.Mutex
 	cfg *aws.Config
-	sm  mcpauth.SecretsAPI // secrets
+	sm  oauthclient.SecretsAPI // secrets
 }
 
 func (c *awsConfig) load(ctx context.Context) (aws.Config, error) {

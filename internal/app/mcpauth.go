@@ -5,8 +5,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/userdata"
 )
 
@@ -19,7 +19,7 @@ type MCPAuthConfig struct {
 	CredentialsDir string
 	// Agent, when set, runs the authorization-code flow when a server
 	// asks for a login or more scopes (pml run --login headless).
-	Agent mcpauth.UserAgent
+	Agent oauthclient.UserAgent
 }
 
 // MCPCredentialsDir is the CLI's credentials directory:
@@ -38,7 +38,7 @@ func (m MCPAuthConfig) options(aws *awsConfig) []mcpclient.Option {
 // secrets is the process's one Secrets Manager client (MCP servers'
 // OAuth credentials, secret references, the approval key), made when
 // first needed.
-func (c *awsConfig) secrets(ctx context.Context) (mcpauth.SecretsAPI, error) {
+func (c *awsConfig) secrets(ctx context.Context) (oauthclient.SecretsAPI, error) {
 	cfg, err := c.load(ctx)
 	if err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func (c *awsConfig) secrets(ctx context.Context) (mcpauth.SecretsAPI, error) {
 // SecretsClient is a Secrets Manager client from the default AWS
 // configuration, for commands that write credentials (pml mcp login
 // --secret).
-func SecretsClient(ctx context.Context) (mcpauth.SecretsAPI, error) {
+func SecretsClient(ctx context.Context) (oauthclient.SecretsAPI, error) {
 	var c awsConfig
 	return c.secrets(ctx)
 }

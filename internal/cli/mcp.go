@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 )
@@ -29,7 +29,7 @@ func mcpAuthConfig(login string) (app.MCPAuthConfig, error) {
 	switch login {
 	case "never", "":
 	case "headless":
-		cfg.Agent = mcpauth.Headless{}
+		cfg.Agent = oauthclient.Headless{}
 	default:
 		return cfg, usagef("--login must be never or headless, not %q", login)
 	}
@@ -85,21 +85,22 @@ func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int
 	if *secret != "" {
 		cfg.Auth.Secret = *secret
 	}
-	if cfg.Auth.Type == mcpauth.TypeNone || cfg.Auth.Type == mcpauth.TypeClientCredentials {
+	if cfg.Auth.Type == oauthclient.TypeNone || cfg.Auth.Type == oauthclient.TypeClientCredentials {
 		return ExitUsage, usagef("server %q uses auth %s: there is nothing to log in to", cfg.Name, cfg.Auth.Type)
 	}
 	if err := cfg.Validate(); err != nil {
 		return ExitUsage, usageError{err}
 	}
-	var agent mcpauth.UserAgent = mcpauth.Headless{}
+	var agent oauthclient.UserAgent = oauthclient.Headless{}
 	if !*headless {
 		agent = browserAgent{w: errOut, open: !*noBrowser}
 	}
 	red := redact.New()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	src, err := mcpclient.NewSource(ctx, cfg, app.MCPCredentialsDir(), app.SecretsClient, secretRefs(), agent,
-		&http.Client{Timeout: 30 * time.Second}, red.Add)
+	src, err := oauthclient.Build(ctx, oauthclient.Setup{Name: cfg.Name, URL: cfg.URL, Config: cfg.Auth,
+		CredentialsDir: app.MCPCredentialsDir(), Secrets: app.SecretsClient, Refs: secretRefs(), Agent: agent,
+		HTTPClient: &http.Client{Timeout: 30 * time.Second}, AddSecret: red.Add})
 	if err != nil {
 		return ExitFailed, errors.New(red.String(err.Error()))
 	}
@@ -133,23 +134,23 @@ func findServer(sf *serverFlags, name string) (mcpclient.ServerConfig, error) {
 // probe asks the server, without credentials, what it wants: the Bearer
 // challenge of its 401 (or an empty one when it answers anyway; some
 // servers ask only for later requests).
-func probe(ctx context.Context, cfg mcpclient.ServerConfig) (mcpauth.Challenge, error) {
+func probe(ctx context.Context, cfg mcpclient.ServerConfig) (oauthclient.Challenge, error) {
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcpclient.ProtocolVersion +
 		`","capabilities":{},"clientInfo":{"name":"pml-sandbox","version":"0.1.0"}}}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return mcpauth.Challenge{}, err
+		return oauthclient.Challenge{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		// Redacted by the caller: the URL may hold credentials.
-		return mcpauth.Challenge{}, fmt.Errorf("reaching MCP server %q: %w", cfg.Name, err)
+		return oauthclient.Challenge{}, fmt.Errorf("reaching MCP server %q: %w", cfg.Name, err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return mcpauth.ParseChallenge(resp.Header), nil
+	return oauthclient.ParseChallenge(resp.Header), nil
 }
 
 func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -164,16 +165,18 @@ func mcpStatusCmd(ctx context.Context, args []string, out, errOut io.Writer) (in
 		return ExitUsage, err
 	}
 	red := redact.New()
-	out2 := make([]mcpauth.Status, 0, len(cfgs))
+	out2 := make([]oauthclient.Status, 0, len(cfgs))
 	refs := secretRefs()
 	for _, c := range cfgs {
-		st := mcpauth.Status{Server: c.Name, Type: mcpauth.TypeName(c.Auth.Type), State: "none"}
+		st := oauthclient.Status{Server: c.Name, Type: oauthclient.TypeName(c.Auth.Type), State: "none"}
 		switch {
-		case c.Auth.Type == mcpauth.TypeNone:
+		case c.Auth.Type == oauthclient.TypeNone:
 		case !c.OAuth():
 			st.State = "static headers"
 		default:
-			src, err := mcpclient.NewSource(ctx, c, app.MCPCredentialsDir(), app.SecretsClient, refs, nil, &http.Client{Timeout: 30 * time.Second}, red.Add)
+			src, err := oauthclient.Build(ctx, oauthclient.Setup{Name: c.Name, URL: c.URL, Config: c.Auth,
+				CredentialsDir: app.MCPCredentialsDir(), Secrets: app.SecretsClient, Refs: refs,
+				HTTPClient: &http.Client{Timeout: 30 * time.Second}, AddSecret: red.Add})
 			if err != nil {
 				st.State, st.Error = "misconfigured", red.String(err.Error())
 				break

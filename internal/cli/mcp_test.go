@@ -10,7 +10,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/cli"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
 
@@ -41,7 +41,7 @@ func TestMCPLoginAndStatus(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"state": "logged in"`) {
 		t.Fatalf("login: %d %s %s", code, out, errOut)
 	}
-	c, _, err := mcpauth.FileStore{Path: mcpauth.FilePath(dir, "secure")}.Load(context.Background())
+	c, _, err := oauthclient.FileStore{Path: oauthclient.FilePath(dir, "secure")}.Load(context.Background())
 	if err != nil || c.RefreshToken == "" {
 		t.Fatalf("stored: %v %v", c, err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
 
@@ -61,7 +61,7 @@ func TestOAuthNeedsLogin(t *testing.T) {
 		opts       []Option
 	}{
 		{"auto", "run `pml mcp login secure`", ServerConfig{Name: "secure", URL: url}, []Option{WithCredentialsDir(dir)}},
-		{"oauth", "run `pml mcp login secure`", ServerConfig{Name: "secure", URL: url, Auth: mcpauth.Config{Type: mcpauth.TypeOAuth}}, []Option{WithCredentialsDir(dir)}},
+		{"oauth", "run `pml mcp login secure`", ServerConfig{Name: "secure", URL: url, Auth: oauthclient.Config{Type: oauthclient.TypeOAuth}}, []Option{WithCredentialsDir(dir)}},
 		{"no credentials directory", "give the server an auth.secret", ServerConfig{Name: "secure", URL: url}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,11 +96,11 @@ func TestOAuthLoginAndRefreshThroughThePool(t *testing.T) {
 	dir := t.TempDir()
 	l := &leakCheck{t: t}
 	p := newTestPool(t, []ServerConfig{{Name: "secure", URL: url, Transport: TransportStreamable}},
-		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(dir), WithLoginAgent(mcpauth.Headless{}))
+		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(dir), WithLoginAgent(oauthclient.Headless{}))
 	if _, err := call(t, p, "secure", "echo", `{"text":"one"}`, CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	path := mcpauth.FilePath(dir, "secure")
+	path := oauthclient.FilePath(dir, "secure")
 	info, err := os.Stat(path)
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("credentials file: %v, %v", info, err)
@@ -114,7 +114,7 @@ func TestOAuthLoginAndRefreshThroughThePool(t *testing.T) {
 		t.Fatalf("counts %+v; want one login and a refresh", c)
 	}
 	data, _ := os.ReadFile(path)
-	var creds mcpauth.Credentials
+	var creds oauthclient.Credentials
 	_ = json.Unmarshal(data, &creds)
 	if !as.RefreshTokenValid(creds.RefreshToken) {
 		t.Fatal("the stored refresh token is not the rotated one")
@@ -166,7 +166,7 @@ func TestAuthSecretsRedacted(t *testing.T) {
 
 	l := &leakCheck{t: t}
 	p := l.pool(ServerConfig{Name: "svc", URL: base + "/mcp", Transport: TransportStreamable,
-		Auth: mcpauth.Config{Type: mcpauth.TypeClientCredentials, ClientID: "svc", ClientSecret: "${env:MCPCLIENT_TEST_CLIENT_SECRET}"}})
+		Auth: oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "svc", ClientSecret: "${env:MCPCLIENT_TEST_CLIENT_SECRET}"}})
 	_, err = call(t, p, "svc", "echo", `{"text":"x"}`, CallOptions{})
 	if codeOf(err) != fault.Unavailable || !strings.Contains(err.Error(), "refused the client") {
 		t.Fatalf("call: %v; want UNAVAILABLE saying the client was refused", err)
@@ -206,7 +206,7 @@ func TestAuthConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	gh := cfgs[0]
-	if gh.Auth.Type != mcpauth.TypeOAuth || strings.Join(gh.Auth.Scopes, ",") != "repo,read" || gh.Auth.ClientID != "pml-client" ||
+	if gh.Auth.Type != oauthclient.TypeOAuth || strings.Join(gh.Auth.Scopes, ",") != "repo,read" || gh.Auth.ClientID != "pml-client" ||
 		!strings.HasPrefix(gh.Auth.Secret, "arn:aws:secretsmanager:") || cfgs[1].Auth.PrivateKey != "${file:/etc/pml/key.pem}" {
 		t.Fatalf("parsed %+v", cfgs)
 	}

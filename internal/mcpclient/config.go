@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 )
@@ -85,12 +85,12 @@ type ServerConfig struct {
 	// not destructive, where MCP's defaults make it destructive. What a
 	// tool does say stands.
 	AssumeNotDestructive bool
-	// Auth is the server's OAuth configuration (mcpauth.Config):
+	// Auth is the server's OAuth configuration (oauthclient.Config):
 	// ClientSecret and PrivateKey may reference secrets as headers do,
 	// resolved when the pool starts. The zero value (TypeAuto) engages the
 	// authorization-code grant only when the server challenges with
 	// Bearer and no Authorization header is configured.
-	Auth mcpauth.Config
+	Auth oauthclient.Config
 }
 
 // OAuth reports whether the pool answers this server's Bearer challenges
@@ -98,9 +98,9 @@ type ServerConfig struct {
 // Authorization header is the auth.
 func (c ServerConfig) OAuth() bool {
 	switch c.Auth.Type {
-	case mcpauth.TypeNone:
+	case oauthclient.TypeNone:
 		return false
-	case mcpauth.TypeAuto:
+	case oauthclient.TypeAuto:
 		return !c.hasAuthorizationHeader()
 	}
 	return true
@@ -145,7 +145,7 @@ func (c ServerConfig) String() string {
 	if c.AssumeNotDestructive {
 		b.WriteString(" assume_not_destructive")
 	}
-	if c.Auth.Type != mcpauth.TypeAuto {
+	if c.Auth.Type != oauthclient.TypeAuto {
 		fmt.Fprintf(&b, " auth=%s", c.Auth.Type)
 	}
 	if c.Auth.Secret != "" {
@@ -172,7 +172,7 @@ func (c ServerConfig) LogValue() slog.Value {
 		slog.Bool("allow_destructive", c.AllowDestructive),
 		slog.Any("require_approval", c.RequireApproval),
 		slog.Bool("assume_not_destructive", c.AssumeNotDestructive),
-		slog.String("auth", mcpauth.TypeName(c.Auth.Type)),
+		slog.String("auth", oauthclient.TypeName(c.Auth.Type)),
 	)
 }
 
@@ -236,13 +236,13 @@ func redactURL(raw string) string {
 
 // secrets lists what the config holds that must never be shown: header
 // values without secret references (resolved values are added at connect
-// time, see headerSecrets), the URL's userinfo and every query value, both
+// time, see secretref.HeaderSecrets), the URL's userinfo and every query value, both
 // decoded and as written.
 func (c ServerConfig) secrets() []string {
 	var out []string
 	for _, v := range c.Headers {
 		if !secretref.Has(v) {
-			out = append(out, headerSecrets(v)...)
+			out = append(out, secretref.HeaderSecrets(v)...)
 		}
 	}
 	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
@@ -295,17 +295,6 @@ func (c ServerConfig) secrets() []string {
 	return out
 }
 
-// headerSecrets is a header value and, for "Scheme credentials" values
-// such as "Bearer TOKEN", the credentials alone, which a server may quote
-// without the scheme.
-func headerSecrets(v string) []string {
-	out := []string{v}
-	if f := strings.Fields(v); len(f) > 1 {
-		out = append(out, f[1:]...)
-	}
-	return out
-}
-
 // Validate checks one config and reports the first problem.
 func (c ServerConfig) Validate() error {
 	if err := catalog.ValidName(c.Name); err != nil {
@@ -350,7 +339,7 @@ func (c ServerConfig) Validate() error {
 			return fmt.Errorf("server %q: auth: %s: %w", c.Name, name, err)
 		}
 	}
-	if (c.Auth.Type == mcpauth.TypeOAuth || c.Auth.Type == mcpauth.TypeClientCredentials) && c.hasAuthorizationHeader() {
+	if (c.Auth.Type == oauthclient.TypeOAuth || c.Auth.Type == oauthclient.TypeClientCredentials) && c.hasAuthorizationHeader() {
 		return fmt.Errorf("server %q: auth %s and an Authorization header: choose one", c.Name, c.Auth.Type)
 	}
 	for _, p := range append(slices.Clone(c.Allow), c.Deny...) {
@@ -471,11 +460,11 @@ func ParseConfig(name string, data []byte) ([]ServerConfig, error) {
 			RequireApproval: fs.RequireApproval, AssumeNotDestructive: fs.AssumeNotDestructive,
 		}
 		if a := fs.Auth; a != nil {
-			c.Auth = mcpauth.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
+			c.Auth = oauthclient.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
 				ClientMetadataURL: a.ClientMetadataURL, TokenEndpointAuthMethod: a.TokenEndpointAuthMethod,
 				PrivateKey: a.PrivateKey, SigningAlg: a.SigningAlg, Secret: a.Secret}
 			if c.Auth.Type == "auto" {
-				c.Auth.Type = mcpauth.TypeAuto
+				c.Auth.Type = oauthclient.TypeAuto
 			}
 		}
 		if fs.CallTimeout != "" {

@@ -38,7 +38,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 )
@@ -262,8 +262,8 @@ func New(ctx context.Context, cfgs []ServerConfig, opts ...Option) (*Pool, error
 	if f := o.auth.secrets; f != nil {
 		// One Secrets Manager client for all the pool's servers, made
 		// when the first needs it.
-		get := sync.OnceValues(func() (mcpauth.SecretsAPI, error) { return f(pctx) })
-		p.opts.auth.secrets = func(context.Context) (mcpauth.SecretsAPI, error) { return get() }
+		get := sync.OnceValues(func() (oauthclient.SecretsAPI, error) { return f(pctx) })
+		p.opts.auth.secrets = func(context.Context) (oauthclient.SecretsAPI, error) { return get() }
 	}
 	if p.opts.refs == nil {
 		var client func(context.Context) (secretref.API, error)

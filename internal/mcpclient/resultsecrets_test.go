@@ -13,7 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
 
@@ -141,11 +141,11 @@ func TestResultsNeverCarrySecrets(t *testing.T) {
 
 	as := oauthserver.Start(t, oauthserver.Options{})
 	protected := headerEchoServer(t, func(url string, h http.Handler) http.Handler { return as.Protect(url, h) })
-	oauth := ServerConfig{Name: "oauth", URL: protected, Transport: TransportStreamable, Auth: mcpauth.Config{Type: mcpauth.TypeOAuth}}
+	oauth := ServerConfig{Name: "oauth", URL: protected, Transport: TransportStreamable, Auth: oauthclient.Config{Type: oauthclient.TypeOAuth}}
 
 	l := &leakCheck{t: t}
 	p := newTestPool(t, []ServerConfig{cfg, basic, oauth},
-		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(mcpauth.Headless{}))
+		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(oauthclient.Headless{}))
 	for _, server := range []string{"hdr", "basic"} {
 		waitTools(t, p, server, "headers", "headers_text", "headers_escaped", "headers_error", "configured")
 	}

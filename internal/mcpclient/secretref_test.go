@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
@@ -51,7 +51,7 @@ func TestSecretsManagerHeader(t *testing.T) {
 	cfg := ServerConfig{Name: "k", URL: hs.URL + "/mcp", Transport: TransportStreamable,
 		Headers: map[string]string{"X-Api-Key": "${secret:mcp/keys#api}"}}
 	p := newTestPool(t, []ServerConfig{cfg},
-		WithSecretsManager(func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }))
+		WithSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
 	waitTools(t, p, "k", "echo_key")
 	out, err := call(t, p, "k", "echo_key", `{}`, CallOptions{})
 	if err != nil || strings.Contains(out, secretMarker) || !strings.Contains(out, "[REDACTED]") {
@@ -99,7 +99,7 @@ func TestSecretsManagerReferenceRefusals(t *testing.T) {
 	}
 	p := newTestPool(t, []ServerConfig{cfg("gone", "${secret:mcp/none}"), cfg("crlf", "${secret:mcp/crlf}"), cfg("quoting", "${secret:mcp/good}")},
 		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3),
-		WithSecretsManager(func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }))
+		WithSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
 	for name, want := range map[string]string{"gone": "header X-Api-Key: reading secret mcp/none", "crlf": "header X-Api-Key: resolved value contains a line break", "quoting": "authorization required"} {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -141,16 +141,16 @@ func TestSecretsManagerReferenceRefusals(t *testing.T) {
 func TestRotatedClientSecret(t *testing.T) {
 	tests := []struct {
 		name string
-		auth mcpauth.Config
+		auth oauthclient.Config
 		// expire makes the pool need a new token: revoke them all (the
 		// client-credentials case), or wait past the access token's life.
 		expire  func(as *oauthserver.Server)
 		counted func(c oauthserver.Counts) int
 	}{
-		{"client credentials", mcpauth.Config{Type: mcpauth.TypeClientCredentials},
+		{"client credentials", oauthclient.Config{Type: oauthclient.TypeClientCredentials},
 			func(as *oauthserver.Server) { as.RevokeAll() },
 			func(c oauthserver.Counts) int { return c.ClientCredentials }},
-		{"refresh of a login", mcpauth.Config{},
+		{"refresh of a login", oauthclient.Config{},
 			func(*oauthserver.Server) { time.Sleep(2 * time.Second) },
 			func(c oauthserver.Counts) int { return c.Refreshes }},
 	}
@@ -165,8 +165,8 @@ func TestRotatedClientSecret(t *testing.T) {
 			auth.ClientID, auth.ClientSecret = "svc", "${secret:mcp/oauth#secret}"
 			l := &leakCheck{t: t}
 			p := newTestPool(t, []ServerConfig{{Name: "secure", URL: url, Transport: TransportStreamable, Auth: auth}},
-				WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(mcpauth.Headless{}),
-				WithSecretsManager(func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }))
+				WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(oauthclient.Headless{}),
+				WithSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
 			if _, err := call(t, p, "secure", "echo", `{"text":"one"}`, CallOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -16,7 +16,3 @@ import (
 func WithSecretRefs(r *secretref.Resolver) Option {
 	return func(o *options) { o.refs = r }
 }
-
-// HeaderSecrets is what a resolved header value makes secret: the value,
-// and for "Scheme credentials" values the credentials alone.
-func HeaderSecrets(v string) []string { return headerSecrets(v) }

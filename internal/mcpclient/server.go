@@ -23,7 +23,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -77,7 +77,7 @@ type remote struct {
 	mu           sync.Mutex // guards the fields below; never held over I/O
 	state        State
 	lastErr      string
-	lastAuth     *mcpauth.Error // why the last connect could not authorize
+	lastAuth     *oauthclient.Error // why the last connect could not authorize
 	since        time.Time
 	kind         string // the transport that last worked (for auto)
 	connecting   bool
@@ -108,7 +108,7 @@ func newServer(p *Pool, cfg ServerConfig) *remote {
 	}
 	// Resolved values are known to the redactors before any request can
 	// go out, so before any error or log line can quote them.
-	s.headers = secretref.NewHeaders(p.opts.refs, cfg.Headers, func(_, v string) { s.addSecrets(headerSecrets(v)...) })
+	s.headers = secretref.NewHeaders(p.opts.refs, cfg.Headers, func(_, v string) { s.addSecrets(secretref.HeaderSecrets(v)...) })
 	s.httpClient = &http.Client{Transport: s.headers.Transport(&capTransport{base: ht, limit: p.opts.maxMessageBytes})}
 	return s
 }

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 )
@@ -19,7 +18,7 @@ import (
 // DefaultCallTimeout bounds one request when the configuration sets none.
 const DefaultCallTimeout = 30 * time.Second
 
-// Auth types besides mcpauth's (Auth.Type).
+// Auth types besides oauthclient's (Auth.Type).
 const (
 	// AuthSigV4 signs every request with AWS Signature Version 4 using
 	// the process's AWS credentials (the function's role), as API
@@ -28,10 +27,10 @@ const (
 )
 
 // Auth is how requests are authorised beyond static headers and query
-// values: OAuth through mcpauth (its types and fields), or SigV4.
+// values: OAuth through oauthclient (its types and fields), or SigV4.
 type Auth struct {
-	// Config is the OAuth configuration when Type is one of mcpauth's.
-	mcpauth.Config
+	// Config is the OAuth configuration when Type is one of oauthclient's.
+	oauthclient.Config
 	// Region and Service are SigV4's (Service defaults to execute-api,
 	// API Gateway's; Region to the process's).
 	Region, Service string
@@ -71,11 +70,11 @@ type Config struct {
 // sigV4 reports whether requests are signed.
 func (c Config) sigV4() bool { return c.Auth.Type == AuthSigV4 }
 
-// oauth reports whether mcpauth authorises the requests: only when the
+// oauth reports whether oauthclient authorises the requests: only when the
 // configuration asks for it (an OpenAPI service is not an MCP server, so
 // there is no "auto").
 func (c Config) oauth() bool {
-	return c.Auth.Type == mcpauth.TypeOAuth || c.Auth.Type == mcpauth.TypeClientCredentials
+	return c.Auth.Type == oauthclient.TypeOAuth || c.Auth.Type == oauthclient.TypeClientCredentials
 }
 
 // Validate checks one configuration and reports the first problem.
@@ -120,12 +119,12 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Auth.Type {
-	case mcpauth.TypeAuto, mcpauth.TypeNone:
+	case oauthclient.TypeAuto, oauthclient.TypeNone:
 	case AuthSigV4:
 		if c.hasAuthorizationHeader() {
 			return fmt.Errorf("server %q: auth sigv4 and an Authorization header: choose one", c.Name)
 		}
-	case mcpauth.TypeOAuth, mcpauth.TypeClientCredentials:
+	case oauthclient.TypeOAuth, oauthclient.TypeClientCredentials:
 		if c.BaseURL == "" {
 			// The tokens are bound to the resource they are for, which
 			// must be known before the document is.
@@ -172,7 +171,7 @@ func (c Config) secrets() []string {
 	for _, m := range []map[string]string{c.Headers, c.Query} {
 		for _, v := range m {
 			if !secretref.Has(v) {
-				out = append(out, mcpclient.HeaderSecrets(v)...)
+				out = append(out, secretref.HeaderSecrets(v)...)
 			}
 		}
 	}
@@ -276,7 +275,7 @@ type FileConfig struct {
 	Destructive      []string          `json:"destructive" yaml:"destructive"`
 }
 
-// FileAuth is the on-disk shape of Auth: mcpauth's fields, and SigV4's.
+// FileAuth is the on-disk shape of Auth: oauthclient's fields, and SigV4's.
 type FileAuth struct {
 	Type                    string   `json:"type" yaml:"type"`
 	Scopes                  []string `json:"scopes" yaml:"scopes"`
@@ -297,11 +296,11 @@ func (f FileConfig) Config() (Config, error) {
 		Allow: f.Allow, Deny: f.Deny, AllowDestructive: f.AllowDestructive, RequireApproval: f.RequireApproval,
 		ReadOnly: f.ReadOnly, Destructive: f.Destructive}
 	if a := f.Auth; a != nil {
-		c.Auth = Auth{Config: mcpauth.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
+		c.Auth = Auth{Config: oauthclient.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
 			ClientMetadataURL: a.ClientMetadataURL, TokenEndpointAuthMethod: a.TokenEndpointAuthMethod,
 			PrivateKey: a.PrivateKey, SigningAlg: a.SigningAlg, Secret: a.Secret}, Region: a.Region, Service: a.Service}
 		if c.Auth.Type == "auto" {
-			c.Auth.Type = mcpauth.TypeAuto
+			c.Auth.Type = oauthclient.TypeAuto
 		}
 	}
 	for _, d := range []struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 )
 
@@ -40,7 +40,7 @@ func TestSecretsManagerCredentials(t *testing.T) {
 	}
 	src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
 		Headers: map[string]string{"Authorization": "Bearer ${secret:shop/token}", "X-Api-Key": "${secret:shop/keys#api_key}"}}},
-		Options{Logger: quietLogger(), Secrets: func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }})
+		Options{Logger: quietLogger(), Secrets: func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestSecretReferenceRefusals(t *testing.T) {
 	} {
 		src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
 			Headers: map[string]string{"X-Api-Key": tc.ref}}},
-			Options{Logger: quietLogger(), Secrets: func(context.Context) (mcpauth.SecretsAPI, error) { return m.Client(), nil }})
+			Options{Logger: quietLogger(), Secrets: func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }})
 		if err != nil {
 			t.Fatal(err)
 		}

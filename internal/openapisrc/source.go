@@ -25,8 +25,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -63,8 +62,8 @@ type Options struct {
 	// CredentialsDir, Secrets and Agent are OAuth's, as for the MCP pool
 	// (mcpclient.WithCredentialsDir and the others).
 	CredentialsDir string
-	Secrets        func(context.Context) (mcpauth.SecretsAPI, error)
-	Agent          mcpauth.UserAgent
+	Secrets        func(context.Context) (oauthclient.SecretsAPI, error)
+	Agent          oauthclient.UserAgent
 	// Refs resolves the secret references of headers, query values and
 	// OAuth client secrets, shared with the process's other tool sources
 	// (mcpclient.WithSecretRefs); nil makes one reading Secrets Manager
@@ -216,14 +215,15 @@ func (s *Source) newService(c Config) *service {
 	a.client = &http.Client{Transport: base, CheckRedirect: sameHostRedirects}
 	switch {
 	case c.oauth():
-		sc := mcpclient.ServerConfig{Name: c.Name, URL: c.BaseURL, Auth: c.Auth.Config}
-		src, err := mcpclient.NewSource(s.ctx, sc, s.opts.CredentialsDir, s.opts.Secrets, s.opts.Refs, s.opts.Agent,
-			&http.Client{Transport: base, Timeout: time.Minute}, a.addSecret, func(o *mcpauth.Options) { o.Logger = log })
+		src, err := oauthclient.Build(s.ctx, oauthclient.Setup{Name: c.Name, URL: c.BaseURL, Config: c.Auth.Config,
+			CredentialsDir: s.opts.CredentialsDir, Secrets: s.opts.Secrets, Refs: s.opts.Refs, Agent: s.opts.Agent,
+			HTTPClient: &http.Client{Transport: base, Timeout: time.Minute}, AddSecret: a.addSecret,
+			Options: func(o *oauthclient.Options) { o.Logger = log }})
 		if err != nil {
 			a.setupErr = fmt.Errorf("auth: %w", err)
 			break
 		}
-		a.client.Transport = &mcpauth.Transport{Base: base, Source: src}
+		a.client.Transport = &oauthclient.Transport{Base: base, Source: src}
 	case c.sigV4():
 		a.client.Transport = &sigV4Transport{base: base, cfg: c.Auth, aws: s.opts.AWS}
 	}
@@ -596,7 +596,7 @@ func (a *service) addCredentials(ctx context.Context, req *http.Request) error {
 		if strings.ContainsAny(r, "\r\n") {
 			return fmt.Errorf("header %s: resolved value contains a line break", k)
 		}
-		a.addSecret(mcpclient.HeaderSecrets(r)...)
+		a.addSecret(secretref.HeaderSecrets(r)...)
 		req.Header.Set(k, r)
 	}
 	if len(a.cfg.Query) > 0 {
@@ -616,7 +616,7 @@ func (a *service) addCredentials(ctx context.Context, req *http.Request) error {
 
 // classify turns a failed request into the error the caller sees.
 func (a *service) classify(ctx, tctx context.Context, err error, full string, timeout time.Duration) error {
-	var ae *mcpauth.Error
+	var ae *oauthclient.Error
 	switch {
 	case errors.As(err, &ae):
 		return fault.Wrap(fault.Unavailable, ae, "").WithTool(full)

@@ -20,7 +20,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 )
 
@@ -402,7 +402,7 @@ func TestUnavailableDocument(t *testing.T) {
 }
 
 // TestOAuthClientCredentials: a service behind OAuth 2.1 (RFC 9728
-// challenges) is called with a token the mcpauth client gets by the
+// challenges) is called with a token the oauthclient client gets by the
 // client-credentials grant, as an MCP server's would be.
 func TestOAuthClientCredentials(t *testing.T) {
 	as := oauthserver.Start(t, oauthserver.Options{Clients: map[string]string{"shop-client": "shop-secret-123456"}})
@@ -416,7 +416,7 @@ func TestOAuthClientCredentials(t *testing.T) {
 	})))
 	t.Setenv("SHOP_CLIENT_SECRET", "shop-secret-123456")
 	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: resource,
-		Auth: Auth{Config: mcpauth.Config{Type: mcpauth.TypeClientCredentials, ClientID: "shop-client", ClientSecret: "${env:SHOP_CLIENT_SECRET}"}}})
+		Auth: Auth{Config: oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "shop-client", ClientSecret: "${env:SHOP_CLIENT_SECRET}"}}})
 	out, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "listOrders"}, nil, execution.CallOptions{})
 	if err != nil || compact(t, out) != `[{"id":1,"items":[]}]` {
 		t.Fatalf("%s, %v", out, err)
@@ -437,7 +437,7 @@ func TestSigV4(t *testing.T) {
 	}
 	cfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG", "")}
 	src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-		Auth: Auth{Config: mcpauth.Config{Type: AuthSigV4}}, AllowDestructive: true}},
+		Auth: Auth{Config: oauthclient.Config{Type: AuthSigV4}}, AllowDestructive: true}},
 		Options{Logger: quietLogger(), AWS: func(context.Context) (aws.Config, error) { return cfg, nil }})
 	if err != nil {
 		t.Fatal(err)

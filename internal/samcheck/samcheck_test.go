@@ -17,7 +17,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdasrc"
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/tracedb"
@@ -576,8 +576,8 @@ func TestApprovalPolicy(t *testing.T) {
 }
 
 // TestSecretsPolicy: both functions may do to the MCP credential secrets
-// exactly what mcpauth.SecretStore does (the methods of
-// mcpauth.SecretsAPI), on exactly the secrets the McpCredentialSecrets
+// exactly what oauthclient.SecretStore does (the methods of
+// oauthclient.SecretsAPI), on exactly the secrets the McpCredentialSecrets
 // parameter names and only when it names some; nothing else in the
 // template touches Secrets Manager but the approval state key
 // (TestApprovalPolicy) and the secrets the server list references
@@ -587,7 +587,7 @@ func TestSecretsPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := methods(reflect.TypeFor[mcpauth.SecretsAPI](), "secretsmanager", nil)
+	want := methods(reflect.TypeFor[oauthclient.SecretsAPI](), "secretsmanager", nil)
 	got := map[string][]string{}
 	for _, st := range statements(tpl) {
 		touches := slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "secretsmanager:") })

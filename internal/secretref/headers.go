@@ -122,3 +122,14 @@ func valuesOf(m map[string]string) []string {
 	}
 	return out
 }
+
+// HeaderSecrets is what a resolved header value makes secret: the value
+// and, for "Scheme credentials" values such as "Bearer TOKEN", the
+// credentials alone, which a server may quote without the scheme.
+func HeaderSecrets(v string) []string {
+	out := []string{v}
+	if f := strings.Fields(v); len(f) > 1 {
+		out = append(out, f[1:]...)
+	}
+	return out
+}

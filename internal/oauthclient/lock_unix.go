@@ -1,6 +1,6 @@
 //go:build unix
 
-package mcpauth
+package oauthclient
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package mcpauth
+package oauthclient
 
 import (
 	"crypto/ecdsa"

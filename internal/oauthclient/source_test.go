@@ -1,4 +1,4 @@
-package mcpauth_test
+package oauthclient_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/mcpauth"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
@@ -86,16 +86,16 @@ func (s *secretSet) all() []string {
 	return append([]string(nil), s.s...)
 }
 
-func (f *fixture) source(t *testing.T, store mcpauth.Store, agent mcpauth.UserAgent, now func() time.Time, cfg mcpauth.Config) *mcpauth.Source {
-	return mcpauth.NewSource(mcpauth.Options{Server: "secure", URL: f.resource, Config: cfg, Store: store, Agent: agent,
+func (f *fixture) source(t *testing.T, store oauthclient.Store, agent oauthclient.UserAgent, now func() time.Time, cfg oauthclient.Config) *oauthclient.Source {
+	return oauthclient.NewSource(oauthclient.Options{Server: "secure", URL: f.resource, Config: cfg, Store: store, Agent: agent,
 		LoginHint: func(args string) string { return "run `pml mcp login secure" + args + "`" }, Logger: slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		AddSecret: f.secrets.Add, Now: now})
 }
 
 // get fetches the resource through the Source's Transport.
-func get(t *testing.T, f *fixture, src *mcpauth.Source) (string, error) {
+func get(t *testing.T, f *fixture, src *oauthclient.Source) (string, error) {
 	t.Helper()
-	c := &http.Client{Transport: &mcpauth.Transport{Base: http.DefaultTransport, Source: src}}
+	c := &http.Client{Transport: &oauthclient.Transport{Base: http.DefaultTransport, Source: src}}
 	resp, err := c.Post(f.resource, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
 	if err != nil {
 		return "", err
@@ -111,12 +111,12 @@ func get(t *testing.T, f *fixture, src *mcpauth.Source) (string, error) {
 func TestLoginRefreshRevoke(t *testing.T) {
 	f := newFixture(t, oauthserver.Options{})
 	dir := filepath.Join(t.TempDir(), "creds")
-	store := mcpauth.FileStore{Path: mcpauth.FilePath(dir, "secure")}
+	store := oauthclient.FileStore{Path: oauthclient.FilePath(dir, "secure")}
 	clk := &clock{t: time.Now()}
 
 	// A first request logs in through the headless agent (the server
 	// answers 401), registering the client dynamically.
-	src := f.source(t, store, mcpauth.Headless{}, clk.Now, mcpauth.Config{})
+	src := f.source(t, store, oauthclient.Headless{}, clk.Now, oauthclient.Config{})
 	if body, err := get(t, f, src); err != nil || body != "ok" {
 		t.Fatalf("first request: %q, %v", body, err)
 	}
@@ -137,7 +137,7 @@ func TestLoginRefreshRevoke(t *testing.T) {
 	}
 
 	// Another process (a new Source, no agent) uses the stored token.
-	other := f.source(t, store, nil, clk.Now, mcpauth.Config{Type: mcpauth.TypeOAuth})
+	other := f.source(t, store, nil, clk.Now, oauthclient.Config{Type: oauthclient.TypeOAuth})
 	if _, err := get(t, f, other); err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +167,8 @@ func TestLoginRefreshRevoke(t *testing.T) {
 	// names the server and the command.
 	f.as.RevokeAll()
 	_, err = get(t, f, other)
-	var ae *mcpauth.Error
-	if !errors.As(err, &ae) || ae.Kind != mcpauth.LoginRequired || !strings.Contains(err.Error(), `"secure"`) || !strings.Contains(err.Error(), "pml mcp login secure") {
+	var ae *oauthclient.Error
+	if !errors.As(err, &ae) || ae.Kind != oauthclient.LoginRequired || !strings.Contains(err.Error(), `"secure"`) || !strings.Contains(err.Error(), "pml mcp login secure") {
 		t.Fatalf("after revocation: %v; want LoginRequired naming the server and the command", err)
 	}
 	st := other.Status(context.Background())
@@ -182,18 +182,18 @@ func TestLoginRefreshRevoke(t *testing.T) {
 // same name are never sent.
 func TestStoredForAnotherURL(t *testing.T) {
 	f := newFixture(t, oauthserver.Options{})
-	store := mcpauth.FileStore{Path: filepath.Join(t.TempDir(), "secure.json")}
-	if _, err := store.Save(context.Background(), &mcpauth.Credentials{Server: "secure", URL: "https://elsewhere.example/mcp", AccessToken: "tok-elsewhere-1234"}, ""); err != nil {
+	store := oauthclient.FileStore{Path: filepath.Join(t.TempDir(), "secure.json")}
+	if _, err := store.Save(context.Background(), &oauthclient.Credentials{Server: "secure", URL: "https://elsewhere.example/mcp", AccessToken: "tok-elsewhere-1234"}, ""); err != nil {
 		t.Fatal(err)
 	}
-	src := f.source(t, store, nil, time.Now, mcpauth.Config{Type: mcpauth.TypeOAuth})
+	src := f.source(t, store, nil, time.Now, oauthclient.Config{Type: oauthclient.TypeOAuth})
 	tok, err := src.Token(context.Background())
 	if tok != "" || err == nil {
 		t.Fatalf("Token = %q, %v; want none and LoginRequired", tok, err)
 	}
 }
 
-func readCreds(t *testing.T, s mcpauth.Store) *mcpauth.Credentials {
+func readCreds(t *testing.T, s oauthclient.Store) *oauthclient.Credentials {
 	t.Helper()
 	c, _, err := s.Load(context.Background())
 	if err != nil {
@@ -231,18 +231,18 @@ func checkNoSecrets(t *testing.T, f *fixture, texts ...string) {
 // otherwise log everyone out.
 func TestConcurrentRefresh(t *testing.T) {
 	m := moto.Start(t)
-	for name, newStore := range map[string]func(t *testing.T) mcpauth.Store{
-		"file": func(t *testing.T) mcpauth.Store {
-			return mcpauth.FileStore{Path: filepath.Join(t.TempDir(), "secure.json")}
+	for name, newStore := range map[string]func(t *testing.T) oauthclient.Store{
+		"file": func(t *testing.T) oauthclient.Store {
+			return oauthclient.FileStore{Path: filepath.Join(t.TempDir(), "secure.json")}
 		},
-		"secret": func(t *testing.T) mcpauth.Store {
-			return mcpauth.SecretStore{API: m.Client(), ARN: m.CreateSecret(t, "pml/"+strings.ReplaceAll(t.Name(), "/", "-"))}
+		"secret": func(t *testing.T) oauthclient.Store {
+			return oauthclient.SecretStore{API: m.Client(), ARN: m.CreateSecret(t, "pml/"+strings.ReplaceAll(t.Name(), "/", "-"))}
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, oauthserver.Options{})
 			store := newStore(t)
-			if _, err := f.source(t, store, mcpauth.Headless{}, time.Now, mcpauth.Config{}).Login(context.Background(), mcpauth.Challenge{}, nil); err != nil {
+			if _, err := f.source(t, store, oauthclient.Headless{}, time.Now, oauthclient.Config{}).Login(context.Background(), oauthclient.Challenge{}, nil); err != nil {
 				t.Fatal(err)
 			}
 			clk := &clock{t: time.Now().Add(2 * time.Hour)}
@@ -250,7 +250,7 @@ func TestConcurrentRefresh(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, procs)
 			for i := range procs {
-				src := f.source(t, store, nil, clk.Now, mcpauth.Config{Type: mcpauth.TypeOAuth})
+				src := f.source(t, store, nil, clk.Now, oauthclient.Config{Type: oauthclient.TypeOAuth})
 				wg.Go(func() { _, errs[i] = get(t, f, src) })
 			}
 			wg.Wait()
@@ -275,23 +275,23 @@ func TestConcurrentRefresh(t *testing.T) {
 func TestSecretStoreVersionCheck(t *testing.T) {
 	m := moto.Start(t)
 	ctx := context.Background()
-	s := mcpauth.SecretStore{API: m.Client(), ARN: m.CreateSecret(t, "pml/version-check")}
-	if _, _, err := s.Load(ctx); !errors.Is(err, mcpauth.ErrNoCredentials) {
+	s := oauthclient.SecretStore{API: m.Client(), ARN: m.CreateSecret(t, "pml/version-check")}
+	if _, _, err := s.Load(ctx); !errors.Is(err, oauthclient.ErrNoCredentials) {
 		t.Fatalf("empty secret: %v; want ErrNoCredentials", err)
 	}
-	v1, err := s.Save(ctx, &mcpauth.Credentials{Server: "a", RefreshToken: "rt-one-1234"}, "")
+	v1, err := s.Save(ctx, &oauthclient.Credentials{Server: "a", RefreshToken: "rt-one-1234"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2, err := s.Save(ctx, &mcpauth.Credentials{Server: "a", RefreshToken: "rt-two-1234"}, v1)
+	v2, err := s.Save(ctx, &oauthclient.Credentials{Server: "a", RefreshToken: "rt-two-1234"}, v1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another writer that read v1 too.
-	if _, err := s.Save(ctx, &mcpauth.Credentials{Server: "a", RefreshToken: "rt-three-1234"}, v1); !errors.Is(err, mcpauth.ErrConflict) {
+	if _, err := s.Save(ctx, &oauthclient.Credentials{Server: "a", RefreshToken: "rt-three-1234"}, v1); !errors.Is(err, oauthclient.ErrConflict) {
 		t.Fatalf("stale write: %v; want ErrConflict", err)
 	}
-	if _, err := s.Save(ctx, &mcpauth.Credentials{Server: "a", RefreshToken: "rt-two-1234"}, v1); err != nil {
+	if _, err := s.Save(ctx, &oauthclient.Credentials{Server: "a", RefreshToken: "rt-two-1234"}, v1); err != nil {
 		t.Fatalf("replayed write: %v", err)
 	}
 	c, v, err := s.Load(ctx)
@@ -302,7 +302,7 @@ func TestSecretStoreVersionCheck(t *testing.T) {
 
 func TestClientCredentials(t *testing.T) {
 	f := newFixture(t, oauthserver.Options{Clients: map[string]string{"svc": "svc-secret-5678"}})
-	src := f.source(t, nil, nil, time.Now, mcpauth.Config{Type: mcpauth.TypeClientCredentials, ClientID: "svc", ClientSecret: "svc-secret-5678"})
+	src := f.source(t, nil, nil, time.Now, oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "svc", ClientSecret: "svc-secret-5678"})
 	for range 3 {
 		if _, err := get(t, f, src); err != nil {
 			t.Fatal(err)
@@ -311,10 +311,10 @@ func TestClientCredentials(t *testing.T) {
 	if c := f.as.Counts(); c.ClientCredentials != 1 {
 		t.Fatalf("counts %+v; want one token for three requests", c)
 	}
-	bad := f.source(t, nil, nil, time.Now, mcpauth.Config{Type: mcpauth.TypeClientCredentials, ClientID: "svc", ClientSecret: "wrong-secret-0000"})
+	bad := f.source(t, nil, nil, time.Now, oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "svc", ClientSecret: "wrong-secret-0000"})
 	_, err := get(t, f, bad)
-	var ae *mcpauth.Error
-	if !errors.As(err, &ae) || ae.Kind != mcpauth.Refused {
+	var ae *oauthclient.Error
+	if !errors.As(err, &ae) || ae.Kind != oauthclient.Refused {
 		t.Fatalf("wrong secret: %v; want Refused", err)
 	}
 	checkNoSecrets(t, f, err.Error())
@@ -335,19 +335,19 @@ func TestStepUp(t *testing.T) {
 	f := &fixture{as: as, resource: rs.URL + "/mcp", secrets: &secretSet{}, logs: &syncbuf.Buffer{}}
 
 	// A login that got only what scopes_supported lists...
-	store := mcpauth.FileStore{Path: filepath.Join(t.TempDir(), "secure.json")}
-	if _, err := f.source(t, store, mcpauth.Headless{}, time.Now, mcpauth.Config{}).Login(context.Background(), mcpauth.Challenge{}, nil); err != nil {
+	store := oauthclient.FileStore{Path: filepath.Join(t.TempDir(), "secure.json")}
+	if _, err := f.source(t, store, oauthclient.Headless{}, time.Now, oauthclient.Config{}).Login(context.Background(), oauthclient.Challenge{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// ...is not enough for this resource: without an agent, the step-up
 	// is an error that says what to run.
-	_, err := get(t, f, f.source(t, store, nil, time.Now, mcpauth.Config{}))
-	var ae *mcpauth.Error
-	if !errors.As(err, &ae) || ae.Kind != mcpauth.StepUpRequired || !strings.Contains(err.Error(), `pml mcp login secure --scope "read write"`) {
+	_, err := get(t, f, f.source(t, store, nil, time.Now, oauthclient.Config{}))
+	var ae *oauthclient.Error
+	if !errors.As(err, &ae) || ae.Kind != oauthclient.StepUpRequired || !strings.Contains(err.Error(), `pml mcp login secure --scope "read write"`) {
 		t.Fatalf("without an agent: %v; want StepUpRequired with the login command", err)
 	}
 	// With one, the client authorizes once more, for the union of scopes.
-	src := f.source(t, store, mcpauth.Headless{}, time.Now, mcpauth.Config{})
+	src := f.source(t, store, oauthclient.Headless{}, time.Now, oauthclient.Config{})
 	if _, err := get(t, f, src); err != nil {
 		t.Fatalf("with an agent: %v", err)
 	}
@@ -363,7 +363,7 @@ func TestStepUp(t *testing.T) {
 // TestCredentialsNeverPrinted: however credentials are printed or logged,
 // by value or by pointer, no secret field shows.
 func TestCredentialsNeverPrinted(t *testing.T) {
-	c := mcpauth.Credentials{Server: "s", ClientID: "id", ClientSecret: "cs-SECRET-1", PrivateKey: "pk-SECRET-2",
+	c := oauthclient.Credentials{Server: "s", ClientID: "id", ClientSecret: "cs-SECRET-1", PrivateKey: "pk-SECRET-2",
 		RefreshToken: "rt-SECRET-3", AccessToken: "at-SECRET-4", Expiry: time.Now()}
 	var logs strings.Builder
 	l := slog.New(slog.NewJSONHandler(&logs, nil))
@@ -380,7 +380,7 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 // challenge at once are answered by one authorization.
 func TestOneLoginForConcurrentRequests(t *testing.T) {
 	f := newFixture(t, oauthserver.Options{})
-	src := f.source(t, nil, mcpauth.Headless{}, time.Now, mcpauth.Config{})
+	src := f.source(t, nil, oauthclient.Headless{}, time.Now, oauthclient.Config{})
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -416,7 +416,7 @@ func TestAuthorizationServerMoved(t *testing.T) {
 	}))
 	t.Cleanup(rs.Close)
 	f := &fixture{as: as1, resource: rs.URL + "/mcp", secrets: &secretSet{}, logs: &syncbuf.Buffer{}}
-	src := f.source(t, mcpauth.FileStore{Path: filepath.Join(t.TempDir(), "s.json")}, mcpauth.Headless{}, time.Now, mcpauth.Config{})
+	src := f.source(t, oauthclient.FileStore{Path: filepath.Join(t.TempDir(), "s.json")}, oauthclient.Headless{}, time.Now, oauthclient.Config{})
 	if _, err := get(t, f, src); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package mcpauth is the MCP client's OAuth 2.1 side, as the MCP
+// Package oauthclient is the OAuth 2.1 client of every HTTP tool source (MCP servers, OpenAPI services), as the MCP
 // authorization specification (2025-11-25) asks of a client: it reads the
 // protected resource's challenge (WWW-Authenticate, RFC 9728), discovers
 // the authorization server (RFC 8414 or OpenID Connect discovery),
@@ -35,7 +35,7 @@
 // Nothing here logs or returns a token, secret, code or assertion: each
 // is handed to Options.AddSecret before it is sent anywhere, so the
 // caller's redactor masks it wherever a server or library quotes it.
-package mcpauth
+package oauthclient
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package mcpauth
+package oauthclient
 
 // lockFile does nothing where there is no flock: Save's version check
 // still catches a conflict, only with a wider window.
