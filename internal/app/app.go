@@ -33,7 +33,6 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
@@ -44,6 +43,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	lambdakind "github.com/pml-sandbox/pml/internal/toolsource/lambda"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -141,7 +142,7 @@ type Config struct {
 	// list from it.
 	Servers      []mcpclient.ServerConfig
 	OpenAPI      []openapisrc.Config
-	Lambda       []lambdasrc.Config
+	Lambda       []lambdakind.Config
 	ServersParam string
 	// Demo offers the demo tools in process (bridge.DemoSource).
 	Demo bool
@@ -373,8 +374,10 @@ type App struct {
 	Pool     *mcpclient.Pool
 	// OpenAPI and Lambda are the sources of OpenAPI services and Lambda
 	// functions, nil when none is configured.
-	OpenAPI      *openapisrc.Source
-	Lambda       *lambdasrc.Source
+	OpenAPI *openapisrc.Source
+	// Tools are the configured servers of the kinds on the tool-source
+	// kernel (internal/toolsource), nil when none is configured.
+	Tools        *toolsource.Set
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities
 	// Guard publishes capabilities as the policy decides: every save and

@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-
 	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
 )
 
 // openSources starts the tool sources of the server list: the MCP client
@@ -57,20 +56,18 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 		sources = append(sources, src)
 	}
 	if len(servers.Lambda) > 0 {
-		src, err := lambdasrc.New(ctx, servers.Lambda, lambdasrc.Options{Logger: log,
-			Client: func(ctx context.Context) (lambdasrc.API, error) {
-				cfg, err := a.aws.load(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return lambda.NewFromConfig(cfg), nil
-			}})
+		specs := make([]toolsource.Spec, len(servers.Lambda))
+		for i, c := range servers.Lambda {
+			specs[i] = c
+		}
+		set, err := toolsource.New(ctx, toolsource.NewRegistry(lambda.Kind{}), specs,
+			toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load})
 		if err != nil {
 			return nil, fmt.Errorf("lambda servers: %w", err)
 		}
-		a.Lambda = src
-		a.closers = append(a.closers, func(context.Context) error { return src.Close() })
-		sources = append(sources, src)
+		a.Tools = set
+		a.closers = append(a.closers, func(context.Context) error { return set.Close() })
+		sources = append(sources, set)
 	}
 	return sources, nil
 }
@@ -86,10 +83,10 @@ func (a *App) sourceHealth() []mcpclient.ServerHealth {
 				LastError: h.LastError, Since: h.Since, Tools: h.Tools, Transport: serverconfig.TypeOpenAPI})
 		}
 	}
-	if a.Lambda != nil {
-		for _, h := range a.Lambda.Health() {
-			out = append(out, mcpclient.ServerHealth{Name: h.Name, State: mcpclient.State(h.State),
-				LastError: h.LastError, Since: h.Since, Tools: h.Tools, Transport: serverconfig.TypeLambda})
+	if a.Tools != nil {
+		for _, h := range a.Tools.Health() {
+			out = append(out, mcpclient.ServerHealth{Name: h.Name, URL: h.URL, State: mcpclient.State(h.State),
+				LastError: h.LastError, Since: h.Since, Tools: h.Tools, Transport: h.Transport})
 		}
 	}
 	return out

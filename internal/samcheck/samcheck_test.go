@@ -16,10 +16,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	lambdakind "github.com/pml-sandbox/pml/internal/toolsource/lambda"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 )
 
@@ -674,8 +674,8 @@ func actionsOf(v any) []string {
 }
 
 // TestToolSourcePolicies: both functions that call tools may do to the
-// Lambda functions offered as tools exactly what lambdasrc does
-// (lambdasrc.API: InvokeFunction, ListTags), and call with SigV4 exactly
+// Lambda functions offered as tools exactly what the Lambda kind does
+// (lambdakind.API: InvokeFunction, ListTags), and call with SigV4 exactly
 // the API Gateway endpoints the OpenAPI services sign for, on exactly what
 // the ToolFunctionArns and ToolApiArns parameters list and only when they
 // list something; no other Lambda function is reachable but the template's
@@ -685,7 +685,7 @@ func TestToolSourcePolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := methods(reflect.TypeFor[lambdasrc.API](), "lambda", map[string][]string{"Invoke": {"InvokeFunction"}})
+	want := methods(reflect.TypeFor[lambdakind.API](), "lambda", map[string][]string{"Invoke": {"InvokeFunction"}})
 	own := map[string]bool{
 		`{"Fn::Sub":"arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-capability"}`: true,
 	}

@@ -3,7 +3,7 @@
 // whose entries are MCP servers (the default, "type": "mcp"), OpenAPI
 // services ("type": "openapi") or Lambda functions ("type": "lambda"),
 // and hands each kind to the package that owns its shape: mcpclient,
-// openapisrc, lambdasrc. Every entry is decoded strictly (an unknown
+// openapisrc, lambda. Every entry is decoded strictly (an unknown
 // field is an error, so a typo cannot silently change what runs), and
 // names are unique across kinds: each is one mcp.<name>.
 package serverconfig
@@ -19,9 +19,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/pml-sandbox/pml/internal/lambdasrc"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
+	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
 )
 
 // Kinds of server (an entry's "type").
@@ -35,7 +35,7 @@ const (
 type Servers struct {
 	MCP     []mcpclient.ServerConfig
 	OpenAPI []openapisrc.Config
-	Lambda  []lambdasrc.Config
+	Lambda  []lambda.Config
 }
 
 // Len counts the servers of every kind.
@@ -70,7 +70,7 @@ func (s *Servers) Merge(more Servers) {
 func (s *Servers) remove(name string) {
 	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpclient.ServerConfig) bool { return c.Name == name })
 	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapisrc.Config) bool { return c.Name == name })
-	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambdasrc.Config) bool { return c.Name == name })
+	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambda.Config) bool { return c.Name == name })
 }
 
 // Load reads a server list from a file (see Parse).
@@ -145,15 +145,11 @@ func Parse(name string, data []byte) (Servers, error) {
 			}
 			out.OpenAPI = append(out.OpenAPI, c)
 		case TypeLambda:
-			var fc lambdasrc.FileConfig
-			if err := strictDecode(n, &fc); err != nil {
-				return fail(err)
-			}
-			c, err := fc.Config()
+			spec, err := lambda.Kind{}.Decode(n)
 			if err != nil {
 				return fail(err)
 			}
-			out.Lambda = append(out.Lambda, c)
+			out.Lambda = append(out.Lambda, spec.(lambda.Config))
 		default:
 			return fail(fmt.Errorf("unknown type %q (want mcp, openapi or lambda)", kind))
 		}

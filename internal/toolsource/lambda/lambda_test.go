@@ -1,4 +1,4 @@
-package lambdasrc
+package lambda
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"go.uber.org/goleak"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,29 +29,33 @@ type fakeLambda struct {
 	invoked []string
 	tags    map[string]map[string]string
 	tagErr  error
-	answer  func(fn string, payload []byte) (*lambda.InvokeOutput, error)
+	answer  func(fn string, payload []byte) (*awslambda.InvokeOutput, error)
 }
 
-func (f *fakeLambda) Invoke(ctx context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
+func (f *fakeLambda) Invoke(ctx context.Context, in *awslambda.InvokeInput, _ ...func(*awslambda.Options)) (*awslambda.InvokeOutput, error) {
 	f.mu.Lock()
 	f.invoked = append(f.invoked, aws.ToString(in.FunctionName)+" "+string(in.Payload))
 	f.mu.Unlock()
 	return f.answer(aws.ToString(in.FunctionName), in.Payload)
 }
 
-func (f *fakeLambda) ListTags(ctx context.Context, in *lambda.ListTagsInput, _ ...func(*lambda.Options)) (*lambda.ListTagsOutput, error) {
+func (f *fakeLambda) ListTags(ctx context.Context, in *awslambda.ListTagsInput, _ ...func(*awslambda.Options)) (*awslambda.ListTagsOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tagErr != nil {
 		return nil, f.tagErr
 	}
-	return &lambda.ListTagsOutput{Tags: f.tags[aws.ToString(in.Resource)]}, nil
+	return &awslambda.ListTagsOutput{Tags: f.tags[aws.ToString(in.Resource)]}, nil
 }
 
-func newSource(t *testing.T, api API, cfgs ...Config) *Source {
+func newSource(t *testing.T, api API, cfgs ...Config) *toolsource.Set {
 	t.Helper()
-	s, err := New(context.Background(), cfgs, Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Client: func(context.Context) (API, error) { return api, nil }})
+	specs := make([]toolsource.Spec, len(cfgs))
+	for i, c := range cfgs {
+		specs[i] = c
+	}
+	reg := toolsource.NewRegistry(Kind{Client: func(context.Context) (API, error) { return api, nil }})
+	s, err := toolsource.New(context.Background(), reg, specs, toolsource.Env{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,18 +73,18 @@ func TestConfigValidate(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"ok", Config{Name: "orders", Functions: []Function{ok}}, ""},
-		{"no functions", Config{Name: "orders"}, "no functions"},
-		{"reserved server name", Config{Name: "then", Functions: []Function{ok}}, "reserved"},
-		{"duplicate tool", Config{Name: "o", Functions: []Function{ok, ok}}, "duplicate tool"},
-		{"bad tool name", Config{Name: "o", Functions: []Function{{Tool: "a:b", Function: "f"}}}, "contains ':'"},
-		{"tags need an ARN", Config{Name: "o", Functions: []Function{{Tool: "a", Function: "f"}}}, "needs its ARN"},
-		{"tags with an ARN", Config{Name: "o", Functions: []Function{{Tool: "a", Function: arn + "f"}}}, ""},
-		{"schema not an object", Config{Name: "o", Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`[]`)}}}, "JSON object"},
-		{"schema does not compile", Config{Name: "o", Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`{"type": 5}`)}}}, "type"},
-		{"read-only and destructive", Config{Name: "o", Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`{}`), ReadOnly: true, Destructive: func() *bool { t := true; return &t }()}}}, "read_only and destructive"},
-		{"not destructive", Config{Name: "o", Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`{}`), Destructive: &no}}}, ""},
-		{"a path in the name", Config{Name: "o", Functions: []Function{{Tool: "a", Function: "../f", InputSchema: json.RawMessage(`{}`)}}}, "want a function name or ARN"},
+		{"ok", Config{Config: toolsource.Config{Name: "orders"}, Functions: []Function{ok}}, ""},
+		{"no functions", Config{Config: toolsource.Config{Name: "orders"}}, "no functions"},
+		{"reserved server name", Config{Config: toolsource.Config{Name: "then"}, Functions: []Function{ok}}, "reserved"},
+		{"duplicate tool", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{ok, ok}}, "duplicate tool"},
+		{"bad tool name", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a:b", Function: "f"}}}, "contains ':'"},
+		{"tags need an ARN", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: "f"}}}, "needs its ARN"},
+		{"tags with an ARN", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: arn + "f"}}}, ""},
+		{"schema not an object", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`[]`)}}}, "JSON object"},
+		{"schema does not compile", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`{"type": 5}`)}}}, "type"},
+		{"read-only and destructive", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`{}`), ReadOnly: true, Destructive: func() *bool { t := true; return &t }()}}}, "read_only and destructive"},
+		{"not destructive", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: "f", InputSchema: json.RawMessage(`{}`), Destructive: &no}}}, ""},
+		{"a path in the name", Config{Config: toolsource.Config{Name: "o"}, Functions: []Function{{Tool: "a", Function: "../f", InputSchema: json.RawMessage(`{}`)}}}, "want a function name or ARN"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,23 +99,23 @@ func TestConfigValidate(t *testing.T) {
 func TestCalls(t *testing.T) {
 	api := &fakeLambda{
 		tags: map[string]map[string]string{arn + "tagged": {TagDescription: "from tags", TagInputSchema: `{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`}},
-		answer: func(fn string, payload []byte) (*lambda.InvokeOutput, error) {
+		answer: func(fn string, payload []byte) (*awslambda.InvokeOutput, error) {
 			switch fn {
 			case "failing":
-				return &lambda.InvokeOutput{StatusCode: 200, FunctionError: aws.String("Unhandled"),
+				return &awslambda.InvokeOutput{StatusCode: 200, FunctionError: aws.String("Unhandled"),
 					Payload: []byte(`{"errorMessage": "order 7 is locked", "errorType": "LockedError"}`)}, nil
 			case "text":
-				return &lambda.InvokeOutput{StatusCode: 200, Payload: []byte(`not json`)}, nil
+				return &awslambda.InvokeOutput{StatusCode: 200, Payload: []byte(`not json`)}, nil
 			case "big":
-				return &lambda.InvokeOutput{StatusCode: 200, Payload: []byte(`"` + strings.Repeat("x", maxResultBytes) + `"`)}, nil
+				return &awslambda.InvokeOutput{StatusCode: 200, Payload: []byte(`"` + strings.Repeat("x", maxResultBytes) + `"`)}, nil
 			case "slow":
 				return nil, errors.New("connection reset")
 			}
-			return &lambda.InvokeOutput{StatusCode: 200, Payload: append([]byte(`{"echo":`), append(payload, '}')...)}, nil
+			return &awslambda.InvokeOutput{StatusCode: 200, Payload: append([]byte(`{"echo":`), append(payload, '}')...)}, nil
 		},
 	}
 	no := false
-	src := newSource(t, api, Config{Name: "orders", AllowDestructive: true, Deny: []string{"hidden"}, Functions: []Function{
+	src := newSource(t, api, Config{Config: toolsource.Config{Name: "orders", AllowDestructive: true, Deny: []string{"hidden"}}, Functions: []Function{
 		{Tool: "get", Function: "getter", ReadOnly: true, Description: "Get an order.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],"additionalProperties":false}`)},
 		{Tool: "cancel", Function: "canceller", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -185,12 +190,12 @@ func TestCalls(t *testing.T) {
 // (retryably), and the process carries on.
 func TestTagsUnreadable(t *testing.T) {
 	api := &fakeLambda{tagErr: errors.New("AccessDeniedException: not allowed to ListTags")}
-	src := newSource(t, api, Config{Name: "orders", Functions: []Function{{Tool: "x", Function: arn + "x"}}})
+	src := newSource(t, api, Config{Config: toolsource.Config{Name: "orders"}, Functions: []Function{{Tool: "x", Function: arn + "x"}}})
 	err := src.CheckServer("orders")
 	if fe := fault.As(err); fe.Code != fault.Unavailable || !fe.Retryable || !strings.Contains(fe.Message, "ListTags") {
 		t.Errorf("CheckServer: %v", err)
 	}
-	if h := src.Health(); h[0].State != StateUnavailable {
+	if h := src.Health(); h[0].State != toolsource.StateUnavailable {
 		t.Errorf("health %+v", h)
 	}
 }
