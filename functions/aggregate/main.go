@@ -26,6 +26,8 @@ import (
 )
 
 func main() {
+	// The collector idles through the start (internal/startgc).
+	end := startgc.Begin()
 	log := logging.New(os.Stdout, slog.LevelInfo)
 	table := os.Getenv("PML_TRACES_TABLE")
 	cfg, err := config.LoadDefaultConfig(context.Background())
@@ -49,7 +51,7 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
-	// Initialised: the collector may run again (internal/startgc).
-	startgc.Done()
+	// Initialised: the collector may run again.
+	end()
 	lambda.Start(agg.Handle)
 }

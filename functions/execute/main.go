@@ -23,6 +23,8 @@ import (
 )
 
 func main() {
+	// The collector idles through the start (internal/startgc).
+	end := startgc.Begin()
 	log := app.Logger(os.Stdout, slog.LevelInfo)
 	if len(os.Args) > 1 {
 		// `make build` runs `bootstrap --precompile DIR` to ship the
@@ -35,8 +37,8 @@ func main() {
 		log.Error("init failed", "err", err)
 		os.Exit(1)
 	}
-	// Initialised: the collector may run again (internal/startgc).
-	startgc.Done()
+	// Initialised: the collector may run again.
+	end()
 	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
 	textBytes, err := app.MCPTextBytes()
 	if err != nil {
