@@ -32,6 +32,8 @@ func main() {
 	lambdamain.Run(lambdamain.Function{Init: wire, Ready: end})
 }
 
+// wire builds the aggregator of the traces table named by
+// PML_TRACES_TABLE.
 func wire(ctx context.Context, log *slog.Logger) (any, error) {
 	table := os.Getenv("PML_TRACES_TABLE")
 	if table == "" {

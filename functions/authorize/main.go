@@ -18,6 +18,8 @@ func main() {
 	lambdamain.Run(lambdamain.Function{Init: wire})
 }
 
+// wire builds the authorizer of the JWTs PML_JWT_ISSUER and
+// PML_JWT_AUDIENCE accept.
 func wire(_ context.Context, log *slog.Logger) (any, error) {
 	v, err := authorizer.New(authorizer.Config{Issuer: os.Getenv(authorizer.EnvIssuer), Audiences: authorizer.ParseAudiences(os.Getenv(authorizer.EnvAudience)), Logger: log})
 	if err != nil {

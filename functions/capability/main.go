@@ -21,6 +21,8 @@ func main() {
 	lambdamain.Run(lambdamain.Function{Init: wire, Args: app.PrecompileMain, Ready: end})
 }
 
+// wire builds the service the environment describes and the handler
+// that runs one capability in it.
 func wire(ctx context.Context, log *slog.Logger) (any, error) {
 	a, err := app.FunctionFromEnv(ctx, log)
 	if err != nil {
