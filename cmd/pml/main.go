@@ -11,11 +11,15 @@ import (
 	"syscall"
 
 	"github.com/pml-sandbox/pml/internal/cli"
+	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 func main() {
+	// The collector idles until the command says its start is over
+	// (internal/startgc; internal/cli ends it through the context).
+	end := startgc.Begin()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Main(startgc.NewContext(ctx, end), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -8,17 +8,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/pml-sandbox/pml/internal/aggregate"
+	"github.com/pml-sandbox/pml/internal/lambdamain"
 	"github.com/pml-sandbox/pml/internal/learn"
-	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/startgc"
 	"github.com/pml-sandbox/pml/internal/tracedb"
@@ -26,12 +27,21 @@ import (
 )
 
 func main() {
-	log := logging.New(os.Stdout, slog.LevelInfo)
+	// The collector idles through the start (internal/startgc).
+	end := startgc.Begin()
+	lambdamain.Run(lambdamain.Function{Init: wire, Ready: end})
+}
+
+// wire builds the aggregator of the traces table named by
+// PML_TRACES_TABLE.
+func wire(ctx context.Context, log *slog.Logger) (any, error) {
 	table := os.Getenv("PML_TRACES_TABLE")
-	cfg, err := config.LoadDefaultConfig(context.Background())
-	if err != nil || table == "" {
-		log.Error("init failed", "err", err, "PML_TRACES_TABLE", table)
-		os.Exit(1)
+	if table == "" {
+		return nil, errors.New("PML_TRACES_TABLE is not set")
+	}
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
 	}
 	xraysink.InstrumentAWS(&cfg)
 	sdkhttp.Use(&cfg)
@@ -46,10 +56,7 @@ func main() {
 	}
 	agg, err := aggregate.New(opts)
 	if err != nil {
-		log.Error("init failed", "err", err)
-		os.Exit(1)
+		return nil, err
 	}
-	// Initialised: the collector may run again (internal/startgc).
-	startgc.Done()
-	lambda.Start(agg.Handle)
+	return agg.Handle, nil
 }

@@ -6,21 +6,24 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/pml-sandbox/pml/internal/authorizer"
-	"github.com/pml-sandbox/pml/internal/logging"
+	"github.com/pml-sandbox/pml/internal/lambdamain"
 )
 
 func main() {
-	log := logging.New(os.Stdout, slog.LevelInfo)
+	lambdamain.Run(lambdamain.Function{Init: wire})
+}
+
+// wire builds the authorizer of the JWTs PML_JWT_ISSUER and
+// PML_JWT_AUDIENCE accept.
+func wire(_ context.Context, log *slog.Logger) (any, error) {
 	v, err := authorizer.New(authorizer.Config{Issuer: os.Getenv(authorizer.EnvIssuer), Audiences: authorizer.ParseAudiences(os.Getenv(authorizer.EnvAudience)), Logger: log})
 	if err != nil {
-		log.Error("init failed", "err", err)
-		os.Exit(1)
+		return nil, err
 	}
-	lambda.Start(authorizer.Handler(v))
+	return authorizer.Handler(v), nil
 }

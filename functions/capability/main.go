@@ -8,31 +8,25 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"time"
-
-	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
+	"github.com/pml-sandbox/pml/internal/lambdamain"
 	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 func main() {
-	log := app.Logger(os.Stdout, slog.LevelInfo)
-	if len(os.Args) > 1 {
-		// `make build` runs `bootstrap --precompile DIR` to ship the
-		// compiled guest in the artifact; Lambda passes no arguments.
-		os.Exit(app.PrecompileMain(os.Args[1:], log))
-	}
-	start := time.Now()
-	a, err := app.FromEnv(context.Background(), log)
+	// The collector idles through the start (internal/startgc).
+	end := startgc.Begin()
+	lambdamain.Run(lambdamain.Function{Init: wire, Args: app.PrecompileMain, Ready: end})
+}
+
+// wire builds the service the environment describes and the handler
+// that runs one capability in it.
+func wire(ctx context.Context, log *slog.Logger) (any, error) {
+	a, err := app.FunctionFromEnv(ctx, log)
 	if err != nil {
-		log.Error("init failed", "err", err)
-		os.Exit(1)
+		return nil, err
 	}
-	// Initialised: the collector may run again (internal/startgc).
-	startgc.Done()
-	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
-	lambda.Start(lambdaevents.CapabilityHandler(a.CapabilityRunner(), a.Service, log))
+	return lambdaevents.CapabilityHandler(a.CapabilityRunner(), a.Service, log), nil
 }

@@ -419,6 +419,19 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 	return New(ctx, cfg, log)
 }
 
+// FunctionFromEnv is FromEnv for a Lambda function's init, logging the
+// "init" line its logs are read by: how long building the service took
+// (duration_ms) and which guest it runs (guest, the guest's hash).
+func FunctionFromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
+	start := time.Now()
+	a, err := FromEnv(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("init", "duration_ms", float64(time.Since(start).Microseconds())/1000, "guest", a.Engine.WasmHash())
+	return a, nil
+}
+
 // New builds the service: the guest engine (compiled once per process, or
 // loaded from the shipped or an earlier process's cache: one guest_cache
 // log line says which),

@@ -101,162 +101,215 @@ type Options struct {
 // Measure runs our side of the benchmarks, one after another (never two
 // at once on the same cores).
 func Measure(ctx context.Context, o Options) ([]Figure, error) {
-	eng, samples, progress := o.Engine, o.Samples, o.Progress
-	if eng == nil {
+	if o.Engine == nil {
 		opened, err := guest.New(ctx, guest.Options{CacheDir: o.CacheDir, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}
 		defer opened.Close(context.Background())
-		eng = opened
+		o.Engine = opened
 	}
-	if samples <= 0 {
-		samples = 500
+	if o.Samples <= 0 {
+		o.Samples = 500
 	}
-	if progress == nil {
-		progress = func(string) {}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
 	}
+	m := &measurement{Options: o}
 	// The demo tools in process, without bridge or schema check: the
 	// per-call figure measures the engine's own hand-off.
-	demoTools, demoHost := demoserver.New().Guest()
-	demo := func(code string) *guest.Result {
-		return eng.Run(ctx, guest.Request{Code: code, Tools: demoTools, Host: demoHost, Limits: guest.Limits{Timeout: time.Minute, ToolCalls: 10000}})
-	}
-	must := func(r *guest.Result) (*guest.Result, error) {
-		if !r.OK {
-			return r, fmt.Errorf("benchmark script failed: %v", r.Err)
-		}
-		return r, nil
+	m.demoTools, m.demoHost = demoserver.New().Guest()
+	// The groups of figures, in the order they are printed.
+	groups := []func(context.Context) ([]Figure, error){
+		m.freshSandbox, m.perCall, m.parallel, m.fib,
+		func(ctx context.Context) ([]Figure, error) { return measureMCP(ctx, m.Engine, m.Progress) },
+		m.serve, m.processStart,
 	}
 	var figs []Figure
+	for _, measure := range groups {
+		f, err := measure(ctx)
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, f...)
+	}
+	return figs, nil
+}
 
-	progress("fresh sandbox + return 1+1")
+// measurement is what Measure's groups of figures share: the options,
+// defaults filled in, and the demo tools.
+type measurement struct {
+	Options
+	demoTools []guest.Tool
+	demoHost  guest.ToolHost
+}
+
+// demo runs code on the engine with the demo tools.
+func (m *measurement) demo(ctx context.Context, code string) *guest.Result {
+	return m.Engine.Run(ctx, guest.Request{Code: code, Tools: m.demoTools, Host: m.demoHost, Limits: guest.Limits{Timeout: time.Minute, ToolCalls: 10000}})
+}
+
+// must turns a failed benchmark script into an error: a figure of a
+// failing run would time the failure.
+func must(r *guest.Result) (*guest.Result, error) {
+	if !r.OK {
+		return r, fmt.Errorf("benchmark script failed: %v", r.Err)
+	}
+	return r, nil
+}
+
+// freshSandbox times a fresh sandbox running return 1+1: back to back
+// (p50, p99), then each after an idle pause.
+func (m *measurement) freshSandbox(ctx context.Context) ([]Figure, error) {
+	m.Progress("fresh sandbox + return 1+1")
 	for range 50 {
-		demo("return 1+1") // warm up
+		m.demo(ctx, "return 1+1") // warm up
 	}
 	// Back to back: each Run takes a prepared instance while the pool
 	// restores the next on the other core, as a busy service does.
 	var b2b []time.Duration
-	for range samples {
+	for range m.Samples {
 		start := time.Now()
-		if _, err := must(demo("return 1+1")); err != nil {
+		if _, err := must(m.demo(ctx, "return 1+1")); err != nil {
 			return nil, err
 		}
 		b2b = append(b2b, time.Since(start))
 	}
-	figs = append(figs, Figure{Key: "fresh_sandbox_p50_ms", Name: "fresh sandbox + return 1+1, p50", Value: msf(median(b2b)), Unit: "ms", Target: "≤ 0.10 ms",
-		Compare: compare["fresh_sandbox_p50_ms"]})
-	figs = append(figs, Figure{Key: "fresh_sandbox_p99_ms", Name: "same, p99", Value: msf(percentile(b2b, 0.99)), Unit: "ms", Target: "≤ 0.5 ms"})
 	// After an idle pause: caches cold, as for a lone request.
 	var idle []time.Duration
-	for range samples / 5 {
+	for range m.Samples / 5 {
 		time.Sleep(5 * time.Millisecond)
 		start := time.Now()
-		demo("return 1+1")
+		m.demo(ctx, "return 1+1")
 		idle = append(idle, time.Since(start))
 	}
-	figs = append(figs, Figure{Key: "fresh_sandbox_idle_p50_ms", Name: "same, each after a 5 ms idle pause", Value: msf(median(idle)), Unit: "ms"})
+	return []Figure{
+		{Key: "fresh_sandbox_p50_ms", Name: "fresh sandbox + return 1+1, p50", Value: msf(median(b2b)), Unit: "ms", Target: "≤ 0.10 ms",
+			Compare: compare["fresh_sandbox_p50_ms"]},
+		{Key: "fresh_sandbox_p99_ms", Name: "same, p99", Value: msf(percentile(b2b, 0.99)), Unit: "ms", Target: "≤ 0.5 ms"},
+		{Key: "fresh_sandbox_idle_p50_ms", Name: "same, each after a 5 ms idle pause", Value: msf(median(idle)), Unit: "ms"},
+	}, nil
+}
 
-	progress("per tool-call overhead (10,000 awaits)")
+// perCall is a tool call's overhead: a loop awaiting a tool call less the
+// same loop awaiting a resolved promise, the best of three each.
+func (m *measurement) perCall(ctx context.Context) ([]Figure, error) {
+	m.Progress("per tool-call overhead (10,000 awaits)")
 	const n = 10000
 	base := time.Hour
 	loop := time.Hour
 	for range 3 {
-		r, err := must(demo(fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await Promise.resolve({i})).i; return s", n)))
+		r, err := must(m.demo(ctx, fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await Promise.resolve({i})).i; return s", n)))
 		if err != nil {
 			return nil, err
 		}
 		base = min(base, r.Duration)
-		r, err = must(demo(fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await mcp.demo.echo({i})).i; return s", n)))
+		r, err = must(m.demo(ctx, fmt.Sprintf("let s = 0; for (let i = 0; i < %d; i++) s += (await mcp.demo.echo({i})).i; return s", n)))
 		if err != nil {
 			return nil, err
 		}
 		loop = min(loop, r.Duration)
 	}
-	figs = append(figs, Figure{Key: "per_call_overhead_us", Name: "per tool-call overhead", Value: float64((loop - base).Nanoseconds()) / n / 1000, Unit: "µs", Target: "≤ 5 µs, below quickjs-emscripten's sync call",
-		Compare: compare["per_call_overhead_us"]})
+	return []Figure{{Key: "per_call_overhead_us", Name: "per tool-call overhead", Value: float64((loop - base).Nanoseconds()) / n / 1000, Unit: "µs", Target: "≤ 5 µs, below quickjs-emscripten's sync call",
+		Compare: compare["per_call_overhead_us"]}}, nil
+}
 
-	progress("16 parallel 50 ms calls")
+// parallel times 16 tool calls of 50 ms each awaited together.
+func (m *measurement) parallel(ctx context.Context) ([]Figure, error) {
+	m.Progress("16 parallel 50 ms calls")
 	var par []time.Duration
 	for range 5 {
 		start := time.Now()
-		if _, err := must(demo("return (await Promise.all(Array.from({length:16}, () => mcp.demo.sleep({ms:50})))).length")); err != nil {
+		if _, err := must(m.demo(ctx, "return (await Promise.all(Array.from({length:16}, () => mcp.demo.sleep({ms:50})))).length")); err != nil {
 			return nil, err
 		}
 		par = append(par, time.Since(start))
 	}
-	figs = append(figs, Figure{Key: "parallel_16x50ms_ms", Name: "16 parallel 50 ms calls", Value: msf(median(par)), Unit: "ms", Target: "≤ 60 ms",
-		Compare: compare["parallel_16x50ms_ms"]})
+	return []Figure{{Key: "parallel_16x50ms_ms", Name: "16 parallel 50 ms calls", Value: msf(median(par)), Unit: "ms", Target: "≤ 60 ms",
+		Compare: compare["parallel_16x50ms_ms"]}}, nil
+}
 
-	progress("fib(25)")
-	const fib = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }\nreturn fib(25)"
-	fibOf := func(e *guest.Engine) (time.Duration, error) {
-		var ts []time.Duration
-		for range 9 {
-			r := e.Run(ctx, guest.Request{Code: fib, Limits: guest.Limits{Timeout: time.Minute}})
-			if !r.OK {
-				return 0, fmt.Errorf("fib: %v", r.Err)
-			}
-			ts = append(ts, r.Duration)
-		}
-		return median(ts), nil
-	}
-	fibT, err := fibOf(eng)
+// fib times fib(25), then the same on an engine without deadline
+// enforcement: what the deadline costs is the difference.
+func (m *measurement) fib(ctx context.Context) ([]Figure, error) {
+	m.Progress("fib(25)")
+	fibT, err := fibOf(ctx, m.Engine)
 	if err != nil {
 		return nil, err
 	}
-	figs = append(figs, Figure{Key: "fib25_ms", Name: "fib(25)", Value: msf(fibT), Unit: "ms", Target: "≤ 0.8× quickjs-emscripten",
-		Compare: compare["fib25_ms"]})
+	figs := []Figure{{Key: "fib25_ms", Name: "fib(25)", Value: msf(fibT), Unit: "ms", Target: "≤ 0.8× quickjs-emscripten",
+		Compare: compare["fib25_ms"]}}
 
-	progress("cost of deadline enforcement")
-	noDL, err := guest.New(ctx, guest.Options{CacheDir: o.CacheDir, UnsafeNoDeadline: true, Prepared: -1})
+	m.Progress("cost of deadline enforcement")
+	noDL, err := guest.New(ctx, guest.Options{CacheDir: m.CacheDir, UnsafeNoDeadline: true, Prepared: -1})
 	if err != nil {
 		return nil, err
 	}
-	fibNo, err := fibOf(noDL)
+	fibNo, err := fibOf(ctx, noDL)
 	_ = noDL.Close(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	fibAgain, err := fibOf(eng)
+	fibAgain, err := fibOf(ctx, m.Engine)
 	if err != nil {
 		return nil, err
 	}
-	figs = append(figs, Figure{Key: "deadline_cost_pct", Name: "cost of deadline enforcement on fib(25)", Value: 100 * (msf(min(fibT, fibAgain)) - msf(fibNo)) / msf(fibNo), Unit: "%", Target: "≤ 15 %"})
+	return append(figs, Figure{Key: "deadline_cost_pct", Name: "cost of deadline enforcement on fib(25)", Value: 100 * (msf(min(fibT, fibAgain)) - msf(fibNo)) / msf(fibNo), Unit: "%", Target: "≤ 15 %"}), nil
+}
 
-	mcpFigs, err := measureMCP(ctx, eng, progress)
+// fibOf is the median of 9 runs of fib(25) on e.
+func fibOf(ctx context.Context, e *guest.Engine) (time.Duration, error) {
+	const fib = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }\nreturn fib(25)"
+	var ts []time.Duration
+	for range 9 {
+		r := e.Run(ctx, guest.Request{Code: fib, Limits: guest.Limits{Timeout: time.Minute}})
+		if !r.OK {
+			return 0, fmt.Errorf("fib: %v", r.Err)
+		}
+		ts = append(ts, r.Duration)
+	}
+	return median(ts), nil
+}
+
+// serve is `pml serve`'s figures and the capability registry's, both
+// measured against a server started in process; left out when
+// ServeDuration is negative.
+func (m *measurement) serve(ctx context.Context) ([]Figure, error) {
+	if m.ServeDuration < 0 {
+		return nil, nil
+	}
+	d := m.ServeDuration
+	if d == 0 {
+		d = 2 * time.Second
+	}
+	serveFigs, err := measureServe(ctx, m.CacheDir, d, m.Progress)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pml serve figures: %w", err)
 	}
-	figs = append(figs, mcpFigs...)
-
-	if o.ServeDuration >= 0 {
-		d := o.ServeDuration
-		if d == 0 {
-			d = 2 * time.Second
-		}
-		serveFigs, err := measureServe(ctx, o.CacheDir, d, progress)
-		if err != nil {
-			return nil, fmt.Errorf("pml serve figures: %w", err)
-		}
-		figs = append(figs, serveFigs...)
-		capFigs, err := measureCapabilities(ctx, o.CacheDir, progress)
-		if err != nil {
-			return nil, fmt.Errorf("capability figures: %w", err)
-		}
-		figs = append(figs, capFigs...)
+	capFigs, err := measureCapabilities(ctx, m.CacheDir, m.Progress)
+	if err != nil {
+		return nil, fmt.Errorf("capability figures: %w", err)
 	}
+	return append(serveFigs, capFigs...), nil
+}
 
-	progress("process start → first result")
-	if self := o.Executable; self != "" {
-		warm, err1 := timeProcess(ctx, self, "run", "--cache-dir", o.CacheDir, "-e", "return 1+1")
-		cold, err2 := timeProcess(ctx, self, "run", "--no-cache", "-e", "return 1+1")
-		if err1 == nil {
-			figs = append(figs, Figure{Key: "process_start_cached_ms", Name: "process start → first result, compilation cache", Value: msf(warm), Unit: "ms", Target: "≤ 40 ms"})
-		}
-		if err2 == nil {
-			figs = append(figs, Figure{Key: "process_start_uncached_ms", Name: "process start → first result, no cache", Value: msf(cold), Unit: "ms"})
-		}
+// processStart times the pml binary from process start to its first
+// result, with and without the compilation cache; a figure whose runs
+// failed is left out.
+func (m *measurement) processStart(ctx context.Context) ([]Figure, error) {
+	m.Progress("process start → first result")
+	self := m.Executable
+	if self == "" {
+		return nil, nil
+	}
+	var figs []Figure
+	warm, err1 := timeProcess(ctx, self, "run", "--cache-dir", m.CacheDir, "-e", "return 1+1")
+	cold, err2 := timeProcess(ctx, self, "run", "--no-cache", "-e", "return 1+1")
+	if err1 == nil {
+		figs = append(figs, Figure{Key: "process_start_cached_ms", Name: "process start → first result, compilation cache", Value: msf(warm), Unit: "ms", Target: "≤ 40 ms"})
+	}
+	if err2 == nil {
+		figs = append(figs, Figure{Key: "process_start_uncached_ms", Name: "process start → first result, no cache", Value: msf(cold), Unit: "ms"})
 	}
 	return figs, nil
 }

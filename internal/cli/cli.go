@@ -66,7 +66,9 @@ func commands() []command {
 	}
 }
 
-// Main runs the pml command line and returns the process exit code.
+// Main runs the pml command line and returns the process exit code. ctx
+// may carry the end of the process's start (startgc.NewContext): the
+// command calls it once its service is built, or after its one execution.
 func Main(ctx context.Context, args []string, out, errOut io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(errOut)
@@ -350,7 +352,7 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 	// The service is built (or failed to be): the start is over, unless
 	// the one execution is still to come (oneShot).
 	if !f.oneShot || err != nil {
-		startgc.Done()
+		startgc.End(ctx)
 	}
 	if fault.CodeOf(err) == fault.InvalidRequest {
 		return nil, usageError{err}

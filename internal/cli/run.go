@@ -123,7 +123,7 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do func(execution.Executor, func(execution.Event))) error {
 	log := logger(errOut)
 	sf.oneShot = true
-	defer startgc.Done() // its memory limit still bounds the heap meanwhile
+	defer startgc.End(ctx) // its memory limit still bounds the heap meanwhile
 	a, err := sf.open(ctx, log)
 	if err != nil {
 		return err

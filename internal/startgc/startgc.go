@@ -1,26 +1,33 @@
 // Package startgc keeps the garbage collector idle while a process starts.
 //
-// A process's start allocates what it keeps: the package variables of
-// ~750 linked packages (the AWS SDKs' endpoint tables and schemas, the
-// JSON Schema meta-schemas), then the compiled guest. With Go's 4 MiB
-// minimum heap goal the collector runs several full cycles during that
-// start, each marking everything allocated so far and freeing almost
-// nothing: measured, a third of `pml version`'s instructions. So collection
-// is off from this package's initialisation until Done, with a memory
-// limit as the bound meanwhile: past it the collector runs all the same.
+// A process's start allocates what it keeps: the clients, the sources and
+// their schemas, the compiled guest. With Go's 4 MiB minimum heap goal the
+// collector runs several full cycles during that start, each marking
+// everything allocated so far and freeing almost nothing. So main turns
+// collection off first thing, with Begin, until the process is ready to
+// serve, with a memory limit as the bound meanwhile: past it the collector
+// runs all the same.
 //
-// Import it from main packages only, and call Done once the process is
-// ready to serve (the Lambda functions after their init, the pml command
-// once its service is built, or after its one execution for pml run and
-// pml resume). A process that never calls Done gets the
+// What it covers: main's own start, from its first statement (the Lambda
+// functions' init, the pml command's wiring of its service, and for pml run
+// and pml resume their one execution). What it does not: package
+// initialisation, which is over before main runs: the package variables
+// of ~750 linked packages (the AWS SDKs' endpoint tables and schemas, the
+// JSON Schema meta-schemas) are allocated with the collector as the
+// environment set it. An init function here could reach part of that only
+// by turning collection off in every process that links this package,
+// tests and tools included, whether or not anything turned it back on;
+// cutting package initialisation's own cost is the way to save that part.
+//
+// A process whose main never calls the returned function gets the
 // collector back after a few seconds anyway. GOGC=off, or a lower
 // GOMEMLIMIT, in the environment are left as they are.
 package startgc
 
 import (
+	"context"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -29,40 +36,55 @@ import (
 // smallest Lambda function's memory (128 MB).
 const startLimit = 64 << 20
 
-// fallback is when collection comes back without a Done.
+// fallback is when collection comes back without a call of Begin's
+// function: a start that never says it is over must not run without a
+// collector.
 const fallback = 5 * time.Second
 
-var (
-	once    sync.Once
-	restore func()
-	// done is set once the collector is back (for the tests: the fallback
-	// may fire before a slow test looks).
-	done atomic.Bool
-)
+// Begin turns the garbage collector off for the process's start and
+// returns the function that turns it back on as the environment set it
+// (GOGC, GOMEMLIMIT). Only the function's first call does anything.
+//
+// The collector's settings are the process's: call Begin once, from main,
+// before anything else runs. Two starts overlapping would each restore
+// what the other set.
+func Begin() (end func()) { return begin(fallback) }
 
-func init() {
+func begin(after time.Duration) func() {
 	percent := debug.SetGCPercent(-1)
 	if percent < 0 {
 		// Collection was already off (GOGC=off): nothing to restore.
-		return
+		return func() {}
 	}
 	limit := debug.SetMemoryLimit(-1)
 	debug.SetMemoryLimit(min(limit, startLimit))
-	t := time.AfterFunc(fallback, Done)
-	restore = func() {
-		t.Stop()
+	restore := func() {
 		debug.SetMemoryLimit(limit)
 		debug.SetGCPercent(percent)
 	}
+	var once sync.Once
+	t := time.AfterFunc(after, func() { once.Do(restore) })
+	return func() {
+		once.Do(func() {
+			t.Stop()
+			restore()
+		})
+	}
 }
 
-// Done turns the garbage collector back on as the environment set it
-// (GOGC, GOMEMLIMIT). Only the first call does anything.
-func Done() {
-	once.Do(func() {
-		if restore != nil {
-			restore()
-		}
-		done.Store(true)
-	})
+type endKey struct{}
+
+// NewContext returns ctx carrying end, for a main whose start ends deep in
+// what it calls (the pml command: once its service is built, or after its
+// one execution).
+func NewContext(ctx context.Context, end func()) context.Context {
+	return context.WithValue(ctx, endKey{}, end)
+}
+
+// End calls the function NewContext put in ctx: the start is over. Without
+// one (a test calling the command in process) it does nothing.
+func End(ctx context.Context) {
+	if end, ok := ctx.Value(endKey{}).(func()); ok {
+		end()
+	}
 }

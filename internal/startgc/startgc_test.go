@@ -1,17 +1,22 @@
 package startgc
 
 import (
+	"context"
 	"math"
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 )
 
+// gcPercent reads GOGC without setting it (debug.SetGCPercent only
+// reads by setting, which would race the fallback's restore).
 func gcPercent() int {
-	p := debug.SetGCPercent(-1)
-	debug.SetGCPercent(p)
-	return p
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(int64(s[0].Value.Uint64())) // GOGC=off reads as -1
 }
 
 func memoryLimit() int64 { return debug.SetMemoryLimit(-1) }
@@ -27,15 +32,49 @@ func TestOffUntilDone(t *testing.T) {
 		}
 		return
 	}
-	// The fallback may have fired already on a slow machine; only then
-	// is the collector allowed to be on before Done.
-	if p, l := gcPercent(), memoryLimit(); !done.Load() && (p != -1 || l != startLimit) {
+	// Nothing turns collection off but Begin: importing the package
+	// leaves the process as the environment set it.
+	if p, l := gcPercent(), memoryLimit(); p != 100 || l != math.MaxInt64 {
+		t.Errorf("before Begin: GC percent %d, memory limit %d; want the defaults", p, l)
+	}
+	end := Begin()
+	if p, l := gcPercent(), memoryLimit(); p != -1 || l != startLimit {
 		t.Errorf("before Done: GC percent %d, memory limit %d; want off under %d", p, l, startLimit)
 	}
-	Done()
-	Done() // a second call changes nothing
+	end()
+	end() // a second call changes nothing
 	if p, l := gcPercent(), memoryLimit(); p != 100 || l != math.MaxInt64 {
 		t.Errorf("after Done: GC percent %d, memory limit %d; want the defaults", p, l)
+	}
+}
+
+// TestFallback: a start that never says it is over gets the collector
+// back all the same, and a late call then changes nothing.
+func TestFallback(t *testing.T) {
+	before, limit := gcPercent(), memoryLimit()
+	end := begin(10 * time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for gcPercent() != before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if p, l := gcPercent(), memoryLimit(); p != before || l != limit {
+		t.Errorf("after the fallback: GC percent %d, memory limit %d; want %d, %d", p, l, before, limit)
+	}
+	end()
+	if p, l := gcPercent(), memoryLimit(); p != before || l != limit {
+		t.Errorf("end after the fallback: GC percent %d, memory limit %d; want %d, %d", p, l, before, limit)
+	}
+}
+
+// TestContext: End calls the function NewContext carries, and does
+// nothing for a context without one.
+func TestContext(t *testing.T) {
+	End(context.Background())
+	calls := 0
+	ctx := NewContext(context.Background(), func() { calls++ })
+	End(context.WithoutCancel(ctx))
+	if calls != 1 {
+		t.Errorf("End called the start's function %d times, want 1", calls)
 	}
 }
 
@@ -67,7 +106,8 @@ func TestEnvironmentStands(t *testing.T) {
 			}
 		}
 	}
+	end := Begin()
 	check("before Done")
-	Done()
+	end()
 	check("after Done")
 }
