@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/startgc"
 )
@@ -55,7 +56,7 @@ func main() {
 		launch = lambdaevents.InvokeSelf(client, os.Getenv(app.EnvLambdaFunction))
 	}
 	exec := a.Executor(nil, launch)
-	h := a.HTTPHandler(httpapi.Options{Service: exec, Logger: log, MCPTextBytes: textBytes})
+	h := a.HTTPHandler(httpapi.Options{Service: exec, Logger: log, MCP: mcpserver.Settings{TextBytes: textBytes}})
 	lambda.Start(lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: exec, Runner: exec, Logger: log,
 		Notified: a.AnnouncesSuspensions(), StreamREST: app.StreamREST()}))
 }
