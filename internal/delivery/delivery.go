@@ -30,10 +30,18 @@ func Streaming(ctx context.Context) bool {
 	return on
 }
 
+// DefaultFlushTimeout bounds a flush when the front sets no bound: long
+// enough for a batch of trace records, short beside an answer's wait.
+const DefaultFlushTimeout = 2 * time.Second
+
 // Flush writes exec's traces before the answer goes out, within timeout
-// even when the request's own deadline has passed (the execution may have
-// used it up); a failure is logged, never the caller's.
+// (DefaultFlushTimeout when it is not positive) even when the request's
+// own deadline has passed (the execution may have used it up); a failure
+// is logged, never the caller's.
 func Flush(ctx context.Context, exec execution.Executor, timeout time.Duration, log *slog.Logger) {
+	if timeout <= 0 {
+		timeout = DefaultFlushTimeout
+	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if err := exec.Flush(fctx); err != nil {

@@ -177,17 +177,7 @@ func TestCapabilityRoutesUnderTheDeployedPolicy(t *testing.T) {
 // saveCapability calls save_capability as c.
 func saveCapability(t *testing.T, c *client.Client, args map[string]any) (*mcp.CallToolResult, map[string]any) {
 	t.Helper()
-	var req mcp.CallToolRequest
-	req.Params.Name = "save_capability"
-	req.Params.Arguments = args
-	res, err := c.CallTool(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	var doc map[string]any
-	_ = json.Unmarshal(raw, &doc)
-	return res, doc
+	return fronttest.CallTool(t, c, "save_capability", args)
 }
 
 func publish(decision string) func(mcp.ElicitationParams) *mcp.ElicitationResult {

@@ -60,9 +60,10 @@ type Options struct {
 	// Health adds details (e.g. MCP server states) to /healthz.
 	Health func() any
 	Logger *slog.Logger
-	// MaxBodyBytes caps request bodies (default 1 MiB).
+	// MaxBodyBytes caps request bodies (default httpjson.DefaultBodyBytes).
 	MaxBodyBytes int64
-	// FlushTimeout bounds writing traces after an execution (default 2 s).
+	// FlushTimeout bounds writing traces after an execution (default
+	// delivery.DefaultFlushTimeout).
 	FlushTimeout time.Duration
 	// Guard, when set, checks every request's Host, Origin and bearer
 	// token before routing it; `pml serve` sets it, the Lambda does not.
@@ -122,12 +123,6 @@ func (h *Handler) Close(ctx context.Context) error { return h.mcp.Close(ctx) }
 func New(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 1 << 20
-	}
-	if opts.FlushTimeout <= 0 {
-		opts.FlushTimeout = 2 * time.Second
 	}
 	if opts.StreamHeartbeat <= 0 {
 		opts.StreamHeartbeat = 15 * time.Second

@@ -32,10 +32,18 @@ func WriteError(w http.ResponseWriter, status int, err *fault.Error) {
 	Write(w, status, map[string]any{"ok": false, "error": err})
 }
 
-// ReadBody reads a request body of at most limit bytes; on failure it has
-// answered (413 or 400) and ok is false. A bound per request keeps one
+// DefaultBodyBytes bounds a body when the front sets no bound: scripts
+// and their arguments are far smaller, and a bound per request keeps one
 // caller from holding the process's memory.
+const DefaultBodyBytes = 1 << 20
+
+// ReadBody reads a request body of at most limit bytes (DefaultBodyBytes
+// when limit is not positive); on failure it has answered (413 or 400) and
+// ok is false.
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	if limit <= 0 {
+		limit = DefaultBodyBytes
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -23,7 +23,7 @@ import (
 // client's user's answer as the decision (approval.Policy.MayPublish
 // with execution.ChannelClient: a client the deployment trusts, into a
 // namespace that is the caller's or nobody's), the draft is put to that
-// user exactly as a pending call is (mcpelicit.go): a 2026-07-28 client
+// user exactly as a pending call is (elicit.go): a 2026-07-28 client
 // gets an input_required result, an older one (with a session) an
 // elicitation/create request, and the answer comes back with the
 // requestState this server sealed, naming the draft and the principal.

@@ -93,16 +93,7 @@ func TestNoElicitationNoQuestion(t *testing.T) {
 		"no elicitation":          mcptest.Streamable(t, srv.URL+"/mcp", ""),
 		"2025-11-25 on stateless": fronttest.ElicitingClient(t, srv.URL+"/mcp", "2025-11-25", &fronttest.Person{Answer: fronttest.Accept("approve")}, nil),
 	} {
-		var req mcp.CallToolRequest
-		req.Params.Name = "execute_code"
-		req.Params.Arguments = map[string]any{"code": fronttest.WriteThenDelete, "approval": "suspend"}
-		res, err := c.CallTool(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := json.Marshal(res.StructuredContent)
-		var doc map[string]any
-		_ = json.Unmarshal(raw, &doc)
+		res, doc := fronttest.CallTool(t, c, "execute_code", map[string]any{"code": fronttest.WriteThenDelete, "approval": "suspend"})
 		if res.IsError || doc["status"] != "suspended" {
 			t.Fatalf("%s: %+v", name, doc)
 		}

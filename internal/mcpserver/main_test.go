@@ -6,23 +6,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 )
-
-var engine *guest.Engine
-
-func TestMain(m *testing.M) {
-	enginetest.Main(m, func(e *guest.Engine) { engine = e })
-}
-
-// local is the policy of local use (pml run, pml serve on loopback): the
-// caller is the person at the keyboard and decides.
-var local = approval.Policy{CallerDecides: true}
 
 // mount is the MCP server opts configure at /mcp, as httpapi mounts it,
 // and the approval page's routes where there is a page; the server is
@@ -46,4 +35,11 @@ func mount(t *testing.T, opts mcpserver.Options) http.Handler {
 func serve(t *testing.T, opts mcpserver.Options, def string) *httptest.Server {
 	t.Helper()
 	return fronttest.ServeAs(t, mount(t, opts), def)
+}
+
+// engine is the one engine every test's service runs on (enginetest).
+var engine *guest.Engine
+
+func TestMain(m *testing.M) {
+	enginetest.Main(m, func(e *guest.Engine) { engine = e })
 }

@@ -79,9 +79,10 @@ type Options struct {
 	// with a form sends its user there (URL-mode elicitation).
 	Approvals *approvalpage.Page
 	Logger    *slog.Logger
-	// MaxBodyBytes caps request bodies (default 1 MiB).
+	// MaxBodyBytes caps request bodies (default httpjson.DefaultBodyBytes).
 	MaxBodyBytes int64
-	// FlushTimeout bounds writing traces after an execution (default 2 s).
+	// FlushTimeout bounds writing traces after an execution (default
+	// delivery.DefaultFlushTimeout).
 	FlushTimeout time.Duration
 	// Streaming sends progress and log notifications during execute_code
 	// for every request (pml serve); without it only the requests of a
@@ -114,12 +115,6 @@ type Server struct {
 func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 1 << 20
-	}
-	if opts.FlushTimeout <= 0 {
-		opts.FlushTimeout = 2 * time.Second
 	}
 	if opts.TextBytes <= 0 {
 		opts.TextBytes = DefaultTextBytes

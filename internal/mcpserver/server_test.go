@@ -10,6 +10,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -146,3 +147,7 @@ return "x".repeat(100000)`
 		})
 	}
 }
+
+// local is the policy of local use (pml run, pml serve on loopback): the
+// caller is the person at the keyboard and decides.
+var local = approval.Policy{CallerDecides: true}

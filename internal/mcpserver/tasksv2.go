@@ -18,14 +18,14 @@ import (
 )
 
 // MCP tasks, 2026-07-28 form: the io.modelcontextprotocol/tasks extension
-// (SEP-2663), beside 2025-11-25's tasks (mcptasks.go). A 2026-07-28 request
+// (SEP-2663), beside 2025-11-25's tasks (tasks.go). A 2026-07-28 request
 // whose client declares the extension (in its _meta's clientCapabilities)
 // gets server-directed tasks: execute_code answers a flat CreateTaskResult
 // (resultType "task") at once, the execution running asynchronously as a
 // 2025-11-25 task's does; tasks/get answers the task with its result, its
 // error or, while it waits, its questions (inputRequests): the approvals it
 // waits for and the questions remote servers asked, as execute_code's own
-// input_required would put them (mcpelicit.go, mcpquestion.go); tasks/update
+// input_required would put them (elicit.go, question.go); tasks/update
 // delivers the client's user's answers, which resume the execution as that
 // user's decisions (execution.ChannelClient); tasks/cancel ends it. So a
 // task client is asked rather than told to call resume_execution. A

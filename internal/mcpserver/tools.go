@@ -25,7 +25,7 @@ func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 	// the client as notifications/message (see mcpProgress).
 	ms := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
 		// Tasks are answered by mcpTasks, from the store of runs: no list;
-		// 2026-07-28 clients get the tasks extension (mcptasksv2.go).
+		// 2026-07-28 clients get the tasks extension (tasksv2.go).
 		server.WithTaskCapabilities(false, true, true),
 		server.WithExtensions(map[string]any{tasksExtension: map[string]any{}}),
 		server.WithMetaPropagator(tracectx.MCPMeta{}), // a call's _meta.traceparent: its execution joins that trace
@@ -56,7 +56,7 @@ func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 			mcp.Description(`what becomes of a call that needs approval when allow_destructive is not set: refused with FORBIDDEN ("refuse", the default), or held until someone decides ("suspend": the execution may suspend; see resume_execution)`)),
 		sessionParams(),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
-		// As a task (params.task) it runs on without the call: see mcptasks.go.
+		// As a task (params.task) it runs on without the call: see tasks.go.
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	), s.mcpExecute)
 	ms.AddTool(mcp.NewTool("resume_execution",

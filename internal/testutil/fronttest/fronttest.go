@@ -84,6 +84,8 @@ func ToJSON(v any) string {
 // TestWriter sends a logger's lines to the test's log.
 type TestWriter struct{ T *testing.T }
 
+// Write logs p as one line of the test, so that a failing test shows what
+// the server logged beside it.
 func (w TestWriter) Write(p []byte) (int, error) {
 	w.T.Log(strings.TrimSpace(string(p)))
 	return len(p), nil

@@ -1,9 +1,7 @@
 package fronttest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,8 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-
-	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
@@ -114,39 +110,4 @@ func (g *Gate) OnPage(t *testing.T, pageURL string, fields url.Values) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// BothModes declares form and URL elicitation.
-var BothModes = mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}}
-
-// ToolsCall posts one 2026-07-28 JSON-RPC request as the agent's client
-// would, declaring both elicitation modes, and returns the result.
-func ToolsCall(t *testing.T, base string, params map[string]any) map[string]any {
-	t.Helper()
-	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-		"io.modelcontextprotocol/clientCapabilities": BothModes, "io.modelcontextprotocol/clientInfo": map[string]any{"name": "agent", "version": "1"}}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
-	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-	req.Header.Set(mcp.HeaderMethod, "tools/call")
-	req.Header.Set(mcp.HeaderName, params["name"].(string))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if i := bytes.Index(raw, []byte("data: ")); i >= 0 {
-		raw = raw[i+6:]
-	}
-	var msg struct {
-		Result map[string]any `json:"result"`
-		Error  any            `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &msg); err != nil || msg.Result == nil {
-		t.Fatalf("tools/call: %s", raw)
-	}
-	return msg.Result
 }

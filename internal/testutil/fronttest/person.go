@@ -79,9 +79,16 @@ func ElicitingClient(t *testing.T, url, version string, p *Person, rt http.Round
 // structuredContent.
 func ExecuteCode(t *testing.T, c *client.Client, code string) (*mcp.CallToolResult, map[string]any) {
 	t.Helper()
+	return CallTool(t, c, "execute_code", map[string]any{"code": code})
+}
+
+// CallTool calls tool name with args as c, and decodes its
+// structuredContent.
+func CallTool(t *testing.T, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, map[string]any) {
+	t.Helper()
 	var req mcp.CallToolRequest
-	req.Params.Name = "execute_code"
-	req.Params.Arguments = map[string]any{"code": code}
+	req.Params.Name = name
+	req.Params.Arguments = args
 	res, err := c.CallTool(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +115,8 @@ func (s *StateTamperer) Last() (*http.Request, []byte) {
 	return s.last, s.body
 }
 
+// RoundTrip sends r, its requestState changed: the tamperer stands where a
+// client's transport does, so the server sees what an attacker would send.
 func (s *StateTamperer) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Body != nil {
 		body, _ := io.ReadAll(r.Body)
@@ -127,4 +136,39 @@ func (s *StateTamperer) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.ContentLength = int64(len(body))
 	}
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// BothModes declares form and URL elicitation.
+var BothModes = mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}}
+
+// ToolsCall posts one 2026-07-28 JSON-RPC request as the agent's client
+// would, declaring both elicitation modes, and returns the result.
+func ToolsCall(t *testing.T, base string, params map[string]any) map[string]any {
+	t.Helper()
+	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": BothModes, "io.modelcontextprotocol/clientInfo": map[string]any{"name": "agent", "version": "1"}}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set(mcp.HeaderMethod, "tools/call")
+	req.Header.Set(mcp.HeaderName, params["name"].(string))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if i := bytes.Index(raw, []byte("data: ")); i >= 0 {
+		raw = raw[i+6:]
+	}
+	var msg struct {
+		Result map[string]any `json:"result"`
+		Error  any            `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil || msg.Result == nil {
+		t.Fatalf("tools/call: %s", raw)
+	}
+	return msg.Result
 }

@@ -26,12 +26,15 @@ var readOnly = true
 // opens the gate (closes Open): a call that is visibly still running.
 type GateSource struct{ Open chan struct{} }
 
+// Tools lists gate:wait.
 func (GateSource) Tools(context.Context) ([]catalog.Tool, error) {
 	// Read-only, as it says: MCP's defaults make a tool that says nothing
 	// destructive.
 	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP, Annotations: catalog.Annotations{ReadOnly: &readOnly}}}, nil
 }
 
+// Call waits for the gate, or for the call to be cancelled (the script
+// ended without it).
 func (g GateSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
 	select {
 	case <-g.Open:
