@@ -37,7 +37,7 @@ import (
 // its own or nobody's), the user is asked (askPublish), and the
 // retry with the answer publishes or rejects it.
 func (s *Server) mcpSaveCapability(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if s.Capabilities == nil {
+	if s.opts.Capabilities == nil {
 		return mcp.NewToolResultError("this deployment has no capability registry"), nil
 	}
 	if r.Params.RequestState != "" || len(r.Params.InputResponses) > 0 {
@@ -52,13 +52,13 @@ func (s *Server) mcpSaveCapability(ctx context.Context, r mcp.CallToolRequest) (
 		return mcp.NewToolResultError(ferr.Error()), nil
 	}
 	d := capapi.CallerDecider(ctx)
-	out, err := s.Capabilities.Submit(ctx, d, d.Principal, c)
+	out, err := s.opts.Capabilities.Submit(ctx, d, d.Principal, c)
 	if err != nil {
 		return mcp.NewToolResultError(fault.As(err).Error()), nil
 	}
-	if form, _ := clientElicitModes(ctx); out.Status == capability.OutcomeDraft && out.Draft != nil && s.StateKey != nil && form {
+	if form, _ := clientElicitModes(ctx); out.Status == capability.OutcomeDraft && out.Draft != nil && s.opts.StateKey != nil && form {
 		client := approval.Decider{Principal: execution.PrincipalFrom(ctx), Channel: execution.ChannelClient}
-		if ok, err := s.Capabilities.MayPublishDraft(ctx, client, *out.Draft); err == nil && ok {
+		if ok, err := s.opts.Capabilities.MayPublishDraft(ctx, client, *out.Draft); err == nil && ok {
 			if res := s.askPublish(*out.Draft); res != nil {
 				return res, nil
 			}
@@ -91,9 +91,9 @@ var publishSchema = map[string]any{
 // with one elicitation and the sealed state; nil when the state cannot be
 // sealed (the draft is answered as it is).
 func (s *Server) askPublish(d capability.Draft) *mcp.CallToolResult {
-	token, err := s.StateKey.Seal(approval.State{Draft: d.ID, Principal: d.Author, Expires: d.ExpiresAt.Unix()})
+	token, err := s.opts.StateKey.Seal(approval.State{Draft: d.ID, Principal: d.Author, Expires: d.ExpiresAt.Unix()})
 	if err != nil {
-		s.Logger.Warn("cannot ask the client's user: answering the draft", "draft_id", d.ID, "err", err)
+		s.opts.Logger.Warn("cannot ask the client's user: answering the draft", "draft_id", d.ID, "err", err)
 		return nil
 	}
 	return server.NewInputRequestBuilder("").
@@ -130,10 +130,10 @@ func publishQuestion(d capability.Draft) string {
 // the user declined.
 func (s *Server) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.CallToolResult {
 	principal := execution.PrincipalFrom(ctx)
-	if s.StateKey == nil {
+	if s.opts.StateKey == nil {
 		return draftRefusal(fault.New(fault.InvalidRequest, "this server asks no questions: requestState is not one of its own"))
 	}
-	st, err := s.StateKey.Open(r.Params.RequestState, time.Now())
+	st, err := s.opts.StateKey.Open(r.Params.RequestState, time.Now())
 	switch {
 	case errors.Is(err, approval.ErrStateExpired):
 		return draftRefusal(fault.New(fault.Expired, "the draft this answer is about has expired"))
@@ -148,7 +148,7 @@ func (s *Server) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.
 	res := server.ElicitationResponse(r.Params.InputResponses, publishElicitID)
 	if res == nil {
 		// Nothing answered: ask again, if it still waits.
-		d, err := s.Capabilities.Draft(ctx, principal, st.Draft)
+		d, err := s.opts.Capabilities.Draft(ctx, principal, st.Draft)
 		if err != nil {
 			return draftRefusal(fault.As(err))
 		}
@@ -170,14 +170,14 @@ func (s *Server) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.
 	}
 	switch {
 	case res.Action == mcp.ElicitationResponseActionAccept && form.Decision == "publish":
-		out, err := s.Capabilities.PublishDraft(ctx, client, st.Draft)
+		out, err := s.opts.Capabilities.PublishDraft(ctx, client, st.Draft)
 		if err != nil {
 			return draftRefusal(fault.As(err))
 		}
 		res, _ := structured(out)
 		return res
 	case res.Action == mcp.ElicitationResponseActionAccept && form.Decision == "reject":
-		d, err := s.Capabilities.RejectDraft(ctx, client, st.Draft, decision.Reason)
+		d, err := s.opts.Capabilities.RejectDraft(ctx, client, st.Draft, decision.Reason)
 		if err != nil {
 			return draftRefusal(fault.As(err))
 		}
@@ -187,7 +187,7 @@ func (s *Server) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.
 	}
 	// Declined, cancelled or unreadable: the draft waits for whoever else
 	// may publish it.
-	d, err := s.Capabilities.Draft(ctx, principal, st.Draft)
+	d, err := s.opts.Capabilities.Draft(ctx, principal, st.Draft)
 	if err != nil {
 		return draftRefusal(fault.As(err))
 	}

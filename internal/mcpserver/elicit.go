@@ -83,9 +83,9 @@ func (s *Server) ask(ctx context.Context, resp *execution.Response, budget int) 
 		}
 		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, resp), RequestedSchema: decisionSchema})
 	}
-	token, err := s.StateKey.Seal(st)
+	token, err := s.opts.StateKey.Seal(st)
 	if err != nil {
-		s.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
+		s.opts.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
 		return s.executionResult(resp, budget)
 	}
 	return b.RequestState(token).ToolResult()
@@ -123,10 +123,10 @@ func truncateUTF8(s string, n int) string {
 // answered), or a refusal when nothing ran.
 func (s *Server) answered(ctx context.Context, r mcp.CallToolRequest, callDetail string, budget int) *mcp.CallToolResult {
 	principal := execution.PrincipalFrom(ctx)
-	if s.StateKey == nil {
+	if s.opts.StateKey == nil {
 		return s.refusal("", fault.New(fault.InvalidRequest, "this server asks no questions: requestState is not one of its own"))
 	}
-	st, err := s.StateKey.Open(r.Params.RequestState, time.Now())
+	st, err := s.opts.StateKey.Open(r.Params.RequestState, time.Now())
 	switch {
 	case errors.Is(err, approval.ErrStateExpired):
 		return s.refusal(st.ExecutionID, fault.New(fault.Expired, "the execution this answer is about has expired"))
@@ -151,7 +151,7 @@ func (s *Server) answered(ctx context.Context, r mcp.CallToolRequest, callDetail
 	}
 	if len(decisions) == 0 {
 		// Nothing answered: ask again, if it still waits.
-		waiting, ferr := s.Service.Waiting(ctx, st.ExecutionID)
+		waiting, ferr := s.opts.Service.Waiting(ctx, st.ExecutionID)
 		if ferr != nil {
 			return s.refusal(st.ExecutionID, ferr)
 		}
@@ -162,7 +162,7 @@ func (s *Server) answered(ctx context.Context, r mcp.CallToolRequest, callDetail
 	if s.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
-	resp, ferr := s.Service.Resume(ctx, rr)
+	resp, ferr := s.opts.Service.Resume(ctx, rr)
 	if ferr != nil {
 		return s.refusal(st.ExecutionID, ferr)
 	}

@@ -103,7 +103,7 @@ const DefaultTextBytes = 24000
 // holds beyond a request (sessions and their sweeper) once it serves no
 // more.
 type Server struct {
-	Options
+	opts Options
 	// mcp is the one mcp-go server behind every method: all reach the
 	// same sessions.
 	mcp *server.StreamableHTTPServer
@@ -120,7 +120,7 @@ func New(opts Options) *Server {
 		opts.TextBytes = DefaultTextBytes
 	}
 	opts.Service = pagelink.Executor(opts.Service, opts.Approvals)
-	s := &Server{Options: opts}
+	s := &Server{opts: opts}
 	s.mcp = s.mcpHandler()
 	s.post = httpjson.RequireJSON(s.mcpTasks(s.mcp))
 	return s
@@ -137,7 +137,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost:
 		s.post.ServeHTTP(w, r)
-	case r.Method == http.MethodDelete && s.Sessions:
+	case r.Method == http.MethodDelete && s.opts.Sessions:
 		s.mcp.ServeHTTP(w, r)
 	default:
 		postOnly(w, r)
@@ -158,20 +158,20 @@ func postOnly(w http.ResponseWriter, r *http.Request) {
 // readBody reads a request body within MaxBodyBytes; on failure it has
 // answered and ok is false.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
-	return httpjson.ReadBody(w, r, s.MaxBodyBytes)
+	return httpjson.ReadBody(w, r, s.opts.MaxBodyBytes)
 }
 
 // flush writes the execution's traces before the answer goes out.
 func (s *Server) flush(ctx context.Context) {
-	delivery.Flush(ctx, s.Service, s.FlushTimeout, s.Logger)
+	delivery.Flush(ctx, s.opts.Service, s.opts.FlushTimeout, s.opts.Logger)
 }
 
 // streams reports whether a request's notifications go out live.
 func (s *Server) streams(ctx context.Context) bool {
-	return s.Streaming || delivery.Streaming(ctx)
+	return s.opts.Streaming || delivery.Streaming(ctx)
 }
 
 // approvalURL is execution id's page, "" without a page.
 func (s *Server) approvalURL(ctx context.Context, id string) string {
-	return pagelink.URL(ctx, s.Approvals, id)
+	return pagelink.URL(ctx, s.opts.Approvals, id)
 }

@@ -49,7 +49,7 @@ func (s *Server) mcpEndSession(ctx context.Context, r mcp.CallToolRequest) (*mcp
 	if err != nil || id == "" {
 		return mcp.NewToolResultError("session_id is required: the session.id execute_code answered"), nil
 	}
-	if ferr := s.Service.EndSession(ctx, execution.SessionRequest{SessionID: id, Principal: execution.PrincipalFrom(ctx)}); ferr != nil {
+	if ferr := s.opts.Service.EndSession(ctx, execution.SessionRequest{SessionID: id, Principal: execution.PrincipalFrom(ctx)}); ferr != nil {
 		return s.refusal(id, ferr), nil
 	}
 	return mcp.NewToolResultStructured(map[string]any{"session_id": id, "deleted": true}, "session "+id+" ended: its state is deleted"), nil

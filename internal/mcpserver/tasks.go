@@ -158,7 +158,7 @@ func (s *Server) createTask(ctx context.Context, r mcp.CallToolRequest) any {
 	req.Async = true
 	req.Principal = execution.PrincipalFrom(ctx)
 	req.TraceHeader = execution.TraceHeader(ctx, "")
-	resp := s.Service.Execute(ctx, req)
+	resp := s.opts.Service.Execute(ctx, req)
 	if !resp.Running() {
 		fe := resp.Error
 		if fe == nil {
@@ -199,7 +199,7 @@ func taskOf(doc *execution.Response) mcp.Task {
 // document is a task's execution document, or the JSON-RPC error: unknown
 // tasks and other principals' read alike.
 func (s *Server) document(ctx context.Context, id string) (*execution.Response, *rpcError) {
-	doc, ferr := s.Service.Status(ctx, id, execution.PrincipalFrom(ctx))
+	doc, ferr := s.opts.Service.Status(ctx, id, execution.PrincipalFrom(ctx))
 	switch {
 	case ferr == nil:
 		return doc, nil
@@ -236,7 +236,7 @@ func (s *Server) taskResult(ctx context.Context, id string) any {
 			return *e
 		}
 		if !doc.Running() {
-			res := s.executionResult(doc, s.TextBytes)
+			res := s.executionResult(doc, s.opts.TextBytes)
 			return mcp.TaskResultResult{Result: mcp.Result{Meta: mcp.WithRelatedTask(id)},
 				Content: res.Content, StructuredContent: res.StructuredContent, IsError: res.IsError}
 		}
@@ -254,7 +254,7 @@ func (s *Server) taskResult(ctx context.Context, id string) any {
 // cancelTask cancels the execution; a task already ended is refused, as
 // the specification asks.
 func (s *Server) cancelTask(ctx context.Context, id string) any {
-	doc, ferr := s.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+	doc, ferr := s.opts.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	switch {
 	case ferr == nil:
 		s.flush(ctx)

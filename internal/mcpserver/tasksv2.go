@@ -183,10 +183,10 @@ func (s *Server) createTaskV2(ctx context.Context, r mcp.CallToolRequest) any {
 	req.Async = true
 	req.Principal = execution.PrincipalFrom(ctx)
 	req.TraceHeader = execution.TraceHeader(ctx, "")
-	if s.Suspends && req.Approval == "" {
+	if s.opts.Suspends && req.Approval == "" {
 		req.Approval = execution.ApprovalSuspend
 	}
-	resp := s.Service.Execute(ctx, req)
+	resp := s.opts.Service.Execute(ctx, req)
 	if !resp.Running() {
 		fe := resp.Error
 		if fe == nil {
@@ -222,7 +222,7 @@ func (s *Server) getTaskV2(ctx context.Context, id string) any {
 		}
 		out["error"] = rpcError{Code: mcp.INTERNAL_ERROR, Message: fe.Error(), Data: fe}
 	case doc.Ended() && doc.Status != execution.StatusCancelled:
-		res := s.executionResult(doc, s.TextBytes)
+		res := s.executionResult(doc, s.opts.TextBytes)
 		out["result"] = map[string]any{"resultType": "complete", "content": res.Content, "structuredContent": res.StructuredContent, "isError": res.IsError}
 	}
 	return out
@@ -232,7 +232,7 @@ func (s *Server) getTaskV2(ctx context.Context, id string) any {
 // call waiting for approval, the remote servers' own questions for calls
 // waiting for answers, keyed as execute_code's input_required keys them.
 func (s *Server) taskQuestions(ctx context.Context, id string) (mcp.InputRequests, *fault.Error) {
-	waiting, ferr := s.Service.Waiting(ctx, id)
+	waiting, ferr := s.opts.Service.Waiting(ctx, id)
 	if ferr != nil {
 		return nil, ferr
 	}
@@ -263,7 +263,7 @@ func (s *Server) updateTask(ctx context.Context, params json.RawMessage) any {
 	if _, e := s.document(ctx, p.TaskID); e != nil {
 		return *e
 	}
-	waiting, ferr := s.Service.Waiting(ctx, p.TaskID)
+	waiting, ferr := s.opts.Service.Waiting(ctx, p.TaskID)
 	if ferr != nil {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("task %s is not waiting for input: %s", p.TaskID, ferr.Message), Data: ferr}
 	}
@@ -280,7 +280,7 @@ func (s *Server) updateTask(ctx context.Context, params json.RawMessage) any {
 	}
 	rr := execution.ResumeRequest{ExecutionID: p.TaskID, Decisions: decisions, Principal: execution.PrincipalFrom(ctx),
 		TraceHeader: execution.TraceHeader(ctx, ""), Channel: execution.ChannelClient, Version: waiting.StateVersion}
-	if _, ferr := s.Service.Resume(ctx, rr); ferr != nil {
+	if _, ferr := s.opts.Service.Resume(ctx, rr); ferr != nil {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: ferr.Error(), Data: ferr}
 	}
 	s.flush(ctx)
@@ -290,7 +290,7 @@ func (s *Server) updateTask(ctx context.Context, params json.RawMessage) any {
 // cancelTaskV2 is tasks/cancel: an empty acknowledgement, for a task that
 // had ended too; tasks/get shows what became of it.
 func (s *Server) cancelTaskV2(ctx context.Context, id string) any {
-	_, ferr := s.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+	_, ferr := s.opts.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	switch {
 	case ferr == nil:
 		s.flush(ctx)

@@ -122,8 +122,8 @@ func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 	), s.mcpSaveCapability)
 	// With a Guard, the library's own DNS-rebinding check is redundant and
 	// would refuse the allowed hosts (with a text error), so it is off.
-	opts := []server.StreamableHTTPOption{server.WithDisableLocalhostProtection(s.Guarded), server.WithStreamableHTTPLogger(s.Logger)}
-	if s.Sessions {
+	opts := []server.StreamableHTTPOption{server.WithDisableLocalhostProtection(s.opts.Guarded), server.WithStreamableHTTPLogger(s.opts.Logger)}
+	if s.opts.Sessions {
 		// An older client's answer to a question the server asked comes
 		// back as a request of its own, which only a session routes to
 		// the request waiting for it (and only a session remembers that
@@ -141,7 +141,7 @@ const mcpSessionIdleTTL = 15 * time.Minute
 // textBudget takes max_text_bytes, a tool's own argument rather than a
 // request's, out of args; the default is the server's.
 func (s *Server) textBudget(args map[string]any) (int, *mcp.CallToolResult) {
-	budget := s.TextBytes
+	budget := s.opts.TextBytes
 	if v, ok := args["max_text_bytes"]; ok {
 		n, ok := v.(float64)
 		if !ok || n < 0 {
@@ -199,7 +199,7 @@ func (s *Server) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.Ca
 		// them rather than failing.
 		req.Approval = execution.ApprovalSuspend
 	}
-	resp := s.Service.Execute(ctx, req)
+	resp := s.opts.Service.Execute(ctx, req)
 	s.flush(ctx)
 	if ask && resp.Suspended() {
 		return s.ask(ctx, resp, budget), nil
@@ -215,7 +215,7 @@ func (s *Server) mcpCancel(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 	if err != nil || id == "" {
 		return mcp.NewToolResultError("execution_id is required: the id execute_code answered"), nil
 	}
-	doc, ferr := s.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+	doc, ferr := s.opts.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	if ferr != nil {
 		res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusedText("cancel", id, ferr))
 		res.IsError = true
@@ -224,7 +224,7 @@ func (s *Server) mcpCancel(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 	s.flush(ctx)
 	// The execution failed (CANCELLED), but the call did what it was asked:
 	// isError is for a cancel that was refused.
-	res := s.executionResult(doc, s.TextBytes)
+	res := s.executionResult(doc, s.opts.TextBytes)
 	res.IsError = false
 	return res, nil
 }
@@ -243,7 +243,7 @@ func (s *Server) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 	if s.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
-	resp, ferr := s.Service.Resume(ctx, rr)
+	resp, ferr := s.opts.Service.Resume(ctx, rr)
 	if ferr != nil {
 		// Nothing ran: the document is the error alone, as HTTP's.
 		return s.refusal(rr.ExecutionID, ferr), nil
@@ -256,7 +256,7 @@ func (s *Server) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 // text for the model and the whole document. A suspended execution is not
 // an error: it waits for the decisions the text asks for.
 func (s *Server) executionResult(resp *execution.Response, budget int) *mcp.CallToolResult {
-	res := mcp.NewToolResultStructured(resp, modelText(resp, budget, s.Policy.CallerDecides))
+	res := mcp.NewToolResultStructured(resp, modelText(resp, budget, s.opts.Policy.CallerDecides))
 	res.IsError = !resp.OK && !resp.Suspended()
 	return res
 }
@@ -269,8 +269,8 @@ func propertyNames(schema map[string]any) mcp.PropertyOption {
 // search ranks the tools for search_tools: by the Ranker's evidence where
 // there is one, else lexically.
 func (s *Server) search(ctx context.Context, tools []catalog.Tool, query string, limit int) []catalog.Hit {
-	if s.Ranker != nil {
-		return s.Ranker.Search(ctx, tools, query, limit)
+	if s.opts.Ranker != nil {
+		return s.opts.Ranker.Search(ctx, tools, query, limit)
 	}
 	return catalog.Search(tools, query, limit)
 }
@@ -280,7 +280,7 @@ func (s *Server) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 	if limit <= 0 {
 		limit = 10
 	}
-	hits := s.search(ctx, s.Service.Catalog(ctx), r.GetString("query", ""), limit)
+	hits := s.search(ctx, s.opts.Service.Catalog(ctx), r.GetString("query", ""), limit)
 	type hit struct {
 		Call        string          `json:"call"`
 		Description string          `json:"description,omitempty"`
@@ -296,17 +296,17 @@ func (s *Server) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 
 func (s *Server) mcpListCapabilities(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	out := map[string]any{"capabilities": []any{}, "suggested": []any{}}
-	if s.Capabilities != nil {
-		list, err := s.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
+	if s.opts.Capabilities != nil {
+		list, err := s.opts.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
 		if err != nil {
 			return mcp.NewToolResultError(fault.As(err).Error()), nil
 		}
 		out["capabilities"] = list
 	}
-	if s.Suggestions != nil {
+	if s.opts.Suggestions != nil {
 		// Programs this caller ran that worked often enough to keep:
 		// proposals, published only through the guarded path.
-		list, err := s.Suggestions.List(ctx, execution.PrincipalFrom(ctx))
+		list, err := s.opts.Suggestions.List(ctx, execution.PrincipalFrom(ctx))
 		if err != nil {
 			return mcp.NewToolResultError(fault.As(err).Error()), nil
 		}

@@ -46,14 +46,14 @@ const pageElicitID = "approval-page"
 // page where the client can open a URL and there is a page; else not at
 // all (the document names the page, for the user to open).
 func (s *Server) askMode(ctx context.Context) int {
-	if s.StateKey == nil || !s.Suspends {
+	if s.opts.StateKey == nil || !s.opts.Suspends {
 		return askNone
 	}
 	form, url := clientElicitModes(ctx)
 	switch {
-	case form && s.Policy.TrustsClient(execution.PrincipalFrom(ctx)):
+	case form && s.opts.Policy.TrustsClient(execution.PrincipalFrom(ctx)):
 		return askForm
-	case s.Approvals == nil || s.approvalURL(ctx, "x") == "":
+	case s.opts.Approvals == nil || s.approvalURL(ctx, "x") == "":
 		return askNone
 	case url:
 		return askPage
@@ -98,9 +98,9 @@ func (s *Server) askPage(ctx context.Context, resp *execution.Response, budget i
 		}
 		calls = append(calls, "#"+strconv.Itoa(p.CallID)+" "+p.Server+"."+p.Tool)
 	}
-	token, err := s.StateKey.Seal(st)
+	token, err := s.opts.StateKey.Seal(st)
 	if err != nil {
-		s.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
+		s.opts.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
 		return s.executionResult(resp, budget)
 	}
 	url := s.approvalURL(ctx, resp.ExecutionID)
@@ -163,7 +163,7 @@ func askedText(p execution.Pending) string {
 // open the page; once decisions moved it on, the question about what
 // still waits, or the document it ended with.
 func (s *Server) afterPage(ctx context.Context, r mcp.CallToolRequest, st approval.State, budget int) *mcp.CallToolResult {
-	waiting, ferr := s.Service.Waiting(ctx, st.ExecutionID)
+	waiting, ferr := s.opts.Service.Waiting(ctx, st.ExecutionID)
 	if ferr == nil {
 		res := server.ElicitationResponse(r.Params.InputResponses, pageElicitID)
 		if waiting.StateVersion == st.Version && (res == nil || res.Action != mcp.ElicitationResponseActionAccept) {
@@ -172,7 +172,7 @@ func (s *Server) afterPage(ctx context.Context, r mcp.CallToolRequest, st approv
 		return s.askPage(ctx, waiting, budget)
 	}
 	// Not waiting any more: how it ended, as its caller may read it.
-	doc, sferr := s.Service.Status(ctx, st.ExecutionID, execution.PrincipalFrom(ctx))
+	doc, sferr := s.opts.Service.Status(ctx, st.ExecutionID, execution.PrincipalFrom(ctx))
 	if sferr != nil {
 		return s.refusal(st.ExecutionID, ferr)
 	}
