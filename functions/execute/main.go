@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
 	"github.com/pml-sandbox/pml/internal/lambdamain"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/startgc"
 )
@@ -48,7 +49,7 @@ func wire(ctx context.Context, log *slog.Logger) (any, error) {
 		launch = lambdaevents.InvokeSelf(client, os.Getenv(app.EnvLambdaFunction))
 	}
 	exec := a.Executor(nil, launch)
-	h := a.HTTPHandler(httpapi.Options{Service: exec, Logger: log, MCPTextBytes: textBytes})
+	h := a.HTTPHandler(httpapi.Options{Service: exec, Logger: log, MCP: mcpserver.Settings{TextBytes: textBytes}})
 	return lambdaevents.Handler(lambdaevents.Options{HTTP: h, Service: exec, Runner: exec, Logger: log,
 		Notified: a.AnnouncesSuspensions(), StreamREST: app.StreamREST()}), nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/capapi"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/evidence"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -379,13 +380,13 @@ type App struct {
 	// kernel (internal/toolsource), nil when none is configured.
 	Tools        *toolsource.Set
 	Traces       httpapi.TraceReader
-	Capabilities httpapi.Capabilities
+	Capabilities capapi.Capabilities
 	// Guard publishes capabilities as the policy decides: every save and
 	// every draft's publication goes through it.
 	Guard *capability.Guard
 	// Suggestions serve the learning loop's suggestions (nil when it is
 	// off); Ranker ranks search with the capabilities' evidence.
-	Suggestions httpapi.Suggestions
+	Suggestions capapi.Suggestions
 	Ranker      *evidence.Ranker
 	// Learn is where the learning loop's counts are read (nil when off).
 	Learn learn.Store
@@ -600,7 +601,7 @@ func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 	}
 	opts.Traces, opts.Capabilities, opts.Health = a.Traces, a.Capabilities, a.Health
 	opts.Suggestions, opts.Ranker = a.Suggestions, a.Ranker
-	opts.StateKey, opts.Policy, opts.Suspends = a.approvalKey, a.policy, a.Suspensions != nil
+	opts.Policy, opts.MCP.StateKey, opts.MCP.Suspends = a.policy, a.approvalKey, a.Suspensions != nil
 	if opts.Approvals == nil {
 		opts.Approvals = a.ApprovalPage(opts.Service, opts.Logger)
 	}

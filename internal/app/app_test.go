@@ -13,10 +13,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/capapi"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/httpapi"
 )
 
 // cleanEnv clears every variable app reads, then points the compilation
@@ -102,14 +102,14 @@ func TestSaveRefusesAServerNamespace(t *testing.T) {
 
 	// The Lambda's default policy: the caller may not publish, and a
 	// save in a free namespace waits as a draft.
-	_, err = a.Capabilities.Submit(ctx, approval.Decider{}, "", httpapi.CapabilitySave{Name: "kv:kv_get", Code: "return 1"})
+	_, err = a.Capabilities.Submit(ctx, approval.Decider{}, "", capapi.CapabilitySave{Name: "kv:kv_get", Code: "return 1"})
 	if fault.CodeOf(err) != fault.InvalidRequest || !strings.Contains(err.Error(), "MCP server") {
 		t.Fatalf("saving kv:kv_get next to server kv: %v; want INVALID_REQUEST naming the server", err)
 	}
 	if caps, err := a.Registry.List(ctx); err != nil || len(caps) != 0 {
 		t.Errorf("registry after the refused save: %v, %v; want it empty", caps, err)
 	}
-	if out, err := a.Capabilities.Submit(ctx, approval.Decider{}, "", httpapi.CapabilitySave{Name: "math:double", Code: "return 1"}); err != nil || out.Status != capability.OutcomeDraft {
+	if out, err := a.Capabilities.Submit(ctx, approval.Decider{}, "", capapi.CapabilitySave{Name: "math:double", Code: "return 1"}); err != nil || out.Status != capability.OutcomeDraft {
 		t.Errorf("saving in a free namespace: %+v, %v; want a draft", out, err)
 	}
 }

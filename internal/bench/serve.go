@@ -28,6 +28,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
 )
 
@@ -174,13 +175,13 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 	s.exec = s.app.Executor(budget.Admit(s.app.Service), nil)
 	clients := httpapi.DefaultClientLimits()
 	s.api = s.app.HTTPHandler(httpapi.Options{
-		Service:     s.exec,
-		Logger:      log,
-		Guard:       &httpapi.Guard{}, // what pml serve guards loopback with
-		Streaming:   true,
-		MCPSessions: true,
-		Clients:     &clients,
-		Metrics:     s.app.MetricsHandler(),
+		Service:   s.exec,
+		Logger:    log,
+		Guard:     &httpapi.Guard{}, // what pml serve guards loopback with
+		Streaming: true,
+		MCP:       mcpserver.Settings{Sessions: true},
+		Clients:   &clients,
+		Metrics:   s.app.MetricsHandler(),
 	})
 	s.hs = &http.Server{Handler: budget.RetryAfter(s.api), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	s.done = make(chan error, 1)

@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 )
 
 func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -134,15 +135,14 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	exec := a.Executor(budget.Admit(a.Service), nil)
 	page = a.ApprovalPage(exec, log)
 	api := a.HTTPHandler(httpapi.Options{
-		Approvals:    page,
-		Service:      exec,
-		Logger:       log,
-		Guard:        guard,
-		Streaming:    true,
-		MCPSessions:  true,
-		MCPTextBytes: *textBytes,
-		Clients:      &clients,
-		Metrics:      a.MetricsHandler(),
+		Approvals: page,
+		Service:   exec,
+		Logger:    log,
+		Guard:     guard,
+		Streaming: true,
+		MCP:       mcpserver.Settings{Sessions: true, TextBytes: *textBytes},
+		Clients:   &clients,
+		Metrics:   a.MetricsHandler(),
 	})
 	handler := budget.RetryAfter(api)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}

@@ -20,6 +20,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
@@ -41,8 +43,8 @@ const principalHeader = "X-Test-Principal"
 // from the principal its X-Test-Principal header names.
 func capServer(t *testing.T, sessions bool) (*httptest.Server, *capability.Guard) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	policy := approval.Policy{Approvers: []string{"arn:aws:sts::1:assumed-role/ops/*"}, TrustedClients: []string{elicitAgent}}
+	log := slog.New(slog.NewTextHandler(fronttest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	policy := approval.Policy{Approvers: []string{"arn:aws:sts::1:assumed-role/ops/*"}, TrustedClients: []string{fronttest.Agent}}
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	g := &capability.Guard{Registry: reg, Policy: policy}
 	runner := &capability.Runner{Registry: reg}
@@ -52,11 +54,11 @@ func capServer(t *testing.T, sessions bool) (*httptest.Server, *capability.Guard
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Capabilities: g, Policy: policy, MCPSessions: sessions})
+	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, Capabilities: g, Policy: policy, MCP: mcpserver.Settings{StateKey: key, Sessions: sessions}})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.Header.Get(principalHeader)
 		if p == "" {
-			p = elicitAgent
+			p = fronttest.Agent
 		}
 		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), p)))
 	}))
@@ -112,10 +114,10 @@ func TestCapabilityRoutesUnderTheDeployedPolicy(t *testing.T) {
 	if status, doc := sendAs(t, otherAgent, "POST", caps+"/drafts/"+id+"/publish", `{}`); status != http.StatusForbidden || !strings.Contains(doc["error"].(map[string]any)["message"].(string), "an approver") {
 		t.Fatalf("the agent publishing its draft: %d %+v", status, doc)
 	}
-	if status, doc := sendAs(t, elicitAgent, "GET", caps+"/drafts/"+id, ""); status != http.StatusNotFound {
+	if status, doc := sendAs(t, fronttest.Agent, "GET", caps+"/drafts/"+id, ""); status != http.StatusNotFound {
 		t.Fatalf("another agent reading it: %d %+v", status, doc)
 	}
-	if _, doc := sendAs(t, elicitAgent, "GET", caps+"/drafts", ""); len(doc["drafts"].([]any)) != 0 {
+	if _, doc := sendAs(t, fronttest.Agent, "GET", caps+"/drafts", ""); len(doc["drafts"].([]any)) != 0 {
 		t.Fatalf("another agent lists %+v", doc)
 	}
 	if status, doc := sendAs(t, otherAgent, "GET", caps+"/drafts/"+id, ""); status != http.StatusOK || doc["code"] == nil {
@@ -175,17 +177,7 @@ func TestCapabilityRoutesUnderTheDeployedPolicy(t *testing.T) {
 // saveCapability calls save_capability as c.
 func saveCapability(t *testing.T, c *client.Client, args map[string]any) (*mcp.CallToolResult, map[string]any) {
 	t.Helper()
-	var req mcp.CallToolRequest
-	req.Params.Name = "save_capability"
-	req.Params.Arguments = args
-	res, err := c.CallTool(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	var doc map[string]any
-	_ = json.Unmarshal(raw, &doc)
-	return res, doc
+	return fronttest.CallTool(t, c, "save_capability", args)
 }
 
 func publish(decision string) func(mcp.ElicitationParams) *mcp.ElicitationResult {
@@ -212,28 +204,28 @@ func TestSaveCapabilityAsksTheClientsUser(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, g := capServer(t, tc.sessions)
-			yes := &person{answer: publish("publish")}
-			c := elicitingClient(t, srv.URL+"/mcp", tc.version, yes, nil)
+			yes := &fronttest.Person{Answer: publish("publish")}
+			c := fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, yes, nil)
 			res, doc := saveCapability(t, c, map[string]any{"name": "notes:add", "code": "return args.a + args.b // adds", "pins": map[string]any{}})
 			cp, _ := doc["capability"].(map[string]any)
-			if res.IsError || doc["status"] != "published" || cp["via"] != "elicitation" || cp["publisher"] != elicitAgent {
+			if res.IsError || doc["status"] != "published" || cp["via"] != "elicitation" || cp["publisher"] != fronttest.Agent {
 				t.Fatalf("published through the user: %+v", doc)
 			}
-			if len(yes.asked) != 1 || !strings.Contains(yes.asked[0].Message, "return args.a + args.b // adds") || !strings.Contains(yes.asked[0].Message, "notes:add") {
-				t.Fatalf("the person was asked %+v", yes.asked)
+			if len(yes.Asked) != 1 || !strings.Contains(yes.Asked[0].Message, "return args.a + args.b // adds") || !strings.Contains(yes.Asked[0].Message, "notes:add") {
+				t.Fatalf("the person was asked %+v", yes.Asked)
 			}
 
-			no := &person{answer: decline}
-			res, doc = saveCapability(t, elicitingClient(t, srv.URL+"/mcp", tc.version, no, nil), map[string]any{"name": "notes:add", "code": "return 0"})
-			if res.IsError || doc["status"] != "draft" || len(no.asked) != 1 {
-				t.Fatalf("declined: %+v (asked %d)", doc, len(no.asked))
+			no := &fronttest.Person{Answer: fronttest.Decline}
+			res, doc = saveCapability(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, no, nil), map[string]any{"name": "notes:add", "code": "return 0"})
+			if res.IsError || doc["status"] != "draft" || len(no.Asked) != 1 {
+				t.Fatalf("declined: %+v (asked %d)", doc, len(no.Asked))
 			}
 			if head, _ := g.Registry.Get(context.Background(), "notes:add", 0); head.Version != 1 {
 				t.Fatalf("a declined draft was published: version %d", head.Version)
 			}
 
-			reject := &person{answer: publish("reject")}
-			_, doc = saveCapability(t, elicitingClient(t, srv.URL+"/mcp", tc.version, reject, nil), map[string]any{"name": "notes:add", "code": "return -1"})
+			reject := &fronttest.Person{Answer: publish("reject")}
+			_, doc = saveCapability(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, reject, nil), map[string]any{"name": "notes:add", "code": "return -1"})
 			d, _ := doc["draft"].(map[string]any)
 			if doc["status"] != "draft" || d["status"] != "rejected" {
 				t.Fatalf("rejected: %+v", doc)
@@ -244,10 +236,10 @@ func TestSaveCapabilityAsksTheClientsUser(t *testing.T) {
 			if _, err := g.Submit(context.Background(), approval.Decider{Principal: approver}, approver, capability.Proposal{Name: "math:one", Code: "return 1"}); err != nil {
 				t.Fatal(err)
 			}
-			asked := &person{answer: publish("publish")}
-			_, doc = saveCapability(t, elicitingClient(t, srv.URL+"/mcp", tc.version, asked, nil), map[string]any{"name": "math:one", "code": "return 'one'"})
-			if doc["status"] != "draft" || len(asked.asked) != 0 {
-				t.Fatalf("another's namespace: %+v, asked %d", doc, len(asked.asked))
+			asked := &fronttest.Person{Answer: publish("publish")}
+			_, doc = saveCapability(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, asked, nil), map[string]any{"name": "math:one", "code": "return 'one'"})
+			if doc["status"] != "draft" || len(asked.Asked) != 0 {
+				t.Fatalf("another's namespace: %+v, asked %d", doc, len(asked.Asked))
 			}
 		})
 	}
@@ -258,21 +250,21 @@ func TestSaveCapabilityAsksTheClientsUser(t *testing.T) {
 // answer whose state was changed is refused.
 func TestSaveCapabilityUntrustedClient(t *testing.T) {
 	srv, g := capServer(t, false)
-	p := &person{answer: publish("publish")}
+	p := &fronttest.Person{Answer: publish("publish")}
 	tr, err := transport.NewStreamableHTTP(srv.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{principalHeader: otherAgent}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := mcptest.Connect(t, client.NewClient(tr, client.WithElicitationHandler(p)), "")
 	res, doc := saveCapability(t, c, map[string]any{"name": "notes:add", "code": "return 1"})
-	if res.IsError || doc["status"] != "draft" || len(p.asked) != 0 {
-		t.Fatalf("untrusted: %+v, asked %d", doc, len(p.asked))
+	if res.IsError || doc["status"] != "draft" || len(p.Asked) != 0 {
+		t.Fatalf("untrusted: %+v, asked %d", doc, len(p.Asked))
 	}
 
 	// The trusted client's answer with its state changed on the way:
 	// refused, nothing published.
-	flip := &stateTamperer{change: func(s string) string { return strings.Replace(s, ".", ".A", 1) }}
-	res, doc = saveCapability(t, elicitingClient(t, srv.URL+"/mcp", "", &person{answer: publish("publish")}, flip), map[string]any{"name": "tamper:x", "code": "return 1"})
+	flip := &fronttest.StateTamperer{Change: func(s string) string { return strings.Replace(s, ".", ".A", 1) }}
+	res, doc = saveCapability(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", &fronttest.Person{Answer: publish("publish")}, flip), map[string]any{"name": "tamper:x", "code": "return 1"})
 	if !res.IsError || !strings.Contains(res.Content[0].(mcp.TextContent).Text, "INVALID_REQUEST") {
 		t.Fatalf("a tampered state: %+v", doc)
 	}
@@ -295,12 +287,12 @@ func TestPublishQuestionShowsTheCodeWhole(t *testing.T) {
 		{"too long to show", "// looks harmless\nlet a = 0;\n" + strings.Repeat("a += 1;\n", 1200) + tail, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &person{answer: decline}
-			_, doc := saveCapability(t, elicitingClient(t, srv.URL+"/mcp", "", p, nil), map[string]any{"name": "q:" + strings.ReplaceAll(tc.name, " ", "_"), "code": tc.code})
-			if len(p.asked) != 1 {
-				t.Fatalf("asked %d times: %+v", len(p.asked), doc)
+			p := &fronttest.Person{Answer: fronttest.Decline}
+			_, doc := saveCapability(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", p, nil), map[string]any{"name": "q:" + strings.ReplaceAll(tc.name, " ", "_"), "code": tc.code})
+			if len(p.Asked) != 1 {
+				t.Fatalf("asked %d times: %+v", len(p.Asked), doc)
 			}
-			msg := p.asked[0].Message
+			msg := p.Asked[0].Message
 			if strings.ContainsRune(msg, '\u202e') || strings.Contains(msg, tail) != tc.shown || (!tc.shown && !strings.Contains(msg, "too long to show")) {
 				t.Fatalf("the question:\n%s", msg)
 			}
@@ -327,9 +319,9 @@ func TestNoCapabilityAnswerNamesAnApprover(t *testing.T) {
 	_, answers["the list"] = sendAs(t, otherAgent, "GET", caps, "")
 	_, answers["an equivalent save"] = sendAs(t, otherAgent, "POST", caps, `{"name": "math:sum", "code": "return 1 // again"}`)
 	_, answers["an overwrite"] = sendAs(t, otherAgent, "POST", caps, `{"name": "math:sum", "code": "return 2"}`)
-	p := &person{answer: decline}
-	_, answers["save_capability, declined"] = saveCapability(t, elicitingClient(t, srv.URL+"/mcp", "", p, nil), map[string]any{"name": "notes:x", "code": "return 1"})
-	answers["the question"] = map[string]any{"asked": p.asked}
+	p := &fronttest.Person{Answer: fronttest.Decline}
+	_, answers["save_capability, declined"] = saveCapability(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", p, nil), map[string]any{"name": "notes:x", "code": "return 1"})
+	answers["the question"] = map[string]any{"asked": p.Asked}
 	for what, doc := range answers {
 		b, _ := json.Marshal(doc)
 		if strings.Contains(string(b), "assumed-role/ops") {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 )
 
 // ClientLimits bound how slowly a client may send its request body and
@@ -124,7 +125,7 @@ func (b *guardedBody) timeout() error {
 		b.n, elapsed.Round(time.Millisecond), b.l.BodyIdle, b.l.BodyGrace, b.l.BodyMinRate)
 	b.log.InfoContext(b.r.Context(), "request body too slow", "method", b.r.Method, "path", b.r.URL.Path, "bytes", b.n, "elapsed_ms", elapsed.Milliseconds())
 	b.w.Header().Set("Connection", "close")
-	writeError(b.w, http.StatusRequestTimeout, e)
+	httpjson.WriteError(b.w, http.StatusRequestTimeout, e)
 	b.w.answered = true
 	return e
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
@@ -249,10 +250,10 @@ func TestSlowStreamReaderGetsDropped(t *testing.T) {
 func TestMCPLongLogLineClipped(t *testing.T) {
 	// The script waits at a gate the test opens once it has heard the
 	// line: a notification sent as the call ends may be lost (mcp-go).
-	gate := gateSource{open: make(chan struct{})}
+	gate := fronttest.GateSource{Open: make(chan struct{})}
 	srv := guardedServer(t, httpapi.DefaultClientLimits(), guest.Limits{}, gate)
 	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
-	n := listen(c)
+	n := fronttest.Listen(c)
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"
 	req.Params.Arguments = map[string]any{"code": "console.log('z'.repeat(100000)); await mcp.gate.wait({}); return 1"}
@@ -265,13 +266,13 @@ func TestMCPLongLogLineClipped(t *testing.T) {
 		}
 		done <- res
 	}()
-	n.waitFor(t, "notifications/message", "bytes more; the result has the whole line")
-	close(gate.open)
+	n.WaitFor(t, "notifications/message", "bytes more; the result has the whole line")
+	close(gate.Open)
 	res := <-done
 	if res == nil || res.IsError {
 		t.Fatalf("execute_code: %+v", res)
 	}
-	for _, m := range n.list() {
+	for _, m := range n.List() {
 		if raw, _ := json.Marshal(m.Params); len(raw) > 9<<10 {
 			t.Errorf("a notification of %d bytes", len(raw))
 		}

@@ -16,8 +16,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 )
 
 // approverPatterns are a deployment's approvers and trusted clients: who
@@ -56,51 +58,51 @@ func TestNoAnswerNamesAnApprover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.New(httpapi.Options{Service: rs, Logger: log, Policy: approverPatterns, StateKey: key, Suspends: true})
+	h := httpapi.New(httpapi.Options{Service: rs, Logger: log, Policy: approverPatterns, MCP: mcpserver.Settings{StateKey: key, Suspends: true}})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
+		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), fronttest.Agent)))
 	}))
 	t.Cleanup(srv.Close)
 	base := srv.URL
 	const deleteK = `await mcp.demo.kv_delete({key: 'k'})`
 
 	answers := map[string]string{}
-	_, _, doc := call(t, "POST", base+"/execute", elicitAgent, `{"approval": "suspend", "code": "`+deleteK+`"}`)
-	answers["suspended document"] = toJSON(doc)
-	if doc["status"] != "suspended" || !strings.Contains(toJSON(doc), "an approver") {
+	_, _, doc := fronttest.Call(t, "POST", base+"/execute", fronttest.Agent, `{"approval": "suspend", "code": "`+deleteK+`"}`)
+	answers["suspended document"] = fronttest.ToJSON(doc)
+	if doc["status"] != "suspended" || !strings.Contains(fronttest.ToJSON(doc), "an approver") {
 		t.Fatalf("want a suspension naming the approvers' role: %v", doc)
 	}
 	id, _ := doc["execution_id"].(string)
-	_, _, doc = call(t, "POST", base+"/executions/"+id+"/resume", elicitAgent, `{"decisions": {"1": "approve"}}`)
-	answers["the caller approving"] = toJSON(doc)
-	_, _, doc = call(t, "POST", base+"/execute", elicitAgent, `{"allow_destructive": true, "code": "`+deleteK+`"}`)
-	answers["allow_destructive"] = toJSON(doc)
-	_, _, doc = call(t, "POST", base+"/execute", elicitAgent, `{"async": true, "approval": "suspend", "code": "`+deleteK+`"}`)
+	_, _, doc = fronttest.Call(t, "POST", base+"/executions/"+id+"/resume", fronttest.Agent, `{"decisions": {"1": "approve"}}`)
+	answers["the caller approving"] = fronttest.ToJSON(doc)
+	_, _, doc = fronttest.Call(t, "POST", base+"/execute", fronttest.Agent, `{"allow_destructive": true, "code": "`+deleteK+`"}`)
+	answers["allow_destructive"] = fronttest.ToJSON(doc)
+	_, _, doc = fronttest.Call(t, "POST", base+"/execute", fronttest.Agent, `{"async": true, "approval": "suspend", "code": "`+deleteK+`"}`)
 	async, _ := doc["execution_id"].(string)
-	answers["suspended document read back"] = toJSON(pollDoc(t, base, async, elicitAgent))
+	answers["suspended document read back"] = fronttest.ToJSON(pollDoc(t, base, async, fronttest.Agent))
 
-	res, _ := rpc(t, base, elicitAgent, "tools/call", map[string]any{"name": "execute_code",
+	res, _ := fronttest.RPC(t, base, fronttest.Agent, "tools/call", map[string]any{"name": "execute_code",
 		"arguments": map[string]any{"code": deleteK, "approval": "suspend"}})
-	answers["execute_code's suspended answer"] = toJSON(res)
-	res, _ = rpc(t, base, elicitAgent, "tools/call", map[string]any{"name": "resume_execution",
+	answers["execute_code's suspended answer"] = fronttest.ToJSON(res)
+	res, _ = fronttest.RPC(t, base, fronttest.Agent, "tools/call", map[string]any{"name": "resume_execution",
 		"arguments": map[string]any{"execution_id": id, "decisions": map[string]string{"1": "approve"}}})
-	answers["resume_execution approving"] = toJSON(res)
-	res, _ = rpc(t, base, elicitAgent, "tools/call", map[string]any{"name": "execute_code", "task": map[string]any{},
+	answers["resume_execution approving"] = fronttest.ToJSON(res)
+	res, _ = fronttest.RPC(t, base, fronttest.Agent, "tools/call", map[string]any{"name": "execute_code", "task": map[string]any{},
 		"arguments": map[string]any{"code": deleteK, "approval": "suspend"}})
 	task, _ := res["task"].(map[string]any)
 	taskID, _ := task["taskId"].(string)
-	res, _ = rpc(t, base, elicitAgent, "tasks/result", map[string]any{"taskId": taskID})
-	answers["tasks/result"] = toJSON(res)
-	res, _ = rpc(t, base, elicitAgent, "tasks/get", map[string]any{"taskId": taskID})
-	answers["tasks/get"] = toJSON(res)
+	res, _ = fronttest.RPC(t, base, fronttest.Agent, "tasks/result", map[string]any{"taskId": taskID})
+	answers["tasks/result"] = fronttest.ToJSON(res)
+	res, _ = fronttest.RPC(t, base, fronttest.Agent, "tasks/get", map[string]any{"taskId": taskID})
+	answers["tasks/get"] = fronttest.ToJSON(res)
 
 	// The question put to the client's user, which this deployment trusts.
-	asked := &person{answer: decline}
-	executeCode(t, elicitingClient(t, base+"/mcp", "", asked, nil), writeThenDelete)
-	if len(asked.asked) == 0 {
+	asked := &fronttest.Person{Answer: fronttest.Decline}
+	fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, base+"/mcp", "", asked, nil), fronttest.WriteThenDelete)
+	if len(asked.Asked) == 0 {
 		t.Fatal("the client's user was not asked")
 	}
-	b, _ := json.Marshal(asked.asked)
+	b, _ := json.Marshal(asked.Asked)
 	answers["the question"] = string(b)
 
 	for what, a := range answers {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 )
 
 // Fire and poll. POST /execute with "async": true answers 202 at once with
@@ -31,14 +32,14 @@ func (a *api) asyncDocument(w http.ResponseWriter, r *http.Request, id string) b
 	case ferr != nil && ferr.Code == fault.NotFound:
 		return false
 	case ferr != nil:
-		writeError(w, RefusalStatus(ferr), ferr)
+		httpjson.WriteError(w, RefusalStatus(ferr), ferr)
 		return true
 	}
 	w.Header().Set("X-Execution-Id", id)
 	if doc.Running() {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, http.StatusOK, doc)
+	httpjson.Write(w, http.StatusOK, doc)
 	return true
 }
 
@@ -52,7 +53,7 @@ func (a *api) cancelExecution(w http.ResponseWriter, r *http.Request) {
 	doc, ferr := a.Service.Cancel(r.Context(), execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(r.Context())})
 	w.Header().Set("X-Execution-Id", id)
 	if ferr != nil {
-		writeError(w, RefusalStatus(ferr), ferr)
+		httpjson.WriteError(w, RefusalStatus(ferr), ferr)
 		return
 	}
 	a.flush(r.Context())
@@ -61,5 +62,5 @@ func (a *api) cancelExecution(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusAccepted
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, status, doc)
+	httpjson.Write(w, status, doc)
 }

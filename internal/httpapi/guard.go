@@ -11,6 +11,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 )
 
 // Guard protects the handler where a browser can reach it, as `pml serve`
@@ -129,7 +130,7 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.hostAllowed(r.Host) {
 			g.log.InfoContext(r.Context(), "request refused", "reason", "host", "host", r.Host)
-			writeError(w, http.StatusForbidden, fault.New(fault.Forbidden,
+			httpjson.WriteError(w, http.StatusForbidden, fault.New(fault.Forbidden,
 				"the Host %q is not a loopback name or an allowed host (pml serve --allowed-host)", r.Host))
 			return
 		}
@@ -145,7 +146,7 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 			origin := origins[0]
 			if len(origins) > 1 || !(g.origins[normOrigin(origin)] || loopbackOrigin(origin)) {
 				g.log.InfoContext(r.Context(), "request refused", "reason", "origin", "origin", strings.Join(origins, ", "))
-				writeError(w, http.StatusForbidden, fault.New(fault.Forbidden,
+				httpjson.WriteError(w, http.StatusForbidden, fault.New(fault.Forbidden,
 					"requests from the web origin %q are not allowed (pml serve --allowed-origin)", origin))
 				return
 			}
@@ -167,7 +168,7 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 		health := r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 		if g.hasToken && !health && !g.tokenOK(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pml"`)
-			writeError(w, http.StatusUnauthorized, fault.New(fault.Unauthorized,
+			httpjson.WriteError(w, http.StatusUnauthorized, fault.New(fault.Unauthorized,
 				"this server requires the header Authorization: Bearer TOKEN (pml serve --token or PML_SERVE_TOKEN)"))
 			return
 		}

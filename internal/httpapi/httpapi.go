@@ -1,19 +1,22 @@
 // Package httpapi is PML Sandbox's HTTP interface: one http.Handler with the
-// routes /execute, /executions/{id} (GET, DELETE), /executions/{id}/resume, /tools,
-// /capabilities, /capabilities/drafts (GET; GET, DELETE /{id}; POST
-// /{id}/publish, /{id}/reject), /healthz and the MCP endpoint /mcp. `pml serve` serves it directly; the execute Lambda
-// serves it through API Gateway events (internal/lambdaevents), so both
-// front ends share every route, status code and error shape.
+// REST routes POST /execute, GET and DELETE /executions/{id}, POST
+// /executions/{id}/resume, GET and DELETE /sessions/{id}, GET /tools, GET
+// and POST /capabilities, /capabilities/drafts (GET; GET, DELETE /{id};
+// POST /{id}/publish, /{id}/reject), GET /capabilities/suggestions and POST
+// /capabilities/suggestions/{id}/publish, GET /healthz, GET /metrics where
+// there are metrics, the approval page's routes (internal/approvalpage),
+// and the MCP server (internal/mcpserver) mounted at /mcp (POST; GET and
+// the other methods get its answer). Both fronts stand on
+// execution.Executor. `pml serve` serves the handler directly; the execute
+// Lambda serves it through API Gateway events (internal/lambdaevents), so
+// both deployments share every route, status code and error shape.
 package httpapi
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -21,13 +24,16 @@ import (
 	"slices"
 	"time"
 
-	"github.com/mark3labs/mcp-go/server"
-
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
+	"github.com/pml-sandbox/pml/internal/capapi"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/delivery"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
+	"github.com/pml-sandbox/pml/internal/pagelink"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
@@ -45,18 +51,19 @@ type Options struct {
 	// by RefusalStatus.
 	Service      execution.Executor
 	Traces       TraceReader
-	Capabilities Capabilities
+	Capabilities capapi.Capabilities
 	// Suggestions, when set, serves GET /capabilities/suggestions, its
 	// publish route and list_capabilities' suggested part.
-	Suggestions Suggestions
+	Suggestions capapi.Suggestions
 	// Ranker, when set, ranks search_tools and annotates the d.ts.
-	Ranker Ranker
+	Ranker capapi.Ranker
 	// Health adds details (e.g. MCP server states) to /healthz.
 	Health func() any
 	Logger *slog.Logger
-	// MaxBodyBytes caps request bodies (default 1 MiB).
+	// MaxBodyBytes caps request bodies (default httpjson.DefaultBodyBytes).
 	MaxBodyBytes int64
-	// FlushTimeout bounds writing traces after an execution (default 2 s).
+	// FlushTimeout bounds writing traces after an execution (default
+	// delivery.DefaultFlushTimeout).
 	FlushTimeout time.Duration
 	// Guard, when set, checks every request's Host, Origin and bearer
 	// token before routing it; `pml serve` sets it, the Lambda does not.
@@ -72,25 +79,10 @@ type Options struct {
 	// timeout is 5 minutes, 30 s for an edge-optimized endpoint) from
 	// closing it (default 15 s).
 	StreamHeartbeat time.Duration
-	// MCPTextBytes is the default budget of execute_code's text answer
-	// (default DefaultMCPTextBytes); a call may set its own.
-	MCPTextBytes int
 	// Policy says who decides: approvers may read and decide any
 	// execution; it also shapes what a suspended execution's answer tells
 	// a model it may do.
 	Policy approval.Policy
-	// MCPSessions keeps MCP sessions (pml serve: one process answers a
-	// session's every request), so that an older client can be asked
-	// questions (server-initiated elicitation) on its request's stream.
-	// Without it /mcp is stateless (the Lambda).
-	MCPSessions bool
-	// Suspends is whether the service keeps suspended executions: only
-	// then are a client's user asked to decide.
-	Suspends bool
-	// StateKey seals the state of the questions /mcp puts to a client's
-	// user (elicitation); without one, suspended executions are answered
-	// with their document, not asked about.
-	StateKey approval.Key
 	// Clients, when set, bounds how slowly a client may send a body or
 	// read a response (see ClientLimits); `pml serve` sets it, the Lambda
 	// has no socket to set deadlines on.
@@ -105,47 +97,41 @@ type Options struct {
 	// deployment does not trust with a form is sent there (URL-mode
 	// elicitation).
 	Approvals *approvalpage.Page
+	// MCP is what only the MCP server at /mcp reads (its sessions, text
+	// budget, questions to a client's user); it shares the rest of these
+	// options with the routes here.
+	MCP mcpserver.Settings
 }
 
 type api struct {
 	Options
-	// mcp is the one MCP server behind /mcp: every method reaches the
-	// same sessions.
-	mcp *server.StreamableHTTPServer
+	// mcp is the MCP server behind /mcp.
+	mcp *mcpserver.Server
 }
 
 // Handler is the HTTP API. Close releases what it holds beyond a request
 // (MCP sessions and their sweeper) once it serves no more.
 type Handler struct {
 	http.Handler
-	mcp *server.StreamableHTTPServer
+	mcp *mcpserver.Server
 }
 
 // Close ends the MCP sessions; call it after the server stopped serving.
-func (h *Handler) Close(ctx context.Context) error { return h.mcp.Shutdown(ctx) }
+func (h *Handler) Close(ctx context.Context) error { return h.mcp.Close(ctx) }
 
 // New returns the handler.
 func New(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 1 << 20
-	}
-	if opts.FlushTimeout <= 0 {
-		opts.FlushTimeout = 2 * time.Second
-	}
-	if opts.MCPTextBytes <= 0 {
-		opts.MCPTextBytes = DefaultMCPTextBytes
-	}
 	if opts.StreamHeartbeat <= 0 {
 		opts.StreamHeartbeat = 15 * time.Second
 	}
 	a := &api{Options: opts}
-	if opts.Approvals != nil {
-		a.Service = pageLinks{Executor: opts.Service, a: a}
-	}
-	a.mcp = a.mcpHandler()
+	a.Service = pagelink.Executor(opts.Service, opts.Approvals)
+	a.mcp = mcpserver.New(mcpserver.Options{Service: opts.Service, Capabilities: opts.Capabilities, Suggestions: opts.Suggestions,
+		Ranker: opts.Ranker, Policy: opts.Policy, Approvals: opts.Approvals, Logger: opts.Logger, MaxBodyBytes: opts.MaxBodyBytes,
+		FlushTimeout: opts.FlushTimeout, Streaming: opts.Streaming, Guarded: opts.Guard != nil, Settings: opts.MCP})
 	mux := http.NewServeMux()
 	for _, r := range routes {
 		mux.Handle(r.pattern, r.handler(a))
@@ -178,30 +164,34 @@ type route struct {
 // (PageRouteKeys: a browser signs no request, the page signs people in
 // itself).
 var routes = append([]route{
-	{"POST /execute", "POST /execute", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.execute)) }},
+	{"POST /execute", "POST /execute", func(a *api) http.Handler { return httpjson.RequireJSON(http.HandlerFunc(a.execute)) }},
 	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
 	{"DELETE /executions/{id}", "DELETE /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.cancelExecution) }},
-	{"POST /executions/{id}/resume", "POST /executions/{id}/resume", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.resume)) }},
+	{"POST /executions/{id}/resume", "POST /executions/{id}/resume", func(a *api) http.Handler { return httpjson.RequireJSON(http.HandlerFunc(a.resume)) }},
 	{"GET /sessions/{id}", "GET /sessions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getSession) }},
 	{"DELETE /sessions/{id}", "DELETE /sessions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.deleteSession) }},
 	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
 	{"GET /capabilities", "GET /capabilities", func(a *api) http.Handler { return http.HandlerFunc(a.listCapabilities) }},
-	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.saveCapability)) }},
+	{"POST /capabilities", "POST /capabilities", func(a *api) http.Handler { return httpjson.RequireJSON(http.HandlerFunc(a.saveCapability)) }},
 	{"GET /capabilities/drafts", "GET /capabilities/drafts", func(a *api) http.Handler { return http.HandlerFunc(a.listDrafts) }},
 	{"GET /capabilities/drafts/{id}", "GET /capabilities/drafts/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getDraft) }},
 	{"DELETE /capabilities/drafts/{id}", "DELETE /capabilities/drafts/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.deleteDraft) }},
-	{"POST /capabilities/drafts/{id}/publish", "POST /capabilities/drafts/{id}/publish", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.publishDraft)) }},
-	{"POST /capabilities/drafts/{id}/reject", "POST /capabilities/drafts/{id}/reject", func(a *api) http.Handler { return requireJSON(http.HandlerFunc(a.rejectDraft)) }},
+	{"POST /capabilities/drafts/{id}/publish", "POST /capabilities/drafts/{id}/publish", func(a *api) http.Handler {
+		return httpjson.RequireJSON(http.HandlerFunc(a.publishDraft))
+	}},
+	{"POST /capabilities/drafts/{id}/reject", "POST /capabilities/drafts/{id}/reject", func(a *api) http.Handler {
+		return httpjson.RequireJSON(http.HandlerFunc(a.rejectDraft))
+	}},
 	{"GET /capabilities/suggestions", "GET /capabilities/suggestions", func(a *api) http.Handler { return http.HandlerFunc(a.listSuggestions) }},
 	{"POST /capabilities/suggestions/{id}/publish", "POST /capabilities/suggestions/{id}/publish", func(a *api) http.Handler {
-		return requireJSON(http.HandlerFunc(a.publishSuggestion))
+		return httpjson.RequireJSON(http.HandlerFunc(a.publishSuggestion))
 	}},
 	{"GET /healthz", "GET /healthz", func(a *api) http.Handler { return http.HandlerFunc(a.health) }},
-	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return requireJSON(a.mcpTasks(a.mcp)) }},
+	{"POST /mcp", "POST /mcp", func(a *api) http.Handler { return a.mcp }},
 	// GET is routed too so that a client opening an event stream hears
-	// why there is none; here every other method gets the same answer,
-	// but for DELETE, which ends a session where there are sessions.
-	{"GET /mcp", "/mcp", func(a *api) http.Handler { return a.mcpOtherMethods() }},
+	// why there is none; here every other method reaches the MCP server,
+	// which answers them (DELETE ends a session where there are sessions).
+	{"GET /mcp", "/mcp", func(a *api) http.Handler { return a.mcp }},
 }, pageRoutes()...)
 
 // pageRoutes routes the approval page's routes to it.
@@ -223,7 +213,7 @@ func (a *api) approvalPage() http.Handler {
 		return a.Approvals
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this server has no approval page (it keeps no suspended executions nor capability drafts, or has no approval key)"))
+		httpjson.WriteError(w, http.StatusNotFound, fault.New(fault.NotFound, "this server has no approval page (it keeps no suspended executions nor capability drafts, or has no approval key)"))
 	})
 }
 
@@ -251,55 +241,11 @@ func jsonMisses(mux *http.ServeMux) http.Handler {
 		h.ServeHTTP(rec, r)
 		if rec.Code == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", rec.Header().Get("Allow"))
-			writeError(w, rec.Code, fault.New(fault.InvalidRequest, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.Header().Get("Allow")))
+			httpjson.WriteError(w, rec.Code, fault.New(fault.InvalidRequest, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.Header().Get("Allow")))
 			return
 		}
-		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "no route %s %s", r.Method, r.URL.Path))
+		httpjson.WriteError(w, http.StatusNotFound, fault.New(fault.NotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
-}
-
-// requireJSON refuses a body that is not declared as JSON. A web page can
-// send text/plain, form and multipart bodies to any origin without a CORS
-// preflight, so accepting them would let any site the user visits run code
-// here; application/json needs a preflight, which this API never grants
-// unless the serve guard allows the origin. API clients always send JSON,
-// so this holds behind API Gateway too.
-func requireJSON(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ct := r.Header.Get("Content-Type")
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, fault.New(fault.InvalidRequest,
-				"the body must be JSON sent with Content-Type: application/json (got %q)", ct))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// mcpOtherMethods answers every method but POST on /mcp: DELETE ends a
-// session where there are sessions; everything else is refused.
-func (a *api) mcpOtherMethods() http.Handler {
-	if !a.MCPSessions {
-		return http.HandlerFunc(mcpPostOnly)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodDelete {
-			a.mcp.ServeHTTP(w, r)
-			return
-		}
-		mcpPostOnly(w, r)
-	})
-}
-
-// mcpPostOnly answers every method but POST on /mcp. The endpoint is
-// stateless and never sends anything unprompted, so the standalone event
-// stream of GET would only hold a connection open (and keep `pml serve` from
-// shutting down), and there is no session for DELETE to end; the MCP
-// transport lets a server decline both with 405.
-func mcpPostOnly(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", http.MethodPost)
-	writeError(w, http.StatusMethodNotAllowed, fault.New(fault.InvalidRequest,
-		"%s is not allowed on /mcp (allowed: POST): the endpoint is stateless and opens no event stream", r.Method))
 }
 
 // statusWriter remembers the status for the request log.
@@ -328,7 +274,7 @@ func (a *api) middleware(next http.Handler) http.Handler {
 		defer func() {
 			if p := recover(); p != nil {
 				a.Logger.ErrorContext(r.Context(), "panic serving request", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				writeError(sw, http.StatusInternalServerError, fault.New(fault.Internal, "internal error"))
+				httpjson.WriteError(sw, http.StatusInternalServerError, fault.New(fault.Internal, "internal error"))
 			}
 			a.Logger.InfoContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000, "execution_id", sw.Header().Get("X-Execution-Id"))
@@ -336,7 +282,7 @@ func (a *api) middleware(next http.Handler) http.Handler {
 		// A caller's W3C trace context: the execution's span nests under
 		// it (X-Ray's header is read where the request is built).
 		ctx := tracectx.FromHeader(r.Context(), r.Header)
-		next.ServeHTTP(sw, r.WithContext(pageBase(ctx, approvalpage.RequestBase(r))))
+		next.ServeHTTP(sw, r.WithContext(pagelink.WithBase(ctx, r)))
 	})
 }
 
@@ -377,17 +323,7 @@ func StatusOf(resp *execution.Response) int {
 // readBody reads a request body of at most MaxBodyBytes; on failure it
 // has answered (413 or 400) and ok is false.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fault.New(fault.LimitExceeded, "the request body is over %d bytes", a.MaxBodyBytes))
-			return nil, false
-		}
-		writeError(w, http.StatusBadRequest, fault.Wrap(fault.InvalidRequest, err, "reading the request body"))
-		return nil, false
-	}
-	return body, true
+	return httpjson.ReadBody(w, r, a.MaxBodyBytes)
 }
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
@@ -397,7 +333,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	req, ferr := execution.Decode(body, execution.SourceFrom(r.Context(), execution.SourceHTTP))
 	if ferr != nil {
-		writeError(w, http.StatusBadRequest, ferr)
+		httpjson.WriteError(w, http.StatusBadRequest, ferr)
 		return
 	}
 	req.Principal = execution.PrincipalFrom(r.Context())
@@ -413,17 +349,13 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		pollHeaders(w, resp.ExecutionID)
 	}
 	sessionHeaders(w, resp)
-	writeJSON(w, StatusOf(resp), resp)
+	httpjson.Write(w, StatusOf(resp), resp)
 }
 
 // flush writes the execution's traces before the response goes out, so a
 // Lambda frozen right after answering loses nothing.
 func (a *api) flush(ctx context.Context) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.FlushTimeout)
-	defer cancel()
-	if err := a.Service.Flush(fctx); err != nil {
-		a.Logger.WarnContext(ctx, "trace flush failed", "err", err)
-	}
+	delivery.Flush(ctx, a.Service, a.FlushTimeout, a.Logger)
 }
 
 // limitStatus is the status of a LIMIT_EXCEEDED: 413 for code over the
@@ -441,7 +373,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.Traces == nil {
-		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
+		httpjson.WriteError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
 		return
 	}
 	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
@@ -457,7 +389,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		if fe.Code == fault.NotFound {
 			status = http.StatusNotFound
 		}
-		writeError(w, status, fe)
+		httpjson.WriteError(w, status, fe)
 		return
 	}
 	if calls == nil {
@@ -474,7 +406,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, doc)
+	httpjson.Write(w, http.StatusOK, doc)
 }
 
 func (a *api) tools(w http.ResponseWriter, r *http.Request) {
@@ -488,9 +420,9 @@ func (a *api) tools(w http.ResponseWriter, r *http.Request) {
 		if tools == nil {
 			tools = []catalog.Tool{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tools": tools})
+		httpjson.Write(w, http.StatusOK, map[string]any{"tools": tools})
 	default:
-		writeError(w, http.StatusBadRequest, fault.New(fault.InvalidRequest, "format must be json or dts"))
+		httpjson.WriteError(w, http.StatusBadRequest, fault.New(fault.InvalidRequest, "format must be json or dts"))
 	}
 }
 
@@ -499,7 +431,7 @@ func (a *api) health(w http.ResponseWriter, _ *http.Request) {
 	if a.Health != nil {
 		out["details"] = a.Health()
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // RuntimeStats is the process's state in /healthz: enough to see a leak or
@@ -514,16 +446,4 @@ func runtimeStats() RuntimeStats {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapAllocBytes: m.HeapAlloc, GCCycles: m.NumGC}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, err *fault.Error) {
-	writeJSON(w, status, map[string]any{"ok": false, "error": err})
 }

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 	enginetest.Main(m, func(e *guest.Engine) { engine = e })
 }
 
+// local is the policy of local use (pml run, pml serve on loopback): the
+// caller is the person at the keyboard and decides.
+var local = approval.Policy{CallerDecides: true}
+
 // traces is a one-execution TraceReader.
 type traces struct{ id string }
 

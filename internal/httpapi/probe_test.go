@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 )
 
 // TestIdsCannotBeProbed: whatever another principal's execution is doing —
@@ -18,14 +20,14 @@ func TestIdsCannotBeProbed(t *testing.T) {
 	base := newAsyncServer(t, false)
 	const agent, other = "jwt:https://idp#agent", "jwt:https://idp#other"
 
-	_, _, doc := call(t, "POST", base+"/execute", agent, `{"async": true, "code": "for (let i = 0; i < 200; i++) await mcp.demo.sleep({ms: 50})"}`)
+	_, _, doc := fronttest.Call(t, "POST", base+"/execute", agent, `{"async": true, "code": "for (let i = 0; i < 200; i++) await mcp.demo.sleep({ms: 50})"}`)
 	running, _ := doc["execution_id"].(string)
-	_, _, doc = call(t, "POST", base+"/execute", agent, `{"async": true, "approval": "suspend", "code": "await mcp.demo.kv_delete({key: 'k'})"}`)
+	_, _, doc = fronttest.Call(t, "POST", base+"/execute", agent, `{"async": true, "approval": "suspend", "code": "await mcp.demo.kv_delete({key: 'k'})"}`)
 	asyncSuspended, _ := doc["execution_id"].(string)
 	if doc = pollDoc(t, base, asyncSuspended, agent); doc["status"] != "suspended" {
 		t.Fatalf("the asynchronous execution did not suspend: %v", doc)
 	}
-	status, _, doc := call(t, "POST", base+"/execute", agent, `{"approval": "suspend", "code": "await mcp.demo.kv_delete({key: 'k'})"}`)
+	status, _, doc := fronttest.Call(t, "POST", base+"/execute", agent, `{"approval": "suspend", "code": "await mcp.demo.kv_delete({key: 'k'})"}`)
 	syncSuspended, _ := doc["execution_id"].(string)
 	if status != http.StatusAccepted || doc["status"] != "suspended" {
 		t.Fatalf("the synchronous execution did not suspend: %d %v", status, doc)
@@ -40,7 +42,7 @@ func TestIdsCannotBeProbed(t *testing.T) {
 	httpAnswer := func(method, path, id, body string) answer {
 		req, _ := http.NewRequest(method, base+strings.ReplaceAll(path, "ID", id), strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(testPrincipal, other)
+		req.Header.Set(fronttest.PrincipalHeader, other)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -49,11 +51,11 @@ func TestIdsCannotBeProbed(t *testing.T) {
 		var v map[string]any
 		_ = json.NewDecoder(resp.Body).Decode(&v)
 		delete(v, "execution_id")
-		return answer{resp.StatusCode, strings.ReplaceAll(toJSON(v), id, "ID")}
+		return answer{resp.StatusCode, strings.ReplaceAll(fronttest.ToJSON(v), id, "ID")}
 	}
 	mcpAnswer := func(method string, params map[string]any, id string) answer {
-		res, e := rpc(t, base, other, method, params)
-		return answer{0, strings.ReplaceAll(toJSON(res)+toJSON(e), id, "ID")}
+		res, e := fronttest.RPC(t, base, other, method, params)
+		return answer{0, strings.ReplaceAll(fronttest.ToJSON(res)+fronttest.ToJSON(e), id, "ID")}
 	}
 	probes := map[string]func(id string) answer{
 		"DELETE": func(id string) answer { return httpAnswer("DELETE", "/executions/ID", id, "") },
@@ -92,7 +94,7 @@ func TestIdsCannotBeProbed(t *testing.T) {
 	if doc := pollDoc(t, base, asyncSuspended, agent); doc["status"] != "suspended" {
 		t.Fatalf("after the probes: %v", doc)
 	}
-	if status, _, doc := call(t, "DELETE", base+"/executions/"+running, agent, ""); status != http.StatusAccepted {
+	if status, _, doc := fronttest.Call(t, "DELETE", base+"/executions/"+running, agent, ""); status != http.StatusAccepted {
 		t.Fatalf("the owner's cancel after the probes: %d %v", status, doc)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -52,7 +53,7 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 	}
 	rr, ferr := execution.DecodeResume(body, r.PathValue("id"))
 	if ferr != nil {
-		writeError(w, http.StatusBadRequest, ferr)
+		httpjson.WriteError(w, http.StatusBadRequest, ferr)
 		return
 	}
 	rr.Principal = execution.PrincipalFrom(r.Context())
@@ -71,9 +72,9 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 	resp, ferr := a.Service.Resume(r.Context(), rr)
 	w.Header().Set("X-Execution-Id", rr.ExecutionID)
 	if ferr != nil {
-		writeError(w, RefusalStatus(ferr), ferr)
+		httpjson.WriteError(w, RefusalStatus(ferr), ferr)
 		return
 	}
 	a.flush(r.Context())
-	writeJSON(w, StatusOf(resp), resp)
+	httpjson.Write(w, StatusOf(resp), resp)
 }

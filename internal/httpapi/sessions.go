@@ -6,6 +6,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 )
 
 // Sessions (execution/session.go). POST /execute with "session": "new"
@@ -20,20 +21,20 @@ import (
 func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
 	info, ferr := a.Service.Session(r.Context(), execution.SessionRequest{SessionID: r.PathValue("id"), Principal: execution.PrincipalFrom(r.Context())})
 	if ferr != nil {
-		writeError(w, RefusalStatus(ferr), ferr)
+		httpjson.WriteError(w, RefusalStatus(ferr), ferr)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	httpjson.Write(w, http.StatusOK, info)
 }
 
 // deleteSession serves DELETE /sessions/{id}.
 func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if ferr := a.Service.EndSession(r.Context(), execution.SessionRequest{SessionID: id, Principal: execution.PrincipalFrom(r.Context())}); ferr != nil {
-		writeError(w, RefusalStatus(ferr), ferr)
+		httpjson.WriteError(w, RefusalStatus(ferr), ferr)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"session_id": id, "deleted": true})
+	httpjson.Write(w, http.StatusOK, map[string]any{"session_id": id, "deleted": true})
 }
 
 // sessionHeaders add what a refused execution of a session tells its

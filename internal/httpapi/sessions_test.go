@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
@@ -34,7 +35,7 @@ func newSessionServer(t *testing.T) string {
 	t.Cleanup(func() { _ = rs.Close(context.Background()) })
 	h := httpapi.New(httpapi.Options{Service: rs, Traces: traces{id: "ex_known"}, Logger: log})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), r.Header.Get(testPrincipal))))
+		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), r.Header.Get(fronttest.PrincipalHeader))))
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -45,14 +46,14 @@ func newSessionServer(t *testing.T) string {
 func TestSessionsOverHTTP(t *testing.T) {
 	base := newSessionServer(t)
 	const agent, other = "jwt:https://idp#agent", "jwt:https://idp#other"
-	status, _, doc := call(t, "POST", base+"/execute", agent, `{"code": "const seen = [1]; return seen.length", "session": "new"}`)
+	status, _, doc := fronttest.Call(t, "POST", base+"/execute", agent, `{"code": "const seen = [1]; return seen.length", "session": "new"}`)
 	sess, _ := doc["session"].(map[string]any)
 	id, _ := sess["id"].(string)
 	if status != 200 || !strings.HasPrefix(id, "ss_") || sess["saved"] != true {
 		t.Fatalf("a new session: %d %v", status, doc)
 	}
 	// Continued asynchronously: the run keeps the request, session and all.
-	status, _, doc = call(t, "POST", base+"/execute", agent, `{"code": "seen.push(2); return seen", "session_id": "`+id+`", "async": true}`)
+	status, _, doc = fronttest.Call(t, "POST", base+"/execute", agent, `{"code": "seen.push(2); return seen", "session_id": "`+id+`", "async": true}`)
 	if status != 202 {
 		t.Fatalf("async continue: %d %v", status, doc)
 	}
@@ -60,26 +61,26 @@ func TestSessionsOverHTTP(t *testing.T) {
 	if doc["ok"] != true || doc["session"].(map[string]any)["saved"] != true {
 		t.Fatalf("the async step: %v", doc)
 	}
-	if status, _, doc = call(t, "POST", base+"/execute", agent, `{"code": "return seen", "session_id": "`+id+`"}`); status != 200 || len(doc["result"].([]any)) != 2 {
+	if status, _, doc = fronttest.Call(t, "POST", base+"/execute", agent, `{"code": "return seen", "session_id": "`+id+`"}`); status != 200 || len(doc["result"].([]any)) != 2 {
 		t.Fatalf("after the async step: %d %v", status, doc)
 	}
 
-	if status, _, doc = call(t, "GET", base+"/sessions/"+id, agent, ""); status != 200 || doc["executions"] != 3.0 || doc["state"] != "idle" {
+	if status, _, doc = fronttest.Call(t, "GET", base+"/sessions/"+id, agent, ""); status != 200 || doc["executions"] != 3.0 || doc["state"] != "idle" {
 		t.Fatalf("GET: %d %v", status, doc)
 	}
 	for _, r := range [][2]string{{"GET", "/sessions/" + id}, {"DELETE", "/sessions/" + id}, {"POST", "/execute"}, {"GET", "/sessions/ss_unknown"}, {"GET", "/sessions/not-a-session"}} {
-		status, _, doc := call(t, r[0], base+r[1], other, `{"code": "return 1", "session_id": "`+id+`"}`)
+		status, _, doc := fronttest.Call(t, r[0], base+r[1], other, `{"code": "return 1", "session_id": "`+id+`"}`)
 		if status != 404 || doc["error"].(map[string]any)["code"] != "NOT_FOUND" {
 			t.Fatalf("%s %s by another: %d %v", r[0], r[1], status, doc)
 		}
 	}
-	if status, _, doc = call(t, "POST", base+"/execute", agent, `{"code": "x", "session": "ss_a"}`); status != 400 {
+	if status, _, doc = fronttest.Call(t, "POST", base+"/execute", agent, `{"code": "x", "session": "ss_a"}`); status != 400 {
 		t.Fatalf("a bad session field: %d %v", status, doc)
 	}
-	if status, _, doc = call(t, "DELETE", base+"/sessions/"+id, agent, ""); status != 200 || doc["deleted"] != true {
+	if status, _, doc = fronttest.Call(t, "DELETE", base+"/sessions/"+id, agent, ""); status != 200 || doc["deleted"] != true {
 		t.Fatalf("DELETE: %d %v", status, doc)
 	}
-	if status, _, doc = call(t, "POST", base+"/execute", agent, `{"code": "return seen", "session_id": "`+id+`"}`); status != 404 {
+	if status, _, doc = fronttest.Call(t, "POST", base+"/execute", agent, `{"code": "return seen", "session_id": "`+id+`"}`); status != 404 {
 		t.Fatalf("after DELETE: %d %v", status, doc)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/delivery"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -31,20 +32,10 @@ type StreamResult struct {
 	*execution.Response
 }
 
-type streamingKey struct{}
-
-// WithStreaming marks a request as coming through a front that carries a
-// response as it is written (API Gateway's REST API in STREAM mode, the
-// Lambda's streamed response): its event streams and MCP notifications go
-// out live, as pml serve's do (Options.Streaming).
-func WithStreaming(ctx context.Context) context.Context {
-	return context.WithValue(ctx, streamingKey{}, true)
-}
-
-// streams reports whether a request's answer may stream.
+// streams reports whether a request's answer may stream: Options.Streaming,
+// or a front that marked it (delivery.WithStreaming).
 func (a *api) streams(ctx context.Context) bool {
-	on, _ := ctx.Value(streamingKey{}).(bool)
-	return a.Streaming || on
+	return a.Streaming || delivery.Streaming(ctx)
 }
 
 // wantsEventStream reports whether the request asks for an event stream:

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -13,33 +12,13 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
-	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/delivery"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
-
-// gateSource has one tool, gate:wait, whose calls block until the test
-// opens the gate: a call that is visibly still running.
-var readOnly = true
-
-type gateSource struct{ open chan struct{} }
-
-func (gateSource) Tools(context.Context) ([]catalog.Tool, error) {
-	// Read-only, as it says: MCP's defaults make a tool that says nothing
-	// destructive.
-	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP, Annotations: catalog.Annotations{ReadOnly: &readOnly}}}, nil
-}
-
-func (g gateSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
-	select {
-	case <-g.open:
-		return json.RawMessage(`"opened"`), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
 
 func streamingServer(t *testing.T, streaming bool, sources ...execution.ToolSource) *httptest.Server {
 	t.Helper()
@@ -95,7 +74,7 @@ func postStreamTo(t *testing.T, url, body string) *http.Response {
 // has been read), and the result event carries the document and the
 // status the plain request would have had.
 func TestExecuteStreamsEventsAsTheyHappen(t *testing.T) {
-	gate := gateSource{open: make(chan struct{})}
+	gate := fronttest.GateSource{Open: make(chan struct{})}
 	srv := streamingServer(t, true, gate)
 	resp := postStream(t, srv.URL, `{"code": "console.log('before'); await mcp.demo.add({a: 1, b: 2}); return await mcp.gate.wait({})"}`)
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" || resp.Header.Get("X-Execution-Id") == "" {
@@ -113,7 +92,7 @@ func TestExecuteStreamsEventsAsTheyHappen(t *testing.T) {
 			t.Fatalf("event %s %s, want %s with %s", ev.name, ev.data, w.name, w.contains)
 		}
 	}
-	close(gate.open) // only now can the call, and the script, end
+	close(gate.Open) // only now can the call, and the script, end
 	if ev := readEvent(t, sc); ev.name != "call_end" || !strings.Contains(ev.data, `"tool":"wait"`) || !strings.Contains(ev.data, `"ok":true`) {
 		t.Fatalf("event %s %s, want call_end of wait", ev.name, ev.data)
 	}
@@ -196,7 +175,7 @@ func TestStreamingPerRequest(t *testing.T) {
 	h := httpapi.New(httpapi.Options{Service: svc, Logger: log})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Front") == "rest" {
-			r = r.WithContext(httpapi.WithStreaming(r.Context()))
+			r = r.WithContext(delivery.WithStreaming(r.Context()))
 		}
 		h.ServeHTTP(w, r)
 	}))

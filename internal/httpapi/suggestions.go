@@ -7,28 +7,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 )
-
-// Suggestions shows what the learning loop suggests keeping as
-// capabilities (internal/learn, through the app) and publishes one. A
-// principal sees only the candidates it ran, an approver all of them.
-// Results are sent as JSON.
-type Suggestions interface {
-	// List is what principal may see.
-	List(ctx context.Context, principal string) (any, error)
-	// Publish publishes suggestion id, under name (its proposed one when
-	// empty), through the registry's guarded save path; NOT_FOUND unless
-	// principal may see it.
-	Publish(ctx context.Context, principal, id, name string) (any, error)
-}
-
-// Ranker ranks search results and adds the capabilities' evidence to
-// their descriptions (internal/learn.Ranker); without one, search is
-// lexical.
-type Ranker interface {
-	Search(ctx context.Context, tools []catalog.Tool, query string, limit int) []catalog.Hit
-	Annotate(ctx context.Context, tools []catalog.Tool) []catalog.Tool
-}
 
 // SuggestionPublish is the body of POST /capabilities/suggestions/{id}/publish.
 type SuggestionPublish struct {
@@ -36,13 +16,8 @@ type SuggestionPublish struct {
 	Name string `json:"name,omitempty"`
 }
 
-func (a *api) search(ctx context.Context, tools []catalog.Tool, query string, limit int) []catalog.Hit {
-	if a.Ranker != nil {
-		return a.Ranker.Search(ctx, tools, query, limit)
-	}
-	return catalog.Search(tools, query, limit)
-}
-
+// annotate adds the capabilities' evidence to the d.ts, where a Ranker
+// knows it.
 func (a *api) annotate(ctx context.Context, tools []catalog.Tool) []catalog.Tool {
 	if a.Ranker != nil {
 		return a.Ranker.Annotate(ctx, tools)
@@ -52,20 +27,20 @@ func (a *api) annotate(ctx context.Context, tools []catalog.Tool) []catalog.Tool
 
 func (a *api) listSuggestions(w http.ResponseWriter, r *http.Request) {
 	if a.Suggestions == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"suggestions": []any{}})
+		httpjson.Write(w, http.StatusOK, map[string]any{"suggestions": []any{}})
 		return
 	}
 	list, err := a.Suggestions.List(r.Context(), execution.PrincipalFrom(r.Context()))
 	if err != nil {
-		writeError(w, faultStatus(fault.As(err)), fault.As(err))
+		httpjson.WriteError(w, faultStatus(fault.As(err)), fault.As(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"suggestions": list})
+	httpjson.Write(w, http.StatusOK, map[string]any{"suggestions": list})
 }
 
 func (a *api) publishSuggestion(w http.ResponseWriter, r *http.Request) {
 	if a.Suggestions == nil {
-		writeError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no suggestions"))
+		httpjson.WriteError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no suggestions"))
 		return
 	}
 	body, ok := a.readBody(w, r)
@@ -74,15 +49,15 @@ func (a *api) publishSuggestion(w http.ResponseWriter, r *http.Request) {
 	}
 	var p SuggestionPublish
 	if ferr := execution.DecodeStrict(body, &p, "a suggestion to publish"); ferr != nil {
-		writeError(w, http.StatusBadRequest, ferr)
+		httpjson.WriteError(w, http.StatusBadRequest, ferr)
 		return
 	}
 	saved, err := a.Suggestions.Publish(r.Context(), execution.PrincipalFrom(r.Context()), r.PathValue("id"), p.Name)
 	if err != nil {
-		writeError(w, faultStatus(fault.As(err)), fault.As(err))
+		httpjson.WriteError(w, faultStatus(fault.As(err)), fault.As(err))
 		return
 	}
-	writeJSON(w, http.StatusCreated, saved)
+	httpjson.Write(w, http.StatusCreated, saved)
 }
 
 // faultStatus is the HTTP status of a refusal from the suggestions or

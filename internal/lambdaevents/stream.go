@@ -9,8 +9,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/pml-sandbox/pml/internal/delivery"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/httpapi"
 )
 
 // restStream serves a REST API (payload 1.0) event through the handler as
@@ -26,7 +26,7 @@ func (a *adapter) restStream(ctx context.Context, cancel context.CancelFunc, pay
 		return nil, fault.Wrap(fault.InvalidRequest, err, "bad REST API event")
 	}
 	sw := newStreamWriter()
-	req, ferr := restRequest(httpapi.WithStreaming(ctx), ev)
+	req, ferr := restRequest(delivery.WithStreaming(ctx), ev)
 	go func() {
 		defer cancel()
 		defer sw.close()

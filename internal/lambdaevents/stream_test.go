@@ -15,35 +15,13 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
-	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
-	"github.com/pml-sandbox/pml/internal/trace"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 )
-
-// gate has one tool, gate:wait, whose calls return when the test opens
-// the gate.
-var readOnly = true
-
-type gate struct{ open chan struct{} }
-
-func (gate) Tools(context.Context) ([]catalog.Tool, error) {
-	// Read-only, as it says: MCP's defaults make a tool that says nothing
-	// destructive.
-	return []catalog.Tool{{Server: "gate", Name: "wait", Kind: trace.KindMCP, Annotations: catalog.Annotations{ReadOnly: &readOnly}}}, nil
-}
-
-func (g gate) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
-	select {
-	case <-g.open:
-		return json.RawMessage(`"opened"`), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
 
 // restEvent is a REST API event for POST path with body.
 func restEvent(t *testing.T, path, body string, headers map[string]string) json.RawMessage {
@@ -87,7 +65,7 @@ func prelude(t *testing.T, r *bufio.Reader) map[string]any {
 // script still runs, and the plain JSON answers as before.
 func TestRESTStreamed(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	g := gate{open: make(chan struct{})}
+	g := fronttest.GateSource{Open: make(chan struct{})}
 	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}, g}, Logger: log})
 	h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log, StreamREST: true})
 
@@ -137,7 +115,7 @@ func TestRESTStreamed(t *testing.T) {
 		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "event: "); ok {
 			seen += name + " "
 			if name == "call_start" && strings.Count(seen, "call_start") == 2 {
-				once.Do(func() { close(g.open) })
+				once.Do(func() { close(g.Open) })
 			}
 		}
 	}

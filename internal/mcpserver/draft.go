@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/capapi"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
@@ -22,13 +23,49 @@ import (
 // client's user's answer as the decision (approval.Policy.MayPublish
 // with execution.ChannelClient: a client the deployment trusts, into a
 // namespace that is the caller's or nobody's), the draft is put to that
-// user exactly as a pending call is (mcpelicit.go): a 2026-07-28 client
+// user exactly as a pending call is (elicit.go): a 2026-07-28 client
 // gets an input_required result, an older one (with a session) an
 // elicitation/create request, and the answer comes back with the
 // requestState this server sealed, naming the draft and the principal.
 // The answer is then weighed again as a decision through the client
 // (capability.Guard.PublishDraft): if the policy changed meanwhile, or
 // another owner took the namespace, the draft stays a draft.
+
+// mcpSaveCapability serves save_capability: the agent's save, published
+// where the policy lets it publish, else a draft; where the client's user
+// may publish the draft (a client the deployment trusts, the namespace
+// its own or nobody's), the user is asked (askPublish), and the
+// retry with the answer publishes or rejects it.
+func (s *Server) mcpSaveCapability(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if s.opts.Capabilities == nil {
+		return mcp.NewToolResultError("this deployment has no capability registry"), nil
+	}
+	if r.Params.RequestState != "" || len(r.Params.InputResponses) > 0 {
+		return s.answeredDraft(ctx, r), nil
+	}
+	raw, err := json.Marshal(r.GetArguments())
+	if err != nil {
+		return mcp.NewToolResultError("arguments are not JSON: " + err.Error()), nil
+	}
+	c, ferr := capapi.DecodeCapabilitySave(raw)
+	if ferr != nil {
+		return mcp.NewToolResultError(ferr.Error()), nil
+	}
+	d := capapi.CallerDecider(ctx)
+	out, err := s.opts.Capabilities.Submit(ctx, d, d.Principal, c)
+	if err != nil {
+		return mcp.NewToolResultError(fault.As(err).Error()), nil
+	}
+	if form, _ := clientElicitModes(ctx); out.Status == capability.OutcomeDraft && out.Draft != nil && s.opts.StateKey != nil && form {
+		client := approval.Decider{Principal: execution.PrincipalFrom(ctx), Channel: execution.ChannelClient}
+		if ok, err := s.opts.Capabilities.MayPublishDraft(ctx, client, *out.Draft); err == nil && ok {
+			if res := s.askPublish(*out.Draft); res != nil {
+				return res, nil
+			}
+		}
+	}
+	return structured(out)
+}
 
 // publishElicitID names the one question of a draft's input_required.
 const publishElicitID = "publish"
@@ -53,10 +90,10 @@ var publishSchema = map[string]any{
 // askPublish puts draft d to the client's user: an input_required result
 // with one elicitation and the sealed state; nil when the state cannot be
 // sealed (the draft is answered as it is).
-func (a *api) askPublish(d capability.Draft) *mcp.CallToolResult {
-	token, err := a.StateKey.Seal(approval.State{Draft: d.ID, Principal: d.Author, Expires: d.ExpiresAt.Unix()})
+func (s *Server) askPublish(d capability.Draft) *mcp.CallToolResult {
+	token, err := s.opts.StateKey.Seal(approval.State{Draft: d.ID, Principal: d.Author, Expires: d.ExpiresAt.Unix()})
 	if err != nil {
-		a.Logger.Warn("cannot ask the client's user: answering the draft", "draft_id", d.ID, "err", err)
+		s.opts.Logger.Warn("cannot ask the client's user: answering the draft", "draft_id", d.ID, "err", err)
 		return nil
 	}
 	return server.NewInputRequestBuilder("").
@@ -91,12 +128,12 @@ func publishQuestion(d capability.Draft) string {
 // checks the sealed state and publishes or rejects the draft as the
 // user's decision (execution.ChannelClient), or leaves it a draft when
 // the user declined.
-func (a *api) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.CallToolResult {
+func (s *Server) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.CallToolResult {
 	principal := execution.PrincipalFrom(ctx)
-	if a.StateKey == nil {
+	if s.opts.StateKey == nil {
 		return draftRefusal(fault.New(fault.InvalidRequest, "this server asks no questions: requestState is not one of its own"))
 	}
-	st, err := a.StateKey.Open(r.Params.RequestState, time.Now())
+	st, err := s.opts.StateKey.Open(r.Params.RequestState, time.Now())
 	switch {
 	case errors.Is(err, approval.ErrStateExpired):
 		return draftRefusal(fault.New(fault.Expired, "the draft this answer is about has expired"))
@@ -111,14 +148,14 @@ func (a *api) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.Cal
 	res := server.ElicitationResponse(r.Params.InputResponses, publishElicitID)
 	if res == nil {
 		// Nothing answered: ask again, if it still waits.
-		d, err := a.Capabilities.Draft(ctx, principal, st.Draft)
+		d, err := s.opts.Capabilities.Draft(ctx, principal, st.Draft)
 		if err != nil {
 			return draftRefusal(fault.As(err))
 		}
 		if d.Status != capability.DraftPending {
 			return draftRefusal(fault.New(fault.Conflict, "draft %s is %s already", d.ID, d.Status))
 		}
-		if q := a.askPublish(d); q != nil {
+		if q := s.askPublish(d); q != nil {
 			return q
 		}
 		out, _ := structured(capability.Outcome{Status: capability.OutcomeDraft, Draft: &d, Message: "the question could not be asked again: the draft waits"})
@@ -133,14 +170,14 @@ func (a *api) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.Cal
 	}
 	switch {
 	case res.Action == mcp.ElicitationResponseActionAccept && form.Decision == "publish":
-		out, err := a.Capabilities.PublishDraft(ctx, client, st.Draft)
+		out, err := s.opts.Capabilities.PublishDraft(ctx, client, st.Draft)
 		if err != nil {
 			return draftRefusal(fault.As(err))
 		}
 		res, _ := structured(out)
 		return res
 	case res.Action == mcp.ElicitationResponseActionAccept && form.Decision == "reject":
-		d, err := a.Capabilities.RejectDraft(ctx, client, st.Draft, decision.Reason)
+		d, err := s.opts.Capabilities.RejectDraft(ctx, client, st.Draft, decision.Reason)
 		if err != nil {
 			return draftRefusal(fault.As(err))
 		}
@@ -150,7 +187,7 @@ func (a *api) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.Cal
 	}
 	// Declined, cancelled or unreadable: the draft waits for whoever else
 	// may publish it.
-	d, err := a.Capabilities.Draft(ctx, principal, st.Draft)
+	d, err := s.opts.Capabilities.Draft(ctx, principal, st.Draft)
 	if err != nil {
 		return draftRefusal(fault.As(err))
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"context"
@@ -45,15 +45,15 @@ const pageElicitID = "approval-page"
 // where the client's answer would count and the client can show one; the
 // page where the client can open a URL and there is a page; else not at
 // all (the document names the page, for the user to open).
-func (a *api) askMode(ctx context.Context) int {
-	if a.StateKey == nil || !a.Suspends {
+func (s *Server) askMode(ctx context.Context) int {
+	if s.opts.StateKey == nil || !s.opts.Suspends {
 		return askNone
 	}
 	form, url := clientElicitModes(ctx)
 	switch {
-	case form && a.Policy.TrustsClient(execution.PrincipalFrom(ctx)):
+	case form && s.opts.Policy.TrustsClient(execution.PrincipalFrom(ctx)):
 		return askForm
-	case a.Approvals == nil || a.approvalURL(ctx, "x") == "":
+	case s.opts.Approvals == nil || s.approvalURL(ctx, "x") == "":
 		return askNone
 	case url:
 		return askPage
@@ -87,7 +87,7 @@ func clientElicitModes(ctx context.Context) (form, url bool) {
 // message names what waits there: calls to approve, and the questions
 // remote servers asked about calls (answered on the page as the server
 // asked them, never by the client's form).
-func (a *api) askPage(ctx context.Context, resp *execution.Response, budget int) *mcp.CallToolResult {
+func (s *Server) askPage(ctx context.Context, resp *execution.Response, budget int) *mcp.CallToolResult {
 	st := approval.State{ExecutionID: resp.ExecutionID, Version: resp.StateVersion, Principal: resp.Owner, Expires: resp.ExpiresAt.Unix(), Page: true}
 	var calls, asked []string
 	for _, p := range resp.Pending {
@@ -98,12 +98,12 @@ func (a *api) askPage(ctx context.Context, resp *execution.Response, budget int)
 		}
 		calls = append(calls, "#"+strconv.Itoa(p.CallID)+" "+p.Server+"."+p.Tool)
 	}
-	token, err := a.StateKey.Seal(st)
+	token, err := s.opts.StateKey.Seal(st)
 	if err != nil {
-		a.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
-		return a.executionResult(resp, budget)
+		s.opts.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
+		return s.executionResult(resp, budget)
 	}
-	url := a.approvalURL(ctx, resp.ExecutionID)
+	url := s.approvalURL(ctx, resp.ExecutionID)
 	var msg strings.Builder
 	if len(calls) > 0 {
 		noun := "calls"
@@ -162,19 +162,19 @@ func askedText(p execution.Pending) string {
 // question again, or the suspended document when the user declined to
 // open the page; once decisions moved it on, the question about what
 // still waits, or the document it ended with.
-func (a *api) afterPage(ctx context.Context, r mcp.CallToolRequest, st approval.State, budget int) *mcp.CallToolResult {
-	waiting, ferr := a.Service.Waiting(ctx, st.ExecutionID)
+func (s *Server) afterPage(ctx context.Context, r mcp.CallToolRequest, st approval.State, budget int) *mcp.CallToolResult {
+	waiting, ferr := s.opts.Service.Waiting(ctx, st.ExecutionID)
 	if ferr == nil {
 		res := server.ElicitationResponse(r.Params.InputResponses, pageElicitID)
 		if waiting.StateVersion == st.Version && (res == nil || res.Action != mcp.ElicitationResponseActionAccept) {
-			return a.executionResult(waiting, budget)
+			return s.executionResult(waiting, budget)
 		}
-		return a.askPage(ctx, waiting, budget)
+		return s.askPage(ctx, waiting, budget)
 	}
 	// Not waiting any more: how it ended, as its caller may read it.
-	doc, sferr := a.Service.Status(ctx, st.ExecutionID, execution.PrincipalFrom(ctx))
+	doc, sferr := s.opts.Service.Status(ctx, st.ExecutionID, execution.PrincipalFrom(ctx))
 	if sferr != nil {
-		return a.refusal(st.ExecutionID, ferr)
+		return s.refusal(st.ExecutionID, ferr)
 	}
-	return a.executionResult(doc, budget)
+	return s.executionResult(doc, budget)
 }

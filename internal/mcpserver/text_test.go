@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"encoding/json"
@@ -65,10 +65,10 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 			want: []string{"of the result cut", "of the console output cut"}, cut: true},
 	}
 	for _, tc := range tests {
-		for _, budget := range []int{0, 1024, 3000, DefaultMCPTextBytes, 1 << 20} {
+		for _, budget := range []int{0, 1024, 3000, DefaultTextBytes, 1 << 20} {
 			tc.resp.ExecutionID = "ex_1"
 			text := modelText(&tc.resp, budget, true)
-			if limit := max(budget, minMCPTextBytes); len(text) > limit {
+			if limit := max(budget, minTextBytes); len(text) > limit {
 				t.Errorf("%s, budget %d: %d bytes", tc.name, budget, len(text))
 			}
 			if !utf8.ValidString(text) {
@@ -77,7 +77,7 @@ func TestModelTextFitsItsBudget(t *testing.T) {
 			if tc.resp.Status == execution.StatusSuspended && !strings.Contains(text, "call resume_execution {") {
 				t.Errorf("%s, budget %d: the text does not say how to resume:\n%s", tc.name, budget, text)
 			}
-			if budget == DefaultMCPTextBytes {
+			if budget == DefaultTextBytes {
 				for _, w := range tc.want {
 					if !strings.Contains(text, w) {
 						t.Errorf("%s: lacks %q:\n%.2000s", tc.name, w, text)

@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"context"
@@ -10,22 +10,22 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
 
-// mcpHandler is the deployment itself as an MCP server: an agent such as
-// Claude Code adds this one endpoint and gets code execution over every tool
-// behind it. Stateless streamable HTTP, so any Lambda instance can answer
+// mcpHandler is mcp-go's server with this server's tools. Stateless
+// streamable HTTP unless Sessions, so that any Lambda instance can answer
 // any request.
-func (a *api) mcpHandler() *server.StreamableHTTPServer {
+func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 	// WithLogging declares the logging capability: console output goes to
 	// the client as notifications/message (see mcpProgress).
-	s := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
+	ms := server.NewMCPServer("pml-sandbox", "1.0.0", server.WithToolCapabilities(false), server.WithLogging(),
 		// Tasks are answered by mcpTasks, from the store of runs: no list;
-		// 2026-07-28 clients get the tasks extension (mcptasksv2.go).
+		// 2026-07-28 clients get the tasks extension (tasksv2.go).
 		server.WithTaskCapabilities(false, true, true),
 		server.WithExtensions(map[string]any{tasksExtension: map[string]any{}}),
 		server.WithMetaPropagator(tracectx.MCPMeta{}), // a call's _meta.traceparent: its execution joins that trace
@@ -34,7 +34,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 			"and `return` the result. Use search_tools first to find tools. "+
 			"With approval \"suspend\", a call that needs approval waits for a decision instead of failing: "+
 			"ask the user, then continue with resume_execution."))
-	s.AddTool(mcp.NewTool("execute_code",
+	ms.AddTool(mcp.NewTool("execute_code",
 		mcp.WithDescription("Run a JavaScript or TypeScript program in a fresh sandbox. The code is the body of an async function: "+
 			"`return` gives the result, `args` holds the arguments, tools are called as `await mcp.<server>.<tool>({...})` "+
 			"and run concurrently under Promise.all. TypeScript types are stripped, not checked. "+
@@ -56,10 +56,10 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 			mcp.Description(`what becomes of a call that needs approval when allow_destructive is not set: refused with FORBIDDEN ("refuse", the default), or held until someone decides ("suspend": the execution may suspend; see resume_execution)`)),
 		sessionParams(),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
-		// As a task (params.task) it runs on without the call: see mcptasks.go.
+		// As a task (params.task) it runs on without the call: see tasks.go.
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
-	), a.mcpExecute)
-	s.AddTool(mcp.NewTool("resume_execution",
+	), s.mcpExecute)
+	ms.AddTool(mcp.NewTool("resume_execution",
 		mcp.WithDescription("Continue an execution that execute_code suspended, with a decision on each pending call the user decided: "+
 			"approved calls run, rejected ones fail in the script with a catchable error whose code is REJECTED (a reason, if given, is in its message), "+
 			"and the script goes on from where it stopped. Undecided calls stay pending. The answer is execute_code's: the result, "+
@@ -88,25 +88,25 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithString("call_detail", mcp.Enum("full", "summary", "none"), mcp.Description("as execute_code's")),
 		mcp.WithNumber("max_text_bytes", mcp.Description("as execute_code's")),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
-	), a.mcpResume)
-	s.AddTool(mcp.NewTool("cancel_execution",
+	), s.mcpResume)
+	ms.AddTool(mcp.NewTool("cancel_execution",
 		mcp.WithDescription("Cancel an execution: a suspended one ends now with its pending calls never run, a running one at its next step. "+
 			"The answer is the execution's document, status cancelled (or running, with cancel_requested, until it stops)."),
 		mcp.WithString("execution_id", mcp.Required(), mcp.Description("the execution's id (execution_id of execute_code's answer)")),
 		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
-	), a.mcpCancel)
-	a.addSessionTools(s)
-	s.AddTool(mcp.NewTool("search_tools",
+	), s.mcpCancel)
+	s.addSessionTools(ms)
+	ms.AddTool(mcp.NewTool("search_tools",
 		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each."),
 		mcp.WithString("query", mcp.Required()),
 		mcp.WithNumber("limit", mcp.Description("at most this many (default 10)")),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), a.mcpSearch)
-	s.AddTool(mcp.NewTool("list_capabilities",
+	), s.mcpSearch)
+	ms.AddTool(mcp.NewTool("list_capabilities",
 		mcp.WithDescription("List the saved capabilities (programs callable as mcp.<namespace>.<action>()), and under \"suggested\" programs you ran that worked often enough to keep: each with a proposed name, input schema and code; save one with save_capability."),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), a.mcpListCapabilities)
-	s.AddTool(mcp.NewTool("save_capability",
+	), s.mcpListCapabilities)
+	ms.AddTool(mcp.NewTool("save_capability",
 		mcp.WithDescription("Save a program that worked as a capability namespace:action, callable later as mcp.<namespace>.<action>(args). "+
 			"Who may publish a capability is the deployment's to decide: where this caller may not, the save is kept as a draft "+
 			`(status "draft", not an error) until someone who may publishes it, and the answer says who; where the MCP client's user may, `+
@@ -119,11 +119,11 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 			mcp.AdditionalProperties(map[string]any{"type": "integer", "minimum": 1})),
 		mcp.WithArray("provenance", mcp.Description("the execution ids the code came from (execution_id of execute_code's answers)"), mcp.WithStringItems(), mcp.MaxItems(capability.MaxProvenance)),
 		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
-	), a.mcpSaveCapability)
+	), s.mcpSaveCapability)
 	// With a Guard, the library's own DNS-rebinding check is redundant and
 	// would refuse the allowed hosts (with a text error), so it is off.
-	opts := []server.StreamableHTTPOption{server.WithDisableLocalhostProtection(a.Guard != nil), server.WithStreamableHTTPLogger(a.Logger)}
-	if a.MCPSessions {
+	opts := []server.StreamableHTTPOption{server.WithDisableLocalhostProtection(s.opts.Guarded), server.WithStreamableHTTPLogger(s.opts.Logger)}
+	if s.opts.Sessions {
 		// An older client's answer to a question the server asked comes
 		// back as a request of its own, which only a session routes to
 		// the request waiting for it (and only a session remembers that
@@ -132,7 +132,7 @@ func (a *api) mcpHandler() *server.StreamableHTTPServer {
 	} else {
 		opts = append(opts, server.WithStateLess(true))
 	}
-	return server.NewStreamableHTTPServer(s, opts...)
+	return server.NewStreamableHTTPServer(ms, opts...)
 }
 
 // mcpSessionIdleTTL is how long an idle MCP session is kept.
@@ -140,8 +140,8 @@ const mcpSessionIdleTTL = 15 * time.Minute
 
 // textBudget takes max_text_bytes, a tool's own argument rather than a
 // request's, out of args; the default is the server's.
-func (a *api) textBudget(args map[string]any) (int, *mcp.CallToolResult) {
-	budget := a.MCPTextBytes
+func (s *Server) textBudget(args map[string]any) (int, *mcp.CallToolResult) {
+	budget := s.opts.TextBytes
 	if v, ok := args["max_text_bytes"]; ok {
 		n, ok := v.(float64)
 		if !ok || n < 0 {
@@ -158,9 +158,9 @@ func (a *api) textBudget(args map[string]any) (int, *mcp.CallToolResult) {
 // toolArguments takes the text budget out of a tool call's arguments and
 // returns the rest as JSON for the request decoders, or the answer that
 // refuses them.
-func (a *api) toolArguments(r mcp.CallToolRequest) ([]byte, int, *mcp.CallToolResult) {
+func (s *Server) toolArguments(r mcp.CallToolRequest) ([]byte, int, *mcp.CallToolResult) {
 	args := maps.Clone(r.GetArguments())
-	budget, bad := a.textBudget(args)
+	budget, bad := s.textBudget(args)
 	if bad != nil {
 		return nil, 0, bad
 	}
@@ -171,8 +171,8 @@ func (a *api) toolArguments(r mcp.CallToolRequest) ([]byte, int, *mcp.CallToolRe
 	return raw, budget, nil
 }
 
-func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	raw, budget, bad := a.toolArguments(r)
+func (s *Server) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	raw, budget, bad := s.toolArguments(r)
 	if bad != nil {
 		return bad, nil
 	}
@@ -180,7 +180,7 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	if r.Params.RequestState != "" || len(r.Params.InputResponses) > 0 {
 		// The retry of a call that asked the client's user: the sealed
 		// state, not the arguments repeated with it, names the execution.
-		return a.answered(ctx, r, req.CallDetail, budget), nil
+		return s.answered(ctx, r, req.CallDetail, budget), nil
 	}
 	if ferr == nil && req.Async {
 		ferr = fault.New(fault.InvalidRequest, "async is not an argument of execute_code: to have it run on without the call, call it as a task (params.task)")
@@ -190,47 +190,47 @@ func (a *api) mcpExecute(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallT
 	}
 	req.Principal = execution.PrincipalFrom(ctx)
 	req.TraceHeader = execution.TraceHeader(ctx, "")
-	if a.streams(ctx) {
+	if s.streams(ctx) {
 		req.OnEvent = newMCPProgress(ctx, r).event
 	}
-	ask := a.canAsk(ctx) && !req.InSession() // a session's execution never suspends
+	ask := s.canAsk(ctx) && !req.InSession() // a session's execution never suspends
 	if ask && req.Approval == "" {
 		// Where a person can be asked, a call that needs one waits for
 		// them rather than failing.
 		req.Approval = execution.ApprovalSuspend
 	}
-	resp := a.Service.Execute(ctx, req)
-	a.flush(ctx)
+	resp := s.opts.Service.Execute(ctx, req)
+	s.flush(ctx)
 	if ask && resp.Suspended() {
-		return a.ask(ctx, resp, budget), nil
+		return s.ask(ctx, resp, budget), nil
 	}
-	return a.executionResult(resp, budget), nil
+	return s.executionResult(resp, budget), nil
 }
 
 // mcpCancel serves cancel_execution: what DELETE /executions/{id} does, for
 // the agent that started the execution (cancelling guards nothing against
 // it: the owner may always stop its own execution).
-func (a *api) mcpCancel(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (s *Server) mcpCancel(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	id, err := r.RequireString("execution_id")
 	if err != nil || id == "" {
 		return mcp.NewToolResultError("execution_id is required: the id execute_code answered"), nil
 	}
-	doc, ferr := a.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+	doc, ferr := s.opts.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	if ferr != nil {
 		res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusedText("cancel", id, ferr))
 		res.IsError = true
 		return res, nil
 	}
-	a.flush(ctx)
+	s.flush(ctx)
 	// The execution failed (CANCELLED), but the call did what it was asked:
 	// isError is for a cancel that was refused.
-	res := a.executionResult(doc, a.MCPTextBytes)
+	res := s.executionResult(doc, s.opts.TextBytes)
 	res.IsError = false
 	return res, nil
 }
 
-func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	raw, budget, bad := a.toolArguments(r)
+func (s *Server) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	raw, budget, bad := s.toolArguments(r)
 	if bad != nil {
 		return bad, nil
 	}
@@ -240,23 +240,23 @@ func (a *api) mcpResume(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	}
 	rr.Principal = execution.PrincipalFrom(ctx)
 	rr.TraceHeader = execution.TraceHeader(ctx, "")
-	if a.streams(ctx) {
+	if s.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
-	resp, ferr := a.Service.Resume(ctx, rr)
+	resp, ferr := s.opts.Service.Resume(ctx, rr)
 	if ferr != nil {
 		// Nothing ran: the document is the error alone, as HTTP's.
-		return a.refusal(rr.ExecutionID, ferr), nil
+		return s.refusal(rr.ExecutionID, ferr), nil
 	}
-	a.flush(ctx)
-	return a.executionResult(resp, budget), nil
+	s.flush(ctx)
+	return s.executionResult(resp, budget), nil
 }
 
 // executionResult is execute_code's and resume_execution's answer: the
 // text for the model and the whole document. A suspended execution is not
 // an error: it waits for the decisions the text asks for.
-func (a *api) executionResult(resp *execution.Response, budget int) *mcp.CallToolResult {
-	res := mcp.NewToolResultStructured(resp, modelText(resp, budget, a.Policy.CallerDecides))
+func (s *Server) executionResult(resp *execution.Response, budget int) *mcp.CallToolResult {
+	res := mcp.NewToolResultStructured(resp, modelText(resp, budget, s.opts.Policy.CallerDecides))
 	res.IsError = !resp.OK && !resp.Suspended()
 	return res
 }
@@ -266,12 +266,21 @@ func propertyNames(schema map[string]any) mcp.PropertyOption {
 	return func(m map[string]any) { m["propertyNames"] = schema }
 }
 
-func (a *api) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+// search ranks the tools for search_tools: by the Ranker's evidence where
+// there is one, else lexically.
+func (s *Server) search(ctx context.Context, tools []catalog.Tool, query string, limit int) []catalog.Hit {
+	if s.opts.Ranker != nil {
+		return s.opts.Ranker.Search(ctx, tools, query, limit)
+	}
+	return catalog.Search(tools, query, limit)
+}
+
+func (s *Server) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	limit := int(r.GetFloat("limit", 10))
 	if limit <= 0 {
 		limit = 10
 	}
-	hits := a.search(ctx, a.Service.Catalog(ctx), r.GetString("query", ""), limit)
+	hits := s.search(ctx, s.opts.Service.Catalog(ctx), r.GetString("query", ""), limit)
 	type hit struct {
 		Call        string          `json:"call"`
 		Description string          `json:"description,omitempty"`
@@ -285,19 +294,19 @@ func (a *api) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallTo
 	return structured(map[string]any{"tools": out})
 }
 
-func (a *api) mcpListCapabilities(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (s *Server) mcpListCapabilities(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	out := map[string]any{"capabilities": []any{}, "suggested": []any{}}
-	if a.Capabilities != nil {
-		list, err := a.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
+	if s.opts.Capabilities != nil {
+		list, err := s.opts.Capabilities.List(ctx, execution.PrincipalFrom(ctx))
 		if err != nil {
 			return mcp.NewToolResultError(fault.As(err).Error()), nil
 		}
 		out["capabilities"] = list
 	}
-	if a.Suggestions != nil {
+	if s.opts.Suggestions != nil {
 		// Programs this caller ran that worked often enough to keep:
 		// proposals, published only through the guarded path.
-		list, err := a.Suggestions.List(ctx, execution.PrincipalFrom(ctx))
+		list, err := s.opts.Suggestions.List(ctx, execution.PrincipalFrom(ctx))
 		if err != nil {
 			return mcp.NewToolResultError(fault.As(err).Error()), nil
 		}

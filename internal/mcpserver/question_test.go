@@ -1,12 +1,10 @@
-package httpapi_test
+package mcpserver_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,10 +13,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 )
 
 // TestRemoteQuestionReachesThePerson: a remote server's question about a
@@ -43,35 +42,29 @@ func TestRemoteQuestionReachesThePerson(t *testing.T) {
 		{"2025-11-25 on a session", "2025-11-25", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			log := slog.New(slog.NewTextHandler(fronttest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
 				mcpclient.WithLogger(log))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = pool.Close() })
-			policy := approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{elicitAgent}}
+			policy := approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{fronttest.Agent}}
 			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Logger: log,
 				Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 			key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: tc.sessions, Policy: policy})
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
-			}))
-			t.Cleanup(func() {
-				srv.Close()
-				_ = h.Close(context.Background())
-			})
+			srv := serve(t, mcpserver.Options{Service: svc, Logger: log, Policy: policy,
+				Settings: mcpserver.Settings{StateKey: key, Suspends: true, Sessions: tc.sessions}}, fronttest.Agent)
 
-			p := &person{answer: func(q mcp.ElicitationParams) *mcp.ElicitationResult {
+			p := &fronttest.Person{Answer: func(q mcp.ElicitationParams) *mcp.ElicitationResult {
 				return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
 					Content: map[string]any{"confirmed": true}}}
 			}}
 			before := len(ask.Retries())
-			res, doc := executeCode(t, elicitingClient(t, srv.URL+"/mcp", tc.version, p, nil),
+			res, doc := fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, p, nil),
 				`return await mcp.ask.confirm_delete({item: "report"})`)
 			if res.IsError || doc["ok"] != true {
 				t.Fatalf("answered: %+v", doc)
@@ -79,11 +72,11 @@ func TestRemoteQuestionReachesThePerson(t *testing.T) {
 			if r, _ := json.Marshal(doc["result"]); string(r) != `{"deleted":true,"item":"report","note":"none"}` {
 				t.Fatalf("result %s", r)
 			}
-			if len(p.asked) != 1 || !strings.Contains(p.asked[0].Message, fmt.Sprintf(askserver.Question, "report")) ||
-				!strings.Contains(p.asked[0].Message, `"ask"`) {
-				t.Fatalf("the person was asked %+v", p.asked)
+			if len(p.Asked) != 1 || !strings.Contains(p.Asked[0].Message, fmt.Sprintf(askserver.Question, "report")) ||
+				!strings.Contains(p.Asked[0].Message, `"ask"`) {
+				t.Fatalf("the person was asked %+v", p.Asked)
 			}
-			schema, _ := json.Marshal(p.asked[0].RequestedSchema)
+			schema, _ := json.Marshal(p.Asked[0].RequestedSchema)
 			if !strings.Contains(string(schema), `"confirmed"`) || strings.Contains(string(schema), `"decision"`) {
 				t.Fatalf("the question's schema changed on its way: %s", schema)
 			}

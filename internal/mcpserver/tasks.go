@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/httpjson"
 )
 
 // MCP tasks (protocol 2025-11-25). execute_code declares task support;
@@ -53,9 +54,9 @@ type jsonrpcMessage struct {
 }
 
 // mcpTasks answers the task requests before mcp-go (next) sees the rest.
-func (a *api) mcpTasks(next http.Handler) http.Handler {
+func (s *Server) mcpTasks(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, ok := a.readBody(w, r)
+		body, ok := s.readBody(w, r)
 		if !ok {
 			return
 		}
@@ -66,7 +67,7 @@ func (a *api) mcpTasks(next http.Handler) http.Handler {
 			return
 		}
 		if era := eraOf(msg.Params); era.modern {
-			if !a.tasksV2(w, r, msg, era, next) {
+			if !s.tasksV2(w, r, msg, era, next) {
 				next.ServeHTTP(w, r)
 			}
 			return
@@ -86,13 +87,13 @@ func (a *api) mcpTasks(next http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			answer = a.createTask(r.Context(), mcp.CallToolRequest{Params: p})
+			answer = s.createTask(r.Context(), mcp.CallToolRequest{Params: p})
 		case mcp.MethodTasksGet:
-			answer = a.taskRequest(r.Context(), msg.Params, a.getTask)
+			answer = s.taskRequest(r.Context(), msg.Params, s.getTask)
 		case mcp.MethodTasksResult:
-			answer = a.taskRequest(r.Context(), msg.Params, a.taskResult)
+			answer = s.taskRequest(r.Context(), msg.Params, s.taskResult)
 		case mcp.MethodTasksCancel:
-			answer = a.taskRequest(r.Context(), msg.Params, a.cancelTask)
+			answer = s.taskRequest(r.Context(), msg.Params, s.cancelTask)
 		case mcp.MethodTasksList:
 			answer = rpcError{Code: mcp.METHOD_NOT_FOUND, Message: "tasks/list is not offered: this server lists no tasks (it advertises no tasks.list); keep the task ids tools/call answered"}
 		default:
@@ -121,7 +122,7 @@ func writeRPC(w http.ResponseWriter, id json.RawMessage, answer any) {
 	} else {
 		out["result"] = answer
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // taskNotFound is what an unknown task (or another principal's) is told.
@@ -130,7 +131,7 @@ func taskNotFound(id string) rpcError {
 }
 
 // taskRequest reads {taskId} and runs f with it.
-func (a *api) taskRequest(ctx context.Context, params json.RawMessage, f func(context.Context, string) any) any {
+func (s *Server) taskRequest(ctx context.Context, params json.RawMessage, f func(context.Context, string) any) any {
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
@@ -142,8 +143,8 @@ func (a *api) taskRequest(ctx context.Context, params json.RawMessage, f func(co
 
 // createTask starts execute_code as an asynchronous execution and answers
 // its task.
-func (a *api) createTask(ctx context.Context, r mcp.CallToolRequest) any {
-	raw, _, bad := a.toolArguments(r)
+func (s *Server) createTask(ctx context.Context, r mcp.CallToolRequest) any {
+	raw, _, bad := s.toolArguments(r)
 	if bad != nil {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: toolText(bad)}
 	}
@@ -157,7 +158,7 @@ func (a *api) createTask(ctx context.Context, r mcp.CallToolRequest) any {
 	req.Async = true
 	req.Principal = execution.PrincipalFrom(ctx)
 	req.TraceHeader = execution.TraceHeader(ctx, "")
-	resp := a.Service.Execute(ctx, req)
+	resp := s.opts.Service.Execute(ctx, req)
 	if !resp.Running() {
 		fe := resp.Error
 		if fe == nil {
@@ -197,8 +198,8 @@ func taskOf(doc *execution.Response) mcp.Task {
 
 // document is a task's execution document, or the JSON-RPC error: unknown
 // tasks and other principals' read alike.
-func (a *api) document(ctx context.Context, id string) (*execution.Response, *rpcError) {
-	doc, ferr := a.Service.Status(ctx, id, execution.PrincipalFrom(ctx))
+func (s *Server) document(ctx context.Context, id string) (*execution.Response, *rpcError) {
+	doc, ferr := s.opts.Service.Status(ctx, id, execution.PrincipalFrom(ctx))
 	switch {
 	case ferr == nil:
 		return doc, nil
@@ -209,8 +210,8 @@ func (a *api) document(ctx context.Context, id string) (*execution.Response, *rp
 	return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: ferr.Error(), Data: ferr}
 }
 
-func (a *api) getTask(ctx context.Context, id string) any {
-	doc, e := a.document(ctx, id)
+func (s *Server) getTask(ctx context.Context, id string) any {
+	doc, e := s.document(ctx, id)
 	if e != nil {
 		return *e
 	}
@@ -221,8 +222,8 @@ func (a *api) getTask(ctx context.Context, id string) any {
 // execute_code would have: the result, or the suspended document (a task
 // waiting for input). Behind a front that cannot stream it waits at most
 // bufferedResultWait.
-func (a *api) taskResult(ctx context.Context, id string) any {
-	if !a.streams(ctx) {
+func (s *Server) taskResult(ctx context.Context, id string) any {
+	if !s.streams(ctx) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bufferedResultWait)
 		defer cancel()
@@ -230,12 +231,12 @@ func (a *api) taskResult(ctx context.Context, id string) any {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
-		doc, e := a.document(context.WithoutCancel(ctx), id)
+		doc, e := s.document(context.WithoutCancel(ctx), id)
 		if e != nil {
 			return *e
 		}
 		if !doc.Running() {
-			res := a.executionResult(doc, a.MCPTextBytes)
+			res := s.executionResult(doc, s.opts.TextBytes)
 			return mcp.TaskResultResult{Result: mcp.Result{Meta: mcp.WithRelatedTask(id)},
 				Content: res.Content, StructuredContent: res.StructuredContent, IsError: res.IsError}
 		}
@@ -252,11 +253,11 @@ func (a *api) taskResult(ctx context.Context, id string) any {
 
 // cancelTask cancels the execution; a task already ended is refused, as
 // the specification asks.
-func (a *api) cancelTask(ctx context.Context, id string) any {
-	doc, ferr := a.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+func (s *Server) cancelTask(ctx context.Context, id string) any {
+	doc, ferr := s.opts.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	switch {
 	case ferr == nil:
-		a.flush(ctx)
+		s.flush(ctx)
 		return mcp.CancelTaskResult{Task: taskOf(doc)}
 	case ferr.Code == fault.Conflict:
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("Cannot cancel task: already in terminal status (%s)", ferr.Message)}

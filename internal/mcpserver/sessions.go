@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"context"
@@ -36,21 +36,21 @@ func sessionParams() mcp.ToolOption {
 }
 
 // addSessionTools registers end_session.
-func (a *api) addSessionTools(s *server.MCPServer) {
-	s.AddTool(mcp.NewTool("end_session",
+func (s *Server) addSessionTools(ms *server.MCPServer) {
+	ms.AddTool(mcp.NewTool("end_session",
 		mcp.WithDescription("End a session execute_code started: its state is deleted, and its id continues nothing any more."),
 		mcp.WithString("session_id", mcp.Required(), mcp.Description("the session's id (session.id of execute_code's answer)")),
 		mcp.WithDestructiveHintAnnotation(true), mcp.WithIdempotentHintAnnotation(false),
-	), a.mcpEndSession)
+	), s.mcpEndSession)
 }
 
-func (a *api) mcpEndSession(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (s *Server) mcpEndSession(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	id, err := r.RequireString("session_id")
 	if err != nil || id == "" {
 		return mcp.NewToolResultError("session_id is required: the session.id execute_code answered"), nil
 	}
-	if ferr := a.Service.EndSession(ctx, execution.SessionRequest{SessionID: id, Principal: execution.PrincipalFrom(ctx)}); ferr != nil {
-		return a.refusal(id, ferr), nil
+	if ferr := s.opts.Service.EndSession(ctx, execution.SessionRequest{SessionID: id, Principal: execution.PrincipalFrom(ctx)}); ferr != nil {
+		return s.refusal(id, ferr), nil
 	}
 	return mcp.NewToolResultStructured(map[string]any{"session_id": id, "deleted": true}, "session "+id+" ended: its state is deleted"), nil
 }

@@ -1,4 +1,4 @@
-package httpapi_test
+package mcpserver_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 )
 
 // rpcV2 sends a 2026-07-28 request as principal, its client declaring the
@@ -25,7 +27,7 @@ func rpcV2(t *testing.T, base, principal, method string, params map[string]any, 
 	if name != "" {
 		hdr = append(hdr, "Mcp-Name", name)
 	}
-	status, _, doc := call(t, "POST", base+"/mcp", principal, string(body), hdr...)
+	status, _, doc := fronttest.Call(t, "POST", base+"/mcp", principal, string(body), hdr...)
 	res, _ := doc["result"].(map[string]any)
 	e, _ := doc["error"].(map[string]any)
 	return status, res, e
@@ -57,7 +59,7 @@ func waitTask(t *testing.T, base, principal, id string) map[string]any {
 // without the extension there is no task and the task methods are refused;
 // the routing headers are checked; removed methods are not found.
 func TestMCPTasksExtension(t *testing.T) {
-	base := newAsyncServer(t, false)
+	base := asyncServer(t)
 	const agent = "jwt:https://idp#agent"
 
 	_, disc, e := rpcV2(t, base, agent, "server/discover", map[string]any{}, true, "")
@@ -101,10 +103,10 @@ func TestMCPTasksExtension(t *testing.T) {
 	// Without the extension: no task, and no task methods.
 	_, res, e = rpcV2(t, base, agent, "tools/call", map[string]any{"name": "execute_code", "task": map[string]any{"ttl": 1000},
 		"arguments": map[string]any{"code": "return 'sync'"}}, false, "execute_code")
-	if e != nil || res["taskId"] != nil || res["resultType"] == "task" || !strings.Contains(toJSON(res["structuredContent"]), `"sync"`) {
+	if e != nil || res["taskId"] != nil || res["resultType"] == "task" || !strings.Contains(fronttest.ToJSON(res["structuredContent"]), `"sync"`) {
 		t.Fatalf("without the extension: %v %v", res, e)
 	}
-	if _, _, e := rpcV2(t, base, agent, "tasks/get", map[string]any{"taskId": id}, false, id); e == nil || e["code"] != -32021.0 || !strings.Contains(toJSON(e["data"]), "io.modelcontextprotocol/tasks") {
+	if _, _, e := rpcV2(t, base, agent, "tasks/get", map[string]any{"taskId": id}, false, id); e == nil || e["code"] != -32021.0 || !strings.Contains(fronttest.ToJSON(e["data"]), "io.modelcontextprotocol/tasks") {
 		t.Fatalf("tasks/get without the extension: %v", e)
 	}
 
@@ -117,7 +119,7 @@ func TestMCPTasksExtension(t *testing.T) {
 	waiting := waitTask(t, base, agent, id)
 	reqs, _ := waiting["inputRequests"].(map[string]any)
 	q, _ := reqs["call-1"].(map[string]any)
-	if waiting["status"] != "input_required" || q["method"] != "elicitation/create" || !strings.Contains(toJSON(q), "demo.kv_delete") || waiting["requestState"] != nil {
+	if waiting["status"] != "input_required" || q["method"] != "elicitation/create" || !strings.Contains(fronttest.ToJSON(q), "demo.kv_delete") || waiting["requestState"] != nil {
 		t.Fatalf("waiting task %v", waiting)
 	}
 	if _, _, e := rpcV2(t, base, agent, "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{"nope": map[string]any{"action": "accept"}}}, true, id); e == nil || e["code"] != -32602.0 {
@@ -129,7 +131,7 @@ func TestMCPTasksExtension(t *testing.T) {
 	}
 	done = waitTask(t, base, agent, id)
 	result, _ = done["result"].(map[string]any)
-	if done["status"] != "completed" || !strings.Contains(toJSON(result["structuredContent"]), `"result":"REJECTED"`) {
+	if done["status"] != "completed" || !strings.Contains(fronttest.ToJSON(result["structuredContent"]), `"result":"REJECTED"`) {
 		t.Fatalf("after the answer %v", done)
 	}
 }

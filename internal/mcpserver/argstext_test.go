@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"encoding/json"
@@ -62,7 +62,7 @@ func TestQuestionsShowEveryKey(t *testing.T) {
 			if !utf8.ValidString(q) {
 				t.Errorf("the question splits a character")
 			}
-			for _, budget := range []int{0, 3000, DefaultMCPTextBytes} {
+			for _, budget := range []int{0, 3000, DefaultTextBytes} {
 				text := modelText(resp, budget, false)
 				if strings.Contains(text, "(no arguments shown") || strings.Contains(text, "bytes of the pending calls cut") {
 					continue // said plainly
@@ -73,7 +73,7 @@ func TestQuestionsShowEveryKey(t *testing.T) {
 					}
 				}
 			}
-			if text := modelText(resp, DefaultMCPTextBytes, false); strings.Contains(text, "(no arguments shown") {
+			if text := modelText(resp, DefaultTextBytes, false); strings.Contains(text, "(no arguments shown") {
 				t.Errorf("at the default budget the model's text shows no arguments:\n%.1500s", text)
 			}
 		})

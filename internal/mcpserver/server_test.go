@@ -1,4 +1,4 @@
-package httpapi_test
+package mcpserver_test
 
 import (
 	"context"
@@ -7,68 +7,26 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
 
-// notes collects the notifications a client receives. The client's
-// goroutine only sends them on; got belongs to the test's goroutine.
-type notes struct {
-	ch  chan mcp.JSONRPCNotification
-	got []mcp.JSONRPCNotification
-}
-
-func listen(c *client.Client) *notes {
-	n := &notes{ch: make(chan mcp.JSONRPCNotification, 1000)}
-	c.OnNotification(func(m mcp.JSONRPCNotification) { n.ch <- m })
-	return n
-}
-
-// waitFor blocks until a notification of method whose params contain
-// text has arrived.
-func (n *notes) waitFor(t *testing.T, method, text string) {
+// progressServer is the MCP server over the demo tools and sources,
+// sending notifications as pml serve does.
+func progressServer(t *testing.T, sources ...execution.ToolSource) *httptest.Server {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for !n.has(method, text) {
-		select {
-		case m := <-n.ch:
-			n.got = append(n.got, m)
-		case <-deadline:
-			t.Fatalf("no %s with %q; got %+v", method, text, n.list())
-		}
-	}
-}
-
-func (n *notes) has(method, text string) bool {
-	for _, m := range n.list() {
-		raw, _ := json.Marshal(m.Params)
-		if m.Method == method && strings.Contains(string(raw), text) {
-			return true
-		}
-	}
-	return false
-}
-
-// list returns every notification received so far.
-func (n *notes) list() []mcp.JSONRPCNotification {
-	for {
-		select {
-		case m := <-n.ch:
-			n.got = append(n.got, m)
-		default:
-			return n.got
-		}
-	}
+	log := slog.New(slog.DiscardHandler)
+	svc := bridge.New(engine, bridge.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log})
+	return serve(t, mcpserver.Options{Service: svc, Logger: log, Streaming: true}, "")
 }
 
 // TestMCPProgressDuringAScript: a client that sends a progress token hears
@@ -78,8 +36,8 @@ func (n *notes) list() []mcp.JSONRPCNotification {
 func TestMCPProgressDuringAScript(t *testing.T) {
 	for _, version := range []string{mcpclient.ProtocolVersion, ""} {
 		t.Run("protocol "+version, func(t *testing.T) {
-			gate := gateSource{open: make(chan struct{})}
-			srv := streamingServer(t, true, gate)
+			gate := fronttest.GateSource{Open: make(chan struct{})}
+			srv := progressServer(t, gate)
 			c := mcptest.Streamable(t, srv.URL+"/mcp", version)
 			if version == "" {
 				// Since 2026-07-28 a request asks for log messages with a
@@ -89,7 +47,7 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			n := listen(c)
+			n := fronttest.Listen(c)
 			var req mcp.CallToolRequest
 			req.Params.Name = "execute_code"
 			req.Params.Arguments = map[string]any{"code": "console.log('warming up'); await mcp.demo.add({a: 1, b: 2}); return await mcp.gate.wait({})"}
@@ -102,20 +60,20 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 				}
 				done <- res
 			}()
-			n.waitFor(t, "notifications/progress", "gate:wait started")
-			n.waitFor(t, "notifications/message", "warming up")
+			n.WaitFor(t, "notifications/progress", "gate:wait started")
+			n.WaitFor(t, "notifications/message", "warming up")
 			select {
 			case <-done:
 				t.Fatal("the call ended before its gate opened")
 			default:
 			}
-			close(gate.open)
+			close(gate.Open)
 			res := <-done
 			if res == nil || res.IsError {
 				t.Fatalf("execute_code: %+v", res)
 			}
-			if !n.has("notifications/progress", `"progressToken":"tok-1"`) || !n.has("notifications/progress", "demo:add ended") {
-				t.Errorf("progress notifications: %+v", n.list())
+			if !n.Has("notifications/progress", `"progressToken":"tok-1"`) || !n.Has("notifications/progress", "demo:add ended") {
+				t.Errorf("progress notifications: %+v", n.List())
 			}
 		})
 	}
@@ -124,16 +82,16 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 // TestMCPNoProgressWithoutAToken: without a progress token the answer is
 // plain JSON, as before (no notifications).
 func TestMCPNoProgressWithoutAToken(t *testing.T) {
-	srv := streamingServer(t, true)
+	srv := progressServer(t)
 	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
-	n := listen(c)
+	n := fronttest.Listen(c)
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"
 	req.Params.Arguments = map[string]any{"code": "console.log('x'); return await mcp.demo.add({a: 1, b: 2})"}
 	if res, err := c.CallTool(context.Background(), req); err != nil || res.IsError {
 		t.Fatalf("%+v %v", res, err)
 	}
-	if l := n.list(); len(l) > 0 {
+	if l := n.List(); len(l) > 0 {
 		t.Errorf("notifications without a token: %+v", l)
 	}
 }
@@ -144,8 +102,7 @@ func TestMCPNoProgressWithoutAToken(t *testing.T) {
 func TestMCPTextWithinBudget(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MCPTextBytes: 4000}))
-	t.Cleanup(srv.Close)
+	srv := serve(t, mcpserver.Options{Service: svc, Logger: log, Settings: mcpserver.Settings{TextBytes: 4000}}, "")
 	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
 	code := `for (let i = 0; i < 300; i++) console.log("line " + i + " " + "y".repeat(50));
 for (let i = 0; i < 40; i++) await mcp.demo.add({a: i, b: 1});

@@ -1,4 +1,4 @@
-package httpapi_test
+package mcpserver_test
 
 import (
 	"bytes"
@@ -9,120 +9,39 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 )
-
-// writeThenDelete keeps a value from before the question; a destructive
-// call asks the client's user; a rejection is caught.
-const writeThenDelete = `const keep = 41;
-await mcp.demo.kv_set({key: "k", value: 1});
-try {
-  await mcp.demo.kv_delete({key: "k"});
-} catch (e) {
-  return {keep, code: e.code, message: e.message};
-}
-return {keep, deleted: true};`
-
-// person answers elicitations as a client's user would, and remembers
-// what it was asked.
-type person struct {
-	mu     sync.Mutex
-	asked  []mcp.ElicitationParams
-	answer func(mcp.ElicitationParams) *mcp.ElicitationResult
-}
-
-func (p *person) Elicit(_ context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	p.mu.Lock()
-	p.asked = append(p.asked, r.Params)
-	p.mu.Unlock()
-	return p.answer(r.Params), nil
-}
-
-func accept(decision string) func(mcp.ElicitationParams) *mcp.ElicitationResult {
-	return func(mcp.ElicitationParams) *mcp.ElicitationResult {
-		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
-			Content: map[string]any{"decision": decision, "reason": "checked by hand"}}}
-	}
-}
-
-func decline(mcp.ElicitationParams) *mcp.ElicitationResult {
-	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}
-}
-
-// elicitAgent is the principal elicitServer's callers run as.
-const elicitAgent = "jwt:https://idp.example#agent-7"
 
 // elicitServer is /mcp over a service that suspends, with the deployed
 // policy (the caller decides nothing) trusting the callers' MCP client to
 // put its questions to a person, and a state key; every request comes
-// from elicitAgent, as the deployment's authorizer would say. sessions
+// from fronttest.Agent, as the deployment's authorizer would say. sessions
 // says whether it keeps MCP sessions, as pml serve does.
 func elicitServer(t *testing.T, sessions bool) (*httptest.Server, *bridge.Service) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	policy := approval.Policy{TrustedClients: []string{elicitAgent}}
+	log := slog.New(slog.NewTextHandler(fronttest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	policy := approval.Policy{TrustedClients: []string{fronttest.Agent}}
 	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
 		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.New(httpapi.Options{Service: svc, Logger: log, StateKey: key, Suspends: true, MCPSessions: sessions, Policy: policy})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(execution.WithPrincipal(r.Context(), elicitAgent)))
-	}))
-	t.Cleanup(func() {
-		srv.Close()
-		_ = h.Close(context.Background())
-	})
+	srv := serve(t, mcpserver.Options{Service: svc, Logger: log, Policy: policy,
+		Settings: mcpserver.Settings{StateKey: key, Suspends: true, Sessions: sessions}}, fronttest.Agent)
 	return srv, svc
-}
-
-// elicitingClient is an MCP client whose user is p, speaking version
-// ("" for the newest, 2026-07-28), through rt when set.
-func elicitingClient(t *testing.T, url, version string, p *person, rt http.RoundTripper) *client.Client {
-	t.Helper()
-	var opts []transport.StreamableHTTPCOption
-	if rt != nil {
-		opts = append(opts, transport.WithHTTPBasicClient(&http.Client{Transport: rt}))
-	}
-	tr, err := transport.NewStreamableHTTP(url, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copts := []client.ClientOption{client.WithElicitationHandler(p)}
-	if version != "" {
-		copts = append(copts, client.WithProtocolVersion(version))
-	}
-	return mcptest.Connect(t, client.NewClient(tr, copts...), version)
-}
-
-func executeCode(t *testing.T, c *client.Client, code string) (*mcp.CallToolResult, map[string]any) {
-	t.Helper()
-	var req mcp.CallToolRequest
-	req.Params.Name = "execute_code"
-	req.Params.Arguments = map[string]any{"code": code}
-	res, err := c.CallTool(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	var doc map[string]any
-	_ = json.Unmarshal(raw, &doc)
-	return res, doc
 }
 
 // TestElicitationReachesThePerson: the destructive call reaches the
@@ -142,20 +61,20 @@ func TestElicitationReachesThePerson(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, _ := elicitServer(t, tc.sessions)
-			yes := &person{answer: accept("approve")}
-			res, doc := executeCode(t, elicitingClient(t, srv.URL+"/mcp", tc.version, yes, nil), writeThenDelete)
+			yes := &fronttest.Person{Answer: fronttest.Accept("approve")}
+			res, doc := fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, yes, nil), fronttest.WriteThenDelete)
 			if res.IsError || doc["ok"] != true {
 				t.Fatalf("approved: %+v", doc)
 			}
 			if r, _ := json.Marshal(doc["result"]); string(r) != `{"deleted":true,"keep":41}` {
 				t.Fatalf("approved result %s", r)
 			}
-			if len(yes.asked) != 1 || !strings.Contains(yes.asked[0].Message, "demo.kv_delete") || !strings.Contains(yes.asked[0].Message, `{"key":"k"}`) {
-				t.Fatalf("the person was asked %+v", yes.asked)
+			if len(yes.Asked) != 1 || !strings.Contains(yes.Asked[0].Message, "demo.kv_delete") || !strings.Contains(yes.Asked[0].Message, `{"key":"k"}`) {
+				t.Fatalf("the person was asked %+v", yes.Asked)
 			}
 
-			no := &person{answer: decline}
-			_, doc = executeCode(t, elicitingClient(t, srv.URL+"/mcp", tc.version, no, nil), writeThenDelete)
+			no := &fronttest.Person{Answer: fronttest.Decline}
+			_, doc = fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", tc.version, no, nil), fronttest.WriteThenDelete)
 			r, _ := json.Marshal(doc["result"])
 			if doc["ok"] != true || !strings.Contains(string(r), `"code":"REJECTED"`) || !strings.Contains(string(r), "declined by the user") || !strings.Contains(string(r), `"keep":41`) {
 				t.Fatalf("declined: %s %+v", r, doc["error"])
@@ -172,18 +91,9 @@ func TestNoElicitationNoQuestion(t *testing.T) {
 	srv, _ := elicitServer(t, false)
 	for name, c := range map[string]*client.Client{
 		"no elicitation":          mcptest.Streamable(t, srv.URL+"/mcp", ""),
-		"2025-11-25 on stateless": elicitingClient(t, srv.URL+"/mcp", "2025-11-25", &person{answer: accept("approve")}, nil),
+		"2025-11-25 on stateless": fronttest.ElicitingClient(t, srv.URL+"/mcp", "2025-11-25", &fronttest.Person{Answer: fronttest.Accept("approve")}, nil),
 	} {
-		var req mcp.CallToolRequest
-		req.Params.Name = "execute_code"
-		req.Params.Arguments = map[string]any{"code": writeThenDelete, "approval": "suspend"}
-		res, err := c.CallTool(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := json.Marshal(res.StructuredContent)
-		var doc map[string]any
-		_ = json.Unmarshal(raw, &doc)
+		res, doc := fronttest.CallTool(t, c, "execute_code", map[string]any{"code": fronttest.WriteThenDelete, "approval": "suspend"})
 		if res.IsError || doc["status"] != "suspended" {
 			t.Fatalf("%s: %+v", name, doc)
 		}
@@ -194,57 +104,26 @@ func TestNoElicitationNoQuestion(t *testing.T) {
 	}
 }
 
-// stateTamperer rewrites the requestState of every retry that carries one
-// with change, and records the last retry it let through as sent.
-type stateTamperer struct {
-	change func(string) string
-	mu     sync.Mutex
-	last   *http.Request
-	body   []byte
-}
-
-func (s *stateTamperer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		body, _ := io.ReadAll(r.Body)
-		var msg map[string]any
-		if json.Unmarshal(body, &msg) == nil {
-			if params, ok := msg["params"].(map[string]any); ok {
-				if st, ok := params["requestState"].(string); ok {
-					params["requestState"] = s.change(st)
-					body, _ = json.Marshal(msg)
-					s.mu.Lock()
-					s.last, s.body = r.Clone(context.Background()), body
-					s.mu.Unlock()
-				}
-			}
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // TestRequestStateIsTamperProofAndUsedOnce: a changed requestState is
 // refused and nothing runs; a retry sent again after it was answered is
 // refused (CONFLICT): the answer was used once.
 func TestRequestStateIsTamperProofAndUsedOnce(t *testing.T) {
 	srv, _ := elicitServer(t, false)
-	flip := &stateTamperer{change: func(s string) string { return strings.Replace(s, ".", ".A", 1) }}
-	res, doc := executeCode(t, elicitingClient(t, srv.URL+"/mcp", "", &person{answer: accept("approve")}, flip), writeThenDelete)
+	flip := &fronttest.StateTamperer{Change: func(s string) string { return strings.Replace(s, ".", ".A", 1) }}
+	res, doc := fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", &fronttest.Person{Answer: fronttest.Accept("approve")}, flip), fronttest.WriteThenDelete)
 	if !res.IsError || !strings.Contains(res.Content[0].(mcp.TextContent).Text, "INVALID_REQUEST") {
 		t.Fatalf("a tampered state: %+v", doc)
 	}
 
-	keep := &stateTamperer{change: func(s string) string { return s }}
-	res, doc = executeCode(t, elicitingClient(t, srv.URL+"/mcp", "", &person{answer: accept("approve")}, keep), writeThenDelete)
+	keep := &fronttest.StateTamperer{Change: func(s string) string { return s }}
+	res, doc = fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", &fronttest.Person{Answer: fronttest.Accept("approve")}, keep), fronttest.WriteThenDelete)
 	if res.IsError || doc["ok"] != true {
 		t.Fatalf("the honest retry: %+v", doc)
 	}
-	keep.mu.Lock()
-	replay := keep.last.Clone(context.Background())
-	replay.Body = io.NopCloser(bytes.NewReader(keep.body))
+	last, body := keep.Last()
+	replay := last.Clone(context.Background())
+	replay.Body = io.NopCloser(bytes.NewReader(body))
 	replay.RequestURI = ""
-	keep.mu.Unlock()
 	resp, err := http.DefaultClient.Do(replay)
 	if err != nil {
 		t.Fatal(err)
@@ -271,15 +150,15 @@ func TestTheAgentCannotApproveItself(t *testing.T) {
 		}
 		return res, res.Content[0].(mcp.TextContent).Text
 	}
-	res, text := call("execute_code", map[string]any{"code": writeThenDelete, "allow_destructive": true})
+	res, text := call("execute_code", map[string]any{"code": fronttest.WriteThenDelete, "allow_destructive": true})
 	if !res.IsError || !strings.Contains(text, "allow_destructive is not honoured") {
 		t.Fatalf("allow_destructive from the agent: %s", text)
 	}
-	_, doc := executeCode(t, c, strings.Replace(writeThenDelete, "const keep", "// approval: suspend\nconst keep", 1))
+	_, doc := fronttest.ExecuteCode(t, c, strings.Replace(fronttest.WriteThenDelete, "const keep", "// approval: suspend\nconst keep", 1))
 	if doc["status"] != nil {
 		t.Fatalf("without approval the agent's destructive call is refused, not suspended: %+v", doc)
 	}
-	res, text = call("execute_code", map[string]any{"code": writeThenDelete, "approval": "suspend"})
+	res, text = call("execute_code", map[string]any{"code": fronttest.WriteThenDelete, "approval": "suspend"})
 	var sus struct {
 		ExecutionID string `json:"execution_id"`
 	}
@@ -316,7 +195,7 @@ func TestTheAgentCancelsItsExecution(t *testing.T) {
 		_ = json.Unmarshal(raw, &doc)
 		return res, res.Content[0].(mcp.TextContent).Text, doc
 	}
-	res, text, doc := call("execute_code", map[string]any{"code": writeThenDelete, "approval": "suspend"})
+	res, text, doc := call("execute_code", map[string]any{"code": fronttest.WriteThenDelete, "approval": "suspend"})
 	id, _ := doc["execution_id"].(string)
 	if res.IsError || id == "" || !strings.Contains(text, `cancel_execution {"execution_id": "`+id+`"}`) {
 		t.Fatalf("suspend, and the text names cancel_execution: %s", text)
@@ -339,12 +218,4 @@ func TestTheAgentCancelsItsExecution(t *testing.T) {
 			t.Errorf("%s %v: want an error with %s, got %s", tc.name, tc.args, tc.want, text)
 		}
 	}
-}
-
-// testWriter sends a logger's lines to the test's log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"cmp"
@@ -12,13 +12,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// DefaultMCPTextBytes is execute_code's default text budget: about 6,000
-// tokens, enough for most results, small beside a model's context.
-const DefaultMCPTextBytes = 24000
-
-// minMCPTextBytes is the smallest budget honoured: below it not even the
+// minTextBytes is the smallest budget honoured: below it not even the
 // status and the markers fit.
-const minMCPTextBytes = 1024
+const minTextBytes = 1024
 
 // Shares of the budget the parts other than the result may take at most.
 const (
@@ -34,7 +30,7 @@ const (
 // capped. The whole document goes in structuredContent beside it.
 // callerDecides is whether the model's side may approve what waits.
 func modelText(resp *execution.Response, budget int, callerDecides bool) string {
-	budget = max(budget, minMCPTextBytes)
+	budget = max(budget, minTextBytes)
 	var head strings.Builder
 	if resp.Suspended() {
 		head.WriteString(pendingText(resp, budget/pendingShare, callerDecides))

@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"context"
@@ -56,7 +56,7 @@ var decisionSchema = map[string]any{
 // canAsk reports whether this request's suspended calls can be put to the
 // client's user: in a form, where the deployment trusts the client's
 // answer, else on the approval page (askMode).
-func (a *api) canAsk(ctx context.Context) bool { return a.askMode(ctx) != askNone }
+func (s *Server) canAsk(ctx context.Context) bool { return s.askMode(ctx) != askNone }
 
 func elicitID(callID int) string { return "call-" + strconv.Itoa(callID) }
 
@@ -66,12 +66,12 @@ func elicitID(callID int) string { return "call-" + strconv.Itoa(callID) }
 // pointing them at the approval page (askPage). If the state cannot be
 // sealed the document is answered instead, as to a client that cannot be
 // asked.
-func (a *api) ask(ctx context.Context, resp *execution.Response, budget int) *mcp.CallToolResult {
-	switch a.askMode(ctx) {
+func (s *Server) ask(ctx context.Context, resp *execution.Response, budget int) *mcp.CallToolResult {
+	switch s.askMode(ctx) {
 	case askPage:
-		return a.askPage(ctx, resp, budget)
+		return s.askPage(ctx, resp, budget)
 	case askNone, askDoc:
-		return a.executionResult(resp, budget)
+		return s.executionResult(resp, budget)
 	}
 	st := approval.State{ExecutionID: resp.ExecutionID, Version: resp.StateVersion, Principal: resp.Owner, Expires: resp.ExpiresAt.Unix()}
 	b := server.NewInputRequestBuilder("")
@@ -83,10 +83,10 @@ func (a *api) ask(ctx context.Context, resp *execution.Response, budget int) *mc
 		}
 		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, resp), RequestedSchema: decisionSchema})
 	}
-	token, err := a.StateKey.Seal(st)
+	token, err := s.opts.StateKey.Seal(st)
 	if err != nil {
-		a.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
-		return a.executionResult(resp, budget)
+		s.opts.Logger.Warn("cannot ask the client's user: answering the suspended document", "execution_id", resp.ExecutionID, "err", err)
+		return s.executionResult(resp, budget)
 	}
 	return b.RequestState(token).ToolResult()
 }
@@ -121,25 +121,25 @@ func truncateUTF8(s string, n int) string {
 // execution as the user's decisions. The answer is the execution's
 // document, or the next question when it suspends again (or nothing was
 // answered), or a refusal when nothing ran.
-func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail string, budget int) *mcp.CallToolResult {
+func (s *Server) answered(ctx context.Context, r mcp.CallToolRequest, callDetail string, budget int) *mcp.CallToolResult {
 	principal := execution.PrincipalFrom(ctx)
-	if a.StateKey == nil {
-		return a.refusal("", fault.New(fault.InvalidRequest, "this server asks no questions: requestState is not one of its own"))
+	if s.opts.StateKey == nil {
+		return s.refusal("", fault.New(fault.InvalidRequest, "this server asks no questions: requestState is not one of its own"))
 	}
-	st, err := a.StateKey.Open(r.Params.RequestState, time.Now())
+	st, err := s.opts.StateKey.Open(r.Params.RequestState, time.Now())
 	switch {
 	case errors.Is(err, approval.ErrStateExpired):
-		return a.refusal(st.ExecutionID, fault.New(fault.Expired, "the execution this answer is about has expired"))
+		return s.refusal(st.ExecutionID, fault.New(fault.Expired, "the execution this answer is about has expired"))
 	case err != nil:
-		return a.refusal("", fault.New(fault.InvalidRequest, "requestState is not one this server issued, or was changed: %v", err))
+		return s.refusal("", fault.New(fault.InvalidRequest, "requestState is not one this server issued, or was changed: %v", err))
 	case st.ExecutionID == "":
-		return a.refusal("", fault.New(fault.InvalidRequest, "this requestState is about a capability draft, not an execution: answer it through save_capability"))
+		return s.refusal("", fault.New(fault.InvalidRequest, "this requestState is about a capability draft, not an execution: answer it through save_capability"))
 	case st.Principal != principal:
-		return a.refusal(st.ExecutionID, fault.New(fault.Forbidden, "this requestState was issued to another principal"))
+		return s.refusal(st.ExecutionID, fault.New(fault.Forbidden, "this requestState was issued to another principal"))
 	case st.Page:
 		// The person was sent to the approval page: only what was
 		// decided there counts, whatever the answers say.
-		return a.afterPage(ctx, r, st, budget)
+		return s.afterPage(ctx, r, st, budget)
 	}
 	decisions := map[string]execution.Decision{}
 	for _, id := range st.Calls {
@@ -151,26 +151,26 @@ func (a *api) answered(ctx context.Context, r mcp.CallToolRequest, callDetail st
 	}
 	if len(decisions) == 0 {
 		// Nothing answered: ask again, if it still waits.
-		waiting, ferr := a.Service.Waiting(ctx, st.ExecutionID)
+		waiting, ferr := s.opts.Service.Waiting(ctx, st.ExecutionID)
 		if ferr != nil {
-			return a.refusal(st.ExecutionID, ferr)
+			return s.refusal(st.ExecutionID, ferr)
 		}
-		return a.ask(ctx, waiting, budget)
+		return s.ask(ctx, waiting, budget)
 	}
 	rr := execution.ResumeRequest{ExecutionID: st.ExecutionID, Decisions: decisions, CallDetail: callDetail, Principal: principal,
 		TraceHeader: execution.TraceHeader(ctx, ""), Channel: execution.ChannelClient, Version: st.Version}
-	if a.streams(ctx) {
+	if s.streams(ctx) {
 		rr.OnEvent = newMCPProgress(ctx, r).event
 	}
-	resp, ferr := a.Service.Resume(ctx, rr)
+	resp, ferr := s.opts.Service.Resume(ctx, rr)
 	if ferr != nil {
-		return a.refusal(st.ExecutionID, ferr)
+		return s.refusal(st.ExecutionID, ferr)
 	}
-	a.flush(ctx)
-	if resp.Suspended() && a.canAsk(ctx) {
-		return a.ask(ctx, resp, budget)
+	s.flush(ctx)
+	if resp.Suspended() && s.canAsk(ctx) {
+		return s.ask(ctx, resp, budget)
 	}
-	return a.executionResult(resp, budget)
+	return s.executionResult(resp, budget)
 }
 
 // decisionOf reads one answer: only an accepted form that says approve
@@ -205,7 +205,7 @@ func decisionOf(res *mcp.ElicitationResult) execution.Decision {
 }
 
 // refusal is a refused resume for the model: nothing ran.
-func (a *api) refusal(id string, ferr *fault.Error) *mcp.CallToolResult {
+func (s *Server) refusal(id string, ferr *fault.Error) *mcp.CallToolResult {
 	res := mcp.NewToolResultStructured(map[string]any{"ok": false, "error": ferr}, refusalText(id, ferr))
 	res.IsError = true
 	return res

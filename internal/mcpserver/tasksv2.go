@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"bytes"
@@ -18,14 +18,14 @@ import (
 )
 
 // MCP tasks, 2026-07-28 form: the io.modelcontextprotocol/tasks extension
-// (SEP-2663), beside 2025-11-25's tasks (mcptasks.go). A 2026-07-28 request
+// (SEP-2663), beside 2025-11-25's tasks (tasks.go). A 2026-07-28 request
 // whose client declares the extension (in its _meta's clientCapabilities)
 // gets server-directed tasks: execute_code answers a flat CreateTaskResult
 // (resultType "task") at once, the execution running asynchronously as a
 // 2025-11-25 task's does; tasks/get answers the task with its result, its
 // error or, while it waits, its questions (inputRequests): the approvals it
 // waits for and the questions remote servers asked, as execute_code's own
-// input_required would put them (mcpelicit.go, mcpquestion.go); tasks/update
+// input_required would put them (elicit.go, question.go); tasks/update
 // delivers the client's user's answers, which resume the execution as that
 // user's decisions (execution.ChannelClient); tasks/cancel ends it. So a
 // task client is asked rather than told to call resume_execution. A
@@ -65,7 +65,7 @@ func eraOf(params json.RawMessage) requestEra {
 
 // tasksV2 answers a 2026-07-28 request on the tasks surface, or reports
 // false for mcp-go to serve it.
-func (a *api) tasksV2(w http.ResponseWriter, r *http.Request, msg jsonrpcMessage, era requestEra, next http.Handler) bool {
+func (s *Server) tasksV2(w http.ResponseWriter, r *http.Request, msg jsonrpcMessage, era requestEra, next http.Handler) bool {
 	method := mcp.MCPMethod(msg.Method)
 	switch method {
 	case mcp.MethodToolsCall:
@@ -110,13 +110,13 @@ func (a *api) tasksV2(w http.ResponseWriter, r *http.Request, msg jsonrpcMessage
 			answer = rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 			break
 		}
-		answer = a.createTaskV2(ctx, mcp.CallToolRequest{Params: p})
+		answer = s.createTaskV2(ctx, mcp.CallToolRequest{Params: p})
 	case mcp.MethodTasksGet:
-		answer = a.taskRequest(ctx, msg.Params, a.getTaskV2)
+		answer = s.taskRequest(ctx, msg.Params, s.getTaskV2)
 	case methodTasksUpdate:
-		answer = a.updateTask(ctx, msg.Params)
+		answer = s.updateTask(ctx, msg.Params)
 	case mcp.MethodTasksCancel:
-		answer = a.taskRequest(ctx, msg.Params, a.cancelTaskV2)
+		answer = s.taskRequest(ctx, msg.Params, s.cancelTaskV2)
 	}
 	writeRPC(w, msg.ID, answer)
 	return true
@@ -168,8 +168,8 @@ func taskV2(doc *execution.Response) map[string]any {
 // before the answer (so tasks/get finds it at once), and, where this server
 // keeps suspended executions, with its questions put to the task's client
 // rather than refused.
-func (a *api) createTaskV2(ctx context.Context, r mcp.CallToolRequest) any {
-	raw, _, bad := a.toolArguments(r)
+func (s *Server) createTaskV2(ctx context.Context, r mcp.CallToolRequest) any {
+	raw, _, bad := s.toolArguments(r)
 	if bad != nil {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: toolText(bad)}
 	}
@@ -183,10 +183,10 @@ func (a *api) createTaskV2(ctx context.Context, r mcp.CallToolRequest) any {
 	req.Async = true
 	req.Principal = execution.PrincipalFrom(ctx)
 	req.TraceHeader = execution.TraceHeader(ctx, "")
-	if a.Suspends && req.Approval == "" {
+	if s.opts.Suspends && req.Approval == "" {
 		req.Approval = execution.ApprovalSuspend
 	}
-	resp := a.Service.Execute(ctx, req)
+	resp := s.opts.Service.Execute(ctx, req)
 	if !resp.Running() {
 		fe := resp.Error
 		if fe == nil {
@@ -201,8 +201,8 @@ func (a *api) createTaskV2(ctx context.Context, r mcp.CallToolRequest) any {
 
 // getTaskV2 is tasks/get: the task, with its result when it completed, its
 // error when the host lost it, its questions while it waits.
-func (a *api) getTaskV2(ctx context.Context, id string) any {
-	doc, e := a.document(ctx, id)
+func (s *Server) getTaskV2(ctx context.Context, id string) any {
+	doc, e := s.document(ctx, id)
 	if e != nil {
 		return *e
 	}
@@ -210,7 +210,7 @@ func (a *api) getTaskV2(ctx context.Context, id string) any {
 	out["resultType"] = "complete"
 	switch {
 	case doc.Suspended():
-		requests, ferr := a.taskQuestions(ctx, id)
+		requests, ferr := s.taskQuestions(ctx, id)
 		if ferr != nil {
 			return rpcError{Code: mcp.INTERNAL_ERROR, Message: ferr.Error(), Data: ferr}
 		}
@@ -222,7 +222,7 @@ func (a *api) getTaskV2(ctx context.Context, id string) any {
 		}
 		out["error"] = rpcError{Code: mcp.INTERNAL_ERROR, Message: fe.Error(), Data: fe}
 	case doc.Ended() && doc.Status != execution.StatusCancelled:
-		res := a.executionResult(doc, a.MCPTextBytes)
+		res := s.executionResult(doc, s.opts.TextBytes)
 		out["result"] = map[string]any{"resultType": "complete", "content": res.Content, "structuredContent": res.StructuredContent, "isError": res.IsError}
 	}
 	return out
@@ -231,8 +231,8 @@ func (a *api) getTaskV2(ctx context.Context, id string) any {
 // taskQuestions are a waiting task's inputRequests: one elicitation per
 // call waiting for approval, the remote servers' own questions for calls
 // waiting for answers, keyed as execute_code's input_required keys them.
-func (a *api) taskQuestions(ctx context.Context, id string) (mcp.InputRequests, *fault.Error) {
-	waiting, ferr := a.Service.Waiting(ctx, id)
+func (s *Server) taskQuestions(ctx context.Context, id string) (mcp.InputRequests, *fault.Error) {
+	waiting, ferr := s.opts.Service.Waiting(ctx, id)
 	if ferr != nil {
 		return nil, ferr
 	}
@@ -252,7 +252,7 @@ func (a *api) taskQuestions(ctx context.Context, id string) (mcp.InputRequests, 
 // version they were asked about; calls not answered stay pending, so the
 // task waits on for them. It answers once the resumed run has ended or
 // waits again (tasks/get then says which).
-func (a *api) updateTask(ctx context.Context, params json.RawMessage) any {
+func (s *Server) updateTask(ctx context.Context, params json.RawMessage) any {
 	var p struct {
 		TaskID         string             `json:"taskId"`
 		InputResponses mcp.InputResponses `json:"inputResponses"`
@@ -260,10 +260,10 @@ func (a *api) updateTask(ctx context.Context, params json.RawMessage) any {
 	if err := json.Unmarshal(params, &p); err != nil || p.TaskID == "" {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: "tasks/update takes taskId and inputResponses"}
 	}
-	if _, e := a.document(ctx, p.TaskID); e != nil {
+	if _, e := s.document(ctx, p.TaskID); e != nil {
 		return *e
 	}
-	waiting, ferr := a.Service.Waiting(ctx, p.TaskID)
+	waiting, ferr := s.opts.Service.Waiting(ctx, p.TaskID)
 	if ferr != nil {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("task %s is not waiting for input: %s", p.TaskID, ferr.Message), Data: ferr}
 	}
@@ -280,20 +280,20 @@ func (a *api) updateTask(ctx context.Context, params json.RawMessage) any {
 	}
 	rr := execution.ResumeRequest{ExecutionID: p.TaskID, Decisions: decisions, Principal: execution.PrincipalFrom(ctx),
 		TraceHeader: execution.TraceHeader(ctx, ""), Channel: execution.ChannelClient, Version: waiting.StateVersion}
-	if _, ferr := a.Service.Resume(ctx, rr); ferr != nil {
+	if _, ferr := s.opts.Service.Resume(ctx, rr); ferr != nil {
 		return rpcError{Code: mcp.INVALID_PARAMS, Message: ferr.Error(), Data: ferr}
 	}
-	a.flush(ctx)
+	s.flush(ctx)
 	return map[string]any{"resultType": "complete"}
 }
 
 // cancelTaskV2 is tasks/cancel: an empty acknowledgement, for a task that
 // had ended too; tasks/get shows what became of it.
-func (a *api) cancelTaskV2(ctx context.Context, id string) any {
-	_, ferr := a.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
+func (s *Server) cancelTaskV2(ctx context.Context, id string) any {
+	_, ferr := s.opts.Service.Cancel(ctx, execution.CancelRequest{ExecutionID: id, Principal: execution.PrincipalFrom(ctx)})
 	switch {
 	case ferr == nil:
-		a.flush(ctx)
+		s.flush(ctx)
 	case ferr.Code == fault.Conflict:
 	case ferr.Code == fault.NotFound || ferr.Code == fault.Forbidden || ferr.Code == fault.Expired:
 		return taskNotFound(id)

@@ -1,4 +1,4 @@
-package httpapi
+package mcpserver
 
 import (
 	"encoding/json"
