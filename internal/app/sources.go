@@ -9,11 +9,11 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
-	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
 // openSources starts the tool sources of the server list: the MCP client
@@ -46,7 +46,7 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 		sources = append(sources, mcpclient.Source{Pool: pool})
 	}
 	if len(servers.OpenAPI) > 0 {
-		src, err := openapisrc.New(ctx, servers.OpenAPI, openapisrc.Options{Logger: log, AWS: a.aws.load,
+		src, err := openapi.New(ctx, servers.OpenAPI, openapi.Options{Logger: log, AWS: a.aws.load,
 			CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent, Refs: refs})
 		if err != nil {
 			return nil, fmt.Errorf("openapi servers: %w", err)

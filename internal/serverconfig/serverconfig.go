@@ -20,8 +20,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/mcpclient"
-	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
 // Kinds of server (an entry's "type").
@@ -34,7 +34,7 @@ const (
 // Servers is a server list, by kind.
 type Servers struct {
 	MCP     []mcpclient.ServerConfig
-	OpenAPI []openapisrc.Config
+	OpenAPI []openapi.Config
 	Lambda  []lambda.Config
 }
 
@@ -69,7 +69,7 @@ func (s *Servers) Merge(more Servers) {
 
 func (s *Servers) remove(name string) {
 	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpclient.ServerConfig) bool { return c.Name == name })
-	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapisrc.Config) bool { return c.Name == name })
+	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapi.Config) bool { return c.Name == name })
 	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambda.Config) bool { return c.Name == name })
 }
 
@@ -135,7 +135,7 @@ func Parse(name string, data []byte) (Servers, error) {
 			mcp = append(mcp, v)
 			mcpIndex = append(mcpIndex, i)
 		case TypeOpenAPI:
-			var fc openapisrc.FileConfig
+			var fc openapi.FileConfig
 			if err := strictDecode(n, &fc); err != nil {
 				return fail(err)
 			}

@@ -1,4 +1,4 @@
-package openapisrc
+package openapi
 
 import (
 	"fmt"
@@ -212,7 +212,7 @@ func (c Config) String() string {
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // GoString keeps %#v from printing secrets either.
-func (c Config) GoString() string { return "openapisrc.Config{" + c.String() + "}" }
+func (c Config) GoString() string { return "openapi.Config{" + c.String() + "}" }
 
 func sortedNames(m map[string]string) []string {
 	out := make([]string, 0, len(m))

@@ -1,4 +1,4 @@
-// Package openapisrc turns REST services described by an OpenAPI 3.0 or
+// Package openapi turns REST services described by an OpenAPI 3.0 or
 // 3.1 document into tools: one tool per operation, reached from a script
 // as mcp.<name>.<operation>(args) and guarded exactly as an MCP server's
 // tools are (input schemas checked before anything is sent, allow and deny
@@ -20,4 +20,4 @@
 // on the host the document came from, or one the configuration names; a
 // redirect to another host is not followed, and a value never leaves its
 // path segment (path parameters are escaped, "." and ".." included).
-package openapisrc
+package openapi
