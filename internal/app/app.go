@@ -372,11 +372,9 @@ type App struct {
 	Registry capability.Registry
 	Engine   *guest.Engine
 	Pool     *mcpclient.Pool
-	// OpenAPI and Lambda are the sources of OpenAPI services and Lambda
-	// functions, nil when none is configured.
-	OpenAPI *openapi.Source
 	// Tools are the configured servers of the kinds on the tool-source
-	// kernel (internal/toolsource), nil when none is configured.
+	// kernel (internal/toolsource: OpenAPI services, Lambda functions),
+	// nil when none is configured.
 	Tools        *toolsource.Set
 	Traces       httpapi.TraceReader
 	Capabilities httpapi.Capabilities

@@ -3,20 +3,19 @@ package openapi
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/catalog"
+	"gopkg.in/yaml.v3"
+
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
-
-// DefaultCallTimeout bounds one request when the configuration sets none.
-const DefaultCallTimeout = 30 * time.Second
 
 // Auth types besides oauthclient's (Auth.Type).
 const (
@@ -36,35 +35,37 @@ type Auth struct {
 	Region, Service string
 }
 
-// Config describes one OpenAPI service: mcp.<Name>.<operation>.
+// Config describes one OpenAPI service, mcp.<Name>.<operation>: the
+// common block (toolsource.Config: its allow, deny, require_approval and
+// allow_destructive over operation names; its headers sent with every
+// request, bearer tokens and API keys) and the service's own fields.
 type Config struct {
-	Name string
+	toolsource.Config
 	// Spec is the document: an http(s) URL or a file path.
 	Spec string
 	// BaseURL, when set, is where requests go instead of the document's
 	// servers (it may be another host than the document's: the
 	// operator says so here).
 	BaseURL string
-	// Headers and Query are sent with every request (bearer tokens, API
-	// keys); values may reference secrets as ${env:NAME}, ${file:/path}
-	// or ${secret:ARN-or-name[#key]} (internal/secretref), resolved for
-	// each request (a Secrets Manager secret from the process's cache, and
-	// read again when the service refuses it), and are never logged or
-	// shown.
-	Headers, Query map[string]string
-	Auth           Auth
-	// CallTimeout bounds one request; zero means DefaultCallTimeout.
-	CallTimeout time.Duration
+	// Query values are sent with every request, as the headers are: they
+	// may reference secrets as ${env:NAME}, ${file:/path} or
+	// ${secret:ARN-or-name[#key]} (internal/secretref), resolved for each
+	// request (a Secrets Manager secret from the process's cache, and read
+	// again when the service refuses it), and are never logged or shown.
+	Query map[string]string
+	Auth  Auth
 	// FetchTimeout bounds fetching Spec; zero means DefaultFetchTimeout.
 	FetchTimeout time.Duration
-	// Allow, Deny, AllowDestructive and RequireApproval are an MCP
-	// server's (mcpclient.ServerConfig), over operation names.
-	Allow, Deny      []string
-	AllowDestructive bool
-	RequireApproval  []string
 	// ReadOnly and Destructive mark operations (globs) read-only or
 	// destructive whatever their method says; Destructive wins.
 	ReadOnly, Destructive []string
+}
+
+// Base implements toolsource.Spec.
+func (c Config) Base() toolsource.Config {
+	b := c.Config
+	b.Type = Type
+	return b
 }
 
 // sigV4 reports whether requests are signed.
@@ -79,9 +80,36 @@ func (c Config) oauth() bool {
 
 // Validate checks one configuration and reports the first problem.
 func (c Config) Validate() error {
-	if err := catalog.ValidName(c.Name); err != nil {
-		return fmt.Errorf("server name: %w", err)
+	if err := c.Config.Validate(); err != nil {
+		return err
 	}
+	if err := c.validateLocations(); err != nil {
+		return err
+	}
+	if c.FetchTimeout < 0 {
+		return fmt.Errorf("server %q: negative fetch timeout", c.Name)
+	}
+	for k, v := range c.Query {
+		if k == "" {
+			return fmt.Errorf("server %q: invalid query name %q", c.Name, k)
+		}
+		if err := secretref.Check(v); err != nil {
+			return fmt.Errorf("server %q: query %s: %w", c.Name, k, err)
+		}
+	}
+	if err := c.validateAuth(); err != nil {
+		return err
+	}
+	for _, list := range [][]string{c.ReadOnly, c.Destructive} {
+		if slices.Contains(list, "") {
+			return fmt.Errorf("server %q: empty pattern in read_only/destructive", c.Name)
+		}
+	}
+	return nil
+}
+
+// validateLocations checks the document's location and the base URL.
+func (c Config) validateLocations() error {
 	if c.Spec == "" {
 		return fmt.Errorf("server %q: no spec (the OpenAPI document's URL or file)", c.Name)
 	}
@@ -105,23 +133,15 @@ func (c Config) Validate() error {
 			return fmt.Errorf("server %q: base_url: %w", c.Name, err)
 		}
 	}
-	if c.CallTimeout < 0 || c.FetchTimeout < 0 {
-		return fmt.Errorf("server %q: negative timeout", c.Name)
-	}
-	for what, m := range map[string]map[string]string{"header": c.Headers, "query": c.Query} {
-		for k, v := range m {
-			if k == "" || (what == "header" && strings.ContainsAny(k, " \t\r\n:")) {
-				return fmt.Errorf("server %q: invalid %s name %q", c.Name, what, k)
-			}
-			if err := secretref.Check(v); err != nil {
-				return fmt.Errorf("server %q: %s %s: %w", c.Name, what, k, err)
-			}
-		}
-	}
+	return nil
+}
+
+// validateAuth checks the auth block against the rest.
+func (c Config) validateAuth() error {
 	switch c.Auth.Type {
 	case oauthclient.TypeAuto, oauthclient.TypeNone:
 	case AuthSigV4:
-		if c.hasAuthorizationHeader() {
+		if c.HasHeader("Authorization") {
 			return fmt.Errorf("server %q: auth sigv4 and an Authorization header: choose one", c.Name)
 		}
 	case oauthclient.TypeOAuth, oauthclient.TypeClientCredentials:
@@ -133,46 +153,24 @@ func (c Config) Validate() error {
 		if err := c.Auth.Config.Validate(); err != nil {
 			return fmt.Errorf("server %q: auth: %w", c.Name, err)
 		}
-		if c.hasAuthorizationHeader() {
+		if c.HasHeader("Authorization") {
 			return fmt.Errorf("server %q: auth %s and an Authorization header: choose one", c.Name, c.Auth.Type)
 		}
 	default:
 		return fmt.Errorf("server %q: auth type %q (want none, oauth, client_credentials or sigv4)", c.Name, c.Auth.Type)
 	}
-	for _, list := range [][]string{c.Allow, c.Deny, c.RequireApproval, c.ReadOnly, c.Destructive} {
-		if slices.Contains(list, "") {
-			return fmt.Errorf("server %q: empty pattern", c.Name)
-		}
-	}
 	return nil
 }
 
-func (c Config) hasAuthorizationHeader() bool {
-	for k := range c.Headers {
-		if strings.EqualFold(k, "Authorization") {
-			return true
-		}
-	}
-	return false
-}
-
-func (c Config) callTimeout() time.Duration {
-	if c.CallTimeout <= 0 {
-		return DefaultCallTimeout
-	}
-	return c.CallTimeout
-}
-
-// secrets is what the configuration holds that must never be shown:
-// header and query values written without references (resolved ones are
-// added when the source starts).
-func (c Config) secrets() []string {
+// literals is what the configuration holds, beyond the headers the Set
+// learns itself, that must never be shown: query values and OAuth client
+// secrets written without references (resolved ones are learned when
+// they are read).
+func (c Config) literals() []string {
 	var out []string
-	for _, m := range []map[string]string{c.Headers, c.Query} {
-		for _, v := range m {
-			if !secretref.Has(v) {
-				out = append(out, secretref.HeaderSecrets(v)...)
-			}
+	for _, v := range c.Query {
+		if !secretref.Has(v) {
+			out = append(out, secretref.HeaderSecrets(v)...)
 		}
 	}
 	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
@@ -192,10 +190,10 @@ func (c Config) String() string {
 		parts = append(parts, "base_url="+redactURL(c.BaseURL))
 	}
 	if len(c.Headers) > 0 {
-		parts = append(parts, "headers="+strings.Join(sortedNames(c.Headers), ","))
+		parts = append(parts, "headers="+strings.Join(c.HeaderNames(), ","))
 	}
 	if len(c.Query) > 0 {
-		parts = append(parts, "query="+strings.Join(sortedNames(c.Query), ","))
+		parts = append(parts, "query="+strings.Join(slices.Sorted(maps.Keys(c.Query)), ","))
 	}
 	if c.Auth.Type != "" {
 		parts = append(parts, "auth="+c.Auth.Type)
@@ -213,15 +211,6 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // GoString keeps %#v from printing secrets either.
 func (c Config) GoString() string { return "openapi.Config{" + c.String() + "}" }
-
-func sortedNames(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
 
 // redactURL shows a URL without userinfo and query values.
 func redactURL(raw string) string {
@@ -248,54 +237,59 @@ func ParseFlag(s string) (Config, error) {
 	if !ok {
 		return Config{}, fmt.Errorf("--openapi %q: want NAME=URL or NAME=FILE", s)
 	}
-	c := Config{Name: strings.TrimSpace(name), Spec: strings.TrimSpace(spec), AllowDestructive: true}
+	c := Config{Config: toolsource.Config{Name: strings.TrimSpace(name), Type: Type, AllowDestructive: true},
+		Spec: strings.TrimSpace(spec)}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("--openapi: %w", err)
 	}
 	return c, nil
 }
 
-// FileConfig is the on-disk shape of one OpenAPI server in the server
-// list (`"type": "openapi"`); durations are strings ("30s").
-type FileConfig struct {
-	Name             string            `json:"name" yaml:"name"`
-	Type             string            `json:"type" yaml:"type"`
-	Spec             string            `json:"spec" yaml:"spec"`
-	BaseURL          string            `json:"base_url" yaml:"base_url"`
-	Headers          map[string]string `json:"headers" yaml:"headers"`
-	Query            map[string]string `json:"query" yaml:"query"`
-	Auth             *FileAuth         `json:"auth" yaml:"auth"`
-	CallTimeout      string            `json:"call_timeout" yaml:"call_timeout"`
-	FetchTimeout     string            `json:"fetch_timeout" yaml:"fetch_timeout"`
-	Allow            []string          `json:"allow" yaml:"allow"`
-	Deny             []string          `json:"deny" yaml:"deny"`
-	AllowDestructive bool              `json:"allow_destructive" yaml:"allow_destructive"`
-	RequireApproval  []string          `json:"require_approval" yaml:"require_approval"`
-	ReadOnly         []string          `json:"read_only" yaml:"read_only"`
-	Destructive      []string          `json:"destructive" yaml:"destructive"`
+// entry is the on-disk shape of one OpenAPI server in the server list
+// (`"type": "openapi"`); durations are strings ("30s"). Auth is decoded
+// on its own, as strictly as the entry.
+type entry struct {
+	toolsource.Fields `yaml:",inline"`
+	Spec              string            `yaml:"spec"`
+	BaseURL           string            `yaml:"base_url"`
+	Query             map[string]string `yaml:"query"`
+	Auth              yaml.Node         `yaml:"auth"`
+	FetchTimeout      string            `yaml:"fetch_timeout"`
+	ReadOnly          []string          `yaml:"read_only"`
+	Destructive       []string          `yaml:"destructive"`
 }
 
-// FileAuth is the on-disk shape of Auth: oauthclient's fields, and SigV4's.
-type FileAuth struct {
-	Type                    string   `json:"type" yaml:"type"`
-	Scopes                  []string `json:"scopes" yaml:"scopes"`
-	ClientID                string   `json:"client_id" yaml:"client_id"`
-	ClientSecret            string   `json:"client_secret" yaml:"client_secret"`
-	ClientMetadataURL       string   `json:"client_metadata_url" yaml:"client_metadata_url"`
-	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method" yaml:"token_endpoint_auth_method"`
-	PrivateKey              string   `json:"private_key" yaml:"private_key"`
-	SigningAlg              string   `json:"signing_alg" yaml:"signing_alg"`
-	Secret                  string   `json:"secret" yaml:"secret"`
-	Region                  string   `json:"region" yaml:"region"`
-	Service                 string   `json:"service" yaml:"service"`
+// fileAuth is the on-disk shape of Auth: oauthclient's fields, and SigV4's.
+type fileAuth struct {
+	Type                    string   `yaml:"type"`
+	Scopes                  []string `yaml:"scopes"`
+	ClientID                string   `yaml:"client_id"`
+	ClientSecret            string   `yaml:"client_secret"`
+	ClientMetadataURL       string   `yaml:"client_metadata_url"`
+	TokenEndpointAuthMethod string   `yaml:"token_endpoint_auth_method"`
+	PrivateKey              string   `yaml:"private_key"`
+	SigningAlg              string   `yaml:"signing_alg"`
+	Secret                  string   `yaml:"secret"`
+	Region                  string   `yaml:"region"`
+	Service                 string   `yaml:"service"`
 }
 
-// Config converts the on-disk shape, and validates it.
-func (f FileConfig) Config() (Config, error) {
-	c := Config{Name: f.Name, Spec: f.Spec, BaseURL: f.BaseURL, Headers: f.Headers, Query: f.Query,
-		Allow: f.Allow, Deny: f.Deny, AllowDestructive: f.AllowDestructive, RequireApproval: f.RequireApproval,
-		ReadOnly: f.ReadOnly, Destructive: f.Destructive}
-	if a := f.Auth; a != nil {
+// decode reads one entry of the server list, strictly, and validates it.
+func decode(n *yaml.Node) (Config, error) {
+	var f entry
+	if err := toolsource.DecodeEntry(n, &f); err != nil {
+		return Config{}, err
+	}
+	common, err := f.Fields.Config()
+	if err != nil {
+		return Config{}, err
+	}
+	c := Config{Config: common, Spec: f.Spec, BaseURL: f.BaseURL, Query: f.Query, ReadOnly: f.ReadOnly, Destructive: f.Destructive}
+	if f.Auth.Kind != 0 && f.Auth.Tag != "!!null" {
+		var a fileAuth
+		if err := toolsource.DecodeEntry(&f.Auth, &a); err != nil {
+			return Config{}, fmt.Errorf("server %q: auth: %w", f.Name, err)
+		}
 		c.Auth = Auth{Config: oauthclient.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
 			ClientMetadataURL: a.ClientMetadataURL, TokenEndpointAuthMethod: a.TokenEndpointAuthMethod,
 			PrivateKey: a.PrivateKey, SigningAlg: a.SigningAlg, Secret: a.Secret}, Region: a.Region, Service: a.Service}
@@ -303,19 +297,8 @@ func (f FileConfig) Config() (Config, error) {
 			c.Auth.Type = oauthclient.TypeAuto
 		}
 	}
-	for _, d := range []struct {
-		s   string
-		out *time.Duration
-		key string
-	}{{f.CallTimeout, &c.CallTimeout, "call_timeout"}, {f.FetchTimeout, &c.FetchTimeout, "fetch_timeout"}} {
-		if d.s == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.s)
-		if err != nil {
-			return Config{}, fmt.Errorf("server %q: %s: %w", f.Name, d.key, err)
-		}
-		*d.out = v
+	if c.FetchTimeout, err = toolsource.Duration(f.Name, "fetch_timeout", f.FetchTimeout); err != nil {
+		return Config{}, err
 	}
 	return c, c.Validate()
 }

@@ -10,9 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"sort"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,21 +20,18 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
-	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
-	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
-// Health states, as the MCP pool names them.
-const (
-	StateHealthy     = "healthy"
-	StateUnavailable = "unavailable"
-)
+// Type is the server list's "type" of this kind.
+const Type = "openapi"
 
 // defaultMaxResultBytes caps a response body.
 const defaultMaxResultBytes = 1 << 20
@@ -44,495 +40,194 @@ const defaultMaxResultBytes = 1 << 20
 // TOOL_ERROR, in bytes.
 const maxErrorBody = 2048
 
-// Retry schedule of a document that could not be fetched: the next Tools
-// or Call after the wait tries again.
-const (
-	retryInitial = 5 * time.Second
-	retryMax     = 5 * time.Minute
-)
-
-// Options configure a Source.
-type Options struct {
-	// Logger receives the source's records (slog.Default() when nil),
-	// scrubbed of every secret the configurations hold.
-	Logger *slog.Logger
-	// AWS is the AWS configuration SigV4 signs with (the function's
-	// role), loaded when the first signing service starts.
-	AWS func(context.Context) (aws.Config, error)
-	// CredentialsDir, Secrets and Agent are OAuth's, as for the MCP pool
-	// (mcpclient.WithCredentialsDir and the others).
-	CredentialsDir string
-	Secrets        func(context.Context) (oauthclient.SecretsAPI, error)
-	Agent          oauthclient.UserAgent
-	// Refs resolves the secret references of headers, query values and
-	// OAuth client secrets, shared with the process's other tool sources
-	// (mcpclient.WithSecretRefs); nil makes one reading Secrets Manager
-	// through Secrets.
-	Refs *secretref.Resolver
-	// Transport is the HTTP transport under everything (tests; default a
-	// clone of http.DefaultTransport per service).
+// Kind is the kind of OpenAPI services.
+type Kind struct {
+	// Transport, when set, is the HTTP transport under every request of
+	// every server (tests); by default each server has a clone of
+	// http.DefaultTransport of its own.
 	Transport http.RoundTripper
 }
 
-// Health is one service's state.
-type Health struct {
-	Name string `json:"name"`
-	// URL is where requests go, without credentials.
-	URL       string    `json:"url"`
-	State     string    `json:"state"`
-	LastError string    `json:"last_error,omitempty"`
-	Since     time.Time `json:"since"`
-	Tools     int       `json:"tools"`
-	// Dropped counts the operations left out of the tools.
-	Dropped int `json:"dropped,omitempty"`
-}
-
-// Source offers the operations of OpenAPI services as tools. It owns its
-// services' names (execution.ServerSource). It is safe for concurrent
-// use; Close waits for the document fetches it started.
-type Source struct {
-	opts  Options
-	log   *slog.Logger
-	red   *redact.Redactor
-	apis  map[string]*service
-	order []*service
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
-}
-
-// service is one configured OpenAPI service.
-type service struct {
-	src *Source
-	cfg Config
-	// red knows what this service is sent (its headers and query values,
-	// resolved; its OAuth tokens): a service that echoes one back in a
-	// result or an error has it masked there. The Source's own redactor
-	// knows every service's, for logs and health.
-	red    *redact.Redactor
-	log    *slog.Logger
-	drops  *catalog.DropLog
-	client *http.Client
-	tr     *http.Transport
-	// setupErr says why the service cannot be called at all (its OAuth
-	// or SigV4 could not be set up).
-	setupErr error
-
-	cat atomic.Pointer[toolSet]
-
-	mu       sync.Mutex
-	state    string
-	lastErr  string
-	since    time.Time
-	nextTry  time.Time
-	wait     time.Duration
-	fetching bool
-}
-
-// toolSet is one loaded document's tools.
-type toolSet struct {
-	doc     *Document
-	byName  map[string]*entry
-	visible []catalog.Tool
-}
-
-type entry struct {
-	op     *Operation
-	tool   catalog.Tool
-	denied bool
-}
-
-// New validates cfgs and loads every document, concurrently. A document
+// Info implements toolsource.Kind. OpenAPI servers are eager: a document
 // that is refused (out of bounds, not OpenAPI 3, servers elsewhere, no
-// usable operation) or a file that cannot be read is a configuration
-// error (INVALID_REQUEST); a URL that cannot be fetched now leaves its
-// service unavailable, tried again on demand.
-func New(ctx context.Context, cfgs []Config, opts Options) (*Source, error) {
-	seen := map[string]bool{}
-	for i, c := range cfgs {
-		if err := c.Validate(); err != nil {
-			return nil, fault.Wrap(fault.InvalidRequest, fmt.Errorf("openapi servers[%d]: %w", i, err), "")
-		}
-		if seen[c.Name] {
-			return nil, fault.New(fault.InvalidRequest, "openapi servers[%d]: duplicate server name %q", i, c.Name)
-		}
-		seen[c.Name] = true
-	}
-	red := redact.New()
-	for _, c := range cfgs {
-		red.Add(c.secrets()...)
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Refs == nil {
-		var client func(context.Context) (secretref.API, error)
-		if f := opts.Secrets; f != nil {
-			client = func(ctx context.Context) (secretref.API, error) { return f(ctx) }
-		}
-		opts.Refs = secretref.New(client, secretref.Options{})
-	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Source{opts: opts, log: slog.New(red.Handler(opts.Logger.Handler())), red: red,
-		apis: map[string]*service{}, ctx: sctx, cancel: cancel}
-	for _, c := range cfgs {
-		a := s.newService(c)
-		s.apis[c.Name] = a
-		s.order = append(s.order, a)
-	}
-	errs := make([]error, len(s.order))
-	var wg sync.WaitGroup
-	for i, a := range s.order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = a.load(ctx)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		s.Close()
-		return nil, fault.Wrap(fault.InvalidRequest, errors.New(red.String(err.Error())), "")
-	}
-	return s, nil
+// usable operation) or a file that cannot be read is a mistake in the
+// configuration, told when the process starts; a URL that cannot be
+// fetched now leaves its server unavailable, and the Set tries again.
+func (Kind) Info() toolsource.KindInfo {
+	return toolsource.KindInfo{Type: Type, Noun: "OpenAPI server", ToolNoun: "operation", Eager: true}
 }
 
-func (s *Source) newService(c Config) *service {
-	log := s.log.With(slog.String("openapi_server", c.Name))
-	a := &service{src: s, cfg: c, red: redact.New(c.secrets()...), log: log, drops: catalog.NewDropLog(log),
-		state: StateUnavailable, lastErr: "not loaded yet", since: time.Now()}
-	var base http.RoundTripper
-	if s.opts.Transport != nil {
-		base = s.opts.Transport
-	} else {
-		a.tr = http.DefaultTransport.(*http.Transport).Clone()
-		a.tr.MaxIdleConnsPerHost = 64
-		base = a.tr
-	}
-	a.client = &http.Client{Transport: base, CheckRedirect: sameHostRedirects}
-	switch {
-	case c.oauth():
-		src, err := oauthclient.Build(s.ctx, oauthclient.Setup{Name: c.Name, URL: c.BaseURL, Config: c.Auth.Config,
-			CredentialsDir: s.opts.CredentialsDir, Secrets: s.opts.Secrets, Refs: s.opts.Refs, Agent: s.opts.Agent,
-			HTTPClient: &http.Client{Transport: base, Timeout: time.Minute}, AddSecret: a.addSecret,
-			Options: func(o *oauthclient.Options) { o.Logger = log }})
-		if err != nil {
-			a.setupErr = fmt.Errorf("auth: %w", err)
-			break
-		}
-		a.client.Transport = &oauthclient.Transport{Base: base, Source: src}
-	case c.sigV4():
-		a.client.Transport = &sigV4Transport{base: base, cfg: c.Auth, aws: s.opts.AWS}
-	}
-	return a
-}
+// Decode implements toolsource.Kind.
+func (Kind) Decode(n *yaml.Node) (toolsource.Spec, error) { return decode(n) }
 
-// addSecret makes both redactors mask secrets.
-func (a *service) addSecret(secrets ...string) {
-	a.red.Add(secrets...)
-	a.src.red.Add(secrets...)
-}
-
-// fetchErr is a document that could not be fetched now (the network, the
-// server): worth trying again, unlike a document that was refused.
-type fetchErr struct{ err error }
-
-func (e *fetchErr) Error() string { return e.err.Error() }
-func (e *fetchErr) Unwrap() error { return e.err }
-
-// load fetches and converts the document once; it returns the error of
-// a document refused, and records one that could not be fetched.
-func (a *service) load(ctx context.Context) error {
-	err := a.loadOnce(ctx)
-	var fe *fetchErr
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &fe):
-		a.failed(err)
-		a.log.Warn("openapi document unavailable; tried again on demand", "err", err)
-		return nil
-	}
-	a.failed(err)
-	return fmt.Errorf("openapi server %q: %w", a.cfg.Name, err)
-}
-
-func (a *service) loadOnce(ctx context.Context) error {
-	if a.setupErr != nil {
-		return a.setupErr
-	}
-	data, loc, err := Fetch(ctx, &http.Client{Transport: a.client.Transport}, a.cfg.Spec, a.cfg.FetchTimeout)
-	if err != nil {
-		if isURL(a.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) {
-			return &fetchErr{err}
-		}
-		return err
-	}
-	doc, err := Parse(data, loc, a.cfg.BaseURL)
-	if err != nil {
-		return err
-	}
-	ts := a.buildToolSet(doc)
-	a.cat.Store(ts)
-	a.mu.Lock()
-	a.setState(StateHealthy, "")
-	a.wait = 0
-	a.mu.Unlock()
-	a.log.Info("openapi service loaded", "title", doc.Title, "version", doc.Version, "base", doc.Base.Redacted(),
-		"tools", len(ts.visible), "dropped", len(doc.Drops))
-	for _, d := range doc.Drops {
-		a.drops.Drop(ctx, a.cfg.Name, d.Operation, d.Reason)
-	}
-	return nil
-}
-
-func (a *service) failed(err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.setState(StateUnavailable, a.src.red.String(err.Error()))
-	a.wait = min(max(2*a.wait, retryInitial), retryMax)
-	a.nextTry = time.Now().Add(a.wait)
-}
-
-func (a *service) setState(st, lastErr string) {
-	if st != a.state {
-		a.since = time.Now()
-	}
-	a.state, a.lastErr = st, lastErr
-}
-
-// retry starts another fetch of a document that could not be fetched,
-// once its wait is over; it never waits for it.
-func (a *service) retry() {
-	if a.cat.Load() != nil {
-		return
-	}
-	a.mu.Lock()
-	if a.fetching || time.Now().Before(a.nextTry) {
-		a.mu.Unlock()
-		return
-	}
-	a.fetching = true
-	a.mu.Unlock()
-	ok := a.src.spawn(func() {
-		_ = a.load(a.src.ctx)
-		a.mu.Lock()
-		a.fetching = false
-		a.mu.Unlock()
-	})
+// Open implements toolsource.Kind.
+func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle) (toolsource.Server, error) {
+	c, ok := spec.(Config)
 	if !ok {
-		a.mu.Lock()
-		a.fetching = false
-		a.mu.Unlock()
+		return nil, fmt.Errorf("not an OpenAPI server's configuration: %T", spec)
 	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	h.Learn(c.literals()...)
+	sv := &server{cfg: c, h: h, base: k.Transport}
+	if sv.base == nil {
+		sv.tr = http.DefaultTransport.(*http.Transport).Clone()
+		sv.tr.MaxIdleConnsPerHost = 64
+		sv.base = sv.tr
+	}
+	// Built at the first load, not here: OAuth's client secret may be
+	// read from Secrets Manager, and Open does not wait on the network.
+	sv.client = sync.OnceValues(sv.newClient)
+	return sv, nil
 }
 
-func (s *Source) spawn(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
+// server is one configured OpenAPI service.
+type server struct {
+	cfg Config
+	h   *toolsource.Handle
+	// base is the transport under everything; tr the server's own, when
+	// it has one, whose idle connections Close closes.
+	base http.RoundTripper
+	tr   *http.Transport
+	// client sends the document's fetch and every call, authorised.
+	client func() (*http.Client, error)
+	// doc is the document last loaded, nil before.
+	doc atomic.Pointer[Document]
 }
 
-// buildToolSet names the document's operations as this service's tools,
-// with the configuration's lists and marks applied.
-func (a *service) buildToolSet(doc *Document) *toolSet {
-	ts := &toolSet{doc: doc, byName: make(map[string]*entry, len(doc.Operations))}
+// target is a tool's handle: its operation and the base URL of the
+// document it came from.
+type target struct {
+	op   *Operation
+	base *url.URL
+}
+
+// newClient makes the HTTP client of the server's requests: redirects
+// only on the same host, and OAuth's or SigV4's credentials when the
+// configuration asks for them.
+func (sv *server) newClient() (*http.Client, error) {
+	c := &http.Client{Transport: sv.base, CheckRedirect: sameHostRedirects}
+	env := sv.h.Env()
+	switch {
+	case sv.cfg.oauth():
+		src, err := oauthclient.Build(sv.h.Context(), oauthclient.Setup{Name: sv.cfg.Name, URL: sv.cfg.BaseURL, Config: sv.cfg.Auth.Config,
+			CredentialsDir: env.OAuth.CredentialsDir, Secrets: env.OAuth.Secrets, Refs: env.Refs, Agent: env.OAuth.Agent,
+			HTTPClient: &http.Client{Transport: sv.base, Timeout: time.Minute}, AddSecret: sv.h.Learn,
+			Options: func(o *oauthclient.Options) { o.Logger = sv.h.Logger() }})
+		if err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+		c.Transport = &oauthclient.Transport{Base: sv.base, Source: src}
+	case sv.cfg.sigV4():
+		c.Transport = &sigV4Transport{base: sv.base, cfg: sv.cfg.Auth, aws: env.AWS}
+	}
+	return c, nil
+}
+
+// Load implements toolsource.Server: fetches the document and converts
+// it. A document refused, a file that cannot be read, or credentials that
+// cannot be set up are permanent; a URL that cannot be fetched now is
+// not.
+func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
+	client, err := sv.client()
+	if err != nil {
+		return nil, toolsource.Permanent(err)
+	}
+	data, loc, err := Fetch(ctx, &http.Client{Transport: client.Transport}, sv.cfg.Spec, sv.cfg.FetchTimeout)
+	if err != nil {
+		if isURL(sv.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) {
+			return nil, err
+		}
+		return nil, toolsource.Permanent(err)
+	}
+	doc, err := Parse(data, loc, sv.cfg.BaseURL)
+	if err != nil {
+		return nil, toolsource.Permanent(err)
+	}
+	tools := sv.tools(doc)
+	sv.doc.Store(doc)
+	sv.h.Logger().Info("openapi service loaded", "title", doc.Title, "version", doc.Version, "base", doc.Base.Redacted(),
+		"operations", len(doc.Operations), "dropped", len(doc.Drops))
+	for _, d := range doc.Drops {
+		sv.h.Drop(d.Operation, d.Reason)
+	}
+	return tools, nil
+}
+
+// tools are the document's operations as this server's tools, with the
+// configuration's marks applied.
+func (sv *server) tools(doc *Document) []toolsource.Tool {
+	red := sv.h.Redactor()
+	out := make([]toolsource.Tool, 0, len(doc.Operations))
 	t, f := true, false
 	for _, op := range doc.Operations {
 		tool := op.Tool
-		tool.Server = a.cfg.Name
 		// As the MCP pool does: a document that quotes a configured
 		// secret does not show it in the catalog.
-		tool.Title, tool.Description = a.red.String(tool.Title), a.red.String(tool.Description)
-		tool.InputSchema, tool.OutputSchema = a.red.JSON(tool.InputSchema), a.red.JSON(tool.OutputSchema)
-		ann := tool.Annotations
+		tool.Title, tool.Description = red.String(tool.Title), red.String(tool.Description)
+		tool.InputSchema, tool.OutputSchema = red.JSON(tool.InputSchema), red.JSON(tool.OutputSchema)
 		switch {
-		case catalog.MatchAnyToolGlob(a.cfg.Destructive, tool.Name):
-			ann.ReadOnly, ann.Destructive = &f, &t
-		case catalog.MatchAnyGlob(a.cfg.ReadOnly, tool.Name):
-			ann.ReadOnly, ann.Destructive = &t, &f
+		case catalog.MatchAnyToolGlob(sv.cfg.Destructive, tool.Name):
+			tool.Annotations.ReadOnly, tool.Annotations.Destructive = &f, &t
+		case catalog.MatchAnyGlob(sv.cfg.ReadOnly, tool.Name):
+			tool.Annotations.ReadOnly, tool.Annotations.Destructive = &t, &f
 		}
-		tool.Annotations = ann
-		tool.RequireApproval = catalog.MatchAnyToolGlob(a.cfg.RequireApproval, tool.Name)
-		e := &entry{op: op, tool: tool}
-		if why := a.refusal(tool.Name); why != "" {
-			e.denied = true
-			a.drops.Drop(context.Background(), a.cfg.Name, tool.Name, why)
-		}
-		ts.byName[tool.Name] = e
-		if !e.denied {
-			ts.visible = append(ts.visible, tool)
-		}
-	}
-	sort.Slice(ts.visible, func(i, j int) bool { return ts.visible[i].Name < ts.visible[j].Name })
-	return ts
-}
-
-// refusal says why the allow and deny lists hide a tool, "" when they do
-// not (the rule every source applies).
-func (a *service) refusal(tool string) string {
-	return catalog.Refusal(a.cfg.Allow, a.cfg.Deny, tool)
-}
-
-// Tools implements execution.ToolSource: every loaded service's visible
-// operations, in configuration order.
-func (s *Source) Tools(ctx context.Context) ([]catalog.Tool, error) {
-	var out []catalog.Tool
-	for _, a := range s.order {
-		ts := a.cat.Load()
-		if ts == nil {
-			a.retry()
-			continue
-		}
-		out = append(out, ts.visible...)
-	}
-	return out, nil
-}
-
-// Servers implements execution.ServerSource.
-func (s *Source) Servers() []string {
-	out := make([]string, len(s.order))
-	for i, a := range s.order {
-		out[i] = a.cfg.Name
+		out = append(out, toolsource.Tool{Tool: tool, Ref: target{op: op, base: doc.Base}})
 	}
 	return out
 }
 
-// CheckServer implements execution.ServerSource: nil once the service's
-// document is loaded.
-func (s *Source) CheckServer(server string) error {
-	a := s.apis[server]
-	if a == nil {
-		return fault.New(fault.ToolNotFound, "no OpenAPI server named %q", server)
+// Describe implements toolsource.Describer: the URL is where requests go
+// once the document is loaded, before that the configured base or the
+// document's location.
+func (sv *server) Describe(h *toolsource.Health) {
+	switch doc := sv.doc.Load(); {
+	case doc != nil:
+		h.URL = doc.Base.Redacted()
+	case sv.cfg.BaseURL != "":
+		h.URL = redactURL(sv.cfg.BaseURL)
+	default:
+		h.URL = redactURL(sv.cfg.Spec)
 	}
-	if a.cat.Load() != nil {
-		return nil
-	}
-	a.retry()
-	return a.unavailable("")
 }
 
-func (a *service) unavailable(full string) *fault.Error {
-	a.mu.Lock()
-	last := a.lastErr
-	a.mu.Unlock()
-	e := fault.New(fault.Unavailable, "OpenAPI server %q is unavailable: %s", a.cfg.Name, last).WithTool(full)
-	e.Retryable = true
-	return e
-}
-
-// Health reports every service, in configuration order.
-func (s *Source) Health() []Health {
-	out := make([]Health, 0, len(s.order))
-	for _, a := range s.order {
-		a.mu.Lock()
-		h := Health{Name: a.cfg.Name, URL: redactURL(a.cfg.BaseURL), State: a.state, LastError: a.lastErr, Since: a.since}
-		a.mu.Unlock()
-		if ts := a.cat.Load(); ts != nil {
-			h.Tools, h.Dropped, h.URL = len(ts.visible), len(ts.doc.Drops), ts.doc.Base.Redacted()
-		} else if h.URL == "" {
-			h.URL = redactURL(a.cfg.Spec)
-		}
-		out = append(out, h)
-	}
-	return out
-}
-
-// Close stops background fetches and waits for them.
-func (s *Source) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
-	for _, a := range s.order {
-		if a.tr != nil {
-			a.tr.CloseIdleConnections()
-		}
+// Close implements toolsource.Server.
+func (sv *server) Close() error {
+	if sv.tr != nil {
+		sv.tr.CloseIdleConnections()
 	}
 	return nil
 }
 
-// Call implements execution.ToolSource. Before anything is sent it checks
-// that the operation exists (TOOL_NOT_FOUND), that the allow and deny
-// lists and the destructive policy let it run (FORBIDDEN) and that args
-// match its input schema (INVALID_ARGUMENTS). A response outside 2xx is a
-// TOOL_ERROR with the status and the start of the body. Error messages are
-// scrubbed of every secret the source knows.
-func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt execution.CallOptions) (json.RawMessage, error) {
-	out, err := s.call(ctx, t.Server, t.Name, args, opt)
+// Call implements toolsource.Server: one request. A response outside 2xx
+// is a TOOL_ERROR with the status and the start of the body; a refusal
+// (401, 403) after a secret the credentials come from was rotated is sent
+// once more with the new value.
+func (sv *server) Call(ctx context.Context, c toolsource.Call) (json.RawMessage, error) {
+	full := c.Tool.FullName()
+	tg := c.Ref.(target)
+	client, err := sv.client()
 	if err != nil {
-		fe := fault.As(err)
-		fe.Message = s.red.String(fe.Message)
-		return nil, fe
+		return nil, fault.Wrap(fault.Unavailable, err, "").WithTool(full)
 	}
-	// The service's own secrets, wherever it echoed them (the redactor's
-	// JSON form keeps the result valid JSON).
-	if a := s.apis[t.Server]; a != nil {
-		out = a.red.JSON(out)
-	}
-	return out, nil
-}
-
-func (s *Source) call(ctx context.Context, server, name string, args json.RawMessage, opt execution.CallOptions) (json.RawMessage, error) {
-	full := server + ":" + name
-	a := s.apis[server]
-	if a == nil {
-		return nil, fault.New(fault.ToolNotFound, "no OpenAPI server named %q", server).WithTool(full)
-	}
-	ts := a.cat.Load()
-	if ts == nil {
-		a.retry()
-		return nil, a.unavailable(full)
-	}
-	e := ts.byName[name]
-	switch {
-	case e == nil:
-		return nil, fault.New(fault.ToolNotFound, "OpenAPI server %q has no operation %q", server, name).WithTool(full)
-	case e.denied:
-		return nil, fault.New(fault.Forbidden, "tool is not allowed by the configuration of server %q", server).WithTool(full)
-	case e.tool.IsDestructive() && !a.cfg.AllowDestructive:
-		return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools", server).WithTool(full)
-	case e.tool.IsDestructive() && !opt.AllowDestructive:
-		return nil, fault.New(fault.Forbidden, "destructive tool: the request does not allow destructive tools").WithTool(full)
-	}
-	checked, ferr := e.op.input.Check(args)
-	if ferr != nil {
-		return nil, ferr.WithTool(full)
-	}
-	timeout := a.cfg.callTimeout()
-	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
+	tctx, cancel := context.WithTimeoutCause(ctx, c.Timeout, errCallTimeout)
 	defer cancel()
 	send := func() (*http.Response, error) {
-		req, err := e.op.newRequest(tctx, ts.doc.Base, checked)
+		req, err := tg.op.newRequest(tctx, tg.base, c.Args)
 		if err != nil {
 			return nil, fault.As(err).WithTool(full)
 		}
 		for k, v := range tracectx.Headers(ctx) {
 			req.Header.Set(k, v)
 		}
-		if err := a.addCredentials(tctx, req); err != nil {
+		if err := sv.addCredentials(tctx, req); err != nil {
 			return nil, fault.Wrap(fault.Unavailable, err, "credentials").WithTool(full)
 		}
 		req.Header.Set("User-Agent", "pml-sandbox")
-		resp, err := a.client.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
-			return nil, a.classify(ctx, tctx, err, full, timeout)
+			return nil, sv.classify(ctx, tctx, err, full, c.Timeout)
 		}
 		return resp, nil
 	}
@@ -540,7 +235,7 @@ func (s *Source) call(ctx context.Context, server, name string, args json.RawMes
 	if err != nil {
 		return nil, err
 	}
-	if a.rotated(tctx, resp.StatusCode) {
+	if sv.rotated(tctx, resp.StatusCode) {
 		// The credentials were refused and a secret they come from has
 		// changed since it was read: once more, with the new value.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
@@ -550,19 +245,19 @@ func (s *Source) call(ctx context.Context, server, name string, args json.RawMes
 		}
 	}
 	defer resp.Body.Close()
-	return a.result(tctx, ctx, resp, full, timeout)
+	return sv.result(tctx, ctx, resp, full, c.Timeout)
 }
 
 // rotated reports whether a response with status means a credential
 // from Secrets Manager was rotated: the service refused the request (401,
 // 403), a header or query value references a secret, and reading it again
 // gave another value (secretref.Resolver.Refresh).
-func (a *service) rotated(ctx context.Context, status int) bool {
+func (sv *server) rotated(ctx context.Context, status int) bool {
 	if status != http.StatusUnauthorized && status != http.StatusForbidden {
 		return false
 	}
 	var vs []string
-	for _, m := range []map[string]string{a.cfg.Headers, a.cfg.Query} {
+	for _, m := range []map[string]string{sv.cfg.Headers, sv.cfg.Query} {
 		for _, v := range m {
 			if secretref.HasSecret(v) {
 				vs = append(vs, v)
@@ -572,9 +267,9 @@ func (a *service) rotated(ctx context.Context, status int) bool {
 	if len(vs) == 0 {
 		return false
 	}
-	changed, err := a.src.opts.Refs.Refresh(ctx, vs...)
+	changed, err := sv.h.Env().Refs.Refresh(ctx, vs...)
 	if err != nil {
-		a.log.Warn("reading the service's secrets again after a refusal", "err", err)
+		sv.h.Logger().Warn("reading the service's secrets again after a refusal", "err", err)
 	}
 	return changed
 }
@@ -584,11 +279,11 @@ var errCallTimeout = errors.New("call timed out")
 // addCredentials puts the configured headers and query values on req,
 // their secret references resolved now (a Secrets Manager secret from the
 // process's cache while it is fresh), so that a rotated secret is read on
-// the next call; every resolved value is added to the redactor before the
-// request can go out.
-func (a *service) addCredentials(ctx context.Context, req *http.Request) error {
-	refs := a.src.opts.Refs
-	for k, v := range a.cfg.Headers {
+// the next call; every resolved value is learned (Handle.Learn), so that
+// results and errors mask it, before the request can go out.
+func (sv *server) addCredentials(ctx context.Context, req *http.Request) error {
+	refs := sv.h.Env().Refs
+	for k, v := range sv.cfg.Headers {
 		r, err := refs.Resolve(ctx, "header "+k, v)
 		if err != nil {
 			return err
@@ -596,17 +291,17 @@ func (a *service) addCredentials(ctx context.Context, req *http.Request) error {
 		if strings.ContainsAny(r, "\r\n") {
 			return fmt.Errorf("header %s: resolved value contains a line break", k)
 		}
-		a.addSecret(secretref.HeaderSecrets(r)...)
+		sv.h.Learn(secretref.HeaderSecrets(r)...)
 		req.Header.Set(k, r)
 	}
-	if len(a.cfg.Query) > 0 {
+	if len(sv.cfg.Query) > 0 {
 		q := req.URL.Query()
-		for k, v := range a.cfg.Query {
+		for k, v := range sv.cfg.Query {
 			r, err := refs.Resolve(ctx, "query "+k, v)
 			if err != nil {
 				return err
 			}
-			a.addSecret(r)
+			sv.h.Learn(r)
 			q.Set(k, r)
 		}
 		req.URL.RawQuery = q.Encode()
@@ -615,7 +310,7 @@ func (a *service) addCredentials(ctx context.Context, req *http.Request) error {
 }
 
 // classify turns a failed request into the error the caller sees.
-func (a *service) classify(ctx, tctx context.Context, err error, full string, timeout time.Duration) error {
+func (sv *server) classify(ctx, tctx context.Context, err error, full string, timeout time.Duration) error {
 	var ae *oauthclient.Error
 	switch {
 	case errors.As(err, &ae):
@@ -625,17 +320,17 @@ func (a *service) classify(ctx, tctx context.Context, err error, full string, ti
 	case ctx.Err() != nil:
 		return fault.Wrap(fault.Timeout, context.Cause(ctx), "call abandoned").WithTool(full)
 	}
-	e := fault.Wrap(fault.Unavailable, unwrapURLError(err), fmt.Sprintf("OpenAPI server %q is unreachable", a.cfg.Name)).WithTool(full)
+	e := fault.Wrap(fault.Unavailable, unwrapURLError(err), fmt.Sprintf("OpenAPI server %q is unreachable", sv.cfg.Name)).WithTool(full)
 	e.Retryable = true
 	return e
 }
 
 // result reads a response: a 2xx body as the call's value (parsed by its
 // content type), anything else as a TOOL_ERROR.
-func (a *service) result(tctx, ctx context.Context, resp *http.Response, full string, timeout time.Duration) (json.RawMessage, error) {
+func (sv *server) result(tctx, ctx context.Context, resp *http.Response, full string, timeout time.Duration) (json.RawMessage, error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, defaultMaxResultBytes+1))
 	if err != nil {
-		return nil, a.classify(ctx, tctx, err, full, timeout)
+		return nil, sv.classify(ctx, tctx, err, full, timeout)
 	}
 	if len(body) > defaultMaxResultBytes {
 		return nil, fault.Limitf(fault.LimitResultBytes, "the response is over the %d-byte limit", defaultMaxResultBytes).WithTool(full)
@@ -739,4 +434,7 @@ func (t *sigV4Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(out)
 }
 
-var _ execution.ServerSource = (*Source)(nil)
+var (
+	_ toolsource.Kind      = Kind{}
+	_ toolsource.Describer = (*server)(nil)
+)

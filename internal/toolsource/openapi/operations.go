@@ -37,7 +37,7 @@ const maxComponentHops = 8
 // Operation is one operation of a document, as a tool.
 type Operation struct {
 	// Tool is the operation's catalog entry; its Server is set by the
-	// source.
+	// Set.
 	Tool catalog.Tool
 	// Method is the HTTP method, upper case; Path the path template.
 	Method, Path string
@@ -49,7 +49,6 @@ type Operation struct {
 	// accept is the Accept header: the success response's media types,
 	// JSON first.
 	accept string
-	input  *argcheck.Validator
 }
 
 // Location of a parameter.
@@ -271,7 +270,6 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 		Annotations:  methodAnnotations(op.Method),
 		Kind:         trace.KindMCP,
 	}
-	op.input = argcheck.New(op.Tool.InputSchema)
 	return op, nil
 }
 
