@@ -39,13 +39,13 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
-	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	lambdakind "github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -142,7 +142,7 @@ type Config struct {
 	// of any kind and ServersParam names an SSM parameter, New reads the
 	// list from it.
 	Servers      []mcpclient.ServerConfig
-	OpenAPI      []openapisrc.Config
+	OpenAPI      []openapi.Config
 	Lambda       []lambdakind.Config
 	ServersParam string
 	// Demo offers the demo tools in process (bridge.DemoSource).
@@ -373,11 +373,9 @@ type App struct {
 	Registry capability.Registry
 	Engine   *guest.Engine
 	Pool     *mcpclient.Pool
-	// OpenAPI and Lambda are the sources of OpenAPI services and Lambda
-	// functions, nil when none is configured.
-	OpenAPI *openapisrc.Source
 	// Tools are the configured servers of the kinds on the tool-source
-	// kernel (internal/toolsource), nil when none is configured.
+	// kernel (internal/toolsource: OpenAPI services, Lambda functions),
+	// nil when none is configured.
 	Tools        *toolsource.Set
 	Traces       httpapi.TraceReader
 	Capabilities capapi.Capabilities

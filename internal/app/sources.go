@@ -9,16 +9,17 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
-	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
 // openSources starts the tool sources of the server list: the MCP client
-// pool, the OpenAPI services and the Lambda functions, in that order,
-// each owning its servers' names (which must be unique across kinds).
+// pool, then one toolsource.Set of the OpenAPI services and the Lambda
+// functions, each owning its servers' names (which must be unique across
+// kinds).
 func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
 	seen := map[string]bool{}
 	for _, name := range servers.Names() {
@@ -45,25 +46,21 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 		a.closers = append(a.closers, func(context.Context) error { return pool.Close() })
 		sources = append(sources, mcpclient.Source{Pool: pool})
 	}
-	if len(servers.OpenAPI) > 0 {
-		src, err := openapisrc.New(ctx, servers.OpenAPI, openapisrc.Options{Logger: log, AWS: a.aws.load,
-			CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent, Refs: refs})
-		if err != nil {
-			return nil, fmt.Errorf("openapi servers: %w", err)
-		}
-		a.OpenAPI = src
-		a.closers = append(a.closers, func(context.Context) error { return src.Close() })
-		sources = append(sources, src)
+	// The kinds on the tool-source kernel share one Set: OpenAPI services,
+	// then Lambda functions, in the list's order within each.
+	var specs []toolsource.Spec
+	for _, c := range servers.OpenAPI {
+		specs = append(specs, c)
 	}
-	if len(servers.Lambda) > 0 {
-		specs := make([]toolsource.Spec, len(servers.Lambda))
-		for i, c := range servers.Lambda {
-			specs[i] = c
-		}
-		set, err := toolsource.New(ctx, toolsource.NewRegistry(lambda.Kind{}), specs,
-			toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load})
+	for _, c := range servers.Lambda {
+		specs = append(specs, c)
+	}
+	if len(specs) > 0 {
+		set, err := toolsource.New(ctx, toolsource.NewRegistry(openapi.Kind{}, lambda.Kind{}), specs,
+			toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load,
+				OAuth: toolsource.OAuth{CredentialsDir: auth.CredentialsDir, Secrets: a.aws.secrets, Agent: auth.Agent}})
 		if err != nil {
-			return nil, fmt.Errorf("lambda servers: %w", err)
+			return nil, fmt.Errorf("openapi and lambda servers: %w", err)
 		}
 		a.Tools = set
 		a.closers = append(a.closers, func(context.Context) error { return set.Close() })
@@ -72,17 +69,12 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 	return sources, nil
 }
 
-// sourceHealth is the OpenAPI services' and Lambda functions' health in
-// the MCP servers' shape, so that /healthz and pml tools list every
-// server alike; Transport says which kind each is.
+// sourceHealth is the health of the servers on the tool-source kernel
+// (OpenAPI services, Lambda functions) in the MCP servers' shape, so that
+// /healthz and pml tools list every server alike; Transport says which
+// kind each is.
 func (a *App) sourceHealth() []mcpclient.ServerHealth {
 	var out []mcpclient.ServerHealth
-	if a.OpenAPI != nil {
-		for _, h := range a.OpenAPI.Health() {
-			out = append(out, mcpclient.ServerHealth{Name: h.Name, URL: h.URL, State: mcpclient.State(h.State),
-				LastError: h.LastError, Since: h.Since, Tools: h.Tools, Transport: serverconfig.TypeOpenAPI})
-		}
-	}
 	if a.Tools != nil {
 		for _, h := range a.Tools.Health() {
 			out = append(out, mcpclient.ServerHealth{Name: h.Name, URL: h.URL, State: mcpclient.State(h.State),

@@ -21,9 +21,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/mcpclient"
-	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/startgc"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
 // Exit codes; the README's table is where users read them.
@@ -382,11 +382,11 @@ func (f *serverFlags) servers() (serverconfig.Servers, error) {
 		cfgs.Merge(serverconfig.Servers{MCP: []mcpclient.ServerConfig{c}})
 	}
 	for _, m := range f.openapi {
-		c, err := openapisrc.ParseFlag(m)
+		c, err := openapi.ParseFlag(m)
 		if err != nil {
 			return serverconfig.Servers{}, usageError{err}
 		}
-		cfgs.Merge(serverconfig.Servers{OpenAPI: []openapisrc.Config{c}})
+		cfgs.Merge(serverconfig.Servers{OpenAPI: []openapi.Config{c}})
 	}
 	return cfgs, nil
 }

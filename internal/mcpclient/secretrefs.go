@@ -6,7 +6,7 @@ import (
 
 // Secret references in credentials (${env:NAME}, ${file:/path},
 // ${secret:ARN-or-name[#key]}) are internal/secretref's, shared with the
-// other tool sources (internal/openapisrc): one syntax, one resolver per
+// other tool sources (internal/toolsource): one syntax, one resolver per
 // process (WithSecretRefs).
 
 // WithSecretRefs sets the resolver of the servers' secret references,

@@ -2,10 +2,11 @@
 // or YAML, from PML_MCP_SERVERS, an SSM parameter, or pml's --config —
 // whose entries are MCP servers (the default, "type": "mcp"), OpenAPI
 // services ("type": "openapi") or Lambda functions ("type": "lambda"),
-// and hands each kind to the package that owns its shape: mcpclient,
-// openapisrc, lambda. Every entry is decoded strictly (an unknown
-// field is an error, so a typo cannot silently change what runs), and
-// names are unique across kinds: each is one mcp.<name>.
+// and hands each kind to the package that owns its shape: mcpclient, and
+// the tool-source kinds openapi and lambda. Every entry is decoded
+// strictly (an unknown field is an error, so a typo cannot silently
+// change what runs), and names are unique across kinds: each is one
+// mcp.<name>.
 package serverconfig
 
 import (
@@ -20,8 +21,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/mcpclient"
-	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
 // Kinds of server (an entry's "type").
@@ -34,7 +35,7 @@ const (
 // Servers is a server list, by kind.
 type Servers struct {
 	MCP     []mcpclient.ServerConfig
-	OpenAPI []openapisrc.Config
+	OpenAPI []openapi.Config
 	Lambda  []lambda.Config
 }
 
@@ -69,7 +70,7 @@ func (s *Servers) Merge(more Servers) {
 
 func (s *Servers) remove(name string) {
 	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpclient.ServerConfig) bool { return c.Name == name })
-	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapisrc.Config) bool { return c.Name == name })
+	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapi.Config) bool { return c.Name == name })
 	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambda.Config) bool { return c.Name == name })
 }
 
@@ -135,15 +136,11 @@ func Parse(name string, data []byte) (Servers, error) {
 			mcp = append(mcp, v)
 			mcpIndex = append(mcpIndex, i)
 		case TypeOpenAPI:
-			var fc openapisrc.FileConfig
-			if err := strictDecode(n, &fc); err != nil {
-				return fail(err)
-			}
-			c, err := fc.Config()
+			spec, err := openapi.Kind{}.Decode(n)
 			if err != nil {
 				return fail(err)
 			}
-			out.OpenAPI = append(out.OpenAPI, c)
+			out.OpenAPI = append(out.OpenAPI, spec.(openapi.Config))
 		case TypeLambda:
 			spec, err := lambda.Kind{}.Decode(n)
 			if err != nil {
@@ -175,17 +172,4 @@ func Parse(name string, data []byte) (Servers, error) {
 		out.MCP = cfgs
 	}
 	return out, nil
-}
-
-// strictDecode decodes one entry refusing unknown fields (yaml.v3's
-// Node.Decode has no such switch, so the node is written out and read
-// again).
-func strictDecode(n *yaml.Node, v any) error {
-	data, err := yaml.Marshal(n)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	return dec.Decode(v)
 }

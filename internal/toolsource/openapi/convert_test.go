@@ -1,4 +1,4 @@
-package openapisrc
+package openapi
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -259,7 +260,8 @@ func TestArgumentsChecked(t *testing.T) {
 		{"getOrder", `{"query_id": "x"}`, false},
 	}
 	for _, tc := range tests {
-		_, ferr := ops[tc.tool].input.Check(json.RawMessage(tc.args))
+		// The Set checks arguments so, with the schema the tool lists.
+		_, ferr := argcheck.New(ops[tc.tool].Tool.InputSchema).Check(json.RawMessage(tc.args))
 		if (ferr == nil) != tc.ok {
 			t.Errorf("%s(%s): err %v, want ok=%v", tc.tool, tc.args, ferr, tc.ok)
 		}

@@ -1,4 +1,4 @@
-package openapisrc
+package openapi
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // seen is one request the shop server received.
@@ -88,9 +89,24 @@ func (s *shop) count() int {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
 
-func newSource(t *testing.T, cfgs ...Config) *Source {
+// open starts a toolsource.Set of OpenAPI servers, as the app does; its
+// retries are quick, so that a document back up is found in a test's
+// time.
+func open(env toolsource.Env, cfgs ...Config) (*toolsource.Set, error) {
+	specs := make([]toolsource.Spec, len(cfgs))
+	for i, c := range cfgs {
+		specs[i] = c
+	}
+	if env.Logger == nil {
+		env.Logger = quietLogger()
+	}
+	env.Retry = toolsource.Retry{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Attempts: 3}
+	return toolsource.New(context.Background(), toolsource.NewRegistry(Kind{}), specs, env)
+}
+
+func newSourceWith(t *testing.T, env toolsource.Env, cfgs ...Config) *toolsource.Set {
 	t.Helper()
-	src, err := New(context.Background(), cfgs, Options{Logger: quietLogger()})
+	src, err := open(env, cfgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +114,12 @@ func newSource(t *testing.T, cfgs ...Config) *Source {
 	return src
 }
 
-func toolOf(t *testing.T, src *Source, name string) catalog.Tool {
+func newSource(t *testing.T, cfgs ...Config) *toolsource.Set {
+	t.Helper()
+	return newSourceWith(t, toolsource.Env{}, cfgs...)
+}
+
+func toolOf(t *testing.T, src *toolsource.Set, name string) catalog.Tool {
 	t.Helper()
 	tools, err := src.Tools(context.Background())
 	if err != nil {
@@ -116,8 +137,8 @@ func toolOf(t *testing.T, src *Source, name string) catalog.Tool {
 func TestCalls(t *testing.T) {
 	srv := newShop(t)
 	t.Setenv("SHOP_TOKEN", "s3cret-token-value")
-	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-		Headers: map[string]string{"Authorization": "Bearer ${env:SHOP_TOKEN}"}, AllowDestructive: true})
+	src := newSource(t, Config{Config: toolsource.Config{Name: "shop", Headers: map[string]string{"Authorization": "Bearer ${env:SHOP_TOKEN}"},
+		AllowDestructive: true}, Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api"})
 	ctx := context.Background()
 	allow := execution.CallOptions{Lineage: execution.Lineage{AllowDestructive: true}}
 	tests := []struct {
@@ -198,9 +219,9 @@ func compact(t *testing.T, raw json.RawMessage) string {
 func TestRefusedBeforeSending(t *testing.T) {
 	srv := newShop(t)
 	src := newSource(t,
-		Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api", AllowDestructive: true,
-			Deny: []string{"put_*"}, ReadOnly: []string{"createOrder"}, Destructive: []string{"listOrders"}},
-		Config{Name: "locked", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api"})
+		Config{Config: toolsource.Config{Name: "shop", AllowDestructive: true, Deny: []string{"put_*"}}, Spec: "testdata/shop.yaml",
+			BaseURL: srv.URL + "/api", ReadOnly: []string{"createOrder"}, Destructive: []string{"listOrders"}},
+		Config{Config: toolsource.Config{Name: "locked"}, Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api"})
 	ctx := context.Background()
 	allow := execution.CallOptions{Lineage: execution.Lineage{AllowDestructive: true}}
 	tests := []struct {
@@ -291,8 +312,8 @@ func TestResponses(t *testing.T) {
 		}
 		return true
 	}
-	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-		Headers: map[string]string{"X-Api-Key": "k3y-abcdef-123456"}, CallTimeout: 300 * time.Millisecond})
+	src := newSource(t, Config{Config: toolsource.Config{Name: "shop", Headers: map[string]string{"X-Api-Key": "k3y-abcdef-123456"},
+		CallTimeout: 300 * time.Millisecond}, Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api"})
 	ctx := context.Background()
 	tool := catalog.Tool{Server: "shop", Name: "listOrders"}
 	call := func(id string) (json.RawMessage, error) {
@@ -357,28 +378,25 @@ func TestUnavailableDocument(t *testing.T) {
 		_, _ = io.WriteString(w, docHead+`"paths":{`+okOp+`}}`)
 	}))
 	defer srv.Close()
-	src := newSource(t, Config{Name: "later", Spec: srv.URL + "/openapi.json"})
+	src := newSource(t, Config{Config: toolsource.Config{Name: "later"}, Spec: srv.URL + "/openapi.json"})
 	err := src.CheckServer("later")
 	if fe := fault.As(err); fe.Code != fault.Unavailable || !fe.Retryable || !strings.Contains(fe.Message, "HTTP 503") {
 		t.Fatalf("CheckServer: %v", err)
 	}
 	h := src.Health()
-	if len(h) != 1 || h[0].State != StateUnavailable || !strings.Contains(h[0].LastError, "HTTP 503") {
+	if len(h) != 1 || h[0].State != toolsource.StateUnavailable || !strings.Contains(h[0].LastError, "HTTP 503") {
 		t.Errorf("health %+v", h)
 	}
 	_, err = src.Call(context.Background(), catalog.Tool{Server: "later", Name: "get_ok"}, nil, execution.CallOptions{})
 	if fault.CodeOf(err) != fault.Unavailable {
 		t.Errorf("call: %v", err)
 	}
-	// Once the service answers and the wait is over, the next look tries
-	// again (in the background) and the tools arrive.
+	// Once the service answers, the next look tries again (in the
+	// background: the Set's retries, then each look's demand) and the
+	// tools arrive.
 	mu.Lock()
 	up = true
 	mu.Unlock()
-	a := src.apis["later"]
-	a.mu.Lock()
-	a.nextTry = time.Now()
-	a.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for src.CheckServer("later") != nil {
 		if time.Now().After(deadline) {
@@ -395,7 +413,7 @@ func TestUnavailableDocument(t *testing.T) {
 		_, _ = io.WriteString(w, docHead+`"servers":[{"url":"http://169.254.169.254/"}],"paths":{`+okOp+`}}`)
 	}))
 	defer bad.Close()
-	_, err = New(context.Background(), []Config{{Name: "evil", Spec: bad.URL + "/openapi.json"}}, Options{Logger: quietLogger()})
+	_, err = open(toolsource.Env{}, Config{Config: toolsource.Config{Name: "evil"}, Spec: bad.URL + "/openapi.json"})
 	if fault.CodeOf(err) != fault.InvalidRequest || !errors.Is(err, ErrForeignServer) && !strings.Contains(err.Error(), "another host") {
 		t.Errorf("foreign server: %v", err)
 	}
@@ -415,7 +433,7 @@ func TestOAuthClientCredentials(t *testing.T) {
 		_, _ = io.WriteString(w, `[{"id": 1, "items": []}]`)
 	})))
 	t.Setenv("SHOP_CLIENT_SECRET", "shop-secret-123456")
-	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: resource,
+	src := newSource(t, Config{Config: toolsource.Config{Name: "shop"}, Spec: "testdata/shop.yaml", BaseURL: resource,
 		Auth: Auth{Config: oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "shop-client", ClientSecret: "${env:SHOP_CLIENT_SECRET}"}}})
 	out, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "listOrders"}, nil, execution.CallOptions{})
 	if err != nil || compact(t, out) != `[{"id":1,"items":[]}]` {
@@ -436,13 +454,9 @@ func TestSigV4(t *testing.T) {
 		return false
 	}
 	cfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG", "")}
-	src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-		Auth: Auth{Config: oauthclient.Config{Type: AuthSigV4}}, AllowDestructive: true}},
-		Options{Logger: quietLogger(), AWS: func(context.Context) (aws.Config, error) { return cfg, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := newSourceWith(t, toolsource.Env{AWS: func(context.Context) (aws.Config, error) { return cfg, nil }},
+		Config{Config: toolsource.Config{Name: "shop", AllowDestructive: true}, Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
+			Auth: Auth{Config: oauthclient.Config{Type: AuthSigV4}}})
 	allow := execution.CallOptions{Lineage: execution.Lineage{AllowDestructive: true}}
 	if _, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "createOrder"}, json.RawMessage(`{"body": {"items": [{"sku": "a", "qty": 1}]}}`), allow); err != nil {
 		t.Fatal(err)
@@ -468,8 +482,8 @@ func TestEchoedSecretsMasked(t *testing.T) {
 		return true
 	}
 	t.Setenv("SHOP_TOKEN", "tok-echo-987654")
-	src := newSource(t, Config{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-		Headers: map[string]string{"Authorization": "Bearer ${env:SHOP_TOKEN}"}, Query: map[string]string{"key": "q-secret-555"}})
+	src := newSource(t, Config{Config: toolsource.Config{Name: "shop", Headers: map[string]string{"Authorization": "Bearer ${env:SHOP_TOKEN}"}},
+		Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api", Query: map[string]string{"key": "q-secret-555"}})
 	out, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "listOrders"}, nil, execution.CallOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,13 @@
-// Package openapisrc turns REST services described by an OpenAPI 3.0 or
-// 3.1 document into tools: one tool per operation, reached from a script
-// as mcp.<name>.<operation>(args) and guarded exactly as an MCP server's
-// tools are (input schemas checked before anything is sent, allow and deny
-// lists, destructive operations behind allow_destructive or a person's
-// approval, require_approval globs, traces, metrics, health).
+// Package openapi is the tool-source kind of REST services described by
+// an OpenAPI 3.0 or 3.1 document ("type": "openapi"): one tool per
+// operation, reached from a script as mcp.<name>.<operation>(args). The
+// kind is the protocol only: reading the document, building each call's
+// request, its credentials (headers and query values with secret
+// references, OAuth through oauthclient, SigV4) and reading the answer.
+// Everything else a call goes through (allow and deny lists, the
+// destructive policy, require_approval, the argument check against the
+// input schema, health, retries, masking what the service is sent) is
+// internal/toolsource's.
 //
 // The document is read with github.com/getkin/kin-openapi's openapi3 model
 // (3.0 and 3.1 keywords, parameter serialisation rules), decoded without
@@ -20,4 +24,4 @@
 // on the host the document came from, or one the configuration names; a
 // redirect to another host is not followed, and a value never leaves its
 // path segment (path parameters are escaped, "." and ".." included).
-package openapisrc
+package openapi

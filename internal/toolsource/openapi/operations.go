@@ -1,4 +1,4 @@
-package openapisrc
+package openapi
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ const maxComponentHops = 8
 // Operation is one operation of a document, as a tool.
 type Operation struct {
 	// Tool is the operation's catalog entry; its Server is set by the
-	// source.
+	// Set.
 	Tool catalog.Tool
 	// Method is the HTTP method, upper case; Path the path template.
 	Method, Path string
@@ -49,7 +49,6 @@ type Operation struct {
 	// accept is the Accept header: the success response's media types,
 	// JSON first.
 	accept string
-	input  *argcheck.Validator
 }
 
 // Location of a parameter.
@@ -237,71 +236,88 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 		op.Server = srv
 	}
 	t := newTree()
+	args, err := op.arguments(doc, conv, r, t)
+	if err != nil {
+		return nil, err
+	}
+	defs, err := conv.defs(t, maxDefs)
+	if err != nil {
+		return nil, err
+	}
+	in, err := args.schema(defs)
+	if err != nil {
+		return nil, err
+	}
+	if err := argcheck.CheckBounds(in); err != nil {
+		return nil, err
+	}
+	// Compiled now, so that a document whose schemas the validator cannot
+	// use is told at configuration time rather than at the first call.
+	if err := argcheck.Compile(in); err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	out, accept, err := responseOf(doc, conv, r.op.Responses)
+	if err != nil {
+		return nil, err
+	}
+	op.accept = accept
+	op.Tool = catalog.Tool{
+		Name:         r.name,
+		Title:        strings.TrimSpace(r.op.Summary),
+		Description:  truncate(description(r.op), maxDescription),
+		InputSchema:  in,
+		OutputSchema: out,
+		Annotations:  methodAnnotations(op.Method),
+		Kind:         trace.KindMCP,
+	}
+	return op, nil
+}
+
+// argument is one property of a tool's input schema: a parameter or the
+// request body.
+type argument struct {
+	key    string
+	schema any
+}
+
+// arguments are a tool's input properties in the document's order (path,
+// then query, header, cookie, body), which the declarations show, and
+// those required.
+type arguments struct {
+	props    []argument
+	required []string
+}
+
+func (a *arguments) add(key string, schema any, required bool) {
+	a.props = append(a.props, argument{key, schema})
+	if required {
+		a.required = append(a.required, key)
+	}
+}
+
+// arguments sets op's parameters and body from the document, and lists
+// them as the tool's arguments; the schemas they reference are gathered
+// in t.
+func (op *Operation) arguments(doc *openapi3.T, conv *schemas, r *opRef, t *tree) (*arguments, error) {
 	params, err := mergeParams(doc, r.item.Parameters, r.op.Parameters)
 	if err != nil {
 		return nil, err
 	}
-	type prop struct {
-		key    string
-		schema any
-	}
-	var props []prop
-	var required []string
 	keys := map[string]int{}
 	for _, p := range params {
 		keys[p.Name]++
 	}
+	args := &arguments{}
 	for _, p := range params {
-		sm, err := p.SerializationMethod()
+		pp, s, err := convertParam(conv, p, keys[p.Name] > 1, t)
 		if err != nil {
 			return nil, err
 		}
-		pp := param{name: p.Name, in: p.In, key: p.Name, style: sm.Style, explode: sm.Explode, required: p.Required || p.In == inPath}
-		if keys[p.Name] > 1 {
-			pp.key = p.In + "_" + p.Name
-		}
-		var s any
-		switch {
-		case p.Schema != nil:
-			s, err = conv.convert(p.Schema, t)
-		case len(p.Content) > 0:
-			mt, media := pickMedia(p.Content)
-			if media == nil || !isJSON(mt) {
-				return nil, fmt.Errorf("parameter %s: content %s is not supported", p.Name, mt)
-			}
-			pp.asJSON = true
-			s, err = conv.convert(media.Schema, t)
-		default:
-			s = map[string]any{}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("parameter %s: %w", p.Name, err)
-		}
-		props = append(props, prop{pp.key, describe(s, p.Description)})
-		if pp.required {
-			required = append(required, pp.key)
-		}
+		args.add(pp.key, describe(s, p.Description), pp.required)
 		op.params = append(op.params, pp)
 	}
-	if rb, err := requestBody(doc, r.op.RequestBody); err != nil {
+	if err := op.addBody(doc, conv, r.op.RequestBody, keys, t, args); err != nil {
 		return nil, err
-	} else if rb != nil {
-		b, s, err := bodyOf(conv, rb, t)
-		if err != nil {
-			return nil, err
-		}
-		b.key = "body"
-		if keys["body"] > 0 {
-			b.key = "requestBody"
-		}
-		if keys[b.key] > 0 {
-			return nil, errors.New(`parameters named "body" and "requestBody" leave no name for the request body`)
-		}
-		props = append(props, prop{b.key, describe(s, rb.Description)})
-		if b.required {
-			required = append(required, b.key)
-		}
-		op.body = b
 	}
 	for _, name := range templateNames(r.path) {
 		if op.pathParam(name) == nil {
@@ -309,23 +325,77 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 		}
 	}
 	seen := map[string]bool{}
-	for _, p := range props {
+	for _, p := range args.props {
 		if seen[p.key] {
 			return nil, fmt.Errorf("two parameters are named %q", p.key)
 		}
 		seen[p.key] = true
 	}
-	defs, err := conv.defs(t, maxDefs)
-	if err != nil {
-		return nil, err
-	}
+	return args, nil
+}
 
-	// The input schema is written by hand so that its properties keep the
-	// document's order (path, then query, header, cookie, body), which the
-	// declarations show.
+// convertParam is how one parameter is sent and its schema; shared says
+// another location has a parameter of its name, so that its argument is
+// named after its location too ("query_id").
+func convertParam(conv *schemas, p *openapi3.Parameter, shared bool, t *tree) (param, any, error) {
+	sm, err := p.SerializationMethod()
+	if err != nil {
+		return param{}, nil, err
+	}
+	pp := param{name: p.Name, in: p.In, key: p.Name, style: sm.Style, explode: sm.Explode, required: p.Required || p.In == inPath}
+	if shared {
+		pp.key = p.In + "_" + p.Name
+	}
+	var s any
+	switch {
+	case p.Schema != nil:
+		s, err = conv.convert(p.Schema, t)
+	case len(p.Content) > 0:
+		mt, media := pickMedia(p.Content)
+		if media == nil || !isJSON(mt) {
+			return param{}, nil, fmt.Errorf("parameter %s: content %s is not supported", p.Name, mt)
+		}
+		pp.asJSON = true
+		s, err = conv.convert(media.Schema, t)
+	default:
+		s = map[string]any{}
+	}
+	if err != nil {
+		return param{}, nil, fmt.Errorf("parameter %s: %w", p.Name, err)
+	}
+	return pp, s, nil
+}
+
+// addBody sets op's request body, if it has one, and adds it to args
+// under "body", or "requestBody" when a parameter has that name (keys
+// counts the parameters' names).
+func (op *Operation) addBody(doc *openapi3.T, conv *schemas, ref *openapi3.RequestBodyRef, keys map[string]int, t *tree, args *arguments) error {
+	rb, err := requestBody(doc, ref)
+	if err != nil || rb == nil {
+		return err
+	}
+	b, s, err := bodyOf(conv, rb, t)
+	if err != nil {
+		return err
+	}
+	b.key = "body"
+	if keys["body"] > 0 {
+		b.key = "requestBody"
+	}
+	if keys[b.key] > 0 {
+		return errors.New(`parameters named "body" and "requestBody" leave no name for the request body`)
+	}
+	args.add(b.key, describe(s, rb.Description), b.required)
+	op.body = b
+	return nil
+}
+
+// schema writes the input schema by hand, so that its properties keep
+// their order; defs are the components they reach.
+func (a *arguments) schema(defs map[string]any) (json.RawMessage, error) {
 	var in bytes.Buffer
 	in.WriteString(`{"type":"object","properties":{`)
-	for i, p := range props {
+	for i, p := range a.props {
 		if i > 0 {
 			in.WriteByte(',')
 		}
@@ -339,8 +409,8 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 		in.Write(v)
 	}
 	in.WriteString(`}`)
-	if len(required) > 0 {
-		rq, _ := json.Marshal(required)
+	if len(a.required) > 0 {
+		rq, _ := json.Marshal(a.required)
 		in.WriteString(`,"required":`)
 		in.Write(rq)
 	}
@@ -356,31 +426,7 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 		in.Write(d)
 	}
 	in.WriteString(`}`)
-	if err := argcheck.CheckBounds(in.Bytes()); err != nil {
-		return nil, err
-	}
-	// Compiled now, so that a document whose schemas the validator cannot
-	// use is told at configuration time rather than at the first call.
-	if err := argcheck.Compile(in.Bytes()); err != nil {
-		return nil, fmt.Errorf("input schema: %w", err)
-	}
-
-	out, accept, err := responseOf(doc, conv, r.op.Responses)
-	if err != nil {
-		return nil, err
-	}
-	op.accept = accept
-	op.Tool = catalog.Tool{
-		Name:         r.name,
-		Title:        strings.TrimSpace(r.op.Summary),
-		Description:  truncate(description(r.op), maxDescription),
-		InputSchema:  in.Bytes(),
-		OutputSchema: out,
-		Annotations:  methodAnnotations(op.Method),
-		Kind:         trace.KindMCP,
-	}
-	op.input = argcheck.New(op.Tool.InputSchema)
-	return op, nil
+	return in.Bytes(), nil
 }
 
 // templateNames lists the {names} of a path template.

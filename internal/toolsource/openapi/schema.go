@@ -1,4 +1,4 @@
-package openapisrc
+package openapi
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package openapisrc
+package openapi
 
 import (
 	"context"
@@ -12,8 +12,17 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
+
+// secretsEnv reads secret references from moto's Secrets Manager, as
+// the app's one resolver reads the real one.
+func secretsEnv(m *moto.Server) toolsource.Env {
+	return toolsource.Env{Refs: secretref.New(func(context.Context) (secretref.API, error) { return m.Client(), nil }, secretref.Options{}),
+		OAuth: toolsource.OAuth{Secrets: func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }}}
+}
 
 // TestSecretsManagerCredentials: an OpenAPI service's bearer token and
 // API key come from moto's Secrets Manager (${secret:name},
@@ -38,13 +47,9 @@ func TestSecretsManagerCredentials(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"auth": r.Header.Get("Authorization"), "key": r.Header.Get("X-Api-Key")})
 		return true
 	}
-	src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-		Headers: map[string]string{"Authorization": "Bearer ${secret:shop/token}", "X-Api-Key": "${secret:shop/keys#api_key}"}}},
-		Options{Logger: quietLogger(), Secrets: func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = src.Close() })
+	src := newSourceWith(t, secretsEnv(m), Config{Config: toolsource.Config{Name: "shop",
+		Headers: map[string]string{"Authorization": "Bearer ${secret:shop/token}", "X-Api-Key": "${secret:shop/keys#api_key}"}},
+		Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api"})
 	list := func() (string, error) {
 		out, err := src.Call(context.Background(), catalog.Tool{Server: "shop", Name: "listOrders"}, nil, execution.CallOptions{})
 		return string(out), err
@@ -90,9 +95,8 @@ func TestSecretReferenceRefusals(t *testing.T) {
 		{"${secret:shop/crlf}", "line break"},
 		{"${secret:shop/json#nope}", `secret shop/json has no key "nope"`},
 	} {
-		src, err := New(context.Background(), []Config{{Name: "shop", Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api",
-			Headers: map[string]string{"X-Api-Key": tc.ref}}},
-			Options{Logger: quietLogger(), Secrets: func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }})
+		src, err := open(secretsEnv(m), Config{Config: toolsource.Config{Name: "shop", Headers: map[string]string{"X-Api-Key": tc.ref}},
+			Spec: "testdata/shop.yaml", BaseURL: srv.URL + "/api"})
 		if err != nil {
 			t.Fatal(err)
 		}
