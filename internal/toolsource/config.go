@@ -181,6 +181,34 @@ func DecodeEntry(entry *yaml.Node, v any) error {
 	return nil
 }
 
+// Decode decodes an entry into v, a kind's entry type that embeds Fields
+// (fields points at it), and returns the common block, validated: the
+// prologue of every kind's Decode.
+func Decode(entry *yaml.Node, v any, fields *Fields) (Config, error) {
+	if err := DecodeEntry(entry, v); err != nil {
+		return Config{}, err
+	}
+	return fields.Config()
+}
+
+// Validator is a kind's configuration: a Spec that checks itself.
+type Validator interface {
+	Spec
+	Validate() error
+}
+
+// SpecAs is the prologue of every kind's Open: spec as the kind's own
+// configuration type T, validated (a Spec built in code never went
+// through Decode).
+func SpecAs[T Validator](spec Spec) (T, error) {
+	c, ok := spec.(T)
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("not a %T: %T", zero, spec)
+	}
+	return c, c.Validate()
+}
+
 // yamlKeys lists the keys a struct type takes, its inline fields' too.
 func yamlKeys(t reflect.Type) map[string]bool {
 	out := map[string]bool{}

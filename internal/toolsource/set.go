@@ -102,7 +102,9 @@ func (s *Set) open(ctx context.Context, reg *Registry, spec Spec) (*running, err
 	for _, v := range cfg.Headers {
 		// Literal values are the secrets themselves; references are
 		// learned by the kind once resolved.
-		r.handle.Learn(secretref.HeaderSecrets(v)...)
+		if !secretref.Has(v) {
+			r.handle.Learn(secretref.HeaderSecrets(v)...)
+		}
 	}
 	srv, err := kind.Open(ctx, spec, r.handle)
 	if err != nil {

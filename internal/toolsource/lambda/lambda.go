@@ -80,11 +80,8 @@ func (Kind) Decode(n *yaml.Node) (toolsource.Spec, error) { return decode(n) }
 
 // Open implements toolsource.Kind.
 func (k Kind) Open(ctx context.Context, spec toolsource.Spec, h *toolsource.Handle) (toolsource.Server, error) {
-	c, ok := spec.(Config)
-	if !ok {
-		return nil, fmt.Errorf("not a Lambda server's configuration: %T", spec)
-	}
-	if err := c.Validate(); err != nil {
+	c, err := toolsource.SpecAs[Config](spec)
+	if err != nil {
 		return nil, err
 	}
 	client := k.Client

@@ -277,10 +277,7 @@ type fileAuth struct {
 // decode reads one entry of the server list, strictly, and validates it.
 func decode(n *yaml.Node) (Config, error) {
 	var f entry
-	if err := toolsource.DecodeEntry(n, &f); err != nil {
-		return Config{}, err
-	}
-	common, err := f.Fields.Config()
+	common, err := toolsource.Decode(n, &f, &f.Fields)
 	if err != nil {
 		return Config{}, err
 	}

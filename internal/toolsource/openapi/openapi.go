@@ -62,11 +62,8 @@ func (Kind) Decode(n *yaml.Node) (toolsource.Spec, error) { return decode(n) }
 
 // Open implements toolsource.Kind.
 func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle) (toolsource.Server, error) {
-	c, ok := spec.(Config)
-	if !ok {
-		return nil, fmt.Errorf("not an OpenAPI server's configuration: %T", spec)
-	}
-	if err := c.Validate(); err != nil {
+	c, err := toolsource.SpecAs[Config](spec)
+	if err != nil {
 		return nil, err
 	}
 	h.Learn(c.literals()...)
