@@ -301,3 +301,128 @@ func TestPublishers(t *testing.T) {
 		})
 	}
 }
+
+// TestPrincipalPatterns: an approver pattern is matched part by part, so
+// that a '*' never crosses from one part of a principal into another and a
+// name the caller chooses (an assumed role's session) never stands for one
+// the deployment vouches for. hostile marks the cases the old matcher
+// (one glob over the whole string) got wrong: each matched.
+func TestPrincipalPatterns(t *testing.T) {
+	const role = "arn:aws:sts::123456789012:assumed-role/"
+	for _, tc := range []struct {
+		name, pattern, principal string
+		want, hostile            bool
+	}{
+		// An assumed role's session: the role is the authority, the
+		// session the caller's label.
+		{"any session of the role", role + "Approvers/*", role + "Approvers/alice", true, false},
+		{"a named session of a named role", role + "AWSReservedSSO_Admin_0123/alice@example.com", role + "AWSReservedSSO_Admin_0123/alice@example.com", true, false},
+		{"any session of roles named by a prefix", role + "Approvers-*/*", role + "Approvers-eu/bob", true, false},
+		{"session-chosen impersonation", role + "*/alice@example.com", role + "AgentRole/alice@example.com", false, true},
+		{"session-chosen impersonation, partial role", role + "Approv*/alice*", role + "ApproversEvil/alice", false, true},
+		{"a role's '*' does not span into the session", role + "Approvers*", role + "ApproversEvil/x", false, true},
+		{"a pattern without a session matches no session", role + "Approvers*", role + "Approvers/x", false, true},
+		{"nor does a shorter prefix", role + "Approv*", role + "Approvers/anything", false, true},
+		{"a session's '*' does not span a '/'", role + "Approvers-*/*", role + "Approvers-eu/x/bob", false, true},
+		{"a wildcard resource type is no session", "arn:aws:sts::123456789012:*/alice", role + "AgentRole/alice", false, true},
+		{"a user's name is no session", "arn:aws:iam::123456789012:user/*", role + "AgentRole/alice", false, false},
+		{"a role pattern is no federated user", role + "Approvers/*", "arn:aws:sts::123456789012:federated-user/Approvers", false, false},
+		// IAM paths: a '*' is one part, not a path.
+		{"a role's '*' does not span its path", "arn:aws:iam::123456789012:role/ops-*", "arn:aws:iam::123456789012:role/ops-x/evil", false, true},
+		{"a user's '*' does not span its path", "arn:aws:iam::123456789012:user/*", "arn:aws:iam::123456789012:user/division/bob", false, true},
+		{"a path named, any user under it", "arn:aws:iam::123456789012:user/division/*", "arn:aws:iam::123456789012:user/division/bob", true, false},
+		{"an IAM role prefix", "arn:aws:iam::123456789012:role/ops-*", "arn:aws:iam::123456789012:role/ops-alice", true, false},
+		// The account and what comes before it vouch: spelled exactly.
+		{"a wildcard account", "arn:aws:sts::*:assumed-role/Approvers/*", "arn:aws:sts::999999999999:assumed-role/Approvers/x", false, true},
+		{"a partial account", "arn:aws:sts::12345678901*:assumed-role/Approvers/*", "arn:aws:sts::123456789019:assumed-role/Approvers/x", false, true},
+		{"a '*' does not span a ':'", "arn:aws:*:assumed-role/Approvers/*", role + "Approvers/x", false, true},
+		// JWT principals: the issuer vouches, spelled exactly.
+		{"any subject of the issuer", "jwt:https://issuer#*", "jwt:https://issuer#alice", true, false},
+		{"a subject prefix", "jwt:https://idp#agent-*", "jwt:https://idp#agent-7", true, false},
+		{"a subject holding a '#'", "jwt:https://idp#*", "jwt:https://idp#a#b", true, false},
+		{"an issuer prefix without a subject", "jwt:https://issuer*", "jwt:https://issuer.evil.example#sub", false, true},
+		{"an issuer prefix with a subject", "jwt:https://issuer*#sub", "jwt:https://issuer.evil.example#sub", false, true},
+		{"any issuer's subject", "jwt:*#alice", "jwt:https://evil.example#alice", false, true},
+		{"a JWT pattern is no ARN", "jwt:https://idp#*", role + "Approvers/x", false, false},
+		// Case counts, as it always has.
+		{"a role in another case", role + "Approvers/*", role + "approvers/x", false, false},
+		{"a session in another case", role + "Approvers/Alice", role + "Approvers/alice", false, false},
+		{"a subject in another case", "jwt:https://idp#Alice", "jwt:https://idp#alice", false, false},
+		// Other shapes match exactly; nothing matches auth off.
+		{"the local person", "local:person", "local:person", true, false},
+		{"an opaque principal", "arn:approver", "arn:approver", true, false},
+		{"a '*' in another shape is a character", "local:*", "local:person", false, true},
+		{"'*' alone is nobody", "*", "jwt:https://idp#alice", false, true},
+		{"auth off", role + "Approvers/*", "", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{Approvers: []string{tc.pattern}, TrustedClients: []string{tc.pattern}}
+			if got := p.IsApprover(tc.principal); got != tc.want {
+				t.Errorf("IsApprover(%q) under %q = %v; want %v (hostile: %v)", tc.principal, tc.pattern, got, tc.want, tc.hostile)
+			}
+			if got := p.TrustsClient(tc.principal); got != tc.want {
+				t.Errorf("TrustsClient(%q) under %q = %v; want %v", tc.principal, tc.pattern, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseApproversRefuses: a pattern whose '*' would let someone other
+// than the deployment decide who matches is refused when it is configured,
+// with a message saying why. Every one of these was accepted before.
+func TestParseApproversRefuses(t *testing.T) {
+	const role = "arn:aws:sts::123456789012:assumed-role/"
+	for _, tc := range []struct{ pattern, wantIn string }{
+		{role + "*/alice@example.com", "session name is chosen by whoever assumes the role"},
+		{role + "Approv*/alice", "session name is chosen by whoever assumes the role"},
+		{role + "*/alice-*", "session name is chosen by whoever assumes the role"},
+		{role + "Approvers*", "assumed-role/<role>/<session>"},
+		{role + "Approvers", "assumed-role/<role>/<session>"},
+		{role + "Approvers/x/y", "assumed-role/<role>/<session>"},
+		{"arn:aws:sts::*:assumed-role/Approvers/*", "account"},
+		{"arn:aws:sts::1234*:assumed-role/Approvers/*", "account"},
+		{"arn:aws:sts::123456789012:*", "resource type"},
+		{"arn:aws:sts::123456789012:*/Approvers/*", "resource type"},
+		{"arn:*:sts::123456789012:assumed-role/Approvers/*", "partition"},
+		{"arn:aws:*::123456789012:role/ops", "service"},
+		{"arn:aws:iam:*:123456789012:role/ops", "region"},
+		{"arn:aws:*:assumed-role/Approvers/*", "not an ARN"},
+		{"arn:aws:iam::123456789012", "not an ARN"},
+		{"arn:aws:iam::123456789012:", "not an ARN"},
+		{"jwt:https://issuer*#sub", "issuer"},
+		{"https://issuer*#sub", "issuer"},
+		{"jwt:*#alice", "issuer"},
+		{"jwt:#alice", "jwt:<issuer>#<subject>"},
+		{"jwt:https://idp#", "jwt:<issuer>#<subject>"},
+	} {
+		t.Run(tc.pattern, func(t *testing.T) {
+			_, err := ParseApprovers("jwt:https://idp#alice, " + tc.pattern)
+			if err == nil || !strings.Contains(err.Error(), tc.wantIn) || !strings.Contains(err.Error(), tc.pattern) {
+				t.Errorf("ParseApprovers(%q) = %v; want an error naming it and saying %q", tc.pattern, err, tc.wantIn)
+			}
+		})
+	}
+	for _, good := range []string{
+		role + "Approvers/*", role + "Approvers-*/*", role + "*/*", role + "Approvers/alice-*",
+		role + "AWSReservedSSO_Admin_0123/alice@example.com", "arn:aws:iam::123456789012:user/division/*",
+		"arn:aws:iam::123456789012:root", "jwt:https://idp.example#agent-*", "https://idp.example#*",
+	} {
+		if _, err := ParseApprovers(good); err != nil {
+			t.Errorf("ParseApprovers(%q): %v", good, err)
+		}
+	}
+}
+
+// TestOwnersAreNoPatterns: a namespace's owners are the principals that
+// published in it, recorded whole; a '*' in one (a subject may hold any
+// character) is that principal's character, never a wildcard.
+func TestOwnersAreNoPatterns(t *testing.T) {
+	p := Policy{Approvers: []string{"arn:aws:iam::1:role/ops-*"}}
+	d := Decider{Principal: "jwt:https://idp#bob", Channel: execution.ChannelPage}
+	if p.MayPublish(d, "jwt:https://idp#agent-7", []string{"jwt:https://idp#*"}) {
+		t.Error("an owner recorded as jwt:https://idp#* made bob an owner")
+	}
+	if !p.MayPublish(Decider{Principal: "jwt:https://idp#*", Channel: execution.ChannelPage}, "jwt:https://idp#agent-7", []string{"jwt:https://idp#*"}) {
+		t.Error("the owner itself")
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
@@ -25,10 +24,11 @@ import (
 // nobody approve: no approver, no trusted client, and the caller may only
 // reject.
 type Policy struct {
-	// Approvers are principal patterns (an IAM ARN, "jwt:<iss>#<sub>"; a
-	// "*" matches any run of characters) whose holders may decide any
-	// execution's pending calls and publish any capability, and may set
-	// allow_destructive.
+	// Approvers are principal patterns (an IAM ARN, "jwt:<iss>#<sub>";
+	// a "*" matches any run of characters within one part of a principal,
+	// never across a ':', '/' or '#': see ParseApprovers) whose holders may
+	// decide any execution's pending calls and publish any capability, and
+	// may set allow_destructive.
 	Approvers []string
 	// CallerDecides lets the principal that runs a script decide for it:
 	// set allow_destructive, approve its own suspended calls, publish its
@@ -57,9 +57,16 @@ type Decider struct {
 
 // ParseApprovers reads a comma-separated list of principal patterns
 // (PML_APPROVERS, PML_TRUSTED_CLIENTS): IAM ARNs
-// ("arn:aws:iam::123456789012:role/ops-*") and JWT principals, written
-// "jwt:<iss>#<sub>" or "<iss>#<sub>". Blank entries are skipped; anything
-// else is refused with a message naming it.
+// ("arn:aws:sts::123456789012:assumed-role/pml-approver/*") and JWT
+// principals, written "jwt:<iss>#<sub>" or "<iss>#<sub>". Blank entries
+// are skipped. Anything else is refused with a message naming it and
+// saying why, and so is a pattern whose '*' would let someone other than
+// the deployment decide who matches: one in an ARN's partition, service,
+// region, account or resource type, or a JWT's issuer (the parts that
+// vouch for the rest); an assumed role's pattern without both role and
+// session; and one with a '*' in the role and a session that is not '*',
+// since the session name is chosen by whoever assumes the role and so
+// cannot identify a person (matchPrincipal says how a pattern matches).
 func ParseApprovers(list string) ([]string, error) {
 	var out []string
 	for _, p := range strings.Split(list, ",") {
@@ -69,15 +76,11 @@ func ParseApprovers(list string) ([]string, error) {
 			continue
 		case p == "*" || p == "jwt:*":
 			return nil, fault.New(fault.InvalidRequest, "%q would match anyone: name the principals (an IAM ARN, or jwt:<issuer>#<subject>)", p)
-		case strings.HasPrefix(p, "arn:"):
-		case strings.HasPrefix(p, "jwt:"):
-			if !strings.Contains(p, "#") {
-				return nil, fault.New(fault.InvalidRequest, "%q: a JWT principal is jwt:<issuer>#<subject>", p)
-			}
-		case strings.Contains(p, "#"):
+		case !strings.HasPrefix(p, "arn:") && !strings.HasPrefix(p, "jwt:") && strings.Contains(p, "#"):
 			p = "jwt:" + p
-		default:
-			return nil, fault.New(fault.InvalidRequest, "%q is neither an IAM ARN (arn:…) nor a JWT principal (<issuer>#<subject>)", p)
+		}
+		if why := patternRefusal(p); why != "" {
+			return nil, fault.New(fault.InvalidRequest, "%q: %s", p, why)
 		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
@@ -86,18 +89,10 @@ func ParseApprovers(list string) ([]string, error) {
 	return out, nil
 }
 
-// matches reports whether principal matches one of patterns. The empty
-// principal (auth off) matches none.
+// matches reports whether principal matches one of patterns, part by part
+// (matchPrincipal). The empty principal (auth off) matches none.
 func matches(patterns []string, principal string) bool {
-	if principal == "" {
-		return false
-	}
-	for _, pattern := range patterns {
-		if catalog.MatchGlob(pattern, principal) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(patterns, func(pattern string) bool { return matchPrincipal(pattern, principal) })
 }
 
 // IsApprover reports whether principal matches one of the approver
@@ -190,6 +185,11 @@ func (p Policy) MayDecide(d Decider, asker string, approve bool) bool {
 //     self-approval;
 //   - another author's draft: a person signed in on the page, into a
 //     namespace that person owns.
+//
+// owners are principals, recorded whole when they first published, not
+// patterns: they are compared exactly (a '*' in a recorded subject is
+// that subject's character, never a wildcard), which is what a pattern
+// without a '*' does under the approvers' matcher too.
 func (p Policy) MayPublish(d Decider, author string, owners []string) bool {
 	if d.Channel != execution.ChannelClient && p.IsApprover(d.Principal) {
 		return true

@@ -15,7 +15,9 @@ const wildcard = "*"
 // any run of characters and everything else is literal. It is the one glob
 // dialect: servers' allow and deny lists and requests' tools filters both
 // use it, each side of "server:tool" matched on its own, so a '*' never
-// crosses the ':'. path.Match is not used because tool names may contain
+// crosses the ':'; principal patterns (approval) use it the same way, on
+// each part of a principal (an ARN's role, its session; a JWT's subject)
+// on its own, so a '*' never crosses a ':', '/' or '#'. path.Match is not used because tool names may contain
 // '/', '[' and '\\'.
 func MatchGlob(glob, name string) bool {
 	parts := strings.Split(glob, wildcard)
@@ -42,7 +44,7 @@ func MatchGlob(glob, name string) bool {
 // server's require_approval and deny lists, where "delete_*" must catch
 // "Delete_all" — a tool name's case says nothing about what it does. Globs
 // that grant (allow lists, a request's tools filter) and principal
-// patterns use MatchGlob: matching across case would widen them.
+// patterns' parts use MatchGlob: matching across case would widen them.
 func MatchToolGlob(glob, name string) bool { return MatchGlob(fold(glob), fold(name)) }
 
 // fold maps every character of s to the least of its case-folding orbit,

@@ -253,7 +253,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.serverFlags.register(fs)
 	fs.StringVar(&f.demo, "demo", "auto", "offer the demo tools in process: on, off, or auto (on when no MCP server is configured)")
 	fs.StringVar(&f.login, "login", "never", "when an MCP server asks for an OAuth login or more scopes: never (fail, saying to run pml mcp login), or headless (fetch the authorization URL without a browser)")
-	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching any run of characters (default $"+app.EnvApprovers+")")
+	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching within one part of a principal (a role, a session, a subject), never across : / or # (default $"+app.EnvApprovers+")")
 	fs.StringVar(&f.trustedClients, "trusted-clients", os.Getenv(app.EnvTrustedClients), "principals whose MCP clients show a person a real dialog: their form-mode elicitation answers decide (default $"+app.EnvTrustedClients+")")
 	fs.StringVar(&f.selfApproval, "self-approval", cmp.Or(os.Getenv(app.EnvSelfApproval), "off"), "may a person signed in on the approval page decide their own principal's executions: on or off (default $"+app.EnvSelfApproval+", else off)")
 	fs.StringVar(&f.callerDecides, "caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "auto"), "may the caller set allow_destructive and approve its own suspended calls: on, off, or auto (on for pml run; for pml serve, on when it listens on loopback only) (default $"+app.EnvCallerDecides+", else auto)")
