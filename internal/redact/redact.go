@@ -8,6 +8,19 @@
 // logger built on Handler. Matching known values catches a secret wherever a
 // server or library puts it (an echoed header in a response body, a URL in a
 // net/http error), which no pattern could promise.
+//
+// A secret is masked in each form a service, a library or the host may
+// give it before it is echoed: as written; escaped in a URL (query and
+// path, "+" or "%20" for a space, by the escaping rules of Go, Python,
+// JavaScript and HTML forms, hex digits in either case); inside a JSON
+// string; in hex (either case); in base64 and base64url, padded or not,
+// encoded alone or anywhere inside a longer base64 text, and escaped in a
+// URL query. A Basic credential ("Basic " and base64) is decoded too: its
+// user:password and its password are masked wherever they appear (and a
+// password configured alone is masked inside the base64 of a Basic header
+// a client built from it). Other transforms (other encodings, base64
+// broken into lines, compression, encryption) are not matched: a service
+// that applies them can hide anything.
 package redact
 
 import (
@@ -16,7 +29,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,18 +65,16 @@ func New(secrets ...string) *Redactor {
 	return r
 }
 
-// Add makes r mask each secret, in its plain form and in the forms it takes
-// when quoted in a URL or a JSON string. Values shorter than MinLen are
-// ignored.
+// Add makes r mask each secret in every form the package doc lists. Values
+// shorter than MinLen are ignored, and so is any form of a secret that is
+// shorter (or, for hex and base64, shorter than 8 characters: a shorter
+// base64 fragment would match unrelated base64 text).
 func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
 	for _, s := range secrets {
-		if len(s) < MinLen {
-			continue
-		}
-		for _, v := range variants(s) {
+		for _, v := range forms(s) {
 			if !r.secrets[v] {
 				if r.secrets == nil {
 					r.secrets = map[string]bool{}
@@ -95,31 +105,6 @@ func (r *Redactor) Add(secrets ...string) {
 		pairs = append(pairs, s, Mask)
 	}
 	r.rep.Store(strings.NewReplacer(pairs...))
-}
-
-// variants lists s as it appears in a URL query or path and inside a JSON
-// string, where those differ from s.
-func variants(s string) []string {
-	out := []string{s}
-	add := func(v string) {
-		if !slices.Contains(out, v) {
-			out = append(out, v)
-		}
-	}
-	add(url.QueryEscape(s))
-	add(url.PathEscape(s))
-	// Encoders differ on HTML characters: encoding/json writes "<" as
-	// \u003c by default, most others write it as is.
-	for _, html := range []bool{true, false} {
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(html)
-		if enc.Encode(s) == nil {
-			q := strings.TrimSuffix(b.String(), "\n")
-			add(q[1 : len(q)-1])
-		}
-	}
-	return out
 }
 
 // String returns s with every known secret masked.
