@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,9 +54,9 @@ const MinLen = 4
 type Redactor struct {
 	mu      sync.Mutex // serialises Add
 	secrets map[string]bool
-	// rep is rebuilt on Add and read lock-free: String runs on every log
+	// m is rebuilt on Add and read lock-free: String runs on every log
 	// line and error, Add once per connect.
-	rep atomic.Pointer[strings.Replacer]
+	m atomic.Pointer[matcher]
 }
 
 // New returns a Redactor that knows secrets.
@@ -87,24 +88,7 @@ func (r *Redactor) Add(secrets ...string) {
 	if !changed {
 		return
 	}
-	all := make([]string, 0, len(r.secrets))
-	for s := range r.secrets {
-		all = append(all, s)
-	}
-	// strings.Replacer tries its old strings in argument order at each
-	// position: longest first, so that a secret containing another is
-	// masked whole.
-	slices.SortFunc(all, func(a, b string) int {
-		if d := len(b) - len(a); d != 0 {
-			return d
-		}
-		return strings.Compare(a, b)
-	})
-	pairs := make([]string, 0, 2*len(all))
-	for _, s := range all {
-		pairs = append(pairs, s, Mask)
-	}
-	r.rep.Store(strings.NewReplacer(pairs...))
+	r.m.Store(newMatcher(slices.Collect(maps.Keys(r.secrets))))
 }
 
 // String returns s with every known secret masked.
@@ -112,11 +96,11 @@ func (r *Redactor) String(s string) string {
 	if r == nil {
 		return s
 	}
-	rep := r.rep.Load()
-	if rep == nil {
+	m := r.m.Load()
+	if m == nil {
 		return s
 	}
-	return rep.Replace(s)
+	return m.replace(s)
 }
 
 // JSON returns the JSON value doc with every known secret masked wherever
@@ -134,7 +118,7 @@ func (r *Redactor) JSON(doc []byte) []byte {
 	if r == nil || len(doc) == 0 {
 		return doc
 	}
-	rep := r.rep.Load()
+	rep := r.m.Load()
 	if rep == nil {
 		return doc
 	}
@@ -164,10 +148,10 @@ func (r *Redactor) JSON(doc []byte) []byte {
 				// no encoder would write.
 				buf = unescape(buf[:0], body)
 				if v := string(buf); probe.finds(rep, v) {
-					replace(i, end, quote(rep.Replace(v)))
+					replace(i, end, quote(rep.replace(v)))
 				}
 			} else if probe.finds(rep, body) {
-				replace(i+1, i+1+len(body), rep.Replace(body))
+				replace(i+1, i+1+len(body), rep.replace(body))
 			}
 			i = end
 		case c == '-' || c >= '0' && c <= '9':
@@ -176,7 +160,7 @@ func (r *Redactor) JSON(doc []byte) []byte {
 				end++
 			}
 			if num := s[i:end]; probe.finds(rep, num) {
-				replace(i, end, quote(rep.Replace(num)))
+				replace(i, end, quote(rep.replace(num)))
 			}
 			i = end
 		default:
@@ -190,7 +174,7 @@ func (r *Redactor) JSON(doc []byte) []byte {
 	// What is left outside strings and numbers (doc is not JSON, or a
 	// secret spans tokens) is masked as text.
 	if probe.finds(rep, s) {
-		return []byte(rep.Replace(s))
+		return []byte(rep.replace(s))
 	}
 	if out == nil {
 		return doc
@@ -310,9 +294,11 @@ type matchWriter struct {
 	differs bool
 }
 
-func (w *matchWriter) finds(rep *strings.Replacer, s string) bool {
+func (w *matchWriter) finds(m *matcher, s string) bool {
 	*w = matchWriter{src: s}
-	_, _ = rep.WriteString(w, s)
+	if !m.write(s, func() stringWriter { return w }) {
+		return false
+	}
 	return w.differs || w.pos != len(s)
 }
 

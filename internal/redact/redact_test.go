@@ -223,13 +223,16 @@ func benchText() string {
 }
 
 // BenchmarkString: String on 4 KiB of text with 20 secrets known, with
-// none of them in it (the common case) and with two.
+// none of them in it (the common case), with two, and made of near misses
+// (a secret but its last byte, over and over), where every few bytes a
+// secret may start.
 func BenchmarkString(b *testing.B) {
 	secrets := benchSecrets()
 	r := New(secrets...)
 	clean := benchText()
 	leaked := clean[:1000] + secrets[3] + clean[1000+len(secrets[3]):3000] + secrets[17] + clean[3000+len(secrets[17]):]
-	for _, bc := range []struct{ name, text string }{{"clean", clean}, {"two secrets", leaked}} {
+	near := strings.Repeat(secrets[0][:len(secrets[0])-1]+" ", 4<<10)[:4<<10]
+	for _, bc := range []struct{ name, text string }{{"clean", clean}, {"two secrets", leaked}, {"near misses", near}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(bc.text)))
 			b.ReportAllocs()
