@@ -8,6 +8,19 @@
 // logger built on Handler. Matching known values catches a secret wherever a
 // server or library puts it (an echoed header in a response body, a URL in a
 // net/http error), which no pattern could promise.
+//
+// A secret is masked in each form a service, a library or the host may
+// give it before it is echoed: as written; escaped in a URL (query and
+// path, "+" or "%20" for a space, by the escaping rules of Go, Python,
+// JavaScript and HTML forms, hex digits in either case); inside a JSON
+// string; in hex (either case); in base64 and base64url, padded or not,
+// encoded alone or anywhere inside a longer base64 text, and escaped in a
+// URL query. A Basic credential ("Basic " and base64) is decoded too: its
+// user:password and its password are masked wherever they appear (and a
+// password configured alone is masked inside the base64 of a Basic header
+// a client built from it). Other transforms (other encodings, base64
+// broken into lines, compression, encryption) are not matched: a service
+// that applies them can hide anything.
 package redact
 
 import (
@@ -16,7 +29,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/url"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,9 +54,9 @@ const MinLen = 4
 type Redactor struct {
 	mu      sync.Mutex // serialises Add
 	secrets map[string]bool
-	// rep is rebuilt on Add and read lock-free: String runs on every log
+	// m is rebuilt on Add and read lock-free: String runs on every log
 	// line and error, Add once per connect.
-	rep atomic.Pointer[strings.Replacer]
+	m atomic.Pointer[matcher]
 }
 
 // New returns a Redactor that knows secrets.
@@ -53,18 +66,16 @@ func New(secrets ...string) *Redactor {
 	return r
 }
 
-// Add makes r mask each secret, in its plain form and in the forms it takes
-// when quoted in a URL or a JSON string. Values shorter than MinLen are
-// ignored.
+// Add makes r mask each secret in every form the package doc lists. Values
+// shorter than MinLen are ignored, and so is any form of a secret that is
+// shorter (or, for hex and base64, shorter than 8 characters: a shorter
+// base64 fragment would match unrelated base64 text).
 func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
 	for _, s := range secrets {
-		if len(s) < MinLen {
-			continue
-		}
-		for _, v := range variants(s) {
+		for _, v := range forms(s) {
 			if !r.secrets[v] {
 				if r.secrets == nil {
 					r.secrets = map[string]bool{}
@@ -77,49 +88,7 @@ func (r *Redactor) Add(secrets ...string) {
 	if !changed {
 		return
 	}
-	all := make([]string, 0, len(r.secrets))
-	for s := range r.secrets {
-		all = append(all, s)
-	}
-	// strings.Replacer tries its old strings in argument order at each
-	// position: longest first, so that a secret containing another is
-	// masked whole.
-	slices.SortFunc(all, func(a, b string) int {
-		if d := len(b) - len(a); d != 0 {
-			return d
-		}
-		return strings.Compare(a, b)
-	})
-	pairs := make([]string, 0, 2*len(all))
-	for _, s := range all {
-		pairs = append(pairs, s, Mask)
-	}
-	r.rep.Store(strings.NewReplacer(pairs...))
-}
-
-// variants lists s as it appears in a URL query or path and inside a JSON
-// string, where those differ from s.
-func variants(s string) []string {
-	out := []string{s}
-	add := func(v string) {
-		if !slices.Contains(out, v) {
-			out = append(out, v)
-		}
-	}
-	add(url.QueryEscape(s))
-	add(url.PathEscape(s))
-	// Encoders differ on HTML characters: encoding/json writes "<" as
-	// \u003c by default, most others write it as is.
-	for _, html := range []bool{true, false} {
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(html)
-		if enc.Encode(s) == nil {
-			q := strings.TrimSuffix(b.String(), "\n")
-			add(q[1 : len(q)-1])
-		}
-	}
-	return out
+	r.m.Store(newMatcher(slices.Collect(maps.Keys(r.secrets))))
 }
 
 // String returns s with every known secret masked.
@@ -127,11 +96,11 @@ func (r *Redactor) String(s string) string {
 	if r == nil {
 		return s
 	}
-	rep := r.rep.Load()
-	if rep == nil {
+	m := r.m.Load()
+	if m == nil {
 		return s
 	}
-	return rep.Replace(s)
+	return m.replace(s)
 }
 
 // JSON returns the JSON value doc with every known secret masked wherever
@@ -149,7 +118,7 @@ func (r *Redactor) JSON(doc []byte) []byte {
 	if r == nil || len(doc) == 0 {
 		return doc
 	}
-	rep := r.rep.Load()
+	rep := r.m.Load()
 	if rep == nil {
 		return doc
 	}
@@ -179,10 +148,10 @@ func (r *Redactor) JSON(doc []byte) []byte {
 				// no encoder would write.
 				buf = unescape(buf[:0], body)
 				if v := string(buf); probe.finds(rep, v) {
-					replace(i, end, quote(rep.Replace(v)))
+					replace(i, end, quote(rep.replace(v)))
 				}
 			} else if probe.finds(rep, body) {
-				replace(i+1, i+1+len(body), rep.Replace(body))
+				replace(i+1, i+1+len(body), rep.replace(body))
 			}
 			i = end
 		case c == '-' || c >= '0' && c <= '9':
@@ -191,7 +160,7 @@ func (r *Redactor) JSON(doc []byte) []byte {
 				end++
 			}
 			if num := s[i:end]; probe.finds(rep, num) {
-				replace(i, end, quote(rep.Replace(num)))
+				replace(i, end, quote(rep.replace(num)))
 			}
 			i = end
 		default:
@@ -205,7 +174,7 @@ func (r *Redactor) JSON(doc []byte) []byte {
 	// What is left outside strings and numbers (doc is not JSON, or a
 	// secret spans tokens) is masked as text.
 	if probe.finds(rep, s) {
-		return []byte(rep.Replace(s))
+		return []byte(rep.replace(s))
 	}
 	if out == nil {
 		return doc
@@ -325,9 +294,11 @@ type matchWriter struct {
 	differs bool
 }
 
-func (w *matchWriter) finds(rep *strings.Replacer, s string) bool {
+func (w *matchWriter) finds(m *matcher, s string) bool {
 	*w = matchWriter{src: s}
-	_, _ = rep.WriteString(w, s)
+	if !m.write(s, func() stringWriter { return w }) {
+		return false
+	}
 	return w.differs || w.pos != len(s)
 }
 

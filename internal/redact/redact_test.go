@@ -2,6 +2,7 @@ package redact
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,6 +186,58 @@ func BenchmarkJSON(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_ = bc.r.JSON(bc.doc)
+			}
+		})
+	}
+}
+
+// benchSecrets are 20 secrets of the kinds a deployment configures: API
+// keys, bearer tokens, a Basic credential, passwords with URL-special
+// characters.
+func benchSecrets() []string {
+	out := make([]string, 0, 20)
+	for i := range 16 {
+		out = append(out, fmt.Sprintf("sk-live-%02d-9f8e7d6c5b4a3210ZYXWvuts", i))
+	}
+	return append(out,
+		"Basic YWxpY2U6czNjcjN0LXBhc3Mtd29yZA==",
+		"ghp_0123456789abcdefABCDEF0123456789abcd",
+		"p@ss word+/with=specials!",
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJib3QifQ.c2lnbmF0dXJl")
+}
+
+// benchText is 4 KiB of what String sees: log lines, an error with a URL,
+// a JSON result with a base64 payload and hex digests; none of it secret.
+func benchText() string {
+	var b strings.Builder
+	payload := make([]byte, 600)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	for i := 0; b.Len() < 4<<10; i++ {
+		fmt.Fprintf(&b, "time=2025-01-0%dT10:00:00Z level=INFO msg=\"tool call\" tool=search.query id=%d took=12ms\n", i%9+1, i)
+		fmt.Fprintf(&b, "Post \"https://api.example.com/v1/items?page=%d&q=red+shoes\": dial tcp 10.0.0.%d:443: connection refused\n", i, i)
+		fmt.Fprintf(&b, `{"id":%d,"sha":"%x","data":"%s"}`+"\n", i, payload[i:i+20], base64.StdEncoding.EncodeToString(payload[i*30:i*30+90]))
+	}
+	return b.String()[:4<<10]
+}
+
+// BenchmarkString: String on 4 KiB of text with 20 secrets known, with
+// none of them in it (the common case), with two, and made of near misses
+// (a secret but its last byte, over and over), where every few bytes a
+// secret may start.
+func BenchmarkString(b *testing.B) {
+	secrets := benchSecrets()
+	r := New(secrets...)
+	clean := benchText()
+	leaked := clean[:1000] + secrets[3] + clean[1000+len(secrets[3]):3000] + secrets[17] + clean[3000+len(secrets[17]):]
+	near := strings.Repeat(secrets[0][:len(secrets[0])-1]+" ", 4<<10)[:4<<10]
+	for _, bc := range []struct{ name, text string }{{"clean", clean}, {"two secrets", leaked}, {"near misses", near}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = r.String(bc.text)
 			}
 		})
 	}
