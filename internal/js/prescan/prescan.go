@@ -2,7 +2,7 @@
 // reads it.
 //
 // The parsers a script meets (tdewolff's JavaScript parser in
-// internal/analysis, esbuild's TypeScript stripper in internal/script) are
+// internal/js/analysis, esbuild's TypeScript stripper in internal/js/script) are
 // recursive descent: source nested a few hundred thousand levels deep makes
 // them recurse until Go's stack limit, which is a fatal error no recover
 // catches, and esbuild's renamer and printer cost grows with the nesting
@@ -129,7 +129,7 @@ type Report struct {
 // the first; esbuild reports every one with a note it measures back to
 // the first declaration, which many of them make quadratic), or a
 // LIMIT_EXCEEDED "code_size" when argument or parameter lists repeat
-// names too far apart too often (see maxParamScan). internal/script
+// names too far apart too often (see maxParamScan). internal/js/script
 // refuses such code as TypeScript, and lets the engine judge it as
 // JavaScript.
 func (r Report) KeepFromEsbuild() *fault.Error {

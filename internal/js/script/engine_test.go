@@ -13,7 +13,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/prescan"
+	"github.com/pml-sandbox/pml/internal/js/prescan"
 	"github.com/pml-sandbox/pml/internal/testutil/installer"
 )
 

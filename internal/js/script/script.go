@@ -1,7 +1,7 @@
 // Package script turns what a caller sent into what the sandbox runs: it
 // reads JavaScript or TypeScript (the body of an async function), strips
 // TypeScript's types, checks the code statically (the mcp.<server>.<tool>
-// names it uses, through internal/analysis), and maps positions the engine
+// names it uses, through internal/js/analysis), and maps positions the engine
 // reports back to the source as written.
 //
 // # Which language
@@ -15,7 +15,7 @@
 // # Bounded before it is read
 //
 // Every parser here recurses on nesting, and esbuild's cost grows with the
-// nesting times the size: internal/prescan bounds the code's size (the
+// nesting times the size: internal/js/prescan bounds the code's size (the
 // engine's code-size limit) and nesting first, in one iterative pass, so
 // no caller can overflow the Go stack or spend seconds here. Every caller
 // (the bridge's execute path, capability saves and analysis) goes through
@@ -36,11 +36,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/prescan"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
+	"github.com/pml-sandbox/pml/internal/js/prescan"
 )
 
 // The languages a request may name: the contract's words
@@ -110,7 +110,7 @@ func Prepare(code, lang string) (*Prepared, error) {
 // errors are *fault.Error: InvalidRequest for an unknown language;
 // LimitExceeded before any parser runs, for code over l.CodeBytes (limit
 // "code_size") or nested deeper than the parsers are allowed to recurse
-// (limit "code_depth", see internal/prescan), and for TypeScript whose
+// (limit "code_depth", see internal/js/prescan), and for TypeScript whose
 // stripped JavaScript is over l.CodeBytes; ScriptError for TypeScript
 // that does not parse (with lang LangTS) and for code that leaves the
 // function body it is wrapped in. JavaScript the engine parses within the
