@@ -38,7 +38,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/js/prescan"
 )
@@ -92,7 +91,7 @@ type Limits struct {
 	// CodeBytes bounds the size of the code as sent and, for TypeScript,
 	// as stripped (LIMIT_EXCEEDED "code_size"): the code-size limit of
 	// the engine that will run it. Zero is the engine's default
-	// (guest.DefaultLimits).
+	// (execution.DefaultCodeBytes).
 	CodeBytes int
 	// KeepParse keeps the analysis parser's tree for Prepared.Parsed, so
 	// that the learning loop (internal/learn) reads the code without
@@ -121,7 +120,7 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 		return nil, ferr
 	}
 	if l.CodeBytes <= 0 {
-		l.CodeBytes = guest.DefaultLimits().CodeBytes
+		l.CodeBytes = execution.DefaultCodeBytes
 	}
 	// The parsers below recurse on nesting and cost more than linear time
 	// in it: bound both before any of them sees the code.
