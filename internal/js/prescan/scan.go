@@ -3,7 +3,9 @@ package prescan
 import (
 	"math/rand/v2"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/tdewolff/parse/v2"
+	"github.com/tdewolff/parse/v2/js"
 )
 
 // refusal says which bound a scan crossed.
@@ -37,6 +39,7 @@ type result struct {
 	depth     int
 	scopes    int
 	opened    int // blocks, function bodies and arrows, in the reading that read most
+	unguarded int // errors the lexer reported, which the scan keeps it from: for tests
 }
 
 // Frame kinds. Angles and ternaries are tentative: a `<` may be a
@@ -127,50 +130,25 @@ func (l *level) depth() int32  { return l.base + l.unary + l.right + l.stmt + l.
 func (l *level) scopes() int32 { return l.scopeBase + l.arrows + l.heads }
 
 // reading is one way of reading the code: a position, the open frames and
-// what the previous token allows next.
+// what the tokens read so far allow next.
 type reading struct {
 	s     *scanner
 	code  string
-	i     int
+	i     int     // where the next token starts
 	stack []level // the frames around cur
 	cur   level
 
-	template bool // inside the text of a template literal
-	dead     bool // this reading met what no parser reads: a syntax error
+	syn syntax // what the tokens read so far allow next
+	cue cues   // what the previous token tells the next one only
 
-	// What the previous token allows.
-	operand   bool  // it ended an operand: ( [ ` continue it, + - are binary
-	slash     uint8 // how a / reads here
-	brace     uint8 // what a { opens here
-	stmtStart bool  // a statement starts here
-	label     bool  // it was a plain word at a statement's start: a : makes it a label
-	property  bool  // it was . or ?.: a word here is a property name
-	newline   bool  // a line terminator since it
-	lineStart bool  // nothing but blanks and comments since the last line terminator
-	ended     bool  // it ended a statement: an else continues the if, a word starts anew
-	head      bool  // it was if/while/for/with/switch/catch: the next ( is a head
-	list      bool  // it was enum or interface: the next { is a list of members
-	enumNext  bool  // that list is an enum's
-	classNext bool  // it was class (or its name, heritage): the next { is its body
-	classDecl bool  // and that class is declared: its } ends a statement
-	accessor  uint8 // it was get (1) or set (2)
-	asi       bool  // it was return, break, continue, yield, await or of: a line break may end the statement
-	declNext  bool  // it was let: a binding here makes a declaration list
-	callClose bool  // it closed what looked like a call's arguments
-	castNext  bool  // it closed type arguments or a comparison: a < here may start a type assertion
-	bindNext  bool  // a word (or a pattern) here is a name a let, const or class declares
-	keyNext   bool  // a word or string here is a property's or class member's name (or a modifier before it)
-	headFirst bool  // it opened a statement head's paren: a let here declares (for (let …))
-	fnBody    bool  // it was => or a function's parameters: a { here is a function's body
-	params    bool  // it was function, its * or its name: a ( here opens its parameters
-	item      bool  // it opened a call's parens or separated its items: a word here may be a parameter's name
-	funcName  bool  // it was function (or its *) at a statement: a word here is the function's name
-	modifier  bool  // it was async, declare or export at a statement's start: a function here is declared
-	declName  bool  // it named a function declaration: its parameters follow
-	declBody  bool  // it closed a function declaration's parameters: its body follows
-	pending   decl  // the name just read, declared unless (or only if) a : follows
-	indent    bool  // it was if/for/while/with: the statement indents its body
-	bodyNext  bool  // it ended the head of a statement that indents its body
+	dead bool // this reading met what no parser reads: a syntax error
+
+	// The reading's own lexer over the scanner's input (see lex.go), and
+	// where the last number it read ends (a name the lexer refuses right
+	// after it is part of it).
+	in     *parse.Input
+	lex    js.Lexer
+	numEnd int
 
 	// deepest seen, and the scopes opened
 	maxDepth, maxScopes int32
@@ -185,6 +163,58 @@ type reading struct {
 	refused refusal
 	at      int
 	tok     int // where the token being read starts
+}
+
+// syntax is what the tokens read so far allow next, until a token
+// changes it.
+type syntax struct {
+	template  bool  // inside the text of a template literal
+	operand   bool  // it ended an operand: ( [ ` continue it, + - are binary
+	slash     uint8 // how a / reads here
+	brace     uint8 // what a { opens here
+	stmtStart bool  // a statement starts here
+	label     bool  // it was a plain word at a statement's start: a : makes it a label
+	list      bool  // it was enum or interface: the next { is a list of members
+	enumNext  bool  // that list is an enum's
+	classNext bool  // it was class (or its name, heritage): the next { is its body
+	classDecl bool  // and that class is declared: its } ends a statement
+	accessor  uint8 // it was get (1) or set (2)
+	pending   decl  // the name just read, declared unless (or only if) a : follows
+}
+
+// cues are what the previous token (and the blanks after it) tell the
+// next token only: each token takes them and leaves none.
+type cues struct {
+	newline   bool // a line terminator since it
+	lineStart bool // nothing but blanks and comments since the last line terminator
+	property  bool // it was . or ?.: a word here is a property name
+	ended     bool // it ended a statement: an else continues the if, a word starts anew
+	head      bool // it was if/while/for/with/switch/catch: the next ( is a head
+	asi       bool // it was return, break, continue, yield, await or of: a line break may end the statement
+	declNext  bool // it was let: a binding here makes a declaration list
+	callClose bool // it closed what looked like a call's arguments
+	castNext  bool // it closed type arguments or a comparison: a < here may start a type assertion
+	bindNext  bool // a word (or a pattern) here is a name a let, const or class declares
+	keyNext   bool // a word or string here is a property's or class member's name (or a modifier before it)
+	headFirst bool // it opened a statement head's paren: a let here declares (for (let …))
+	fnBody    bool // it was => or a function's parameters: a { here is a function's body
+	params    bool // it was function, its * or its name: a ( here opens its parameters
+	item      bool // it opened a call's parens or separated its items: a word here may be a parameter's name
+	funcName  bool // it was function (or its *) at a statement: a word here is the function's name
+	modifier  bool // it was async, declare or export at a statement's start: a function here is declared
+	declName  bool // it named a function declaration: its parameters follow
+	declBody  bool // it closed a function declaration's parameters: its body follows
+	indent    bool // it was if/for/while/with: the statement indents its body
+	bodyNext  bool // it ended the head of a statement that indents its body
+}
+
+// sameAs reports whether two readings' cues tell the next token the
+// same. asi is left out, as the scan has always left it out of merging:
+// comparing it would keep apart readings the bound on readings counts,
+// and refuse as ambiguous code that passes today.
+func (c cues) sameAs(d cues) bool {
+	c.asi = d.asi
+	return c == d
 }
 
 // decl is a declaration waiting for the next token to say whether it is
@@ -270,13 +300,25 @@ type scanner struct {
 	// unpredictable, so no input can be built to collide them.
 	hashing bool
 	seed    uint64
+	// src is the code as the lexer reads it (see source), text the same
+	// as a string; every reading's input is a copy of src, at the
+	// reading's own offset. lastClose is where the last `*/` is: a block
+	// comment opened after it never ends.
+	src       parse.Input
+	text      string
+	lastClose int
+	unguarded int // errors the lexer reported all the same (see next)
 }
 
 // scan reads code with every reading the ambiguous slashes allow, in step,
 // and stops at the first bound crossed.
 func scan(code string, lim Limits) result {
-	s := &scanner{seed: rand.Uint64()}
-	r := &reading{s: s, code: code, lim: lim, slash: slashRegexp, brace: braceStmt, stmtStart: true, lineStart: true}
+	s := &scanner{seed: rand.Uint64(), lastClose: strings.LastIndex(code, "*/")}
+	s.src, s.text = source(code)
+	r := &reading{s: s, code: code, lim: lim, numEnd: -1, in: new(parse.Input)}
+	r.syn = syntax{slash: slashRegexp, brace: braceStmt, stmtStart: true}
+	r.cue.lineStart = true
+	r.restart(&s.src)
 	// The wrapper `(async function (args) {`: its paren and body, counted
 	// as depth 0.
 	r.stack = make([]level, 0, 16) // grows with nesting: most scripts stay shallow
@@ -322,13 +364,13 @@ func scan(code string, lim Limits) result {
 		res.scopes = max(res.scopes, int(r.maxScopes))
 		res.opened = max(res.opened, r.opened)
 		if r.refused != refuseNone {
-			res.refused, res.at = r.refused, r.at
+			res.refused, res.at, res.unguarded = r.refused, r.at, s.unguarded
 			return res
 		}
 		if fork != nil {
 			s.readings = append(s.readings, fork)
 			if len(s.readings) > maxReadings {
-				res.refused, res.at = refuseAmbiguous, r.tok
+				res.refused, res.at, res.unguarded = refuseAmbiguous, r.tok, s.unguarded
 				return res
 			}
 		}
@@ -345,6 +387,7 @@ func scan(code string, lim Limits) result {
 	}
 	res.repeats, res.repeatAt, res.repeatName = s.repeats, s.repeatAt, s.repeatName
 	res.paramScan, res.paramAt = s.paramScan, s.paramAt
+	res.unguarded = s.unguarded
 	return res
 }
 
@@ -359,12 +402,7 @@ func (s *scanner) drop(k int) {
 // same reports whether two readings at the same offset are in the same
 // state, so one of them can be dropped.
 func (r *reading) same(q *reading) bool {
-	if r.cur != q.cur || r.template != q.template || len(r.stack) != len(q.stack) ||
-		r.operand != q.operand || r.slash != q.slash || r.brace != q.brace || r.stmtStart != q.stmtStart ||
-		r.label != q.label || r.property != q.property || r.newline != q.newline || r.lineStart != q.lineStart ||
-		r.ended != q.ended || r.head != q.head || r.list != q.list || r.declNext != q.declNext || r.callClose != q.callClose ||
-		r.indent != q.indent || r.bodyNext != q.bodyNext || r.bindNext != q.bindNext || r.keyNext != q.keyNext || r.headFirst != q.headFirst || r.fnBody != q.fnBody || r.params != q.params || r.modifier != q.modifier || r.declName != q.declName || r.declBody != q.declBody || r.item != q.item || r.funcName != q.funcName || r.pending != q.pending ||
-		r.castNext != q.castNext || r.enumNext != q.enumNext || r.classNext != q.classNext || r.classDecl != q.classDecl || r.accessor != q.accessor {
+	if r.cur != q.cur || r.syn != q.syn || !r.cue.sameAs(q.cue) || len(r.stack) != len(q.stack) {
 		return false
 	}
 	for j := len(r.stack) - 1; j >= 0; j-- {
@@ -387,11 +425,13 @@ func (r *reading) clone() *reading {
 		q = s.free[n-1]
 		s.free = s.free[:n-1]
 	} else {
-		q = new(reading)
+		q = &reading{in: new(parse.Input)}
 	}
-	stack := q.stack[:0]
+	stack, in := q.stack[:0], q.in
 	*q = *r
 	q.stack = append(stack, r.stack...)
+	q.in = in
+	q.restart(r.in)
 	return q
 }
 
@@ -519,11 +559,9 @@ func (r *reading) record(scope uint32, name string, at int, lexical bool) {
 // time, which a long list of repeats makes quadratic (a 12 KB list took it
 // 0.6 s). Calls may repeat names, so what counts is that distance, in
 // all, not the repeats. (Arrow functions' and anonymous functions'
-// parameters are bounded already: their commas count as nesting.)
+// parameters are bounded already: their commas count as nesting.) Words
+// no parameter is named (see wordToken) are not recorded.
 func (r *reading) param(name string, at int) {
-	if notAName(name) || name == "this" {
-		return
-	}
 	s := r.s
 	if s.params == nil {
 		s.params = make(map[declKey][2]int32)
@@ -562,8 +600,8 @@ func (r *reading) pattern(k uint8) {
 	r.push(k, flags)
 	r.cur.scope = scope
 	r.exprStart()
-	r.bindNext = true
-	r.keyNext = k == kBrace
+	r.cue.bindNext = true
+	r.cue.keyNext = k == kBrace
 }
 
 // push opens a frame of kind k.
@@ -618,18 +656,18 @@ func (r *reading) stmtContext() bool {
 // exprStart sets what the previous token allows after an operator: an
 // operand starts.
 func (r *reading) exprStart() {
-	r.operand, r.slash, r.brace, r.stmtStart, r.label = false, slashRegexp, braceObject, false, false
+	r.syn.operand, r.syn.slash, r.syn.brace, r.syn.stmtStart, r.syn.label = false, slashRegexp, braceObject, false, false
 }
 
 // stmtBegin sets what the previous token allows at a statement's start.
 func (r *reading) stmtBegin() {
-	r.operand, r.slash, r.brace, r.stmtStart, r.label = false, slashRegexp, braceStmt, true, false
+	r.syn.operand, r.syn.slash, r.syn.brace, r.syn.stmtStart, r.syn.label = false, slashRegexp, braceStmt, true, false
 }
 
 // operandEnd sets what the previous token allows after an operand (one
 // that is not a literal: it ends a run of them).
 func (r *reading) operandEnd() {
-	r.operand, r.slash, r.brace, r.stmtStart, r.label = true, slashDivide, braceBlock, false, false
+	r.syn.operand, r.syn.slash, r.syn.brace, r.syn.stmtStart, r.syn.label = true, slashDivide, braceBlock, false, false
 	r.cur.strs, r.cur.plus = 0, false
 }
 
@@ -672,492 +710,7 @@ func (r *reading) endStatement() {
 	r.endExpr()
 	r.cur.seq, r.cur.stmt, r.cur.dos, r.cur.heads = 0, 0, 0, 0
 	r.cur.flags &^= fDecl | fLex | fVar | fCase
-	r.list = false
-}
-
-// step reads one token (or a blank, a comment, a run of template text)
-// and returns a new reading when the token reads two ways: a `/` that may
-// start a regular expression, an HTML-like comment.
-func (r *reading) step() *reading {
-	if r.template {
-		r.templateText()
-		return nil
-	}
-	code := r.code
-	c := code[r.i]
-	// Blanks and comments are not tokens: what the previous token allows
-	// carries across them.
-	switch c {
-	case ' ', '\t', '\v', '\f':
-		r.i++
-		return nil
-	case '\n', '\r':
-		r.i++
-		r.newline, r.lineStart, r.lineAt = true, true, r.i
-		return nil
-	case '/':
-		if r.i+1 < len(code) && code[r.i+1] == '/' {
-			r.i += 2
-			r.skipLine()
-			return nil
-		}
-		if r.i+1 < len(code) && code[r.i+1] == '*' {
-			r.commentScan += r.i - r.lineAt
-			if r.commentScan > maxCommentScan && r.refused == refuseNone {
-				r.refused, r.at = refuseComments, r.i
-			}
-			r.skipBlockComment()
-			return nil
-		}
-	case '<':
-		if r.i+3 < len(code) && code[r.i+1] == '!' && code[r.i+2] == '-' && code[r.i+3] == '-' {
-			// `<!--` opens a comment to the end of the line where a parser
-			// allows HTML-like comments: read it both ways.
-			f := r.clone()
-			f.i += 4
-			f.skipLine()
-			r.token(c)
-			return f
-		}
-	case '-':
-		if r.lineStart && r.i+2 < len(code) && code[r.i+1] == '-' && code[r.i+2] == '>' {
-			// `-->` at a line's start is such a comment too.
-			f := r.clone()
-			f.i += 3
-			f.skipLine()
-			r.token(c)
-			return f
-		}
-	}
-	if c >= utf8.RuneSelf {
-		ch, n := utf8.DecodeRuneInString(code[r.i:])
-		switch {
-		case ch == 0x2028 || ch == 0x2029:
-			r.i += n
-			r.newline, r.lineStart, r.lineAt = true, true, r.i
-			return nil
-		case isSpace(ch):
-			r.i += n
-			return nil
-		}
-	}
-	if c < ' ' || c == 0x7F {
-		// A control character no parser reads outside a string: the
-		// parsers stop at it, but skipping it is the larger reading.
-		r.i++
-		return nil
-	}
-	return r.token(c)
-}
-
-// token reads one token starting with c.
-func (r *reading) token(c byte) *reading {
-	code := r.code
-	start := r.i
-	r.tok = start
-	newline, ended, head, indent, property, declNext, callClose, bodyNext, bind, key, cast, asi, headFirst, fnBody, funcName, params, item, modifier, declName, declBody :=
-		r.newline, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst, r.fnBody, r.funcName, r.params, r.item, r.modifier, r.declName, r.declBody
-	r.newline, r.lineStart, r.ended, r.head, r.indent, r.property, r.declNext, r.callClose, r.bodyNext, r.bindNext, r.keyNext, r.castNext, r.asi, r.headFirst, r.fnBody, r.funcName, r.params, r.item, r.modifier, r.declName, r.declBody =
-		false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false
-	if asi && newline {
-		// `return` (and the others) then a line break: a new statement may
-		// start here (a block, a label), or the expression go on. Both
-		// count: the chains are kept, and what a statement start allows is
-		// allowed.
-		r.stmtStart, r.brace = true, braceStmt
-	}
-	if p := r.pending; p.set {
-		r.pending.set = false
-		if (c == ':') == p.keyOnly {
-			r.declareKind(p.scope, p.name, p.at, p.hoist)
-		}
-	}
-	if declNext && (isWordStart(c) || c == '[' || c == '{' || c >= utf8.RuneSelf) {
-		r.cur.flags |= fDecl | fLex
-		bind = true
-	}
-	if bind && (c == '[' || c == '{') && !(key && r.cur.kind == kBrace && r.cur.flags&fPattern != 0) {
-		// A nested pattern (a `[` at an object pattern's key is a computed
-		// key instead: an expression).
-		r.i++
-		k := kBracket
-		if c == '{' {
-			k = kBrace
-		}
-		r.pattern(k)
-		return nil
-	}
-	switch c {
-	case ';', ':', '(', ')', '}', '`', '\'', '"', '?':
-		r.list, r.enumNext, r.classNext = false, false, false // not a head of a body
-	case '=':
-		if r.cur.kind != kAngle {
-			r.list, r.enumNext, r.classNext = false, false, false
-		}
-	}
-	if bodyNext && c != '{' {
-		// A statement's body without braces: esbuild indents it as a
-		// block.
-		r.cur.heads++
-		r.check()
-	}
-
-	switch c {
-	case '(':
-		r.i++
-		switch {
-		case head:
-			f := uint32(fHead)
-			if indent {
-				f |= fIndent
-			}
-			r.push(kParen, f)
-			r.exprStart()
-			r.headFirst = true
-			return nil
-		case r.operand:
-			r.cur.unary++ // a call
-			f := uint32(fList | fCall)
-			if declName {
-				f |= fFuncDecl
-			}
-			r.push(kParen, f)
-			r.exprStart()
-			r.item = true
-			return nil
-		case params:
-			r.push(kParen, fParams) // an anonymous function's (its commas counted, as before)
-		default:
-			r.push(kParen, 0)
-		}
-		r.exprStart()
-	case '[':
-		r.i++
-		if r.operand {
-			r.cur.unary++ // an index
-		}
-		r.push(kBracket, fList)
-		r.exprStart()
-	case '{':
-		r.i++
-		if callClose {
-			// `m(…) {`: what looked like a call was a method's or a
-			// function's parameters.
-			r.cur.unary--
-		}
-		switch {
-		case r.list:
-			if r.enumNext {
-				r.push(kBrace, fList|fEnum)
-				r.exprStart()
-				r.bindNext = true
-			} else {
-				r.push(kBrace, fList)
-				r.exprStart()
-				r.keyNext = true
-			}
-		case r.brace == braceObject:
-			r.push(kBrace, fList)
-			r.exprStart()
-			r.keyNext = true
-		case r.brace == braceStmt:
-			r.push(kBrace, fBlock|fStmt)
-			r.stmtBegin()
-		case r.classNext:
-			f := uint32(fBlock | fClass)
-			if r.classDecl {
-				f |= fFuncDecl
-			}
-			r.push(kBrace, f)
-			r.stmtBegin()
-		case callClose || fnBody:
-			f := uint32(fBlock | fFunc) // a function's body
-			if declBody {
-				f |= fFuncDecl
-			}
-			r.push(kBrace, f)
-			r.stmtBegin()
-		default:
-			r.push(kBrace, fBlock)
-			r.stmtBegin()
-		}
-		r.list, r.enumNext, r.classNext = false, false, false
-	case ')', ']', '}':
-		r.i++
-		r.dropTentative()
-		if c == '}' && r.cur.kind == kSubst {
-			r.pop()
-			r.template = true
-			return nil
-		}
-		want := kParen
-		switch c {
-		case ']':
-			want = kBracket
-		case '}':
-			want = kBrace
-		}
-		if r.cur.kind != want || len(r.stack) == 0 {
-			r.dead = true // a closer that matches nothing: the parsers stop here
-			return nil
-		}
-		closed := r.pop()
-		switch {
-		case c == ')' && closed.flags&fHead != 0:
-			r.stmtBegin()
-			r.bodyNext = closed.flags&fIndent != 0
-		case c == '}' && closed.flags&(fStmt|fFuncDecl) != 0:
-			// A block statement, or a function declaration: the
-			// statement ends.
-			r.stmtBegin()
-			r.ended = true
-		case c == '}':
-			// A function body or an object: an operand ends, or a
-			// declaration, after which a / starts a regular expression.
-			r.operandEnd()
-			r.slash = slashEither
-			// A method's body (or a static block) in a class body, not a
-			// function in a field's initializer: a member's name follows.
-			r.keyNext = closed.flags&fBlock != 0 && r.cur.flags&fClass != 0 &&
-				r.cur.right == 0 && r.cur.unary == 0 && r.cur.seq == 0
-		case c == ')' && closed.flags&fList == 0 && closed.strs > 0:
-			r.literal(int(closed.strs)) // a group of literals folds into one
-		default:
-			r.operandEnd()
-			r.callClose = c == ')' && closed.flags&fCall != 0
-			r.fnBody = closed.flags&fParams != 0
-			r.declBody = closed.flags&fFuncDecl != 0
-		}
-	case '`':
-		r.i++
-		if r.operand {
-			r.cur.unary++ // a tagged template
-			r.check()
-		}
-		r.cur.tmpl = int32(start)
-		r.template = true
-	case '\'', '"':
-		r.skipString(c)
-		if key && !r.dead && r.objectLiteral() && r.code[start+1:r.i-1] == "__proto__" {
-			r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: "__proto__", at: start}
-		}
-		r.literal(r.i - start)
-	case '/':
-		return r.slashToken(newline)
-	case '.':
-		switch {
-		case r.i+1 < len(code) && isDigit(code[r.i+1]):
-			r.skipNumber()
-			r.operandEnd()
-		case r.i+2 < len(code) && code[r.i+1] == '.' && code[r.i+2] == '.':
-			r.i += 3
-			r.cur.right++ // spread and rest take an assignment expression
-			r.check()
-			r.exprStart()
-			r.bindNext = r.cur.flags&fPattern != 0
-		default:
-			r.i++
-			r.cur.unary++
-			r.check()
-			r.exprStart()
-			r.property = true
-		}
-	case '?':
-		switch {
-		case r.i+1 < len(code) && code[r.i+1] == '.' && !(r.i+2 < len(code) && isDigit(code[r.i+2])):
-			r.i += 2
-			r.cur.unary++
-			r.check()
-			r.exprStart()
-			r.property = true
-		case r.i+1 < len(code) && code[r.i+1] == '?':
-			r.i += 2
-			if r.i < len(code) && code[r.i] == '=' {
-				r.i++
-				r.assign(true)
-			} else {
-				r.binary(true)
-			}
-		default:
-			r.i++
-			r.push(kTernary, 0)
-			r.exprStart()
-		}
-	case ':':
-		r.i++
-		r.dropAngles()
-		switch {
-		case r.cur.kind == kTernary:
-			r.pop()
-			r.cur.right++ // the alternate
-			r.check()
-			r.exprStart()
-		case r.label && r.stmtContext():
-			r.cur.stmt++
-			r.check()
-			r.stmtBegin()
-			r.bodyNext = true
-		case r.cur.flags&fCase != 0:
-			r.cur.flags &^= fCase
-			r.cur.unary = 0
-			r.stmtBegin()
-		default:
-			// A property's value or a type annotation.
-			r.binary(false)
-			r.bindNext = r.cur.flags&fPattern != 0
-		}
-	case ',':
-		r.i++
-		r.endExpr()
-		r.item = r.cur.kind == kParen && r.cur.flags&fCall != 0
-		if r.cur.flags&(fList|fDecl) == 0 && r.cur.kind != kAngle {
-			r.cur.seq++ // the comma operator
-			r.check()
-		}
-		r.exprStart()
-		switch {
-		case r.cur.flags&(fLex|fVar|fPattern|fEnum) != 0:
-			r.bindNext = true
-			r.keyNext = r.cur.kind == kBrace && r.cur.flags&fPattern != 0
-		case r.cur.kind == kBrace && r.cur.flags&fList != 0:
-			r.keyNext = true
-		}
-	case ';':
-		r.i++
-		r.dropTentative()
-		r.endExpr()
-		r.cur.seq = 0
-		r.cur.flags &^= fDecl | fLex | fVar | fCase
-		r.stmtBegin()
-		r.ended = true
-		r.list = false
-		// A TypeScript member list's next member.
-		r.keyNext = r.cur.kind == kBrace && r.cur.flags&(fList|fEnum|fPattern) == fList
-	case '=':
-		switch {
-		case r.i+1 < len(code) && code[r.i+1] == '>':
-			r.i += 2
-			r.cur.right++
-			r.cur.arrows++
-			r.open()
-			r.check()
-			r.exprStart()
-			r.brace = braceBlock
-			r.fnBody = true
-		case r.i+1 < len(code) && code[r.i+1] == '=':
-			r.i += 2
-			if r.i < len(code) && code[r.i] == '=' {
-				r.i++
-			}
-			r.binary(true)
-		default:
-			// Not a clearing operator: a type parameter's default is
-			// written with `=` inside angles.
-			r.i++
-			r.assign(false)
-		}
-	case '<':
-		r.angles(cast)
-	case '>':
-		r.closeAngles()
-	case '!':
-		r.i++
-		if r.i < len(code) && code[r.i] == '=' {
-			r.i++
-			if r.i < len(code) && code[r.i] == '=' {
-				r.i++
-			}
-			r.binary(true)
-			break
-		}
-		r.cur.unary++
-		r.check()
-		switch {
-		case r.operand && !newline:
-			// TypeScript's non-null assertion: the operand goes on.
-			r.operandEnd()
-		case r.operand:
-			// After a line break: a new statement's `!`, or an assertion.
-			r.exprStart()
-			r.slash = slashEither
-		default:
-			r.exprStart()
-		}
-	case '~':
-		r.i++
-		r.cur.unary++
-		r.check()
-		r.exprStart()
-	case '+', '-':
-		r.plusMinus(c)
-	case '*':
-		r.i++
-		switch {
-		case r.i < len(code) && code[r.i] == '*':
-			r.i++
-			if r.i < len(code) && code[r.i] == '=' {
-				r.i++
-			}
-			r.assign(true) // ** is right-associative
-		case r.i < len(code) && code[r.i] == '=':
-			r.i++
-			r.assign(true)
-		default:
-			// A generator's star before a member's name: the name
-			// follows.
-			member := key || r.cur.flags&fClass != 0 && r.stmtStart
-			r.binary(true)
-			r.keyNext = member
-			r.funcName, r.params = funcName, params // function* name
-		}
-	case '%', '^':
-		r.i++
-		if r.i < len(code) && code[r.i] == '=' {
-			r.i++
-			r.assign(true)
-		} else {
-			r.binary(true)
-		}
-	case '&', '|':
-		r.i++
-		switch {
-		case r.i < len(code) && code[r.i] == c:
-			r.i++
-			if r.i < len(code) && code[r.i] == '=' {
-				r.i++
-				r.assign(true)
-			} else {
-				r.binary(true)
-			}
-		case r.i < len(code) && code[r.i] == '=':
-			r.i++
-			r.assign(true)
-		default:
-			// Unions and intersections are types too.
-			r.binary(false)
-		}
-	case '@':
-		r.i++
-		r.exprStart()
-	default:
-		if isDigit(c) {
-			r.skipNumber()
-			r.operandEnd()
-			break
-		}
-		r.word(newline, ended, head, indent, property, bind, key, headFirst, funcName, modifier)
-		if item && r.cur.kind == kParen && r.cur.flags&fCall != 0 {
-			r.param(code[start:r.i], start)
-		}
-		if params && r.operand {
-			r.params = true // the function's name: its parameters follow
-		}
-		switch code[start:r.i] {
-		case "return", "break", "continue", "yield", "await", "of":
-			r.asi = !property
-		}
-	}
-	return nil
+	r.syn.list = false
 }
 
 // assign applies a right-associative operator (an assignment, **).
@@ -1169,607 +722,4 @@ func (r *reading) assign(clears bool) {
 	r.cur.right++
 	r.check()
 	r.binary(false)
-}
-
-// plusMinus reads + - ++ -- += -=.
-func (r *reading) plusMinus(c byte) {
-	code := r.code
-	r.i++
-	switch {
-	case r.i < len(code) && code[r.i] == c:
-		r.i++
-		// Prefix or postfix, each is a level: esbuild reports `a----` as
-		// an invalid assignment target and goes on, nesting each -- in
-		// the one before.
-		r.cur.unary++
-		r.check()
-		if !r.operand {
-			r.exprStart()
-		}
-		// Postfix, or prefix on the next line: a / after it reads both
-		// ways.
-		r.slash = slashEither
-	case r.i < len(code) && code[r.i] == '=':
-		r.i++
-		r.assign(true)
-	case r.operand:
-		run := r.cur.strs
-		r.binary(c == '+') // -1 is a literal type
-		if c == '+' && run > 0 {
-			r.cur.strs, r.cur.plus = run, true
-		}
-	default:
-		r.cur.unary++
-		r.check()
-		r.exprStart()
-	}
-}
-
-// angles reads < << <= <<=: each `<` may open type arguments (or, where an
-// operand starts, a type assertion or a generic arrow's type parameters).
-//
-// After `a<T>`, esbuild may take the `>` for a comparison and what follows
-// for an operand: `a<T><T><T>…` is a chain of type assertions to it, one
-// recursion each, so cast counts the larger reading.
-func (r *reading) angles(cast bool) {
-	code := r.code
-	n := 0
-	for r.i < len(code) && code[r.i] == '<' && n < 2 {
-		r.i++
-		n++
-	}
-	flags := uint32(0)
-	if r.operand && !cast {
-		r.cur.unary = 0 // a binary operator, or type arguments
-	} else {
-		flags = fPrefix
-	}
-	if r.label {
-		flags |= fLabel
-	}
-	for range n {
-		r.push(kAngle, flags)
-	}
-	if r.i < len(code) && code[r.i] == '=' {
-		r.i++
-	}
-	r.exprStart()
-}
-
-// closeAngles reads > >> >>> >= >>= >>>=: each `>` closes an open angle if
-// the innermost frame is one; otherwise it is a comparison or a shift.
-func (r *reading) closeAngles() {
-	code := r.code
-	closed, prefix, n, label := false, false, 0, false
-	for r.i < len(code) && code[r.i] == '>' {
-		r.i++
-		n++
-		if r.cur.kind == kAngle {
-			a := r.pop()
-			closed = true
-			label = a.flags&fLabel != 0
-			if a.flags&fPrefix != 0 {
-				r.cur.unary++ // a type assertion is a prefix operator
-				r.check()
-				prefix = true
-			}
-		}
-	}
-	assign := r.i < len(code) && code[r.i] == '='
-	if assign {
-		r.i++
-	}
-	switch {
-	case prefix && !assign:
-		// A type assertion `<T>x` (or a generic arrow's `<T>(x) => x`):
-		// its operand follows.
-		r.exprStart()
-	case closed:
-		// Type arguments: `f<T>(x)`, `new A<T>`, `x as A<T>`; the `=` of
-		// `a: A<T>= b`. What follows may still be a comparison's operand.
-		if assign {
-			r.cur.right++
-			r.check()
-			r.exprStart()
-		} else {
-			r.operandEnd()
-			r.castNext = true
-			r.label = label // esbuild drops the type arguments: `a<T>:` labels a
-		}
-		r.slash = slashEither
-	case assign && n > 1:
-		r.assign(false) // >>= and >>>= are assignments: right-associative
-		r.slash = slashEither
-	default:
-		r.binary(false)
-		r.slash = slashEither
-	}
-}
-
-// slashToken reads a comment, a regular expression or a division, or forks
-// when it cannot tell the last two apart.
-func (r *reading) slashToken(newline bool) *reading {
-	mode := r.slash
-	if mode == slashDivide && newline {
-		// A line break may have ended the statement (a declaration
-		// without initializer, an overload signature).
-		mode = slashEither
-	}
-	switch mode {
-	case slashRegexp:
-		r.skipRegexp()
-		r.operandEnd()
-	case slashDivide:
-		r.divide()
-	default:
-		f := r.clone()
-		r.skipRegexp()
-		r.operandEnd()
-		f.divide()
-		return f
-	}
-	return nil
-}
-
-// divide reads / or /= as an operator.
-func (r *reading) divide() {
-	r.i++
-	if r.i < len(r.code) && r.code[r.i] == '=' {
-		r.i++
-		r.assign(true)
-		return
-	}
-	r.binary(true)
-}
-
-// word reads an identifier or keyword. key says a property's or a class
-// member's name may be here; headFirst that the word opens a statement's
-// head (`for (let`); funcName that it names a function declaration;
-// modifier that a statement began with async, declare or export.
-func (r *reading) word(newline, ended, head, indent, property, bind, key, headFirst, funcName, modifier bool) {
-	code := r.code
-	j := r.i
-	for j < len(code) {
-		c := code[j]
-		switch {
-		case isWordPart(c):
-			j++
-		case c == '\\':
-			j++
-			if j+1 < len(code) && code[j] == 'u' && code[j+1] == '{' {
-				for j < len(code) && code[j] != '}' {
-					j++
-				}
-			}
-			if j < len(code) {
-				j++
-			}
-		case c >= utf8.RuneSelf:
-			ch, n := utf8.DecodeRuneInString(code[j:])
-			if ch == 0x2028 || ch == 0x2029 || isSpace(ch) {
-				goto done
-			}
-			j += n
-		default:
-			goto done
-		}
-	}
-done:
-	w := code[r.i:j]
-	at := r.i
-	r.i = j
-	if property {
-		r.operandEnd()
-		return
-	}
-	switch {
-	case bind && r.cur.flags&fPattern != 0 && r.cur.kind == kBrace:
-		// A key, unless no : follows.
-		r.pending = decl{set: true, hoist: r.cur.flags&fVar != 0, scope: r.declScope(), name: w, at: at}
-		r.operandEnd()
-		return
-	case bind && !r.continues(w) && !notAName(w):
-		r.declareKind(r.declScope(), w, at, r.cur.flags&fVar != 0)
-		if w != "await" && w != "yield" {
-			r.operandEnd()
-			return
-		}
-		// esbuild declares them (and says they cannot be names), which
-		// counts; the operator reading is the larger one.
-	case funcName && !notAName(w):
-		r.record(r.cur.id, w, at, false) // in its block, not beyond
-		r.operandEnd()
-		r.declName = true
-		return
-	}
-	if !r.continues(w) && ((r.operand && newline) || ended) {
-		// A line break after an operand before a word that cannot go on
-		// with it, or the end of a statement: a new statement starts.
-		r.endStatement()
-		r.stmtStart = true
-	}
-	stmt := r.stmtContext()
-	atStart := r.stmtStart
-	wasOperand := r.operand
-	acc := r.accessor
-	r.accessor = 0
-	inClass := r.cur.flags&fClass != 0
-	if key || inClass && atStart && !r.continues(w) {
-		r.memberName(w, at, acc, inClass)
-		return
-	}
-	if inClass && w[0] == '#' && wasOperand {
-		// A private member after a decorator (`@d #a`); one where an
-		// operand starts is a brand check (`#a in o`), no declaration.
-		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
-	}
-	switch w {
-	case "while":
-		if r.cur.dos > 0 {
-			// The tail of a do statement.
-			r.cur.dos--
-		} else if stmt {
-			r.cur.stmt++
-			r.check()
-			r.indent = true
-		}
-		r.stmtBegin()
-		r.head = true
-	case "if", "for", "with":
-		if stmt {
-			r.cur.stmt++
-			r.check()
-			r.indent = true
-		}
-		r.stmtBegin()
-		r.head = true
-	case "switch", "catch":
-		r.stmtBegin()
-		r.head = true
-	case "do":
-		if stmt {
-			r.cur.stmt++
-			r.cur.dos++
-			r.check()
-			r.bodyNext = true
-		}
-		r.stmtBegin()
-	case "else":
-		// The body of the if before is done: esbuild prints `else` at the
-		// if's indentation.
-		if r.cur.heads > 0 {
-			r.cur.heads--
-		}
-		r.stmtBegin()
-		r.bodyNext = true
-	case "try", "finally":
-		r.stmtBegin()
-	case "typeof", "void", "delete", "new", "keyof", "readonly", "unique", "infer":
-		r.cur.unary++
-		r.check()
-		r.exprStart()
-	case "await":
-		// An operator in async code, an identifier elsewhere.
-		r.cur.unary++
-		r.check()
-		r.exprStart()
-		r.slash = slashEither
-		r.head, r.indent = head, indent // for await (…)
-	case "yield", "extends":
-		r.cur.right++
-		r.check()
-		r.exprStart()
-		if w == "yield" {
-			r.slash = slashEither
-		}
-	case "return", "throw":
-		r.exprStart()
-	case "case", "default":
-		if stmt {
-			r.cur.flags |= fCase
-		}
-		r.exprStart()
-	case "in", "instanceof":
-		r.cur.flags &^= fDecl | fLex | fVar
-		r.binary(true)
-	case "of":
-		r.cur.flags &^= fDecl | fLex | fVar
-		r.binary(true)
-		r.slash = slashEither // `of` is also an identifier
-	case "as", "satisfies":
-		r.binary(false)
-		r.slash = slashDivide
-	case "var", "const":
-		r.cur.flags |= fDecl
-		r.exprStart()
-		if w == "const" {
-			r.cur.flags |= fLex
-		} else {
-			r.cur.flags |= fVar
-		}
-		r.bindNext = true
-	case "let":
-		r.operandEnd() // `let` is also an identifier
-		// A declaration where a statement (or a for head) starts; an
-		// identifier elsewhere (`x = let[0]`, sloppy code).
-		r.declNext = atStart || headFirst
-	case "function", "class":
-		r.exprStart()
-		r.brace = braceBlock
-		// A class or function declaration's name, also after decorators
-		// (or async, declare, export).
-		r.bindNext = w == "class" && (atStart || wasOperand && stmt)
-		r.funcName = w == "function" && (atStart || modifier)
-		r.params = w == "function"
-		r.classNext = w == "class"
-		r.classDecl = r.bindNext
-	case "enum", "interface":
-		r.operandEnd()
-		r.list, r.enumNext = true, w == "enum"
-	case "async", "declare", "export":
-		r.operandEnd()
-		r.modifier = atStart || modifier // `export declare async function f`
-	default:
-		r.operandEnd()
-	}
-	// Any word that may be an identifier may be a label (`interface: T:
-	// T: …` is a chain of labeled statements in sloppy code).
-	r.label = atStart && !reserved(w)
-	if r.cur.flags&fClass != 0 {
-		switch w {
-		case "get":
-			r.accessor = 1
-		case "set":
-			r.accessor = 2
-		case "static", "async", "accessor", "readonly", "declare", "public", "private", "protected", "abstract", "override":
-			r.accessor = acc // a modifier between
-		}
-	}
-}
-
-// memberName reads w as a property's name in an object literal or a
-// TypeScript member list, or a class member's name: no keyword is one
-// there (test262's `{ get const() {}, set class(v) {} }`). A modifier
-// before the name (get, set, async, static…) leaves the name to follow.
-// acc is the accessor a get or set before it made.
-func (r *reading) memberName(w string, at int, acc uint8, inClass bool) {
-	switch {
-	case inClass && w[0] == '#':
-		// A private member of this class body (a getter and a setter may
-		// share a name).
-		r.declare(r.cur.id, [...]string{"", "get ", "set "}[acc]+w, at)
-	case !inClass && w == "__proto__" && r.objectLiteral():
-		r.pending = decl{set: true, keyOnly: true, scope: r.cur.id, name: w, at: at}
-	}
-	r.operandEnd()
-	switch w {
-	case "get", "set", "async", "static", "accessor", "declare", "readonly", "public", "private", "protected", "abstract", "override":
-		r.keyNext = true
-		if inClass {
-			switch w {
-			case "get":
-				r.accessor = 1
-			case "set":
-				r.accessor = 2
-			default:
-				r.accessor = acc // a modifier between
-			}
-		}
-	}
-}
-
-// objectLiteral reports whether the innermost frame is an object literal
-// (or a TypeScript member list), where a `__proto__:` key may not repeat.
-func (r *reading) objectLiteral() bool {
-	return r.cur.kind == kBrace && r.cur.flags&(fList|fPattern|fEnum) == fList
-}
-
-// notAName reports the words no declaration can name: reserved words (in
-// sloppy code too) and let (`const enum E`, where esbuild reads an enum).
-// await and yield are not among them: esbuild declares them all the same.
-func notAName(w string) bool {
-	switch w {
-	case "let", "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete",
-		"do", "else", "enum", "export", "extends", "false", "finally", "for", "function", "if", "import", "in",
-		"instanceof", "new", "null", "return", "super", "switch", "this", "throw", "true", "try", "typeof", "var",
-		"void", "while", "with":
-		return true
-	}
-	return false
-}
-
-// reserved reports the words that can never be a label.
-func reserved(w string) bool {
-	switch w {
-	case "if", "while", "for", "with", "switch", "catch", "do", "else", "try", "finally", "typeof", "void",
-		"delete", "new", "return", "throw", "case", "default", "in", "instanceof", "var", "const", "function",
-		"class", "extends", "enum", "break", "continue", "debugger", "import", "export":
-		return true
-	}
-	return false
-}
-
-// continues reports whether a word may go on with the statement before it
-// across a line break or a statement's end: an operator, else, catch,
-// finally, or the while of a pending do.
-func (r *reading) continues(w string) bool {
-	switch w {
-	case "else", "in", "instanceof", "of", "as", "satisfies", "extends", "implements",
-		"catch", "finally", "is", "asserts", "keyof", "infer", "readonly", "unique":
-		return true
-	case "while":
-		return r.cur.dos > 0
-	}
-	return false
-}
-
-// templateText reads template text up to its end or a substitution.
-func (r *reading) templateText() {
-	code := r.code
-	for r.i < len(code) {
-		switch code[r.i] {
-		case '\n', '\r':
-			r.i++
-			r.lineAt = r.i
-		case '\\':
-			r.i += 2
-		case '`':
-			r.i++
-			r.template = false
-			r.literal((r.i - int(r.cur.tmpl)) * tmplWeight)
-			return
-		case '$':
-			if r.i+1 < len(code) && code[r.i+1] == '{' {
-				r.i += 2
-				r.template = false
-				r.push(kSubst, 0)
-				r.exprStart()
-				return
-			}
-			r.i++
-		default:
-			r.i++
-		}
-	}
-	r.dead = true // unterminated
-}
-
-// skipString skips a string literal; one cut by a line break or the end is
-// a syntax error.
-func (r *reading) skipString(q byte) {
-	code := r.code
-	r.i++
-	for r.i < len(code) {
-		switch code[r.i] {
-		case q:
-			r.i++
-			return
-		case '\\':
-			r.i += 2
-			if r.i <= len(code) && code[r.i-1] == '\r' && r.i < len(code) && code[r.i] == '\n' {
-				r.i++
-			}
-			if r.i <= len(code) && (code[r.i-1] == '\n' || code[r.i-1] == '\r') {
-				r.lineAt = r.i // a line continuation
-			}
-		case '\n', '\r':
-			r.dead = true
-			return
-		default:
-			r.i++
-		}
-	}
-	r.i = len(code)
-	r.dead = true
-}
-
-// skipRegexp skips a regular expression literal and its flags; one cut by
-// a line break or the end is a syntax error.
-func (r *reading) skipRegexp() {
-	code := r.code
-	r.i++
-	class := false
-	for r.i < len(code) {
-		c := code[r.i]
-		switch {
-		case c == '\\':
-			r.i++
-			if r.i < len(code) && (code[r.i] == '\n' || code[r.i] == '\r' || isLS(code, r.i)) {
-				r.dead = true
-				return
-			}
-			r.i++
-		case c == '[':
-			class = true
-			r.i++
-		case c == ']':
-			class = false
-			r.i++
-		case c == '/' && !class:
-			r.i++
-			for r.i < len(code) && isWordPart(code[r.i]) {
-				r.i++
-			}
-			return
-		case c == '\n' || c == '\r' || isLS(code, r.i):
-			r.dead = true
-			return
-		default:
-			r.i++
-		}
-	}
-	r.i = len(code)
-	r.dead = true
-}
-
-// skipLine skips to the next line terminator, which is left for step.
-func (r *reading) skipLine() {
-	code := r.code
-	for r.i < len(code) {
-		c := code[r.i]
-		if c == '\n' || c == '\r' || isLS(code, r.i) {
-			return
-		}
-		r.i++
-	}
-}
-
-// skipBlockComment skips /* … */; a line break inside counts as one
-// between the tokens around it.
-func (r *reading) skipBlockComment() {
-	code := r.code
-	r.i += 2
-	for r.i < len(code) {
-		c := code[r.i]
-		switch {
-		case c == '*' && r.i+1 < len(code) && code[r.i+1] == '/':
-			r.i += 2
-			return
-		case c == '\n' || c == '\r' || isLS(code, r.i):
-			r.newline, r.lineStart, r.lineAt = true, true, r.i+1
-		}
-		r.i++
-	}
-	r.i = len(code)
-	r.dead = true
-}
-
-// skipNumber skips a numeric literal: at most one `.`, so that `1..a.b`
-// leaves its member chain to be counted.
-func (r *reading) skipNumber() {
-	code := r.code
-	dot := code[r.i] == '.'
-	radix := code[r.i] == '0' && r.i+1 < len(code) && strings.ContainsRune("xXbBoO", rune(code[r.i+1]))
-	r.i++
-	for r.i < len(code) {
-		c := code[r.i]
-		switch {
-		case isWordPart(c) && c != '#':
-			r.i++
-		case c == '.' && !dot && !radix:
-			dot = true
-			r.i++
-		case (c == '+' || c == '-') && !radix && (code[r.i-1] == 'e' || code[r.i-1] == 'E'):
-			r.i++
-		default:
-			return
-		}
-	}
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-func isWordStart(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '$' || c == '#' || c == '\\'
-}
-
-func isWordPart(c byte) bool { return isWordStart(c) && c != '\\' || isDigit(c) }
-
-// isSpace reports the non-ASCII white space of JavaScript.
-func isSpace(ch rune) bool {
-	switch ch {
-	case 0xA0, 0x1680, 0x202F, 0x205F, 0x3000, 0xFEFF:
-		return true
-	}
-	return 0x2000 <= ch && ch <= 0x200A
 }
