@@ -217,7 +217,7 @@ func (r *reading) guard() (t token, read, guarded bool) {
 		t.tt, t.end = js.StringToken, end
 		return t, true, true
 	case c == '/':
-		if i+1 < len(text) && text[i+1] == '*' && r.s.lastClose < i+2 {
+		if i+1 < len(text) && text[i+1] == '*' && r.s.unclosed(i) {
 			// A block comment that never ends.
 			r.comment(token{js.CommentToken, i, len(text)})
 			r.i, r.dead = len(text), true

@@ -611,13 +611,18 @@ func TestHostileInputsBounded(t *testing.T) {
 		{"unterminated comment", "/*" + rep("(\n", n/3)},
 		{"unterminated substitution", "`${" + rep("a+", n/2)},
 		{"strings cut by line breaks", rep("'(\n", n/3)},
-		{"escapes", rep("\\(", n/2)},
+		{"escapes", rep("\\();", n/4)},
 		{"HTML-like comments on one line", "x" + rep("<!--", n/4)},
 		{"closing HTML-like comments", rep("\n-->(", n/5)},
 		{"slashes on one line", "interface " + rep("/'/", n/3)},
-		{"names after numbers", rep("1in(", n/4)},
-		{"refused characters", rep("\x00?=~=@#\u00ff(", n/16)},
-		{"bytes that are not UTF-8", rep("\xc3(\xe2@(", n/6)},
+		// A reading that forks at each line and dies in a comment that
+		// never ends, or a string a line break cuts (each the lexer's
+		// error, were it let read them).
+		{"forks into comments that never end", rep("x={}\n/[/*]/.test(s)\n", n/20)},
+		{"forks into strings cut by line breaks", rep("x={}\n/[/']/.test(s)\n", n/20)},
+		{"names after numbers", rep("1in;", n/4)},
+		{"refused characters", rep("\x00?=~=@#\u00ff;", n/16)},
+		{"bytes that are not UTF-8", rep("\xc3()\xe2@();", n/10)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var before, after runtime.MemStats

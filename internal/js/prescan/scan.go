@@ -302,18 +302,29 @@ type scanner struct {
 	seed    uint64
 	// src is the code as the lexer reads it (see source), text the same
 	// as a string; every reading's input is a copy of src, at the
-	// reading's own offset. lastClose is where the last `*/` is: a block
-	// comment opened after it never ends.
+	// reading's own offset.
 	src       parse.Input
 	text      string
-	lastClose int
 	unguarded int // errors the lexer reported all the same (see next)
+	// lastClose is where the last `*/` is (-1: none), once a block
+	// comment asked (closes).
+	lastClose int
+	closes    bool
+}
+
+// unclosed reports whether the block comment whose `/*` is at i never
+// ends: no `*/` after it. One search serves the whole scan.
+func (s *scanner) unclosed(i int) bool {
+	if !s.closes {
+		s.lastClose, s.closes = strings.LastIndex(s.text, "*/"), true
+	}
+	return s.lastClose < i+2
 }
 
 // scan reads code with every reading the ambiguous slashes allow, in step,
 // and stops at the first bound crossed.
 func scan(code string, lim Limits) result {
-	s := &scanner{seed: rand.Uint64(), lastClose: strings.LastIndex(code, "*/")}
+	s := &scanner{seed: rand.Uint64()}
 	s.src, s.text = source(code)
 	r := &reading{s: s, code: code, lim: lim, numEnd: -1, in: new(parse.Input)}
 	r.syn = syntax{slash: slashRegexp, brace: braceStmt, stmtStart: true}
