@@ -239,7 +239,7 @@ func (r *reading) guard() (t token, read, guarded bool) {
 			return t, false, false
 		}
 	case c == '\\':
-		if escape(text, i) > 0 {
+		if escape(text, i) {
 			return t, false, false
 		}
 	case c >= utf8.RuneSelf:
@@ -269,7 +269,7 @@ func (r *reading) guard() (t token, read, guarded bool) {
 	case '@':
 		t.tt = tokAt
 	default:
-		// A character no name holds by Go's tables (`#`, `\\`, `€`, a
+		// A character no name holds by Go's tables (`#`, `\`, `€`, a
 		// newer letter): part of a name to the scan.
 		t.tt = js.IdentifierToken
 	}
@@ -375,36 +375,32 @@ func identStart(text string, i int) bool {
 	case i >= len(text):
 		return false
 	case text[i] == '\\':
-		return escape(text, i) > 0
+		return escape(text, i)
 	case text[i] < utf8.RuneSelf:
 		return isWordStart(text[i]) && text[i] != '#'
 	}
 	return js.IsIdentifierStart([]byte(text[i:min(i+utf8.UTFMax, len(text))]))
 }
 
-// escape returns the length of the \u escape at text[i] the lexer takes
-// in a name (\uXXXX or \u{X…}), or 0.
-func escape(text string, i int) int {
+// escape reports whether text[i:] starts with a \u escape the lexer
+// takes in a name: \uXXXX or \u{X…}.
+func escape(text string, i int) bool {
 	if !strings.HasPrefix(text[i:], "\\u") {
-		return 0
+		return false
 	}
-	hex := func(j int) int {
-		k := j
-		for k < len(text) && strings.IndexByte("0123456789abcdefABCDEF", text[k]) >= 0 {
-			k++
-		}
-		return k - j
+	j := i + 2
+	brace := j < len(text) && text[j] == '{'
+	if brace {
+		j++
 	}
-	if j := i + 2; j < len(text) && text[j] == '{' {
-		if n := hex(j + 1); n > 0 && j+1+n < len(text) && text[j+1+n] == '}' {
-			return n + 4
-		}
-		return 0
+	k := j
+	for k < len(text) && (brace || k < j+4) && strings.IndexByte("0123456789abcdefABCDEF", text[k]) >= 0 {
+		k++
 	}
-	if hex(i+2) >= 4 {
-		return 6
+	if brace {
+		return k > j && k < len(text) && text[k] == '}'
 	}
-	return 0
+	return k == j+4
 }
 
 // lineBreak reports whether a line terminator starts at text[j].
