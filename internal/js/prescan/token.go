@@ -105,8 +105,8 @@ func (r *reading) prelude(t token, cue *cues) bool {
 		// allowed.
 		r.syn.stmtStart, r.syn.brace = true, braceStmt
 	}
-	if p := r.syn.pending; p.set {
-		r.syn.pending.set = false
+	if p := &r.syn.pending; p.set {
+		p.set = false
 		if (t.tt == js.ColonToken) == p.keyOnly {
 			r.declareKind(p.scope, p.name, p.at, p.hoist)
 		}
