@@ -2,7 +2,7 @@
 # Installs the official MCP conformance suite (@modelcontextprotocol/conformance,
 # pinned with its dependencies in conformance/package-lock.json) into a
 # cache directory, once per lockfile, and prints the path of its entry
-# point. scripts/conformance.sh runs the suite; internal/script's corpus
+# point. scripts/conformance.sh runs the suite; internal/js/script's corpus
 # test reads the JavaScript of its node_modules.
 #   scripts/conformance-suite.sh
 # Environment: PML_CACHE (default ~/.cache/pml)

@@ -4,11 +4,11 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
 )
 
 // A request's tools filter bounds everything done on its behalf, so a

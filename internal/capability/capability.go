@@ -18,7 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/script"
+	"github.com/pml-sandbox/pml/internal/js/script"
 )
 
 // Capability is one stored version of a learned program.

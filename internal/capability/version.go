@@ -47,7 +47,7 @@ const (
 // tell a regular expression from a division, nor where a removed line
 // break changed the program; the printer's output is the program's
 // canonical text. Callers bound the code first (Validate runs
-// internal/prescan through script.Prepare).
+// internal/js/prescan through script.Prepare).
 func Normalize(code string) string {
 	res := api.Transform(wrapHead+code+wrapTail, api.TransformOptions{
 		Loader:           api.LoaderJS,

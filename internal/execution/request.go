@@ -34,6 +34,13 @@ const (
 	LangTS   = "ts" // TypeScript: types are stripped first
 )
 
+// DefaultCodeBytes is how large Request.Code may be when neither the
+// engine's options nor the request say otherwise: the engine's default
+// (guest.DefaultLimits), here in the contract so that what reads code
+// before the engine (internal/js/script) bounds it alike without linking
+// the engine.
+const DefaultCodeBytes = 256 << 10
+
 // Request.Approval values.
 const (
 	ApprovalRefuse  = "refuse"  // a call that needs approval fails FORBIDDEN (the default)

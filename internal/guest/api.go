@@ -124,7 +124,7 @@ type Request struct {
 	// declaration shadows the input, which stays globalThis.args.
 	ArgsDeclared bool
 	// Session runs the code as an execution of a session: the top-level
-	// bindings it hands the guest (internal/script's Persist) become
+	// bindings it hands the guest (internal/js/script's Persist) become
 	// globals once it succeeds, and its Result carries the sandbox's
 	// State for the session's next execution.
 	Session bool

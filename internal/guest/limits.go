@@ -19,7 +19,7 @@ func DefaultLimits() Limits {
 		Timeout:        30 * time.Second,
 		MemoryBytes:    64 << 20,
 		StackBytes:     768 << 10,
-		CodeBytes:      256 << 10,
+		CodeBytes:      256 << 10, // execution.DefaultCodeBytes: internal/js/script's TestDefaultCodeBytes holds them equal
 		ToolCalls:      1000,
 		InFlight:       16,
 		LogBytes:       1 << 20,

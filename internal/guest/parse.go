@@ -16,8 +16,8 @@ import (
 // bounds how deep the parser recurses, its memory what it allocates, its
 // timeout how long it takes). limits are a request's, capped as for Run.
 //
-// It is how the host's own checks of a script (internal/prescan,
-// internal/script) are held to never refusing what the engine reads.
+// It is how the host's own checks of a script (internal/js/prescan,
+// internal/js/script) are held to never refusing what the engine reads.
 func (e *Engine) Parse(ctx context.Context, code string, limits Limits) *fault.Error {
 	if !e.enter() {
 		return shutDown()

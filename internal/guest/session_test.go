@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/script"
+	"github.com/pml-sandbox/pml/internal/js/script"
 	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 

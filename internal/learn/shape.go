@@ -13,7 +13,7 @@ import (
 	"github.com/tdewolff/parse/v2"
 	"github.com/tdewolff/parse/v2/js"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -153,142 +153,195 @@ func Read(p *analysis.Parsed, known *redact.Redactor) *Shape {
 		sh.ArgsKeys = append(sh.ArgsKeys, k)
 	}
 	slices.Sort(sh.ArgsKeys)
-
-	// Where each literal stands in the code, in the order of the code.
-	type slot struct {
-		off, end int
-		lit      lifted
+	slots, regexps, ok := w.places()
+	if !ok {
+		return nil
 	}
+	slices.Sort(w.keys)
+
+	// One pass of the lexer: the fingerprint's tokens, and the pieces of
+	// the template.
+	l := &lexPass{code: code, sh: sh, w: w, slots: slots, regexps: regexps, prev: js.ErrorToken}
+	if !l.run() {
+		return nil
+	}
+	// A shorthand {city} or const {city} = r names a key the tokens
+	// number as a variable: the names, in the walk's order, keep {city}
+	// and {town} apart.
+	for _, n := range w.shorthands {
+		l.token('S', n)
+	}
+	sum := sha256.Sum256(l.fp.Bytes())
+	sh.Fingerprint = hex.EncodeToString(sum[:8])
+	return sh
+}
+
+// slot is where a liftable literal stands in the code.
+type slot struct {
+	off, end int
+	lit      lifted
+}
+
+// places returns where each literal the walk lifted stands in the code,
+// in the order of the code, and where the regular expressions start;
+// false when a literal is no token of the code (the parser built it).
+func (w *shapeWalker) places() ([]slot, []int, bool) {
 	slots := make([]slot, 0, len(w.lits))
 	for _, l := range w.lits {
 		raw := l.raw()
-		off := p.Offset(raw)
+		off := w.parsed.Offset(raw)
 		if off < 0 {
-			return nil // a token the parser built: nothing to cut out
+			return nil, nil, false // a token the parser built: nothing to cut out
 		}
 		slots = append(slots, slot{off: off, end: off + len(raw), lit: l})
 	}
 	slices.SortFunc(slots, func(a, b slot) int { return a.off - b.off })
 	var regexps []int
 	for _, raw := range w.regexps {
-		if off := p.Offset(raw); off >= 0 {
+		if off := w.parsed.Offset(raw); off >= 0 {
 			regexps = append(regexps, off)
 		}
 	}
-	slices.Sort(w.keys)
+	return slots, regexps, true
+}
 
-	// One pass of the lexer: the fingerprint's tokens, and the pieces of
-	// the template.
-	var fp bytes.Buffer
-	fp.Grow(2*len(code) + len(fingerprintVersion))
-	fp.WriteString(fingerprintVersion)
-	token := func(kind byte, text string) {
-		fp.WriteByte(kind)
-		fp.WriteString(text)
-		fp.WriteByte(0)
-	}
-	var canon []string // locals in the order of first use: their number is their index
-	local := func(name string) string {
-		i := slices.Index(canon, name)
-		if i < 0 {
-			i = len(canon)
-			canon = append(canon, name)
-		}
-		return strconv.Itoa(i)
-	}
+// lexPass is Read's one pass of the lexer over the code: the
+// fingerprint's tokens (fp), and the template's pieces, cut at the
+// literals (slots, the next one to meet at next), comments and strings.
+type lexPass struct {
+	code    string
+	sh      *Shape
+	w       *shapeWalker
+	slots   []slot
+	regexps []int // where the parser read regular expressions: the lexer cannot tell
+	fp      bytes.Buffer
+	canon   []string // locals in the order of first use: their number is their index
+	next    int
+	off     int // where the token being read starts
+	start   int // where the piece being built starts
+	prev    js.TokenType
+}
+
+// run reads every token of the code, and reports whether the lexer read
+// it as the parser did (it does not guess where they disagree).
+func (l *lexPass) run() bool {
+	code := l.code
+	l.fp.Grow(2*len(code) + len(fingerprintVersion))
+	l.fp.WriteString(fingerprintVersion)
 	// The lexer wants its input NUL-terminated: room for it saves a copy.
 	src := make([]byte, len(code), len(code)+1)
 	copy(src, code)
 	lex := js.NewLexer(parse.NewInputBytes(src))
-	next, off, start := 0, 0, 0
-	prev := js.ErrorToken
-	cut := func(kind byte, end int) {
-		if start < off {
-			sh.pieces = append(sh.pieces, piece{pieceCode, code[start:off]})
-		}
-		sh.pieces = append(sh.pieces, piece{kind, code[off:end]})
-		start = end
-	}
 	for {
 		tt, data := lex.Next()
 		if tt == js.ErrorToken {
 			if !errors.Is(lex.Err(), io.EOF) {
-				return nil
+				return false
 			}
 			break
 		}
-		if (tt == js.DivToken || tt == js.DivEqToken) && slices.Contains(regexps, off) {
+		if (tt == js.DivToken || tt == js.DivEqToken) && slices.Contains(l.regexps, l.off) {
 			tt, data = lex.RegExp()
 			if tt == js.ErrorToken {
-				return nil
+				return false
 			}
 		}
-		end := off + len(data)
-		text := code[off:end]
-		switch {
-		case next < len(slots) && off == slots[next].off:
-			if end != slots[next].end {
-				return nil // the lexer and the parser disagree: do not guess
-			}
-			cut(pieceHole, end)
-			sh.names = append(sh.names, slots[next].lit.hint)
-			sh.Literals = append(sh.Literals, literalOf(slots[next].lit, known))
-			token('L', slots[next].lit.kind())
-			next++
-		case tt == js.WhitespaceToken:
-		case tt == js.LineTerminatorToken || tt == js.CommentLineTerminatorToken:
-			if tt == js.CommentLineTerminatorToken {
-				cut(pieceComment, end)
-			}
-			// A line break ends a return, throw, break or continue
-			// (automatic semicolon insertion): it changes the meaning.
-			switch prev {
-			case js.ReturnToken, js.ThrowToken, js.BreakToken, js.ContinueToken, js.YieldToken:
-				token('N', "")
-			}
-		case tt == js.CommentToken:
-			cut(pieceComment, end)
-		case tt == js.IdentifierToken:
-			switch {
-			case prev == js.DotToken || prev == js.OptChainToken:
-				token('P', text)
-			case w.isKey(off):
-				token('K', text)
-			case w.locals[text]:
-				token('V', local(text))
-			default:
-				token('G', text)
-			}
-		default:
-			if tt == js.StringToken || tt == js.TemplateToken || tt == js.TemplateStartToken || tt == js.TemplateMiddleToken ||
-				tt == js.TemplateEndToken || tt == js.RegExpToken {
-				cut(pieceText, end)
-			}
-			token('T', text)
+		end := l.off + len(data)
+		if !l.read(tt, end) {
+			return false
 		}
 		if tt != js.WhitespaceToken && tt != js.LineTerminatorToken && tt != js.CommentToken && tt != js.CommentLineTerminatorToken {
-			prev = tt
+			l.prev = tt
 		}
-		off = end
+		l.off = end
 	}
-	if next != len(slots) || off != len(code) {
-		return nil
+	if l.next != len(l.slots) || l.off != len(code) {
+		return false
 	}
-	if start < off {
-		sh.pieces = append(sh.pieces, piece{pieceCode, code[start:off]})
+	if l.start < l.off {
+		l.sh.pieces = append(l.sh.pieces, piece{pieceCode, code[l.start:l.off]})
 	}
-	if sh.pieces == nil {
-		sh.pieces = []piece{}
+	if l.sh.pieces == nil {
+		l.sh.pieces = []piece{}
 	}
-	// A shorthand {city} or const {city} = r names a key the tokens
-	// number as a variable: the names, in the walk's order, keep {city}
-	// and {town} apart.
-	for _, n := range w.shorthands {
-		token('S', n)
+	return true
+}
+
+// read adds the token tt, code[l.off:end], to the fingerprint and the
+// template; false when the lexer and the parser disagree on a literal.
+func (l *lexPass) read(tt js.TokenType, end int) bool {
+	text := l.code[l.off:end]
+	switch {
+	case l.next < len(l.slots) && l.off == l.slots[l.next].off:
+		s := l.slots[l.next]
+		if end != s.end {
+			return false // the lexer and the parser disagree: do not guess
+		}
+		l.cut(pieceHole, end)
+		l.sh.names = append(l.sh.names, s.lit.hint)
+		l.sh.Literals = append(l.sh.Literals, literalOf(s.lit, l.sh.known))
+		l.token('L', s.lit.kind())
+		l.next++
+	case tt == js.WhitespaceToken:
+	case tt == js.LineTerminatorToken || tt == js.CommentLineTerminatorToken:
+		if tt == js.CommentLineTerminatorToken {
+			l.cut(pieceComment, end)
+		}
+		// A line break ends a return, throw, break or continue
+		// (automatic semicolon insertion): it changes the meaning.
+		switch l.prev {
+		case js.ReturnToken, js.ThrowToken, js.BreakToken, js.ContinueToken, js.YieldToken:
+			l.token('N', "")
+		}
+	case tt == js.CommentToken:
+		l.cut(pieceComment, end)
+	case tt == js.IdentifierToken:
+		switch {
+		case l.prev == js.DotToken || l.prev == js.OptChainToken:
+			l.token('P', text)
+		case l.w.isKey(l.off):
+			l.token('K', text)
+		case l.w.locals[text]:
+			l.token('V', l.local(text))
+		default:
+			l.token('G', text)
+		}
+	default:
+		if tt == js.StringToken || tt == js.TemplateToken || tt == js.TemplateStartToken || tt == js.TemplateMiddleToken ||
+			tt == js.TemplateEndToken || tt == js.RegExpToken {
+			l.cut(pieceText, end)
+		}
+		l.token('T', text)
 	}
-	sum := sha256.Sum256(fp.Bytes())
-	sh.Fingerprint = hex.EncodeToString(sum[:8])
-	return sh
+	return true
+}
+
+// token adds a token of a kind to the fingerprint.
+func (l *lexPass) token(kind byte, text string) {
+	l.fp.WriteByte(kind)
+	l.fp.WriteString(text)
+	l.fp.WriteByte(0)
+}
+
+// local is the number of the local variable name, in the order of first
+// use.
+func (l *lexPass) local(name string) string {
+	i := slices.Index(l.canon, name)
+	if i < 0 {
+		i = len(l.canon)
+		l.canon = append(l.canon, name)
+	}
+	return strconv.Itoa(i)
+}
+
+// cut ends the template's piece of code before the token being read and
+// adds the token, up to end, as a piece of a kind.
+func (l *lexPass) cut(kind byte, end int) {
+	if l.start < l.off {
+		l.sh.pieces = append(l.sh.pieces, piece{pieceCode, l.code[l.start:l.off]})
+	}
+	l.sh.pieces = append(l.sh.pieces, piece{kind, l.code[l.off:end]})
+	l.start = end
 }
 
 // lifted is one liftable literal: a string or number expression, or a
@@ -411,28 +464,18 @@ type shapeWalker struct {
 	argsWhole  bool
 }
 
-// Enter implements js.IVisitor.
+// Enter implements js.IVisitor: each kind of node the shape reads has a
+// method of its own, which returns the visitor for its children (nil when
+// it walked them itself, or they hold nothing the shape reads).
 func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 	switch n := n.(type) {
 	case *js.Comment:
 		return nil
 	case *js.Var:
-		r := root(n)
-		switch {
-		case r == w.args:
-			// args used as a value, not through one of its keys.
-			w.argsWhole = true
-		case r.Decl != js.NoDecl && !w.locals[string(r.Data)]: // a lookup does not allocate
-			w.locals[string(r.Data)] = true
-		}
+		w.variable(n)
 		return nil
 	case *js.PropertyName:
-		// A property's name is the shape of the object, not a value.
-		if n.Computed != nil {
-			js.Walk(w, n.Computed)
-		} else if off := w.parsed.Offset(n.Literal.Data); off >= 0 {
-			w.keys = append(w.keys, off)
-		}
+		w.propertyName(n)
 		return nil
 	case *js.BindingObjectItem:
 		if v, ok := n.Value.Binding.(*js.Var); ok && n.Key != nil && n.Key.IsIdent(v.Data) {
@@ -440,63 +483,15 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 		}
 		return w
 	case *js.DotExpr:
-		if v, ok := n.X.(*js.Var); ok && w.args != nil && root(v) == w.args {
-			if lit, ok := n.Y.(js.LiteralExpr); ok {
-				w.argsKeys[string(lit.Data)] = true
-			}
-			return nil
-		}
-		js.Walk(w, n.X) // n.Y is a name
+		w.dot(n)
 		return nil
 	case *js.IndexExpr:
-		// obj["key"] and list[0] name a place, as a dot does: not lifted.
-		if lit, ok := n.Y.(*js.LiteralExpr); ok {
-			w.structural = append(w.structural, lit)
-			if v, ok := n.X.(*js.Var); ok && w.args != nil && root(v) == w.args && lit.TokenType == js.StringToken {
-				if name, ok := analysis.StringValue(lit.Data); ok {
-					w.argsKeys[name] = true
-				}
-				return nil
-			}
-		}
-		return w
+		return w.index(n)
 	case *js.ObjectExpr:
-		for i := range n.List {
-			p := &n.List[i]
-			if p.Name == nil || p.Name.IsComputed() {
-				continue
-			}
-			if v, ok := p.Value.(*js.Var); ok && p.Name.IsIdent(v.Data) {
-				w.shorthand(p.Name)
-			}
-			w.hint(p.Value, string(p.Name.Literal.Data))
-		}
+		w.object(n)
 		return w
 	case *js.VarDecl:
-		for i := range n.List {
-			e := &n.List[i]
-			if v, ok := e.Binding.(*js.Var); ok {
-				w.hint(e.Default, string(v.Data))
-			}
-			if bo, ok := e.Binding.(*js.BindingObject); ok && w.args != nil {
-				if v, ok := e.Default.(*js.Var); ok && root(v) == w.args {
-					// const {a, b} = args
-					for _, item := range bo.List {
-						if item.Key != nil && !item.Key.IsComputed() {
-							w.argsKeys[propertyKey(item.Key.Literal)] = true
-						} else if v, ok := item.Value.Binding.(*js.Var); ok {
-							w.argsKeys[string(v.Data)] = true
-						}
-					}
-					if bo.Rest != nil {
-						w.argsWhole = true
-					}
-					js.Walk(w, e.Binding)
-					continue
-				}
-			}
-			js.Walk(w, e)
-		}
+		w.varDecl(n)
 		return nil
 	case *js.BinaryExpr:
 		if n.Op == js.EqToken {
@@ -506,30 +501,10 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 		}
 		return w
 	case *js.CallExpr:
-		// f("x"): the literal is named after what is called.
-		name := ""
-		switch x := n.X.(type) {
-		case *js.DotExpr:
-			if lit, ok := x.Y.(js.LiteralExpr); ok {
-				name = string(lit.Data)
-			}
-		case *js.Var:
-			name = string(x.Data)
-		}
-		if name != "" {
-			for _, a := range n.Args.List {
-				w.hint(a.Value, name)
-			}
-		}
+		w.call(n)
 		return w
 	case *js.LiteralExpr:
-		switch {
-		case slices.Contains(w.structural, n):
-		case n.TokenType == js.RegExpToken:
-			w.regexps = append(w.regexps, n.Data)
-		case n.TokenType == js.StringToken, isNumber(n):
-			w.lits = append(w.lits, lifted{expr: n, hint: w.hintOf(n)})
-		}
+		w.literal(n)
 		return nil
 	case *js.TemplateExpr:
 		if n.Tag == nil && len(n.List) == 0 {
@@ -539,6 +514,135 @@ func (w *shapeWalker) Enter(n js.INode) js.IVisitor {
 		return w
 	}
 	return w
+}
+
+// variable notes a use of a variable: args used as a value, or a name the
+// code declares.
+func (w *shapeWalker) variable(n *js.Var) {
+	r := root(n)
+	switch {
+	case r == w.args:
+		// args used as a value, not through one of its keys.
+		w.argsWhole = true
+	case r.Decl != js.NoDecl && !w.locals[string(r.Data)]: // a lookup does not allocate
+		w.locals[string(r.Data)] = true
+	}
+}
+
+// propertyName notes where a property's name stands: it is the shape of
+// the object, not a value.
+func (w *shapeWalker) propertyName(n *js.PropertyName) {
+	if n.Computed != nil {
+		js.Walk(w, n.Computed)
+	} else if off := w.parsed.Offset(n.Literal.Data); off >= 0 {
+		w.keys = append(w.keys, off)
+	}
+}
+
+// dot reads a member access: args.key is a key of the input; otherwise
+// only the object is walked, the member being a name.
+func (w *shapeWalker) dot(n *js.DotExpr) {
+	if v, ok := n.X.(*js.Var); ok && w.args != nil && root(v) == w.args {
+		if lit, ok := n.Y.(js.LiteralExpr); ok {
+			w.argsKeys[string(lit.Data)] = true
+		}
+		return
+	}
+	js.Walk(w, n.X) // n.Y is a name
+}
+
+// index reads obj["key"] and list[0]: they name a place, as a dot does,
+// so the literal is not lifted; args["key"] is a key of the input.
+func (w *shapeWalker) index(n *js.IndexExpr) js.IVisitor {
+	if lit, ok := n.Y.(*js.LiteralExpr); ok {
+		w.structural = append(w.structural, lit)
+		if v, ok := n.X.(*js.Var); ok && w.args != nil && root(v) == w.args && lit.TokenType == js.StringToken {
+			if name, ok := analysis.StringValue(lit.Data); ok {
+				w.argsKeys[name] = true
+			}
+			return nil
+		}
+	}
+	return w
+}
+
+// object names each literal value after its key, and notes shorthand
+// properties ({city}).
+func (w *shapeWalker) object(n *js.ObjectExpr) {
+	for i := range n.List {
+		p := &n.List[i]
+		if p.Name == nil || p.Name.IsComputed() {
+			continue
+		}
+		if v, ok := p.Value.(*js.Var); ok && p.Name.IsIdent(v.Data) {
+			w.shorthand(p.Name)
+		}
+		w.hint(p.Value, string(p.Name.Literal.Data))
+	}
+}
+
+// varDecl names each initializer after its variable, and reads the keys
+// of args a pattern takes (const {a, b} = args).
+func (w *shapeWalker) varDecl(n *js.VarDecl) {
+	for i := range n.List {
+		e := &n.List[i]
+		if v, ok := e.Binding.(*js.Var); ok {
+			w.hint(e.Default, string(v.Data))
+		}
+		if bo, ok := e.Binding.(*js.BindingObject); ok && w.args != nil {
+			if v, ok := e.Default.(*js.Var); ok && root(v) == w.args {
+				w.argsPattern(bo)
+				js.Walk(w, e.Binding)
+				continue
+			}
+		}
+		js.Walk(w, e)
+	}
+}
+
+// argsPattern reads the keys of args the pattern bo takes; a rest element
+// takes args as a whole.
+func (w *shapeWalker) argsPattern(bo *js.BindingObject) {
+	for _, item := range bo.List {
+		if item.Key != nil && !item.Key.IsComputed() {
+			w.argsKeys[propertyKey(item.Key.Literal)] = true
+		} else if v, ok := item.Value.Binding.(*js.Var); ok {
+			w.argsKeys[string(v.Data)] = true
+		}
+	}
+	if bo.Rest != nil {
+		w.argsWhole = true
+	}
+}
+
+// call names the literals passed to f("x") after what is called.
+func (w *shapeWalker) call(n *js.CallExpr) {
+	name := ""
+	switch x := n.X.(type) {
+	case *js.DotExpr:
+		if lit, ok := x.Y.(js.LiteralExpr); ok {
+			name = string(lit.Data)
+		}
+	case *js.Var:
+		name = string(x.Data)
+	}
+	if name != "" {
+		for _, a := range n.Args.List {
+			w.hint(a.Value, name)
+		}
+	}
+}
+
+// literal lifts a string or number literal (not one that names a place),
+// and notes where a regular expression is, which the lexer cannot tell.
+func (w *shapeWalker) literal(n *js.LiteralExpr) {
+	switch {
+	case slices.Contains(w.structural, n):
+	case n.TokenType == js.RegExpToken:
+		w.regexps = append(w.regexps, n.Data)
+	case n.TokenType == js.StringToken, isNumber(n):
+		w.lits = append(w.lits, lifted{expr: n, hint: w.hintOf(n)})
+	}
 }
 
 // Exit implements js.IVisitor.

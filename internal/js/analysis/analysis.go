@@ -93,7 +93,7 @@ type Refs struct {
 // UnreadableError is the error of code the parser cannot read. It is not a
 // verdict: the parser is stricter than QuickJS in places (sloppy-mode
 // `for (var k = 2 in o)`), so a caller that can let the engine judge should
-// (see internal/script). Fault is the ScriptError a caller that cannot
+// (see internal/js/script). Fault is the ScriptError a caller that cannot
 // reports, "SyntaxError: … (line L, column C)" in the user's coordinates.
 type UnreadableError struct {
 	Fault *fault.Error

@@ -2,12 +2,13 @@
 // reads it.
 //
 // The parsers a script meets (tdewolff's JavaScript parser in
-// internal/analysis, esbuild's TypeScript stripper in internal/script) are
-// recursive descent: source nested a few hundred thousand levels deep makes
-// them recurse until Go's stack limit, which is a fatal error no recover
-// catches, and esbuild's renamer and printer cost grows with the nesting
-// times the size long before that. Check is an iterative, allocation-light
-// scan (a few milliseconds per MiB) that refuses such code first:
+// internal/js/analysis, esbuild's TypeScript stripper in
+// internal/js/script) are recursive descent: source nested a few hundred
+// thousand levels deep makes them recurse until Go's stack limit, which is
+// a fatal error no recover catches, and esbuild's renamer and printer cost
+// grows with the nesting times the size long before that. Check is an
+// iterative, allocation-light scan (a few tens of milliseconds per MiB)
+// that refuses such code first:
 // LIMIT_EXCEEDED with limit "code_size" past the size bound, "code_depth"
 // past a nesting bound, with the line and column where the bound was
 // crossed.
@@ -34,9 +35,10 @@
 // merges them where they meet again; a reading that cannot be what a parser
 // sees (an unterminated string or regular expression, a closing bracket
 // that matches nothing) is dropped, because the parser stops there with a
-// syntax error. Strings, comments, regular expressions and template text
-// are skipped as the parsers' lexers skip them, so brackets inside them
-// never count.
+// syntax error. The tokens are those of tdewolff's lexer (the analysis
+// parser's own; see lex.go for what the scan reads itself), so brackets
+// in strings, comments, regular expressions and template text never
+// count.
 //
 // # Cost, not syntax
 //
@@ -129,7 +131,7 @@ type Report struct {
 // the first; esbuild reports every one with a note it measures back to
 // the first declaration, which many of them make quadratic), or a
 // LIMIT_EXCEEDED "code_size" when argument or parameter lists repeat
-// names too far apart too often (see maxParamScan). internal/script
+// names too far apart too often (see maxParamScan). internal/js/script
 // refuses such code as TypeScript, and lets the engine judge it as
 // JavaScript.
 func (r Report) KeepFromEsbuild() *fault.Error {

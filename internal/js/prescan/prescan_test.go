@@ -2,8 +2,10 @@ package prescan
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
 )
@@ -592,6 +594,89 @@ func TestUnterminated(t *testing.T) {
 		_ = Check(code, Limits{})
 		_ = Check(code+rep("(", 300), Limits{})
 	}
+}
+
+// TestHostileInputsBounded: what an attacker can make the scan read, a MiB
+// of it, costs time and memory in proportion to its size: nesting a
+// million deep, literals and comments that never end, a line that makes
+// the scan fork at every token.
+func TestHostileInputsBounded(t *testing.T) {
+	const n = 1 << 20
+	for _, c := range []struct{ name, code string }{
+		{"parentheses", rep("(", n)},
+		{"substitutions", rep("`${", n/3)},
+		{"unterminated string", "x = '" + rep("a", n)},
+		{"unterminated template", "x = `" + rep("a(", n/2)},
+		{"unterminated regular expression", "x = /" + rep("(", n)},
+		{"unterminated comment", "/*" + rep("(\n", n/3)},
+		{"unterminated substitution", "`${" + rep("a+", n/2)},
+		{"strings cut by line breaks", rep("'(\n", n/3)},
+		{"escapes", rep("\\();", n/4)},
+		{"HTML-like comments on one line", "x" + rep("<!--", n/4)},
+		{"closing HTML-like comments", rep("\n-->(", n/5)},
+		{"slashes on one line", "interface " + rep("/'/", n/3)},
+		// A reading that forks at each line and dies in a comment that
+		// never ends, or a string a line break cuts (each the lexer's
+		// error, were it let read them).
+		{"forks into comments that never end", rep("x={}\n/[/*]/.test(s)\n", n/20)},
+		{"forks into strings cut by line breaks", rep("x={}\n/[/']/.test(s)\n", n/20)},
+		{"names after numbers", rep("1in;", n/4)},
+		{"refused characters", rep("\x00?=~=@#\u00ff;", n/16)},
+		{"bytes that are not UTF-8", rep("\xc3()\xe2@();", n/10)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			_, _ = Scan(c.code, Limits{})
+			elapsed := time.Since(start)
+			runtime.ReadMemStats(&after)
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(4*len(c.code)+1<<20) {
+				t.Errorf("allocated %d bytes for %d bytes of code", alloc, len(c.code))
+			}
+			// A MiB takes milliseconds; seconds would be the quadratic
+			// time this guards against (the race detector is slow, and
+			// runs with -short).
+			if !testing.Short() && elapsed > 2*time.Second {
+				t.Errorf("took %v for %d bytes of code", elapsed, len(c.code))
+			}
+		})
+	}
+}
+
+// scanTokens are the pieces FuzzScan builds code from: what tdewolff's
+// lexer refuses or reads otherwise than the scan (literals and comments a
+// line break or the end cuts, names right after numbers, escapes,
+// characters no name holds, bytes that are not UTF-8, `?=`), with the
+// brackets, keywords and tokens that fork the scan.
+var scanTokens = strings.Fields("( ) [ ] { } ${ ` ' \" / /= /'/ /[/]/ /* */ // <!-- --> ? ?= ?. ?? ~= ~ @ # #a \\ \\u0061 " +
+	"\\u{61} \\u{ 1 1. .5 010 08 1e 1e+ 0x 0b2 1in 1_e 1.e5 a in of if else let const class function return await " +
+	"yield new typeof => = == : , ; . ... + ++ - -- ! < << > >> >>> >= >>>= * ** & && | || ^ % x é € \u00b7")
+
+// FuzzScan: whatever the code, the scan ends (without a panic), and the
+// lexer never reports an error: each costs it a copy of the whole code,
+// and hostile code could make one at every token.
+func FuzzScan(f *testing.F) {
+	f.Add("x = a\n/ (1) / 2", []byte{0, 1})
+	f.Add("\xc3(\xe2@(\x00", []byte{30, 31, 32, 40})
+	f.Add("", []byte{8, 9, 10, 11, 12, 13, 14})
+	extra := []string{"\n", " ", "\r\n", "\u00a0", "\u2028", "\x00", "\x01", "\x7f", "\xff", "\xc3", "\xe2\x80", "\\\n", "'\\\r\n'"}
+	f.Fuzz(func(t *testing.T, text string, sel []byte) {
+		var b strings.Builder
+		b.WriteString(text)
+		for _, c := range sel {
+			if int(c) < len(scanTokens) {
+				b.WriteString(scanTokens[c])
+			} else {
+				b.WriteString(extra[int(c)%len(extra)])
+			}
+		}
+		code := b.String()
+		r := scan(code, Limits{MaxDepth: DefaultMaxDepth, MaxScopes: DefaultMaxScopes, MaxScopeCount: DefaultMaxScopeCount})
+		if r.unguarded != 0 {
+			t.Fatalf("the lexer reported %d errors on %q", r.unguarded, code)
+		}
+	})
 }
 
 // BenchmarkCheck measures the scan of a MiB of real-looking code and of

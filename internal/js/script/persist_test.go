@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
 )
 
 func TestPersist(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 //     on into the next (as in a REPL): the names are handed to the guest,
 //     which, once the execution has succeeded, makes each a property of the
 //     global object reading and writing the execution's own binding (see
-//     internal/script's Persist and guest-runtime/prelude.js).
+//     internal/js/script's Persist and guest-runtime/prelude.js).
 //
 // Both need the same thing: the names the top level binds, and of what
 // kind. tdewolff resolves scopes, so the wrapper function's scope lists

@@ -6,8 +6,8 @@ import (
 
 	"github.com/evanw/esbuild/pkg/api"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
 )
 
 // The TypeScript is stripped as the body it is: wrapped in an async

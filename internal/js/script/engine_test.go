@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/prescan"
+	"github.com/pml-sandbox/pml/internal/js/prescan"
 	"github.com/pml-sandbox/pml/internal/testutil/installer"
 )
 
@@ -57,6 +58,15 @@ func TestMain(m *testing.M) {
 // parseLimits are the engine's largest: code as large as any request may
 // send, parsed with the deepest stack any request may have.
 var parseLimits = guest.Limits{CodeBytes: guest.DefaultMaxLimits().CodeBytes, StackBytes: guest.DefaultMaxLimits().StackBytes, Timeout: time.Minute}
+
+// TestDefaultCodeBytes: the size Prepare bounds code by when the caller
+// names none is the engine's default, which the package cannot ask the
+// engine for without linking it into every front end.
+func TestDefaultCodeBytes(t *testing.T) {
+	if got, want := execution.DefaultCodeBytes, guest.DefaultLimits().CodeBytes; got != want {
+		t.Fatalf("execution.DefaultCodeBytes = %d, the engine's default is %d", got, want)
+	}
+}
 
 // disagreement returns why the host's handling of code, which the engine
 // parses (as a script body, within parseLimits), is wrong, or "": the

@@ -1,7 +1,7 @@
 // Package script turns what a caller sent into what the sandbox runs: it
 // reads JavaScript or TypeScript (the body of an async function), strips
 // TypeScript's types, checks the code statically (the mcp.<server>.<tool>
-// names it uses, through internal/analysis), and maps positions the engine
+// names it uses, through internal/js/analysis), and maps positions the engine
 // reports back to the source as written.
 //
 // # Which language
@@ -15,7 +15,7 @@
 // # Bounded before it is read
 //
 // Every parser here recurses on nesting, and esbuild's cost grows with the
-// nesting times the size: internal/prescan bounds the code's size (the
+// nesting times the size: internal/js/prescan bounds the code's size (the
 // engine's code-size limit) and nesting first, in one iterative pass, so
 // no caller can overflow the Go stack or spend seconds here. Every caller
 // (the bridge's execute path, capability saves and analysis) goes through
@@ -36,11 +36,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/prescan"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
+	"github.com/pml-sandbox/pml/internal/js/prescan"
 )
 
 // The languages a request may name: the contract's words
@@ -92,7 +91,7 @@ type Limits struct {
 	// CodeBytes bounds the size of the code as sent and, for TypeScript,
 	// as stripped (LIMIT_EXCEEDED "code_size"): the code-size limit of
 	// the engine that will run it. Zero is the engine's default
-	// (guest.DefaultLimits).
+	// (execution.DefaultCodeBytes).
 	CodeBytes int
 	// KeepParse keeps the analysis parser's tree for Prepared.Parsed, so
 	// that the learning loop (internal/learn) reads the code without
@@ -110,7 +109,7 @@ func Prepare(code, lang string) (*Prepared, error) {
 // errors are *fault.Error: InvalidRequest for an unknown language;
 // LimitExceeded before any parser runs, for code over l.CodeBytes (limit
 // "code_size") or nested deeper than the parsers are allowed to recurse
-// (limit "code_depth", see internal/prescan), and for TypeScript whose
+// (limit "code_depth", see internal/js/prescan), and for TypeScript whose
 // stripped JavaScript is over l.CodeBytes; ScriptError for TypeScript
 // that does not parse (with lang LangTS) and for code that leaves the
 // function body it is wrapped in. JavaScript the engine parses within the
@@ -121,7 +120,7 @@ func PrepareWithLimits(code, lang string, l Limits) (*Prepared, error) {
 		return nil, ferr
 	}
 	if l.CodeBytes <= 0 {
-		l.CodeBytes = guest.DefaultLimits().CodeBytes
+		l.CodeBytes = execution.DefaultCodeBytes
 	}
 	// The parsers below recurse on nesting and cost more than linear time
 	// in it: bound both before any of them sees the code.

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/analysis"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/prescan"
+	"github.com/pml-sandbox/pml/internal/js/analysis"
+	"github.com/pml-sandbox/pml/internal/js/prescan"
 	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 )
 
