@@ -8,17 +8,18 @@ import (
 	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/openapisrc"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/toolsource"
-	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	lambdakind "github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
-// openSources starts the tool sources of the server list: the MCP client
-// pool, the OpenAPI services and the Lambda functions, in that order,
-// each owning its servers' names (which must be unique across kinds).
+// openSources starts the tool sources of the server list: one
+// toolsource.Set of the kinds on the tool-source kernel (MCP servers,
+// then Lambda functions), then the OpenAPI services, each owning its
+// servers' names (which must be unique across kinds).
 func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
 	seen := map[string]bool{}
 	for _, name := range servers.Names() {
@@ -32,18 +33,23 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 	// Manager secret is read once per process and lifetime, through the
 	// app's one client.
 	refs := secretref.New(func(ctx context.Context) (secretref.API, error) { return a.aws.secrets(ctx) }, secretref.Options{})
-	if len(servers.MCP) > 0 {
-		opts := append(auth.options(&a.aws), mcpclient.WithLogger(log), mcpclient.WithSecretRefs(refs))
-		if answerer != nil {
-			opts = append(opts, mcpclient.WithAnswerer(answerer))
-		}
-		pool, err := mcpclient.New(ctx, servers.MCP, opts...)
+	specs := make([]toolsource.Spec, 0, len(servers.MCP)+len(servers.Lambda))
+	for _, c := range servers.MCP {
+		specs = append(specs, c)
+	}
+	for _, c := range servers.Lambda {
+		specs = append(specs, c)
+	}
+	if len(specs) > 0 {
+		a.MCP = &mcpkind.Kind{Answerer: answerer}
+		set, err := toolsource.New(ctx, toolsource.NewRegistry(a.MCP, lambdakind.Kind{}), specs,
+			toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load, OAuth: auth.oauth(&a.aws)})
 		if err != nil {
-			return nil, fmt.Errorf("mcp servers: %w", err)
+			return nil, fmt.Errorf("tool sources: %w", err)
 		}
-		a.Pool = pool
-		a.closers = append(a.closers, func(context.Context) error { return pool.Close() })
-		sources = append(sources, mcpclient.Source{Pool: pool})
+		a.Tools = set
+		a.closers = append(a.closers, func(context.Context) error { return set.Close() })
+		sources = append(sources, set)
 	}
 	if len(servers.OpenAPI) > 0 {
 		src, err := openapisrc.New(ctx, servers.OpenAPI, openapisrc.Options{Logger: log, AWS: a.aws.load,
@@ -55,38 +61,18 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, aut
 		a.closers = append(a.closers, func(context.Context) error { return src.Close() })
 		sources = append(sources, src)
 	}
-	if len(servers.Lambda) > 0 {
-		specs := make([]toolsource.Spec, len(servers.Lambda))
-		for i, c := range servers.Lambda {
-			specs[i] = c
-		}
-		set, err := toolsource.New(ctx, toolsource.NewRegistry(lambda.Kind{}), specs,
-			toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load})
-		if err != nil {
-			return nil, fmt.Errorf("lambda servers: %w", err)
-		}
-		a.Tools = set
-		a.closers = append(a.closers, func(context.Context) error { return set.Close() })
-		sources = append(sources, set)
-	}
 	return sources, nil
 }
 
-// sourceHealth is the OpenAPI services' and Lambda functions' health in
-// the MCP servers' shape, so that /healthz and pml tools list every
-// server alike; Transport says which kind each is.
-func (a *App) sourceHealth() []mcpclient.ServerHealth {
-	var out []mcpclient.ServerHealth
+// sourceHealth is the OpenAPI services' health in the kernel's shape, so
+// that /healthz and pml tools list every server alike; Transport says
+// which kind each is.
+func (a *App) sourceHealth() []toolsource.Health {
+	var out []toolsource.Health
 	if a.OpenAPI != nil {
 		for _, h := range a.OpenAPI.Health() {
-			out = append(out, mcpclient.ServerHealth{Name: h.Name, URL: h.URL, State: mcpclient.State(h.State),
+			out = append(out, toolsource.Health{Name: h.Name, URL: h.URL, State: toolsource.State(h.State),
 				LastError: h.LastError, Since: h.Since, Tools: h.Tools, Transport: serverconfig.TypeOpenAPI})
-		}
-	}
-	if a.Tools != nil {
-		for _, h := range a.Tools.Health() {
-			out = append(out, mcpclient.ServerHealth{Name: h.Name, URL: h.URL, State: mcpclient.State(h.State),
-				LastError: h.LastError, Since: h.Since, Tools: h.Tools, Transport: h.Transport})
 		}
 	}
 	return out

@@ -17,8 +17,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // notes collects the notifications a client receives. The client's
@@ -76,7 +76,7 @@ func (n *notes) list() []mcp.JSONRPCNotification {
 // of the blocked call has been heard) and receives the console output as
 // log messages; under either protocol era.
 func TestMCPProgressDuringAScript(t *testing.T) {
-	for _, version := range []string{mcpclient.ProtocolVersion, ""} {
+	for _, version := range []string{mcpkind.ProtocolVersion, ""} {
 		t.Run("protocol "+version, func(t *testing.T) {
 			gate := gateSource{open: make(chan struct{})}
 			srv := streamingServer(t, true, gate)
@@ -125,7 +125,7 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 // plain JSON, as before (no notifications).
 func TestMCPNoProgressWithoutAToken(t *testing.T) {
 	srv := streamingServer(t, true)
-	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	n := listen(c)
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"
@@ -146,7 +146,7 @@ func TestMCPTextWithinBudget(t *testing.T) {
 	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MCPTextBytes: 4000}))
 	t.Cleanup(srv.Close)
-	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	code := `for (let i = 0; i < 300; i++) console.log("line " + i + " " + "y".repeat(50));
 for (let i = 0; i < 40; i++) await mcp.demo.add({a: i, b: 1});
 try { await mcp.demo.fail({message: "no"}) } catch {}

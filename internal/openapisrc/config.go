@@ -58,7 +58,7 @@ type Config struct {
 	// FetchTimeout bounds fetching Spec; zero means DefaultFetchTimeout.
 	FetchTimeout time.Duration
 	// Allow, Deny, AllowDestructive and RequireApproval are an MCP
-	// server's (mcpclient.ServerConfig), over operation names.
+	// server's (internal/toolsource/mcp's Config), over operation names.
 	Allow, Deny      []string
 	AllowDestructive bool
 	RequireApproval  []string

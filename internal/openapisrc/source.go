@@ -60,13 +60,13 @@ type Options struct {
 	// role), loaded when the first signing service starts.
 	AWS func(context.Context) (aws.Config, error)
 	// CredentialsDir, Secrets and Agent are OAuth's, as for the MCP pool
-	// (mcpclient.WithCredentialsDir and the others).
+	// (toolsource.Env.OAuth).
 	CredentialsDir string
 	Secrets        func(context.Context) (oauthclient.SecretsAPI, error)
 	Agent          oauthclient.UserAgent
 	// Refs resolves the secret references of headers, query values and
 	// OAuth client secrets, shared with the process's other tool sources
-	// (mcpclient.WithSecretRefs); nil makes one reading Secrets Manager
+	// (toolsource.Env.Refs); nil makes one reading Secrets Manager
 	// through Secrets.
 	Refs *secretref.Resolver
 	// Transport is the HTTP transport under everything (tests; default a
