@@ -21,10 +21,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 	"github.com/pml-sandbox/pml/internal/testutil/xraylisten"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 const traceRoot = "1-6740a1b2-3c4d5e6f7a8b9c0d1e2f3a4b"
@@ -163,7 +163,7 @@ func TestMCPEndpointThroughAPIGateway(t *testing.T) {
 	base := s.apiGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := mcptest.Streamable(t, base+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, base+"/mcp", mcpkind.ProtocolVersion)
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil || len(list.Tools) != 7 { // execute_code, resume_execution, cancel_execution, end_session, search_tools, list_capabilities, save_capability
 		t.Fatalf("tools/list: %+v %v", list, err)

@@ -25,9 +25,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // Sessions end to end (issue 32): an agent's working state kept between
@@ -305,7 +305,7 @@ func TestSessionsAcrossLambdaContainers(t *testing.T) {
 			recycle(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			c := mcptest.Streamable(t, base+"/mcp", mcpclient.ProtocolVersion)
+			c := mcptest.Streamable(t, base+"/mcp", mcpkind.ProtocolVersion)
 			var req mcp.CallToolRequest
 			req.Params.Name, req.Params.Arguments = name, args
 			res, err := c.CallTool(ctx, req)
@@ -447,7 +447,7 @@ func TestAgentFlowFetchOnceFilterLater(t *testing.T) {
 	srv := startServe(t, []string{app.EnvSuspDir + "=" + t.TempDir()}, "--mcp", "sales="+url)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	agent := mcptest.Streamable(t, srv.base+"/mcp", mcpclient.ProtocolVersion)
+	agent := mcptest.Streamable(t, srv.base+"/mcp", mcpkind.ProtocolVersion)
 	callTool := func(c *client.Client, args map[string]any) sessionDoc {
 		t.Helper()
 		var req mcp.CallToolRequest

@@ -36,7 +36,6 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
@@ -45,6 +44,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	lambdakind "github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
@@ -141,7 +141,7 @@ type Config struct {
 	// Lambda the Lambda functions offered as tools. When there are none
 	// of any kind and ServersParam names an SSM parameter, New reads the
 	// list from it.
-	Servers      []mcpclient.ServerConfig
+	Servers      []mcpkind.Config
 	OpenAPI      []openapi.Config
 	Lambda       []lambdakind.Config
 	ServersParam string
@@ -372,11 +372,12 @@ type App struct {
 	Service  *bridge.Service
 	Registry capability.Registry
 	Engine   *guest.Engine
-	Pool     *mcpclient.Pool
-	// Tools are the configured servers of the kinds on the tool-source
-	// kernel (internal/toolsource: OpenAPI services, Lambda functions),
-	// nil when none is configured.
+	// Tools are the configured servers (internal/toolsource: MCP servers,
+	// OpenAPI services, Lambda functions), nil when none is configured;
+	// MCP is the kind of their MCP servers, whose Stats count the
+	// protocol's traffic.
 	Tools        *toolsource.Set
+	MCP          *mcpkind.Kind
 	Traces       httpapi.TraceReader
 	Capabilities capapi.Capabilities
 	// Guard publishes capabilities as the policy decides: every save and
@@ -558,8 +559,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	if a.Learn != nil {
 		var known *redact.Redactor
-		if a.Pool != nil {
-			known = a.Pool.Redactor()
+		if a.Tools != nil {
+			known = a.Tools.Redactor()
 		}
 		learner = learn.NewLearner(known)
 		a.Suggestions = suggestionsAPI{store: a.Learn, policy: cfg.Approval.Policy, min: cfg.Learn.MinSuccesses, guard: a.Guard}
@@ -643,14 +644,14 @@ func (a *App) AnnouncesSuspensions() bool { return a.bus != "" }
 // capability function's handler takes it.
 func (a *App) CapabilityRunner() *capability.Runner { return a.runner }
 
-// ServerHealth reports the servers' states (MCP servers, then OpenAPI
-// services, then Lambda functions), an empty list without servers.
-func (a *App) ServerHealth() []mcpclient.ServerHealth {
-	out := []mcpclient.ServerHealth{}
-	if a.Pool != nil {
-		out = append(out, a.Pool.Health()...)
+// ServerHealth reports the servers' states (MCP servers, then Lambda
+// functions, then OpenAPI services), an empty list without servers.
+func (a *App) ServerHealth() []toolsource.Health {
+	out := []toolsource.Health{}
+	if a.Tools != nil {
+		out = append(out, a.Tools.Health()...)
 	}
-	return append(out, a.sourceHealth()...)
+	return out
 }
 
 // Health is the details of /healthz: the MCP servers' states.

@@ -5,13 +5,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/userdata"
 )
 
 // MCPAuthConfig says where MCP servers' OAuth credentials are kept and
-// whether the pool may log in by itself.
+// whether the tool sources may log in by themselves.
 type MCPAuthConfig struct {
 	// CredentialsDir keeps the credentials of servers without an
 	// auth.secret ("" for memory only, as in the Lambda functions, whose
@@ -27,12 +27,10 @@ type MCPAuthConfig struct {
 // directory.
 func MCPCredentialsDir() string { return userdata.Path(EnvMCPCredsDir, "mcp-credentials") }
 
-func (m MCPAuthConfig) options(aws *awsConfig) []mcpclient.Option {
-	return []mcpclient.Option{
-		mcpclient.WithCredentialsDir(m.CredentialsDir),
-		mcpclient.WithSecretsManager(aws.secrets),
-		mcpclient.WithLoginAgent(m.Agent),
-	}
+// oauth is where the tool sources keep OAuth credentials: the
+// configured directory, the app's Secrets Manager client, the agent.
+func (m MCPAuthConfig) oauth(aws *awsConfig) toolsource.OAuth {
+	return toolsource.OAuth{CredentialsDir: m.CredentialsDir, Secrets: aws.secrets, Agent: m.Agent}
 }
 
 // secrets is the process's one Secrets Manager client (MCP servers'

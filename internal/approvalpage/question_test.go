@@ -18,8 +18,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -125,13 +126,12 @@ func TestRemoteQuestionAnsweredOnThePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ask.Close() })
-	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "ask"}, URL: ask.URL, Transport: "streamable"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
-	e := newEnv(t, nil, mcpclient.Source{Pool: pool})
+	e := newEnv(t, nil, pool)
 	id := e.suspend(`return await mcp.ask.confirm_delete({item: "report"})`)
 
 	b := e.browser()

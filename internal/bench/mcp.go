@@ -15,7 +15,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // measureMCP compares a tool call made from a script, through the sandbox
@@ -34,7 +35,7 @@ func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) (
 	defer os.RemoveAll(tmp)
 	a, err := app.New(ctx, app.Config{
 		Engine:           eng,
-		Servers:          []mcpclient.ServerConfig{{Name: "demo", URL: srv.SSEURL(), Transport: mcpclient.TransportSSE}},
+		Servers:          []mcpkind.Config{{Config: toolsource.Config{Name: "demo"}, URL: srv.SSEURL(), Transport: mcpkind.TransportSSE}},
 		Traces:           app.TraceConfig{Store: app.StoreMemory},
 		CapabilitiesFile: filepath.Join(tmp, "capabilities.json"),
 	}, slog.New(slog.DiscardHandler))
@@ -42,7 +43,7 @@ func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) (
 		return nil, err
 	}
 	defer a.Close(context.Background())
-	if _, err := a.Pool.Tools(ctx); err != nil {
+	if _, err := a.Tools.Tools(ctx); err != nil {
 		return nil, err
 	}
 	exec := func(code string) (time.Duration, error) {
@@ -63,7 +64,7 @@ func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) (
 		return nil, err
 	}
 	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcpclient.ProtocolVersion
+	init.Params.ProtocolVersion = mcpkind.ProtocolVersion
 	init.Params.ClientInfo = mcp.Implementation{Name: "pml-bench", Version: "1"}
 	if _, err := direct.Initialize(ctx, init); err != nil {
 		return nil, err

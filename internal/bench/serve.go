@@ -27,9 +27,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // ServeClients is how many clients drive `pml serve` at once for the
@@ -139,7 +139,7 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 			return nil, fmt.Errorf("bench: seeding the capability registry: %w", err)
 		}
 	}
-	demo, err := mcpclient.ParseServerFlag("demo=" + s.demo.StreamableURL())
+	demo, err := mcpkind.ParseServerFlag("demo=" + s.demo.StreamableURL())
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 	log := app.Logger(io.Discard, slog.LevelInfo)
 	s.app, err = app.New(ctx, app.Config{
 		CacheDir:         cacheDir,
-		Servers:          []mcpclient.ServerConfig{demo},
+		Servers:          []mcpkind.Config{demo},
 		Traces:           app.TraceConfig{Store: app.StoreMemory},
 		CapabilitiesFile: capFile,
 		// pml serve's defaults: Prometheus metrics, suspended executions
@@ -313,7 +313,7 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	calls := s.app.Pool.Stats().Calls
+	calls := s.app.MCP.Stats().Calls
 	var (
 		wg    sync.WaitGroup
 		ended atomic.Int64
@@ -329,7 +329,7 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB
 		if ended.Load() > 0 {
 			return false, errors.New("bench: an execution that should be held ended early")
 		}
-		return s.app.Pool.Stats().Calls >= calls+int64(n), nil
+		return s.app.MCP.Stats().Calls >= calls+int64(n), nil
 	}
 	err = waitFor(hctx, 10*time.Second, held)
 	if err == nil {

@@ -13,10 +13,12 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/bridge"
+	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // The benchmarks below make the same word_count call to the demo server
@@ -28,13 +30,12 @@ import (
 //
 //	go test -run '^$' -bench 'CallSSE' -benchtime 2000x ./internal/bridge/
 
-func benchPool(b *testing.B) (*mcpclient.Pool, func()) {
+func benchPool(b *testing.B) (*toolsource.Set, func()) {
 	ds, err := demoserver.Start("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "demo", URL: ds.SSEURL(), Transport: "sse"}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "demo"}, URL: ds.SSEURL(), Transport: "sse"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func BenchmarkPoolCallSSE(b *testing.B) {
 	args := json.RawMessage(`{"text":"one two three"}`)
 	cpu0 := processCPU()
 	for b.Loop() {
-		if _, err := pool.Call(context.Background(), "demo", "word_count", args, mcpclient.CallOptions{}); err != nil {
+		if _, err := pool.Call(context.Background(), catalog.Tool{Server: "demo", Name: "word_count"}, args, execution.CallOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -61,7 +62,7 @@ func BenchmarkPoolCallSSE(b *testing.B) {
 func BenchmarkScriptCallSSE(b *testing.B) {
 	pool, stop := benchPool(b)
 	defer stop()
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}})
+	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{pool}})
 	const n = 100
 	code := "for (let i = 0; i < 100; i++) await mcp.demo.word_count({text: 'one two three'}); return 1"
 	cpu0 := processCPU()
@@ -84,7 +85,7 @@ func BenchmarkDirectCallSSE(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mcptest.Connect(b, c, mcpclient.ProtocolVersion)
+	mcptest.Connect(b, c, mcpkind.ProtocolVersion)
 	var call mcp.CallToolRequest
 	call.Params.Name = "word_count"
 	call.Params.Arguments = map[string]any{"text": "one two three"}

@@ -22,8 +22,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -51,7 +52,8 @@ func (s *memSink) Flush(context.Context) error { return nil }
 type fixture struct {
 	svc  *bridge.Service
 	sink *memSink
-	pool *mcpclient.Pool
+	pool *toolsource.Set
+	mcp  *mcpkind.Kind
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -63,23 +65,24 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { _ = ds.Close() })
 	odd := startOddServer(t)
 	ctx := context.Background()
-	pool, err := mcpclient.New(ctx, []mcpclient.ServerConfig{
-		{Name: "kv", URL: ds.SSEURL(), Transport: "sse", AllowDestructive: true},
-		{Name: "text", URL: ds.StreamableURL(), Transport: "streamable"},
-		{Name: "ev", URL: odd, Transport: "auto", AllowDestructive: true},
-	}, mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	kind := &mcpkind.Kind{}
+	pool, err := kind.NewSet(ctx, toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, []mcpkind.Config{
+		{Config: toolsource.Config{Name: "kv", AllowDestructive: true}, URL: ds.SSEURL(), Transport: "sse"},
+		{Config: toolsource.Config{Name: "text"}, URL: ds.StreamableURL(), Transport: "streamable"},
+		{Config: toolsource.Config{Name: "ev", AllowDestructive: true}, URL: odd, Transport: "auto"},
+	}...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 	sink := &memSink{}
-	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}, demoserver.Source{}}, Sink: sink})
+	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{pool, demoserver.Source{}}, Sink: sink})
 	// Wait for discovery so every test starts from a warm catalog.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(svc.Catalog(ctx)) < 20 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &fixture{svc: svc, sink: sink, pool: pool}
+	return &fixture{svc: svc, sink: sink, pool: pool, mcp: kind}
 }
 
 func startOddServer(t *testing.T) string {
@@ -243,13 +246,13 @@ func TestExecutionsAreRecorded(t *testing.T) {
 
 func TestWarmExecutionsReuseDiscovery(t *testing.T) {
 	f := newFixture(t)
-	before := f.pool.Stats()
+	before := f.mcp.Stats()
 	for range 5 {
 		if r := f.run(t, `return await mcp.text.now({})`); !r.OK {
 			t.Fatal(r.Error)
 		}
 	}
-	after := f.pool.Stats()
+	after := f.mcp.Stats()
 	if after.Initializes != before.Initializes || after.ToolLists != before.ToolLists {
 		t.Fatalf("warm executions re-discovered: %+v → %+v", before, after)
 	}

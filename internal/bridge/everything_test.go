@@ -8,8 +8,9 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/everything"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // TestServerEverything drives the MCP reference server (Node.js) from a
@@ -18,13 +19,12 @@ func TestServerEverything(t *testing.T) {
 	for _, tr := range []everything.Transport{everything.SSE, everything.Streamable} {
 		t.Run(string(tr), func(t *testing.T) {
 			srv := everything.Start(t, tr)
-			pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ev", URL: srv.URL}},
-				mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+			pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "ev"}, URL: srv.URL})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}})
+			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{pool}})
 			deadline := time.Now().Add(20 * time.Second)
 			for len(svc.Catalog(context.Background())) == 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)

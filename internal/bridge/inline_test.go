@@ -14,8 +14,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // countingAnswerer answers through a script and counts the questions.
@@ -39,13 +40,12 @@ func (a *asking) inlineService(t *testing.T, policy approval.Policy, answers str
 		t.Fatal(err)
 	}
 	ans := &countingAnswerer{script: script}
-	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: a.srv.URL, Transport: "streamable"}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)), mcpclient.WithAnswerer(ans))
+	pool, err := (&mcpkind.Kind{Answerer: ans}).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "ask"}, URL: a.srv.URL, Transport: "streamable"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
-	return bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}},
+	return bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{pool},
 		Sink: &memSink{}, Suspensions: suspend.NewFile(a.dir, suspend.Options{}), Answerer: ans}), ans
 }
 

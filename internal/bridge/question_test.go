@@ -12,9 +12,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // askScript calls a tool whose server asks before it answers, and says
@@ -41,13 +42,12 @@ func newAsking(t *testing.T) *asking {
 
 func (a *asking) service(t *testing.T, policy approval.Policy) *bridge.Service {
 	t.Helper()
-	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: a.srv.URL, Transport: "streamable"}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "ask"}, URL: a.srv.URL, Transport: "streamable"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
-	return bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}},
+	return bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{pool},
 		Sink: &memSink{}, Suspensions: suspend.NewFile(a.dir, suspend.Options{})})
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/otelsink"
 	"github.com/pml-sandbox/pml/internal/testutil/cputime"
@@ -77,7 +76,7 @@ func BenchmarkScriptCallTraced(b *testing.B) {
 		}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Sink: mode.sink()})
+			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{pool}, Sink: mode.sink()})
 			const n = 100
 			code := "for (let i = 0; i < 100; i++) await mcp.demo.word_count({text: 'one two three'}); return 1"
 			cpu0 := cputime.Process()

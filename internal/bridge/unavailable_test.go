@@ -17,8 +17,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -36,7 +37,7 @@ func (c *countingInvoker) Invoke(context.Context, execution.Invocation) (*execut
 // were saved before the service started.
 type shadowFixture struct {
 	svc  *bridge.Service
-	pool *mcpclient.Pool
+	pool *toolsource.Set
 	inv  *countingInvoker
 	logs *syncbuf.Buffer
 }
@@ -50,10 +51,7 @@ func newShadowFixture(t *testing.T, kvURL string) *shadowFixture {
 			t.Fatal(err)
 		}
 	}
-	pool, err := mcpclient.New(ctx, []mcpclient.ServerConfig{{Name: "kv", URL: kvURL, Transport: mcpclient.TransportSSE}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)),
-		mcpclient.WithReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3),
-		mcpclient.WithConnectTimeout(10*time.Second))
+	pool, err := (&mcpkind.Kind{ConnectTimeout: 10 * time.Second}).NewSet(ctx, toolsource.Env{Logger: slog.New(slog.DiscardHandler), Retry: toolsource.Retry{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 3}}, mcpkind.Config{Config: toolsource.Config{Name: "kv"}, URL: kvURL, Transport: mcpkind.TransportSSE})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +59,7 @@ func newShadowFixture(t *testing.T, kvURL string) *shadowFixture {
 	f := &shadowFixture{pool: pool, inv: &countingInvoker{}, logs: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	f.svc = bridge.New(engine, bridge.Options{
-		Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}, capability.NewSource(reg, f.inv, 0, log)},
+		Sources: []execution.ToolSource{pool, capability.NewSource(reg, f.inv, 0, log)},
 		Logger:  log,
 	})
 	return f
@@ -187,12 +185,12 @@ func TestServerStoppedMidTestIsUnavailable(t *testing.T) {
 }
 
 // waitDown waits until the pool reports server unavailable.
-func waitDown(t *testing.T, p *mcpclient.Pool, server string) {
+func waitDown(t *testing.T, p *toolsource.Set, server string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		for _, h := range p.Health() {
-			if h.Name == server && h.State == mcpclient.StateUnavailable {
+			if h.Name == server && h.State == toolsource.StateUnavailable {
 				return
 			}
 		}

@@ -11,9 +11,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // TestRemoteQuestionInsideACapabilityIsRefused: a remote server's question
@@ -27,8 +28,7 @@ func TestRemoteQuestionInsideACapabilityIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ask.Close() })
-	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "ask"}, URL: ask.URL, Transport: "streamable"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestRemoteQuestionInsideACapabilityIsRefused(t *testing.T) {
 	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:drop", Code: `return await mcp.ask.confirm_delete({item: "old"})`}, nil); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Logger: slog.New(slog.DiscardHandler),
+	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{pool}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, nil)
 	r := svc.Execute(context.Background(), execution.Request{Code: `return await mcp.tidy.drop({})`, Approval: execution.ApprovalSuspend})
 	if r.OK || r.Status != "" || r.Error == nil || r.Error.Code != fault.Forbidden ||

@@ -43,8 +43,8 @@ func (t Tool) FullName() string { return t.Server + ":" + t.Name }
 // destructiveHint, which counts only when readOnlyHint is false, is true
 // unless said. So a tool that says nothing about itself is destructive. A
 // deployment that knows a server under-annotates says so in the server's
-// configuration (mcpclient.ServerConfig.AssumeNotDestructive), which fills
-// in the hints it leaves out. A capability is never destructive itself: it
+// configuration (assume_not_destructive: internal/toolsource/mcp's
+// Config.AssumeNotDestructive), which fills in the hints it leaves out. A capability is never destructive itself: it
 // is a program whose every call is checked in its own run.
 func (t Tool) IsDestructive() bool {
 	if t.Kind == trace.KindCapability {

@@ -20,9 +20,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/startgc"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
@@ -375,11 +375,11 @@ func (f *serverFlags) servers() (serverconfig.Servers, error) {
 		cfgs.Merge(c)
 	}
 	for _, m := range f.mcp {
-		c, err := mcpclient.ParseServerFlag(m)
+		c, err := mcpkind.ParseServerFlag(m)
 		if err != nil {
 			return serverconfig.Servers{}, usageError{err}
 		}
-		cfgs.Merge(serverconfig.Servers{MCP: []mcpclient.ServerConfig{c}})
+		cfgs.Merge(serverconfig.Servers{MCP: []mcpkind.Config{c}})
 	}
 	for _, m := range f.openapi {
 		c, err := openapi.ParseFlag(m)
@@ -392,7 +392,7 @@ func (f *serverFlags) servers() (serverconfig.Servers, error) {
 }
 
 // mcpConfigs is the MCP servers of the merged list (see servers).
-func (f *serverFlags) mcpConfigs() ([]mcpclient.ServerConfig, error) {
+func (f *serverFlags) mcpConfigs() ([]mcpkind.Config, error) {
 	s, err := f.servers()
 	return s.MCP, err
 }

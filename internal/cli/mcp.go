@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // mcpAuthConfig is the MCP OAuth wiring of a command that runs code: its
@@ -116,10 +116,10 @@ func mcpLoginCmd(ctx context.Context, args []string, out, errOut io.Writer) (int
 }
 
 // findServer is the configured server called name.
-func findServer(sf *serverFlags, name string) (mcpclient.ServerConfig, error) {
+func findServer(sf *serverFlags, name string) (mcpkind.Config, error) {
 	cfgs, err := sf.mcpConfigs()
 	if err != nil {
-		return mcpclient.ServerConfig{}, err
+		return mcpkind.Config{}, err
 	}
 	var names []string
 	for _, c := range cfgs {
@@ -128,14 +128,14 @@ func findServer(sf *serverFlags, name string) (mcpclient.ServerConfig, error) {
 		}
 		names = append(names, c.Name)
 	}
-	return mcpclient.ServerConfig{}, usagef("no MCP server named %q (configured: %s); give --config or --mcp %s=URL", name, strings.Join(names, ", "), name)
+	return mcpkind.Config{}, usagef("no MCP server named %q (configured: %s); give --config or --mcp %s=URL", name, strings.Join(names, ", "), name)
 }
 
 // probe asks the server, without credentials, what it wants: the Bearer
 // challenge of its 401 (or an empty one when it answers anyway; some
 // servers ask only for later requests).
-func probe(ctx context.Context, cfg mcpclient.ServerConfig) (oauthclient.Challenge, error) {
-	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcpclient.ProtocolVersion +
+func probe(ctx context.Context, cfg mcpkind.Config) (oauthclient.Challenge, error) {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcpkind.ProtocolVersion +
 		`","capabilities":{},"clientInfo":{"name":"pml-sandbox","version":"0.1.0"}}}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL, bytes.NewReader(body))
 	if err != nil {

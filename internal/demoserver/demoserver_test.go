@@ -14,7 +14,8 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // sources are the two ways to the demo tools: in process, and over MCP
@@ -26,15 +27,14 @@ func sources(t *testing.T) map[string]execution.ToolSource {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: demoserver.Name, URL: srv.StreamableURL(), AllowDestructive: true}},
-		mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+	pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: demoserver.Name, AllowDestructive: true}, URL: srv.StreamableURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 	return map[string]execution.ToolSource{
 		"in process": demoserver.Source{Set: demoserver.New()},
-		"over MCP":   mcpclient.Source{Pool: pool},
+		"over MCP":   pool,
 	}
 }
 

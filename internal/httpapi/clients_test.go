@@ -24,9 +24,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // guardedServer serves the API with client limits, as `pml serve` does.
@@ -252,7 +252,7 @@ func TestMCPLongLogLineClipped(t *testing.T) {
 	// line: a notification sent as the call ends may be lost (mcp-go).
 	gate := fronttest.GateSource{Open: make(chan struct{})}
 	srv := guardedServer(t, httpapi.DefaultClientLimits(), guest.Limits{}, gate)
-	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	n := fronttest.Listen(c)
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"

@@ -22,9 +22,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -160,7 +160,7 @@ func TestRouteKeysAreServed(t *testing.T) {
 func TestMCPEndpoint(t *testing.T) {
 	srv := newServer(t)
 	ctx := context.Background()
-	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 const approvalScript = enginetest.ApprovalScript
@@ -315,8 +315,8 @@ func TestStatuses(t *testing.T) {
 // and its refusals are errors carrying their code.
 func TestMCPApprovals(t *testing.T) {
 	env := newDurableEnv(t)
-	first := mcptest.Streamable(t, env.server(t, httpapi.Options{}).URL+"/mcp", mcpclient.ProtocolVersion)
-	second := mcptest.Streamable(t, env.server(t, httpapi.Options{}).URL+"/mcp", mcpclient.ProtocolVersion)
+	first := mcptest.Streamable(t, env.server(t, httpapi.Options{}).URL+"/mcp", mcpkind.ProtocolVersion)
+	second := mcptest.Streamable(t, env.server(t, httpapi.Options{}).URL+"/mcp", mcpkind.ProtocolVersion)
 	ctx := context.Background()
 
 	list, err := second.ListTools(ctx, mcp.ListToolsRequest{})

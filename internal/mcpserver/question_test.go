@@ -13,11 +13,12 @@ import (
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // TestRemoteQuestionReachesThePerson: a remote server's question about a
@@ -43,14 +44,13 @@ func TestRemoteQuestionReachesThePerson(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(fronttest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
-				mcpclient.WithLogger(log))
+			pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: log}, mcpkind.Config{Config: toolsource.Config{Name: "ask"}, URL: ask.URL, Transport: "streamable"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = pool.Close() })
 			policy := approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{fronttest.Agent}}
-			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{mcpclient.Source{Pool: pool}}, Logger: log,
+			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{pool}, Logger: log,
 				Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 			key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 			if err != nil {

@@ -14,10 +14,10 @@ import (
 	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 // progressServer is the MCP server over the demo tools and sources,
@@ -34,7 +34,7 @@ func progressServer(t *testing.T, sources ...execution.ToolSource) *httptest.Ser
 // of the blocked call has been heard) and receives the console output as
 // log messages; under either protocol era.
 func TestMCPProgressDuringAScript(t *testing.T) {
-	for _, version := range []string{mcpclient.ProtocolVersion, ""} {
+	for _, version := range []string{mcpkind.ProtocolVersion, ""} {
 		t.Run("protocol "+version, func(t *testing.T) {
 			gate := fronttest.GateSource{Open: make(chan struct{})}
 			srv := progressServer(t, gate)
@@ -83,7 +83,7 @@ func TestMCPProgressDuringAScript(t *testing.T) {
 // plain JSON, as before (no notifications).
 func TestMCPNoProgressWithoutAToken(t *testing.T) {
 	srv := progressServer(t)
-	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	n := fronttest.Listen(c)
 	var req mcp.CallToolRequest
 	req.Params.Name = "execute_code"
@@ -103,7 +103,7 @@ func TestMCPTextWithinBudget(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := serve(t, mcpserver.Options{Service: svc, Logger: log, Settings: mcpserver.Settings{TextBytes: 4000}}, "")
-	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpclient.ProtocolVersion)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	code := `for (let i = 0; i < 300; i++) console.log("line " + i + " " + "y".repeat(50));
 for (let i = 0; i < 40; i++) await mcp.demo.add({a: i, b: 1});
 try { await mcp.demo.fail({message: "no"}) } catch {}

@@ -17,11 +17,12 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approvalpage"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -144,13 +145,12 @@ func TestURLModeSendsThePersonToThePageForAQuestion(t *testing.T) {
 		{"2025-11-25 on a session", "2025-11-25", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pool, err := mcpclient.New(context.Background(), []mcpclient.ServerConfig{{Name: "ask", URL: ask.URL, Transport: "streamable"}},
-				mcpclient.WithLogger(slog.New(slog.DiscardHandler)))
+			pool, err := new(mcpkind.Kind).NewSet(context.Background(), toolsource.Env{Logger: slog.New(slog.DiscardHandler)}, mcpkind.Config{Config: toolsource.Config{Name: "ask"}, URL: ask.URL, Transport: "streamable"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = pool.Close() })
-			g := newGated(t, tc.sessions, mcpclient.Source{Pool: pool})
+			g := newGated(t, tc.sessions, pool)
 			for _, answer := range []string{"answer", "decline"} {
 				p := &pagePerson{t: t, g: g, fields: url.Values{"call": {"1"}, "decision": {answer}, "a.0.confirmed": {"true"}, "a.0.note": {"on the page"}}}
 				tr, err := transport.NewStreamableHTTP(g.URL + "/mcp")

@@ -2,8 +2,8 @@
 // or YAML, from PML_MCP_SERVERS, an SSM parameter, or pml's --config —
 // whose entries are MCP servers (the default, "type": "mcp"), OpenAPI
 // services ("type": "openapi") or Lambda functions ("type": "lambda"),
-// and hands each kind to the package that owns its shape: mcpclient, and
-// the tool-source kinds openapi and lambda. Every entry is decoded
+// and hands each kind to the package that owns its shape: the kinds of
+// internal/toolsource (mcp, openapi, lambda). Every entry is decoded
 // strictly (an unknown field is an error, so a typo cannot silently
 // change what runs), and names are unique across kinds: each is one
 // mcp.<name>.
@@ -11,17 +11,14 @@ package serverconfig
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/pml-sandbox/pml/internal/mcpclient"
 	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
@@ -34,7 +31,7 @@ const (
 
 // Servers is a server list, by kind.
 type Servers struct {
-	MCP     []mcpclient.ServerConfig
+	MCP     []mcpkind.Config
 	OpenAPI []openapi.Config
 	Lambda  []lambda.Config
 }
@@ -69,7 +66,7 @@ func (s *Servers) Merge(more Servers) {
 }
 
 func (s *Servers) remove(name string) {
-	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpclient.ServerConfig) bool { return c.Name == name })
+	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpkind.Config) bool { return c.Name == name })
 	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapi.Config) bool { return c.Name == name })
 	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambda.Config) bool { return c.Name == name })
 }
@@ -83,12 +80,8 @@ func Load(path string) (Servers, error) {
 	return Parse(path, data)
 }
 
-// serversIndex finds "servers[N]" in mcpclient's errors, which count only
-// the MCP entries, to put the entry's place in the whole list back.
-var serversIndex = regexp.MustCompile(`servers\[(\d+)\]`)
-
-// Parse reads a server list; name is used in errors and, ending in
-// .json, asks for strict JSON (else YAML, which JSON is a subset of).
+// Parse reads a server list, JSON or YAML (which JSON is a subset of);
+// name is used in errors.
 func Parse(name string, data []byte) (Servers, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return Servers{}, nil
@@ -102,8 +95,6 @@ func Parse(name string, data []byte) (Servers, error) {
 		return Servers{}, fmt.Errorf("mcp config %s: %w", name, err)
 	}
 	var out Servers
-	var mcp []any
-	var mcpIndex []int
 	seen := map[string]int{}
 	for i := range doc.Servers {
 		n := &doc.Servers[i]
@@ -128,13 +119,11 @@ func Parse(name string, data []byte) (Servers, error) {
 		}
 		switch kind {
 		case TypeMCP, "":
-			var v map[string]any
-			if err := n.Decode(&v); err != nil {
+			spec, err := new(mcpkind.Kind).Decode(n)
+			if err != nil {
 				return fail(err)
 			}
-			delete(v, "type")
-			mcp = append(mcp, v)
-			mcpIndex = append(mcpIndex, i)
+			out.MCP = append(out.MCP, spec.(mcpkind.Config))
 		case TypeOpenAPI:
 			spec, err := openapi.Kind{}.Decode(n)
 			if err != nil {
@@ -150,26 +139,6 @@ func Parse(name string, data []byte) (Servers, error) {
 		default:
 			return fail(fmt.Errorf("unknown type %q (want mcp, openapi or lambda)", kind))
 		}
-	}
-	if len(mcp) > 0 {
-		// mcpclient owns the MCP entries' shape: hand them over as a
-		// server list of their own, as JSON (which its YAML reading takes
-		// too) so that a .json name keeps its strictness.
-		sub, err := json.Marshal(map[string]any{"servers": mcp})
-		if err != nil {
-			return Servers{}, fmt.Errorf("mcp config %s: %w", name, err)
-		}
-		cfgs, err := mcpclient.ParseConfig(name, sub)
-		if err != nil {
-			return Servers{}, fmt.Errorf("%s", serversIndex.ReplaceAllStringFunc(err.Error(), func(m string) string {
-				k, _ := strconv.Atoi(serversIndex.FindStringSubmatch(m)[1])
-				if k < len(mcpIndex) {
-					return "servers[" + strconv.Itoa(mcpIndex[k]) + "]"
-				}
-				return m
-			}))
-		}
-		out.MCP = cfgs
 	}
 	return out, nil
 }

@@ -1,8 +1,15 @@
 package serverconfig
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pml-sandbox/pml/internal/toolsource"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
 func TestParse(t *testing.T) {
@@ -99,5 +106,85 @@ func TestMerge(t *testing.T) {
 	a.Merge(b)
 	if len(a.MCP) != 0 || len(a.OpenAPI) != 2 || strings.Join(a.Names(), ",") != "y,x" {
 		t.Errorf("merged %v", a.Names())
+	}
+}
+
+// TestLoadMCPConfig: MCP servers' entries, in YAML and in JSON, as
+// their kind reads them (moved here from the MCP client with the parsing
+// of the whole list).
+func TestLoadMCPConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	want := []mcpkind.Config{
+		{Config: toolsource.Config{Name: "github", Headers: map[string]string{"Authorization": "Bearer ${env:GITHUB_TOKEN}"}, CallTimeout: 10 * time.Second, Allow: []string{"get_*"}, Deny: []string{"get_secret"}}, URL: "https://api.example.com/mcp", Transport: "streamable", ConnectTimeout: 45 * time.Second},
+		{Config: toolsource.Config{Name: "ev", AllowDestructive: true, RequireApproval: []string{"send_*", "pay"}}, URL: "http://127.0.0.1:9/sse", AssumeNotDestructive: true},
+	}
+	yamlBody := `servers:
+  - name: github
+    url: https://api.example.com/mcp
+    transport: streamable
+    headers:
+      Authorization: "Bearer ${env:GITHUB_TOKEN}"
+    call_timeout: 10s
+    connect_timeout: 45s
+    allow: ["get_*"]
+    deny: [get_secret]
+  - name: ev
+    url: http://127.0.0.1:9/sse
+    allow_destructive: true
+    require_approval: ["send_*", pay]
+    assume_not_destructive: true
+`
+	jsonBody := `{"servers":[
+  {"name":"github","url":"https://api.example.com/mcp","transport":"streamable",
+   "headers":{"Authorization":"Bearer ${env:GITHUB_TOKEN}"},"call_timeout":"10s","connect_timeout":"45s",
+   "allow":["get_*"],"deny":["get_secret"]},
+  {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true,"require_approval":["send_*","pay"],"assume_not_destructive":true}]}`
+
+	for _, f := range []string{write("servers.yaml", yamlBody), write("servers.json", jsonBody)} {
+		s, err := Load(f)
+		got := s.MCP
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s:\n got %v\nwant %v", f, got, want)
+		}
+		if got[0].Headers["Authorization"] != "Bearer ${env:GITHUB_TOKEN}" {
+			t.Errorf("header reference resolved at load time: %q", got[0].Headers["Authorization"])
+		}
+	}
+
+	bad := []struct{ name, body, want string }{
+		{"typo.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    allow_destructiv: true\n", "allow_destructiv"},
+		{"typo.json", `{"servers":[{"name":"a","url":"http://h/mcp","allowDestructive":true}]}`, "allowDestructive"},
+		{"dup.yaml", "servers:\n  - {name: a, url: http://h/mcp}\n  - {name: a, url: http://h/sse}\n", "duplicate"},
+		{"proto.yaml", "servers:\n  - {name: __proto__, url: http://h/mcp}\n", "reserved"},
+		{"then.yaml", "servers:\n  - {name: then, url: http://h/mcp}\n", "reserved"},
+		{"timeout.yaml", "servers:\n  - {name: a, url: http://h/mcp, call_timeout: soon}\n", "call_timeout"},
+		{"connect.yaml", "servers:\n  - {name: a, url: http://h/mcp, connect_timeout: soon}\n", "connect_timeout"},
+		{"connect-negative.yaml", "servers:\n  - {name: a, url: http://h/mcp, connect_timeout: -1s}\n", "negative connect timeout"},
+		{"relative-secret.yaml", "servers:\n  - name: a\n    url: http://h/mcp\n    headers: {X-Key: '${file:key.txt}'}\n", "absolute"},
+		{"transport.yaml", "servers:\n  - {name: a, url: http://h/mcp, transport: ws}\n", "transport"},
+		{"approval.yaml", "servers:\n  - {name: a, url: http://h/mcp, require_approval: [\"\"]}\n", "require_approval"},
+		{"broken.json", `{"servers":[`, "broken.json"},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			p := write(b.name, b.body)
+			_, err := Load(p)
+			if err == nil || !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), p) {
+				t.Errorf("err %v; want one naming %s and %q", err, p, b.want)
+			}
+		})
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: %v", err)
 	}
 }

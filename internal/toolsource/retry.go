@@ -28,7 +28,10 @@ type Retry struct {
 // about two minutes is found without anyone asking.
 var DefaultRetry = Retry{Initial: time.Second, Max: 30 * time.Second, Attempts: 8}
 
-func (r Retry) orDefault() Retry {
+// OrDefault is r with DefaultRetry's value for each field left unset:
+// the policy in force, for a kind that paces work of its own by it (an
+// MCP server's subscription stream, reopened as a reconnect would be).
+func (r Retry) OrDefault() Retry {
 	if r.Initial <= 0 {
 		r.Initial = DefaultRetry.Initial
 	}
@@ -45,7 +48,7 @@ func (r Retry) orDefault() Retry {
 // the attempts are spent or ctx ends; notify hears each failure that is
 // followed by a wait. It returns the last error.
 func (r Retry) run(ctx context.Context, attempt func() error, notify func(err error, next time.Duration)) error {
-	r = r.orDefault()
+	r = r.OrDefault()
 	b := &backoff.ExponentialBackOff{InitialInterval: r.Initial, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: r.Max}
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		err := attempt()

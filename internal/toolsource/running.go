@@ -87,6 +87,15 @@ type running struct {
 	// the round's load succeeded); it runs once this one ends.
 	again    bool
 	loadedAt int // loads that succeeded: the next ones are reloads
+	// losses and updates count Lost and Update: a load that one came
+	// in during yields to it, as what the server said then is newer
+	// than what its Load listed (a connection that dropped, or a list
+	// that changed, as soon as it was made).
+	losses, updates uint64
+
+	// instMu serialises installing catalogs, so that a load's listing
+	// cannot land over an Update that came after it.
+	instMu sync.Mutex
 }
 
 // toolSet is one immutable catalog of a server.
@@ -201,8 +210,13 @@ func (r *running) round() {
 	}
 }
 
-// loadOnce makes one load and installs what it lists.
+// loadOnce makes one load and installs what it lists, unless the server
+// said otherwise while it ran: a Lost keeps it unavailable (the round
+// Lost asked for runs next), an Update's catalog stands.
 func (r *running) loadOnce(ctx context.Context) error {
+	r.mu.Lock()
+	losses, updates := r.losses, r.updates
+	r.mu.Unlock()
 	tools, err := r.srv.Load(ctx)
 	if err != nil {
 		if r.set.ctx.Err() == nil {
@@ -216,12 +230,22 @@ func (r *running) loadOnce(ctx context.Context) error {
 		}
 		return err
 	}
-	r.install(tools)
+	r.instMu.Lock()
 	r.mu.Lock()
+	updated := r.updates != updates
+	r.mu.Unlock()
+	if !updated {
+		r.install(tools)
+	}
+	r.instMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.loadedAt++
 	r.lastPerm = nil
+	if r.losses != losses {
+		return nil
+	}
 	r.setStateLocked(StateHealthy, "")
-	r.mu.Unlock()
 	r.ready.Store(true)
 	return nil
 }
@@ -410,12 +434,20 @@ func (h *Handle) Drop(tool, reason string) {
 	h.r.drops.Drop(context.Background(), h.r.cfg.Name, tool, reason)
 }
 
-// Update replaces the catalog between loads (a list the server said had
-// changed); the server is healthy again.
+// Update replaces the catalog (a list the server said had changed); a
+// ready server is healthy again. During a load it wins over what that
+// load lists.
 func (h *Handle) Update(tools []Tool) {
-	h.r.install(tools)
+	h.r.instMu.Lock()
 	h.r.mu.Lock()
-	h.r.setStateLocked(StateHealthy, "")
+	h.r.updates++
+	h.r.mu.Unlock()
+	h.r.install(tools)
+	h.r.instMu.Unlock()
+	h.r.mu.Lock()
+	if h.r.ready.Load() {
+		h.r.setStateLocked(StateHealthy, "")
+	}
 	h.r.mu.Unlock()
 }
 
@@ -430,10 +462,14 @@ func (h *Handle) Degraded(err error) {
 
 // Lost says the server cannot serve until it is loaded again (a dropped
 // connection): calls fail UNAVAILABLE at once, its last tools stay listed,
-// and a round of loads starts.
+// and a round of loads starts. During a load it wins over that load's
+// success.
 func (h *Handle) Lost(err error) {
-	h.r.ready.Store(false)
 	h.r.mu.Lock()
+	// Under mu, so that a load ending now cannot mark the server ready
+	// after this.
+	h.r.ready.Store(false)
+	h.r.losses++
 	h.r.setStateLocked(StateUnavailable, err.Error())
 	h.r.mu.Unlock()
 	h.r.start()

@@ -76,10 +76,15 @@ type fakeServer struct {
 	fail   atomic.Pointer[error]
 	loads  atomic.Int32
 	closed atomic.Bool
+	// during, when set, runs inside the next Load, once.
+	during atomic.Pointer[func()]
 }
 
 func (s *fakeServer) Load(context.Context) ([]toolsource.Tool, error) {
 	s.loads.Add(1)
+	if f := s.during.Swap(nil); f != nil {
+		(*f)()
+	}
 	if p := s.fail.Load(); p != nil {
 		return nil, *p
 	}
@@ -234,6 +239,56 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
+// TestLoadYieldsToTheServer: what a server says while a load runs is
+// newer than what that load lists. A Lost (the connection the load made
+// dropped at once) keeps the server unavailable and loads it again; an
+// Update (its list changed at once) is the catalog that stands.
+func TestLoadYieldsToTheServer(t *testing.T) {
+	ctx := context.Background()
+	t.Run("lost", func(t *testing.T) {
+		k := &fakeKind{}
+		s := newSet(t, k, spec("a", "x"))
+		if _, err := s.Tools(ctx); err != nil {
+			t.Fatal(err)
+		}
+		srv := k.server("a")
+		gone := errors.New("connection reset")
+		lostAgain := func() { srv.h.Lost(gone) }
+		srv.during.Store(&lostAgain)
+		srv.h.Lost(errors.New("connection refused"))
+		// The load that the first Lost started made a connection that
+		// was lost before it returned: another load follows.
+		waitFor(t, func() bool { return srv.loads.Load() >= 3 && s.CheckServer("a") == nil })
+		if h := s.Health()[0]; h.State != toolsource.StateHealthy {
+			t.Fatalf("health = %+v", h)
+		}
+	})
+	t.Run("updated", func(t *testing.T) {
+		k := &fakeKind{}
+		s := newSet(t, k, spec("a", "x"))
+		if _, err := s.Tools(ctx); err != nil {
+			t.Fatal(err)
+		}
+		srv := k.server("a")
+		loaded := make(chan struct{})
+		update := func() {
+			srv.h.Update([]toolsource.Tool{{Tool: catalog.Tool{Name: "y"}}})
+			if h := s.Health()[0]; h.State != toolsource.StateUnavailable {
+				t.Errorf("an Update during a load made the server %s", h.State)
+			}
+			close(loaded)
+		}
+		srv.during.Store(&update)
+		srv.h.Lost(errors.New("connection refused"))
+		<-loaded
+		waitFor(t, func() bool { return s.CheckServer("a") == nil })
+		tools, _ := s.Tools(ctx)
+		if len(tools) != 1 || tools[0].Name != "y" {
+			t.Fatalf("tools = %v; want the Update's", tools)
+		}
+	})
+}
+
 func TestPermanent(t *testing.T) {
 	refused := toolsource.Permanent(errors.New("not an OpenAPI document"))
 	t.Run("eager kind fails New", func(t *testing.T) {
@@ -321,6 +376,13 @@ func TestDecodeEntry(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: err = %v, want %q", c.doc, err, c.want)
 		}
+	}
+}
+
+func TestRetryOrDefault(t *testing.T) {
+	got := toolsource.Retry{Initial: 2 * time.Second}.OrDefault()
+	if got.Initial != 2*time.Second || got.Max != toolsource.DefaultRetry.Max || got.Attempts != toolsource.DefaultRetry.Attempts {
+		t.Fatalf("OrDefault = %+v", got)
 	}
 }
 

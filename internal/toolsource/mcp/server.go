@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -10,22 +10,19 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
-	"github.com/pml-sandbox/pml/internal/oauthclient"
-	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
@@ -34,6 +31,8 @@ var (
 	errConnLost       = errors.New("connection lost")
 	errConnectTimeout = errors.New("connect timed out")
 	errReplaced       = errors.New("connection replaced")
+	// errClosed ends the connections of a Set that is closing.
+	errClosed = errors.New("MCP server closed")
 )
 
 // maxToolPages bounds tools/list pagination against a server that never
@@ -44,44 +43,29 @@ const maxToolPages = 100
 // server is gone.
 const probeTimeout = 5 * time.Second
 
-// remote is one configured MCP server and its current connection.
+// remote is one configured MCP server and its current connection: the
+// kind's toolsource.Server.
 type remote struct {
-	p             *Pool
-	cfg           ServerConfig
+	k             *Kind
+	h             *toolsource.Handle
+	cfg           Config
 	log           *slog.Logger
-	drops         *catalog.DropLog // tools left out of the catalog, each told once
 	httpTransport *http.Transport
 	httpClient    *http.Client
 	// headers are the configured headers, resolved (secretref).
 	headers *secretref.Headers
-	// red knows the secrets this server is sent (its config's, resolved
-	// header values, its OAuth tokens): its results are masked with it
-	// before anyone sees them, and the pool's redactor learns them too.
-	red *redact.Redactor
 	// authSetupErr says why the server's OAuth transport could not be
 	// built (setupAuth).
 	authSetupErr error
 
-	// conn and cat are read on every call without locking; they are
-	// replaced under mu.
+	// conn is read on every call without locking; it is replaced under
+	// mu.
 	conn atomic.Pointer[conn]
-	cat  atomic.Pointer[toolSet]
 	// nextRefresh is when (unix ns) the catalog is next due for refresh.
 	nextRefresh atomic.Int64
 
-	// firstDone closes after the first connect attempt, whatever its
-	// outcome, so Tools and Call wait for discovery only on a cold start.
-	firstDone chan struct{}
-	firstOnce sync.Once
-
 	mu           sync.Mutex // guards the fields below; never held over I/O
-	state        State
-	lastErr      string
-	lastAuth     *oauthclient.Error // why the last connect could not authorize
-	since        time.Time
-	kind         string // the transport that last worked (for auto)
-	connecting   bool
-	connected    bool // ever connected: later connects count as reconnects
+	kind         string     // the transport that last worked (for auto)
 	refreshing   bool
 	refreshAgain bool
 
@@ -91,25 +75,13 @@ type remote struct {
 	inflight map[string]int
 }
 
-func newServer(p *Pool, cfg ServerConfig) *remote {
+func newRemote(k *Kind, cfg Config, h *toolsource.Handle) *remote {
 	ht := newHTTPTransport()
-	log := p.log.With(slog.String("mcp_server", cfg.Name))
-	s := &remote{
-		p:             p,
-		cfg:           cfg,
-		log:           log,
-		drops:         catalog.NewDropLog(log),
-		httpTransport: ht,
-		red:           redact.New(cfg.secrets()...),
-		firstDone:     make(chan struct{}),
-		state:         StateUnavailable,
-		lastErr:       "not connected yet",
-		since:         time.Now(),
-	}
+	s := &remote{k: k, h: h, cfg: cfg, log: h.Logger(), httpTransport: ht}
 	// Resolved values are known to the redactors before any request can
 	// go out, so before any error or log line can quote them.
-	s.headers = secretref.NewHeaders(p.opts.refs, cfg.Headers, func(_, v string) { s.addSecrets(secretref.HeaderSecrets(v)...) })
-	s.httpClient = &http.Client{Transport: s.headers.Transport(&capTransport{base: ht, limit: p.opts.maxMessageBytes})}
+	s.headers = secretref.NewHeaders(h.Env().Refs, cfg.Headers, func(_, v string) { h.Learn(secretref.HeaderSecrets(v)...) })
+	s.httpClient = &http.Client{Transport: s.headers.Transport(&capTransport{base: ht, limit: k.maxMessageBytes()})}
 	return s
 }
 
@@ -132,11 +104,12 @@ func (s *remote) requestHeaders(ctx context.Context) map[string]string {
 	return out
 }
 
-// addSecrets makes the server's results, and everything the pool lets
-// out, mask vs.
-func (s *remote) addSecrets(vs ...string) {
-	s.red.Add(vs...)
-	s.p.red.Add(vs...)
+// spawnOrRun runs f in the background, or right here when the Set is
+// closing.
+func (s *remote) spawnOrRun(f func()) {
+	if !s.h.Spawn(f) {
+		f()
+	}
 }
 
 // conn is one live MCP session.
@@ -215,8 +188,8 @@ func (e *protocolError) Error() string { return "protocol error: " + e.msg }
 // On 2026-07-28 it adds the request metadata and headers (modern.go);
 // tool, when not nil, is the called tool's definition for its Mcp-Param-*
 // headers.
-func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.Tool) (json.RawMessage, error) {
-	id := mcp.NewRequestId("pml-" + c.idPrefix + strconv.FormatUint(c.nextID.Add(1), 10))
+func (c *conn) send(ctx context.Context, method string, params any, tool *mcpgo.Tool) (json.RawMessage, error) {
+	id := mcpgo.NewRequestId("pml-" + c.idPrefix + strconv.FormatUint(c.nextID.Add(1), 10))
 	var header http.Header
 	if c.modern {
 		p, err := withMeta(params, c.protocol)
@@ -226,7 +199,7 @@ func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.To
 		params, header = p, modernHeaders(c.protocol, method, p, tool)
 	}
 	resp, err := c.tr.SendRequest(ctx, transport.JSONRPCRequest{
-		JSONRPC: mcp.JSONRPC_VERSION,
+		JSONRPC: mcpgo.JSONRPC_VERSION,
 		ID:      id,
 		Method:  method,
 		Params:  params,
@@ -252,109 +225,53 @@ func (c *conn) send(ctx context.Context, method string, params any, tool *mcp.To
 
 // initRequest leaves the protocol version to the client (see dial): the
 // newest it speaks, 2026-07-28 through server/discover, else the newest
-// with the handshake. It declares form-mode elicitation where the pool
+// with the handshake. It declares form-mode elicitation where the client
 // answers in line (an answerer, over streamable HTTP: elicit.go), and no
 // other capability.
-func (s *remote) initRequest(c *conn) mcp.InitializeRequest {
-	var r mcp.InitializeRequest
+func (s *remote) initRequest(c *conn) mcpgo.InitializeRequest {
+	var r mcpgo.InitializeRequest
 	r.Params.ClientInfo = clientInfo
 	if s.answersInLine(c) {
-		r.Params.Capabilities.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}}
+		r.Params.Capabilities.Elicitation = &mcpgo.ElicitationCapability{Form: &struct{}{}}
 	}
 	return r
 }
 
 // answersInLine reports whether c's server requests reach the answerer.
 func (s *remote) answersInLine(c *conn) bool {
-	return s.p.opts.answerer != nil && c.kind != TransportSSE
+	return s.k.Answerer != nil && c.kind != TransportSSE
 }
 
-func (s *remote) setStateLocked(st State, lastErr string) {
-	if st != s.state {
-		s.since = time.Now()
-		s.log.Info("mcp server state", "state", string(st), "err", lastErr)
-	}
-	s.state, s.lastErr = st, lastErr
-}
-
-func (s *remote) health() ServerHealth {
+// Describe implements toolsource.Describer: the URL without its
+// credentials, the transport that last worked ("" before any did), and
+// the revision the live connection agreed.
+func (s *remote) Describe(h *toolsource.Health) {
+	h.URL = redactURL(s.cfg.URL)
 	s.mu.Lock()
-	h := ServerHealth{Name: s.cfg.Name, URL: redactURL(s.cfg.URL), State: s.state, LastError: s.lastErr, Since: s.since, Transport: s.kind}
+	h.Transport = s.kind
 	s.mu.Unlock()
 	if c := s.conn.Load(); c != nil {
 		h.ProtocolVersion = c.protocol
 	}
-	// A down server keeps its last known tools in the catalog; count them.
-	if ts := s.cat.Load(); ts != nil {
-		h.Tools = len(ts.visible)
-	}
-	return h
 }
 
-// startConnectLocked starts the connect loop unless one is running.
-func (s *remote) startConnectLocked() {
-	if s.connecting {
-		return
-	}
-	if s.p.spawn(s.connectLoop) {
-		s.connecting = true
+// Freshen implements toolsource.Freshener: a catalog past its TTL is
+// refreshed in the background.
+func (s *remote) Freshen() {
+	if c := s.conn.Load(); c != nil {
+		s.maybeRefresh(c)
 	}
 }
 
-// kick retries a server that is down and whose connect loop has given up.
-func (s *remote) kick() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn.Load() == nil {
-		s.startConnectLocked()
+// Close implements toolsource.Server: it closes the connection (ending a
+// streamable HTTP session politely, within a short bound) and drops the
+// server's idle HTTP connections. Calls in flight fail with UNAVAILABLE.
+func (s *remote) Close() error {
+	if c := s.conn.Swap(nil); c != nil {
+		c.close(errClosed)
 	}
-}
-
-// connectLoop connects with exponential backoff: an immediate attempt, then
-// waits from backoffInitial doubling to backoffMax, at most maxAttempts in
-// all; then the server stays unavailable until a call or Tools kicks it.
-// backoff/v5 is used for the schedule because it is context-aware and adds
-// jitter (±20 %), so that many warm Lambdas losing one server do not all
-// come back at the same instant.
-func (s *remote) connectLoop() {
-	o := s.p.opts
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     o.backoffInitial,
-		RandomizationFactor: 0.2,
-		Multiplier:          2,
-		MaxInterval:         o.backoffMax,
-	}
-	attempt := 0
-	_, err := backoff.Retry(s.p.ctx, func() (struct{}, error) {
-		attempt++
-		err := s.connectOnce()
-		if err != nil && s.p.ctx.Err() == nil {
-			s.mu.Lock()
-			s.lastAuth = authError(err)
-			s.setStateLocked(StateUnavailable, err.Error())
-			s.mu.Unlock()
-		}
-		s.firstOnce.Do(func() { close(s.firstDone) })
-		if authError(err) != nil {
-			// Retrying will not log anyone in; the next call or Tools
-			// tries again (after a login, say).
-			return struct{}{}, backoff.Permanent(err)
-		}
-		return struct{}{}, err
-	},
-		backoff.WithBackOff(b),
-		backoff.WithMaxTries(uint(o.maxAttempts)),
-		backoff.WithMaxElapsedTime(0),
-		backoff.WithNotify(func(err error, next time.Duration) {
-			s.log.Warn("mcp connect failed", "attempt", attempt, "retry_in", next, "err", err)
-		}),
-	)
-	s.mu.Lock()
-	s.connecting = false
-	s.mu.Unlock()
-	if err != nil && s.p.ctx.Err() == nil {
-		s.log.Error("mcp server unavailable; next attempt on demand", "attempts", attempt, "err", err)
-	}
+	s.httpTransport.CloseIdleConnections()
+	return nil
 }
 
 func (s *remote) transportOrder() []string {
@@ -373,52 +290,59 @@ func (s *remote) transportOrder() []string {
 	return []string{TransportStreamable, TransportSSE}
 }
 
-// connectOnce makes one connect attempt over each candidate transport.
-func (s *remote) connectOnce() error {
+// Load implements toolsource.Server: one connect attempt over each
+// candidate transport in turn, which makes the connection it opens the
+// live one. An authorization failure is permanent: retrying will not log
+// anyone in, and the next call or Tools tries again (after a login, say).
+func (s *remote) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	if s.authSetupErr != nil {
-		return fmt.Errorf("auth: %w", s.authSetupErr)
+		return nil, fmt.Errorf("auth: %w", s.authSetupErr)
 	}
 	// Resolved again on each connect: a rotated ${env:} or ${file:} is
 	// picked up on reconnect (a Secrets Manager secret when it expires, or
 	// when the server refuses it).
-	if _, err := s.headers.Resolve(s.p.ctx); err != nil {
-		return err
+	if _, err := s.headers.Resolve(ctx); err != nil {
+		return nil, err
 	}
 	var errs []error
 	for _, kind := range s.transportOrder() {
 		start := time.Now()
-		c, tools, err := s.dial(s.p.ctx, kind)
+		c, list, err := s.dial(ctx, kind)
 		if err == nil {
-			return s.install(c, tools, time.Since(start))
+			return s.install(c, list, time.Since(start))
 		}
-		if s.p.ctx.Err() != nil {
-			return err
+		if ctx.Err() != nil || s.h.Context().Err() != nil {
+			return nil, err
 		}
 		if ae := authError(err); ae != nil {
 			// The other transport would meet the same authorization
 			// server; say what to do, without the transport's wrapping.
-			return ae
+			return nil, toolsource.Permanent(ae)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", kind, err))
 	}
-	return errors.Join(errs...)
+	return nil, errors.Join(errs...)
 }
 
 // connectTimeout bounds one connect attempt: the server's own, or the
-// pool's.
+// kind's.
 func (s *remote) connectTimeout() time.Duration {
 	if s.cfg.ConnectTimeout > 0 {
 		return s.cfg.ConnectTimeout
 	}
-	return s.p.opts.connectTimeout
+	return s.k.connectTimeout()
 }
 
 // dial opens a connection, initialises it and lists its tools. Over
 // streamable HTTP it first probes for 2026-07-28 (discover); a server that
 // does not speak it gets a fresh transport and the initialize handshake.
-func (s *remote) dial(parent context.Context, kind string) (_ *conn, _ *toolList, err error) {
-	ctx, cancel := context.WithCancelCause(parent)
+func (s *remote) dial(attempt context.Context, kind string) (_ *conn, _ *toolList, err error) {
+	// The connection lives as long as the Set; the attempt's context only
+	// bounds the connecting.
+	ctx, cancel := context.WithCancelCause(s.h.Context())
 	c := &conn{s: s, kind: kind, ctx: ctx, cancel: cancel, idPrefix: rand.Text()[:8] + "-"}
+	stop := context.AfterFunc(attempt, func() { cancel(context.Cause(attempt)) })
+	defer stop()
 	// The SSE stream and the GET listener live on ctx, so the connect
 	// deadline cancels ctx from a timer instead of being a deadline on it.
 	timer := time.AfterFunc(s.connectTimeout(), func() { cancel(errConnectTimeout) })
@@ -436,7 +360,7 @@ func (s *remote) dial(parent context.Context, kind string) (_ *conn, _ *toolList
 			return nil, nil, err
 		}
 		res, derr := s.discover(ctx, c)
-		s.p.initializes.Add(1)
+		s.k.initializes.Add(1)
 		switch {
 		case derr == nil:
 			c.listChanged = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
@@ -454,7 +378,7 @@ func (s *remote) dial(parent context.Context, kind string) (_ *conn, _ *toolList
 			return nil, nil, err
 		}
 		res, err := c.client.Initialize(ctx, s.initRequest(c))
-		s.p.initializes.Add(1)
+		s.k.initializes.Add(1)
 		if err != nil {
 			return nil, nil, fmt.Errorf("initialize: %w", err)
 		}
@@ -518,8 +442,8 @@ func (s *remote) open(c *conn, legacy bool) error {
 		}
 	}
 	c.client = client.NewClient(c.tr, copts...)
-	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
-		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+	c.client.OnNotification(func(n mcpgo.JSONRPCNotification) {
+		if n.Method == string(mcpgo.MethodNotificationToolsListChanged) {
 			s.scheduleRefresh(c)
 		}
 	})
@@ -529,44 +453,38 @@ func (s *remote) open(c *conn, legacy bool) error {
 	return nil
 }
 
-// install makes c the live connection.
-func (s *remote) install(c *conn, tools *toolList, took time.Duration) error {
+// install makes c the live connection and returns its catalog.
+func (s *remote) install(c *conn, list *toolList, took time.Duration) ([]toolsource.Tool, error) {
+	tools := s.catalog(c, list.tools)
 	s.mu.Lock()
-	if s.p.isClosed() {
+	if s.h.Context().Err() != nil {
 		s.mu.Unlock()
-		c.close(errPoolClosed)
-		return errPoolClosed
+		c.close(errClosed)
+		return nil, errClosed
 	}
-	// The catalog goes in before the connection: readers are lock-free and
-	// must never see a connection without its tools.
-	ts := s.buildToolSet(c, tools.tools)
-	s.cat.Store(ts)
 	old := s.conn.Swap(c)
-	s.nextRefresh.Store(time.Now().Add(s.listTTL(tools.ttlMs)).UnixNano())
-	if s.connected {
-		s.p.reconnects.Add(1)
+	s.nextRefresh.Store(time.Now().Add(s.listTTL(list.ttlMs)).UnixNano())
+	if s.h.Reloading() {
+		s.k.reconnects.Add(1)
 	}
-	s.connected = true
-	s.lastAuth = nil
 	s.kind = c.kind
-	s.setStateLocked(StateHealthy, "")
 	s.mu.Unlock()
 	if old != nil {
-		s.p.spawnOrRun(func() { old.close(errReplaced) })
+		s.spawnOrRun(func() { old.close(errReplaced) })
 	}
 	if c.modern && c.listChanged {
-		s.p.spawn(func() { s.listen(c) })
+		s.h.Spawn(func() { s.listen(c) })
 	}
 	s.log.Info("mcp server connected", "transport", c.kind, "protocol", c.protocol,
-		"tools", len(ts.visible), "took", took)
-	return nil
+		"tools", len(tools), "took", took)
+	return tools, nil
 }
 
 // connLost retires c if it is still the live connection: calls in flight on
-// it fail now, new calls fail fast, and the connect loop starts.
+// it fail now, new calls fail fast, and the Set loads the server again.
 func (s *remote) connLost(c *conn, err error) {
-	if s.p.ctx.Err() != nil {
-		// The pool is closing, which is what ended the stream: nothing is
+	if s.h.Context().Err() != nil {
+		// The Set is closing, which is what ended the stream: nothing is
 		// lost, and nothing may be logged once Close has returned (this
 		// runs on mcp-go's reader goroutine, which Close cannot wait for).
 		return
@@ -578,11 +496,11 @@ func (s *remote) connLost(c *conn, err error) {
 	}
 	s.conn.Store(nil)
 	c.cancel(fmt.Errorf("%w: %w", errConnLost, err))
-	s.setStateLocked(StateUnavailable, err.Error())
-	s.startConnectLocked()
+	// Under mu, so that no refresh of c can report after it.
+	s.h.Lost(err)
 	s.mu.Unlock()
 	s.log.Warn("mcp connection lost", "transport", c.kind, "err", err)
-	s.p.spawnOrRun(func() { c.close(errConnLost) })
+	s.spawnOrRun(func() { c.close(errConnLost) })
 }
 
 // probe pings c after a call failed in the transport: if the server does
@@ -593,7 +511,7 @@ func (s *remote) probe(c *conn) {
 	if !c.probing.CompareAndSwap(false, true) {
 		return
 	}
-	ok := s.p.spawn(func() {
+	ok := s.h.Spawn(func() {
 		defer c.probing.Store(false)
 		ctx, cancel := context.WithTimeout(c.ctx, min(probeTimeout, s.connectTimeout()))
 		defer cancel()
@@ -627,7 +545,7 @@ func (s *remote) reinit(ctx context.Context, c *conn, gen uint64) error {
 	ictx, cancel := context.WithTimeout(ctx, s.connectTimeout())
 	defer cancel()
 	_, err := c.client.Initialize(ictx, s.initRequest(c))
-	s.p.initializes.Add(1)
+	s.k.initializes.Add(1)
 	if err != nil {
 		return err
 	}
@@ -655,8 +573,8 @@ func (s *remote) scheduleRefresh(c *conn) {
 		return
 	}
 	// Push the due time so that calls during the refresh do not queue more.
-	s.nextRefresh.Store(time.Now().Add(s.p.opts.refreshTTL).UnixNano())
-	if s.p.spawn(func() { s.refreshLoop(c) }) {
+	s.nextRefresh.Store(time.Now().Add(s.k.refreshTTL()).UnixNano())
+	if s.h.Spawn(func() { s.refreshLoop(c) }) {
 		s.refreshing = true
 	}
 }
@@ -677,8 +595,12 @@ func (s *remote) refreshLoop(c *conn) {
 
 func (s *remote) refresh(c *conn) {
 	ctx, cancel := context.WithTimeout(c.ctx, s.connectTimeout())
-	tools, err := s.listTools(ctx, c)
+	list, err := s.listTools(ctx, c)
 	cancel()
+	var tools []toolsource.Tool
+	if err == nil {
+		tools = s.catalog(c, list.tools)
+	}
 	s.mu.Lock()
 	if s.conn.Load() != c {
 		s.mu.Unlock()
@@ -686,18 +608,17 @@ func (s *remote) refresh(c *conn) {
 	}
 	if err != nil {
 		// Keep serving the old catalog, and try again sooner than a TTL.
-		s.nextRefresh.Store(time.Now().Add(min(s.p.opts.refreshTTL, 30*time.Second)).UnixNano())
-		s.setStateLocked(StateDegraded, "tools/list: "+err.Error())
+		s.nextRefresh.Store(time.Now().Add(min(s.k.refreshTTL(), 30*time.Second)).UnixNano())
+		s.h.Degraded(fmt.Errorf("tools/list: %w", err))
 		s.mu.Unlock()
 		s.probe(c)
 		return
 	}
-	ts := s.buildToolSet(c, tools.tools)
-	s.cat.Store(ts)
-	s.nextRefresh.Store(time.Now().Add(s.listTTL(tools.ttlMs)).UnixNano())
-	s.setStateLocked(StateHealthy, "")
+	s.nextRefresh.Store(time.Now().Add(s.listTTL(list.ttlMs)).UnixNano())
+	// Under mu, so that it cannot land after c is lost.
+	s.h.Update(tools)
 	s.mu.Unlock()
-	s.log.Info("mcp tools refreshed", "tools", len(ts.visible))
+	s.log.Info("mcp tools refreshed", "tools", len(tools))
 }
 
 // wireTool is a tool as tools/list sends it, schemas kept verbatim.
@@ -736,8 +657,8 @@ func (s *remote) listTools(ctx context.Context, c *conn) (*toolList, error) {
 		if cursor != "" {
 			p = params{Cursor: cursor}
 		}
-		raw, err := c.send(ctx, string(mcp.MethodToolsList), p, nil)
-		s.p.toolLists.Add(1)
+		raw, err := c.send(ctx, string(mcpgo.MethodToolsList), p, nil)
+		s.k.toolLists.Add(1)
 		if err != nil {
 			return nil, err
 		}
@@ -761,76 +682,43 @@ func (s *remote) listTools(ctx context.Context, c *conn) (*toolList, error) {
 	}
 }
 
-// toolSet is one immutable catalog of a server.
-type toolSet struct {
-	byName  map[string]*toolEntry
-	visible []catalog.Tool
-}
-
-type toolEntry struct {
-	tool catalog.Tool
-	// denied: hidden by the server's allow/deny lists.
-	denied bool
-	input  *argcheck.Validator
-	// header is the definition whose x-mcp-header bindings a 2026-07-28
-	// call mirrors into Mcp-Param-* headers; nil when it binds none.
-	header *mcp.Tool
-}
-
-var emptyObjectSchema = json.RawMessage(`{"type":"object"}`)
-
-// buildToolSet turns a tools/list answer into a catalog, dropping names the
-// guest cannot safely hold and reusing compiled schemas that did not change.
-func (s *remote) buildToolSet(c *conn, tools []wireTool) *toolSet {
-	prev := s.cat.Load()
-	ts := &toolSet{byName: make(map[string]*toolEntry, len(tools))}
+// catalog turns a tools/list answer into the server's tools. The Set
+// checks names, schema bounds and the allow and deny lists; what is the
+// protocol's is done here: secrets masked out of what a server says about
+// its tools, annotations read, header bindings checked.
+func (s *remote) catalog(c *conn, tools []wireTool) []toolsource.Tool {
+	red := s.h.Redactor()
+	out := make([]toolsource.Tool, 0, len(tools))
 	for _, w := range tools {
-		if err := catalog.ValidName(w.Name); err != nil {
-			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, err.Error())
-			continue
-		}
-		if ts.byName[w.Name] != nil {
-			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "the server lists the name twice")
-			continue
-		}
 		// A server that puts what it was sent into its descriptions must
 		// not hand the secrets to scripts that way either.
 		t := catalog.Tool{
-			Server:       s.cfg.Name,
 			Name:         w.Name,
-			Title:        s.red.String(w.Title),
-			Description:  s.red.String(w.Description),
-			InputSchema:  s.red.JSON(compactSchema(w.InputSchema)),
-			OutputSchema: s.red.JSON(compactSchema(w.OutputSchema)),
+			Title:        red.String(w.Title),
+			Description:  red.String(w.Description),
+			InputSchema:  red.JSON(compactSchema(w.InputSchema)),
+			OutputSchema: red.JSON(compactSchema(w.OutputSchema)),
 			Kind:         trace.KindMCP,
-			// Decided here, with the server's config at hand, so that the
-			// bridge sees it on the tool like an annotation.
-			RequireApproval: s.cfg.requiresApproval(w.Name),
 		}
-		if t.InputSchema == nil {
-			t.InputSchema = emptyObjectSchema
+		var ht *mcpgo.Tool
+		// A schema past the bounds is the Set's to drop; one within them
+		// may bind headers.
+		if len(t.InputSchema) > 0 && argcheck.CheckBounds(t.InputSchema) == nil {
+			ht = headerTool(w.Name, t.InputSchema)
 		}
-		// Its compile (on first call) cannot be cancelled and grows faster
-		// than the schema, so a server must not be able to hand us one
-		// past the bounds.
-		if err := argcheck.CheckBounds(t.InputSchema); err != nil {
-			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "input schema out of bounds: "+err.Error())
-			continue
-		}
-		ht := headerTool(w.Name, t.InputSchema)
 		if ht != nil && c.modern {
 			// SEP-2243: a client on streamable HTTP leaves out a tool
 			// whose header bindings break the rules, so that one bad
 			// definition does not stop the others.
-			if err := mcp.ValidateParamHeaderAnnotations(ht); err != nil {
-				s.drops.Drop(context.Background(), s.cfg.Name, w.Name, "invalid x-mcp-header: "+err.Error())
+			if err := mcpgo.ValidateParamHeaderAnnotations(ht); err != nil {
+				s.h.Drop(w.Name, "invalid x-mcp-header: "+err.Error())
 				continue
 			}
 		}
 		if w.Annotations != nil {
 			t.Annotations = w.Annotations.Annotations
 			if t.Title == "" {
-				t.Title = s.red.String(w.Annotations.Title)
+				t.Title = red.String(w.Annotations.Title)
 			}
 		}
 		if a := &t.Annotations; s.cfg.AssumeNotDestructive && a.Destructive == nil && (a.ReadOnly == nil || !*a.ReadOnly) {
@@ -838,32 +726,9 @@ func (s *remote) buildToolSet(c *conn, tools []wireTool) *toolSet {
 			// default would make the tool destructive); shown as a hint.
 			a.Destructive = new(bool)
 		}
-		// A denied tool stays listed here so that a call to it is
-		// FORBIDDEN rather than TOOL_NOT_FOUND; scripts never see it.
-		e := &toolEntry{tool: t, header: ht}
-		if why := s.cfg.refusal(w.Name); why != "" {
-			e.denied = true
-			s.drops.Drop(context.Background(), s.cfg.Name, w.Name, why)
-		}
-		if old := prev.lookup(w.Name); old != nil && bytes.Equal(old.input.Schema(), t.InputSchema) {
-			e.input = old.input
-		} else {
-			e.input = argcheck.New(t.InputSchema)
-		}
-		ts.byName[w.Name] = e
-		if !e.denied {
-			ts.visible = append(ts.visible, t)
-		}
+		out = append(out, toolsource.Tool{Tool: t, Ref: ht})
 	}
-	sort.Slice(ts.visible, func(i, j int) bool { return ts.visible[i].Name < ts.visible[j].Name })
-	return ts
-}
-
-func (ts *toolSet) lookup(name string) *toolEntry {
-	if ts == nil {
-		return nil
-	}
-	return ts.byName[name]
+	return out
 }
 
 // compactSchema returns nil for an absent or null schema, else the schema

@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -11,10 +11,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // askingLegacyServer is a real mcp-go server that speaks 2025-11-25 only,
@@ -34,21 +35,21 @@ func newAskingLegacyServer(t *testing.T) *askingLegacyServer {
 	t.Helper()
 	a := &askingLegacyServer{}
 	m := server.NewMCPServer("asker", "1.0", server.WithToolCapabilities(true), server.WithElicitation())
-	m.AddTool(mcp.NewTool("ask_name", readOnly),
-		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			res, err := m.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+	m.AddTool(mcpgo.NewTool("ask_name", readOnly),
+		func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			res, err := m.RequestElicitation(ctx, mcpgo.ElicitationRequest{Params: mcpgo.ElicitationParams{
 				Message: "Who are you? (you sent " + r.Header.Get("Authorization") + ")",
 				RequestedSchema: json.RawMessage(`{"type": "object", "properties": {
 					"name": {"type": "string", "title": "Name", "default": "Ann"},
 					"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}`),
 			}})
 			if err != nil {
-				return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+				return mcpgo.NewToolResultError("elicitation failed: " + err.Error()), nil
 			}
 			b, _ := json.Marshal(res)
-			return mcp.NewToolResultText(string(b)), nil
+			return mcpgo.NewToolResultText(string(b)), nil
 		})
-	sh := server.NewStreamableHTTPServer(m, server.WithStreamableHTTPProtocolVersions(mcp.ProtocolVersion20251125))
+	sh := server.NewStreamableHTTPServer(m, server.WithStreamableHTTPProtocolVersions(mcpgo.ProtocolVersion20251125))
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -120,19 +121,18 @@ func TestInlineElicitation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newAskingLegacyServer(t)
-			cfg := ServerConfig{Name: "s", URL: srv.url, Transport: TransportStreamable,
-				Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_BEARER}"}}
+			cfg := Config{Config: toolsource.Config{Name: "s", Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_BEARER}"}}, URL: srv.url, Transport: TransportStreamable}
 			var rec *recordingAnswerer
-			var opts []Option
+			var opts []option
 			if tc.answers != "" {
 				script, err := ask.ParseScript([]byte(tc.answers), io.Discard)
 				if err != nil {
 					t.Fatal(err)
 				}
 				rec = &recordingAnswerer{script: script}
-				opts = append(opts, WithAnswerer(rec))
+				opts = append(opts, withAnswerer(rec))
 			}
-			p := newTestPool(t, []ServerConfig{cfg}, opts...)
+			p := newTestPool(t, []Config{cfg}, opts...)
 			waitTools(t, p, "s", "ask_name")
 			out, err := call(t, p, "s", "ask_name", `{}`, CallOptions{ParseJSONText: true})
 			if (err != nil) != tc.wantErr {

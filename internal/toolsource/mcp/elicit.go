@@ -1,11 +1,11 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/ask"
 )
@@ -14,20 +14,11 @@ import (
 // elicitation/create while the call is in flight, on the call's own stream
 // (or the session's GET stream), and holds the call open until it is
 // answered: no suspended execution can answer that from another process,
-// so the pool declares the elicitation capability there only when it has
-// someone to ask right now — an ask.Answerer, which only a front end whose
+// so the client declares the elicitation capability there only when it
+// has someone to ask right now — Kind.Answerer, which only a front end whose
 // caller is the person at the keyboard configures (pml run). 2026-07-28
 // servers ask through input_required instead, which Call hands back as an
 // *execution.Question (question).
-
-// WithAnswerer lets the pool answer a 2025-11-25 server's elicitation/create
-// in line, through a: the pool then declares form-mode elicitation in its
-// initialize handshake over streamable HTTP (the HTTP+SSE transport
-// carries no server requests in mcp-go, so nothing is declared there).
-// Without it the pool declares none, and such a server does not ask.
-func WithAnswerer(a ask.Answerer) Option {
-	return func(o *options) { o.answerer = a }
-}
 
 // callKey marks a call's context with the tool it calls: a question that
 // arrives on the call's own stream is handled under that context.
@@ -37,7 +28,7 @@ type callKey struct{}
 // calls in flight, so that a question can name the call it belongs to.
 // Nothing is tracked without an answerer.
 func (s *remote) track(ctx context.Context, tool string) (context.Context, func()) {
-	if s.p.opts.answerer == nil {
+	if s.k.Answerer == nil {
 		return ctx, func() {}
 	}
 	s.imu.Lock()
@@ -78,21 +69,21 @@ func (s *remote) askingTool(ctx context.Context) string {
 // what it returns, or its error as a JSON-RPC error).
 type elicitHandler struct{ s *remote }
 
-func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+func (h elicitHandler) Elicit(ctx context.Context, req mcpgo.ElicitationRequest) (*mcpgo.ElicitationResult, error) {
 	s := h.s
 	raw, err := json.Marshal(req.Params)
 	if err != nil {
 		return nil, err
 	}
 	// What the person reads must not show a secret the server quotes.
-	q := ask.Question{Server: s.cfg.Name, Tool: s.askingTool(ctx), Params: s.p.red.JSON(raw)}
-	r, err := s.p.opts.answerer.Answer(ctx, q)
+	q := ask.Question{Server: s.cfg.Name, Tool: s.askingTool(ctx), Params: s.h.Redactor().JSON(raw)}
+	r, err := s.k.Answerer.Answer(ctx, q)
 	if err != nil {
 		s.log.Warn("mcp server's question not answered", "tool", q.Tool, "err", err)
 		return nil, fmt.Errorf("not answered: %w", err)
 	}
 	s.log.Info("mcp server's question answered in line", "tool", q.Tool, "action", r.Action)
-	res := &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseAction(r.Action)}}
+	res := &mcpgo.ElicitationResult{ElicitationResponse: mcpgo.ElicitationResponse{Action: mcpgo.ElicitationResponseAction(r.Action)}}
 	if r.Content != nil {
 		res.Content = r.Content
 	}

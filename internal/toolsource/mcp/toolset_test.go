@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // TestToolSetLogsEveryDropOnce: every tool a server lists that scripts
@@ -18,7 +19,7 @@ func TestToolSetLogsEveryDropOnce(t *testing.T) {
 	tools := []wireTool{{Name: "ok"}, {Name: "then"}, {Name: "toJSON"}, {Name: "a:b"}, {Name: "ok"}, {Name: "delete_all"}, {Name: "drop_table"}, {Name: "read"}}
 	tests := []struct {
 		name        string
-		cfg         ServerConfig
+		cfg         Config
 		visible     []string
 		denied      []string
 		reasons     map[string]string // full name → part of the reason logged
@@ -26,20 +27,20 @@ func TestToolSetLogsEveryDropOnce(t *testing.T) {
 	}{
 		{
 			name:    "names",
-			cfg:     ServerConfig{Name: "s"},
+			cfg:     Config{Config: toolsource.Config{Name: "s"}},
 			visible: []string{"delete_all", "drop_table", "ok", "read"},
 			reasons: map[string]string{"s:then": "reserved", "s:toJSON": "reserved", "s:a:b": "':'", "s:ok": "twice"},
 		},
 		{
 			name:    "deny list with a partial glob",
-			cfg:     ServerConfig{Name: "s", Deny: []string{"d*_*"}},
+			cfg:     Config{Config: toolsource.Config{Name: "s", Deny: []string{"d*_*"}}},
 			visible: []string{"ok", "read"},
 			denied:  []string{"delete_all", "drop_table"},
 			reasons: map[string]string{"s:delete_all": `"d*_*" in the server's deny list`, "s:drop_table": "deny list"},
 		},
 		{
 			name:        "allow list",
-			cfg:         ServerConfig{Name: "s", Allow: []string{"re*", "ok"}},
+			cfg:         Config{Config: toolsource.Config{Name: "s", Allow: []string{"re*", "ok"}}},
 			visible:     []string{"ok", "read"},
 			denied:      []string{"delete_all", "drop_table"},
 			reasons:     map[string]string{"s:delete_all": "not in the server's allow list"},
@@ -50,22 +51,14 @@ func TestToolSetLogsEveryDropOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&logs, nil))
-			s := &remote{cfg: tt.cfg, log: log, drops: catalog.NewDropLog(log)}
-			var ts *toolSet
-			for range 3 { // refreshes
-				ts = s.buildToolSet(&conn{}, tools)
-				s.cat.Store(ts)
-			}
-			var visible []string
-			for _, tl := range ts.visible {
-				visible = append(visible, tl.Name)
-			}
+			p := listed(t, tt.cfg, log, tools, 2) // loaded, then refreshed
+			visible, _ := visibleTools(t, p)
 			if !slices.Equal(visible, tt.visible) {
 				t.Errorf("visible %q, want %q", visible, tt.visible)
 			}
 			for _, d := range tt.denied {
-				if e := ts.lookup(d); e == nil || !e.denied {
-					t.Errorf("%s: want it known and denied, got %+v", d, e)
+				if _, err := call(t, p, "s", d, `{}`, CallOptions{AllowDestructive: true}); codeOf(err) != fault.Forbidden {
+					t.Errorf("%s: want it known and denied, got %v", d, err)
 				}
 			}
 			seen := map[string]int{}

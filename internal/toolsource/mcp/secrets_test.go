@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // Every secret the tests configure contains this marker, so that a leak of
@@ -35,16 +36,11 @@ const (
 // secretConfig points a server at base with every kind of secret the pool
 // knows: a query value, userinfo, and an Authorization header resolved from
 // the environment.
-func secretConfig(t *testing.T, name, base, transport string) ServerConfig {
+func secretConfig(t *testing.T, name, base, transport string) Config {
 	t.Helper()
 	t.Setenv("MCPCLIENT_TEST_BEARER", headerSecret)
 	u := strings.Replace(base, "http://", "http://user:"+passSecret+"@", 1)
-	return ServerConfig{
-		Name:      name,
-		URL:       u + "?api_key=" + strings.NewReplacer("/", "%2F", "+", "%2B", "=", "%3D").Replace(querySecret) + "&page=1",
-		Transport: transport,
-		Headers:   map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_BEARER}"},
-	}
+	return Config{Config: toolsource.Config{Name: name, Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_BEARER}"}}, URL: u + "?api_key=" + strings.NewReplacer("/", "%2F", "+", "%2B", "=", "%3D").Replace(querySecret) + "&page=1", Transport: transport}
 }
 
 // echoServer is a real mcp-go streamable HTTP server behind a handler that
@@ -123,9 +119,9 @@ type leakCheck struct {
 	logs strings.Builder
 }
 
-func (l *leakCheck) pool(cfgs ...ServerConfig) *Pool {
-	return newTestPool(l.t, cfgs, WithLogger(newLockedLogger(&l.logs, &l.mu)),
-		WithReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3), WithConnectTimeout(time.Second))
+func (l *leakCheck) pool(cfgs ...Config) *Pool {
+	return newTestPool(l.t, cfgs, withLogger(newLockedLogger(&l.logs, &l.mu)),
+		withReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3), withConnectTimeout(time.Second))
 }
 
 // err checks one error as a script would see it: its message and its JSON.
@@ -197,7 +193,7 @@ func TestSecretsNeverLeaveThePool(t *testing.T) {
 		t.Fatalf("call to a killed server: %v; want UNAVAILABLE", err)
 	}
 	l.err("call to a killed server", err)
-	waitState(t, p, "demo", StateUnavailable)
+	waitState(t, p, "demo", toolsource.StateUnavailable)
 	// Wait for a connect attempt to fail on the dead address, so that its
 	// error (which names the URL) is the server's last error.
 	waitLastError(t, p, "demo", "connection refused")

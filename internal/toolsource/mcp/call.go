@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -11,10 +11,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
@@ -24,97 +25,26 @@ var errCallTimeout = errors.New("call timed out")
 // own text.
 const maxErrorText = 4096
 
-// Call runs server's tool with args (a JSON object; empty means {}) and
-// returns the result as a JSON value. Before anything is sent it checks
-// that the tool exists (TOOL_NOT_FOUND), that allow/deny lists and the
-// destructive policy let it run (FORBIDDEN) and that args match the tool's
-// input schema (INVALID_ARGUMENTS, Details []argcheck.Error). A server that is
-// down fails at once with retryable UNAVAILABLE. See normalizeResult for the
-// shape of results.
+// Call implements toolsource.Server: one tools/call, whose result is
+// normalised (see normalizeResult) and capped. The Set has checked the
+// tool, its policy and its arguments, and masks the result and the
+// errors.
 //
 // A 2026-07-28 server that asks a question first (input_required with
 // elicitation requests) gets none answered here: Call returns an
-// *execution.Question, and the call is sent again with opt.Retry once
-// someone has answered. A server that asks for sampling or roots, which the
-// pool does not offer, fails the call (TOOL_ERROR), as does one that keeps
-// asking to retry without asking anything.
-//
-// Other errors are *fault.Error whose messages are scrubbed of every secret
-// the pool knows, and results (and questions) are scrubbed of every secret
-// the server is sent (redact.Redactor.JSON): both reach scripts or people,
-// who must never see a credential a server or a library quoted back (a URL
-// in a net/http error, a header echoed in a refusal or by a tool that
-// returns its request).
-func (p *Pool) Call(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
-	out, err := p.callTool(ctx, serverName, toolName, args, opt)
-	var q *execution.Question
-	if errors.As(err, &q) {
-		// The question goes to a person and into the suspension: a
-		// server that quotes a configured secret in it must not show it.
-		for k, raw := range q.Requests {
-			q.Requests[k] = json.RawMessage(p.red.JSON(raw))
-		}
-		return nil, q
-	}
-	if err != nil {
-		fe := fault.As(err)
-		fe.Message = p.red.String(fe.Message)
-		return nil, fe
-	}
-	return out, nil
-}
-
-func (p *Pool) callTool(ctx context.Context, serverName, toolName string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
-	full := serverName + ":" + toolName
-	s := p.servers[serverName]
-	if s == nil {
-		return nil, fault.New(fault.ToolNotFound, "no MCP server named %q", serverName).WithTool(full)
-	}
-	if p.isClosed() {
-		return nil, fault.Wrap(fault.Unavailable, errPoolClosed, "").WithTool(full)
-	}
+// *execution.Question, and the call is sent again with the call's
+// Options.Retry once someone has answered. A server that asks for
+// sampling or roots, which the client does not offer, fails the call
+// (TOOL_ERROR), as does one that keeps asking to retry without asking
+// anything.
+func (s *remote) Call(ctx context.Context, tc toolsource.Call) (json.RawMessage, error) {
 	c := s.conn.Load()
 	if c == nil {
-		// Only a cold start waits, for the first connect attempt.
-		select {
-		case <-s.firstDone:
-		case <-ctx.Done():
-		}
-		if c = s.conn.Load(); c == nil {
-			s.kick()
-			return nil, s.unavailable(full, nil)
-		}
+		// Lost since the Set found the server ready.
+		return nil, s.unavailable(tc.Tool.FullName(), errConnLost)
 	}
-	e := s.cat.Load().lookup(toolName)
-	if e == nil {
-		return nil, fault.New(fault.ToolNotFound, "MCP server %q has no tool %q", serverName, toolName).WithTool(full)
-	}
-	if e.denied {
-		return nil, fault.New(fault.Forbidden, "tool is not allowed by the configuration of server %q", serverName).WithTool(full)
-	}
-	if e.tool.IsDestructive() {
-		switch {
-		case !s.cfg.AllowDestructive && e.tool.DestructiveByDefault():
-			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools, and this one does not say it is "+
-				"read-only or not destructive (MCP's defaults make it destructive; a deployment whose server under-annotates sets "+
-				"assume_not_destructive in its configuration)", serverName).WithTool(full)
-		case !s.cfg.AllowDestructive:
-			return nil, fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools", serverName).WithTool(full)
-		case !opt.AllowDestructive:
-			return nil, fault.New(fault.Forbidden, "destructive tool: the request does not allow destructive tools").WithTool(full)
-		}
-	}
-	args, ferr := checkArgs(e, args)
-	if ferr != nil {
-		return nil, ferr.WithTool(full)
-	}
-	s.maybeRefresh(c)
-	return s.call(ctx, c, e, args, opt)
-}
-
-// checkArgs validates args against the tool's input schema.
-func checkArgs(e *toolEntry, args json.RawMessage) (json.RawMessage, *fault.Error) {
-	return e.input.Check(args)
+	header, _ := tc.Ref.(*mcpgo.Tool)
+	return s.call(ctx, c, tc, header)
 }
 
 // callParams is tools/call's params; Arguments goes out verbatim. Meta
@@ -134,11 +64,11 @@ type callParams struct {
 // input_required asking nothing (shedding load: "retry, with this state").
 const maxShedRetries = 3
 
-func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
-	full := e.tool.FullName()
-	ctx, untrack := s.track(ctx, e.tool.Name)
+func (s *remote) call(ctx context.Context, c *conn, tc toolsource.Call, header *mcpgo.Tool) (json.RawMessage, error) {
+	full := tc.Tool.FullName()
+	ctx, untrack := s.track(ctx, tc.Tool.Name)
 	defer untrack()
-	timeout := s.cfg.callTimeout()
+	timeout := tc.Timeout
 	tw := &tripwire{}
 	cctx, cancel := context.WithCancelCause(withTripwire(ctx, tw))
 	defer cancel(nil)
@@ -148,8 +78,8 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
 	defer stop()
 
-	params := callParams{Name: e.tool.Name, Arguments: args, Meta: tracectx.Headers(ctx)}
-	if r := opt.Retry; r != nil {
+	params := callParams{Name: tc.Tool.Name, Arguments: tc.Args, Meta: tracectx.Headers(ctx)}
+	if r := tc.Options.Retry; r != nil {
 		params.InputResponses, params.RequestState = r.InputResponses, r.RequestState
 	}
 	gen := c.sessionGen.Load()
@@ -157,14 +87,14 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	var res wireResult
 	var err, derr error
 	for shed := 0; ; shed++ {
-		raw, err = c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
-		s.p.calls.Add(1)
+		raw, err = c.send(tctx, string(mcpgo.MethodToolsCall), params, header)
+		s.k.calls.Add(1)
 		if err != nil && errors.Is(err, transport.ErrSessionTerminated) && !c.modern && tctx.Err() == nil {
 			if rerr := s.reinit(tctx, c, gen); rerr != nil {
 				err = fmt.Errorf("re-initialising the expired session: %w", rerr)
 			} else {
-				raw, err = c.send(tctx, string(mcp.MethodToolsCall), params, e.header)
-				s.p.calls.Add(1)
+				raw, err = c.send(tctx, string(mcpgo.MethodToolsCall), params, header)
+				s.k.calls.Add(1)
 			}
 		}
 		if err != nil {
@@ -177,7 +107,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 		var q *execution.Question
 		var ferr *fault.Error
 		if derr != nil || res.inputRequired() {
-			q, ferr = question(raw, s.cfg.Name, e.tool.Name)
+			q, ferr = question(raw, s.cfg.Name, tc.Tool.Name)
 		}
 		switch {
 		case ferr != nil:
@@ -196,7 +126,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 		break
 	}
 
-	parseText := opt.ParseJSONText || e.tool.OutputSchema != nil
+	parseText := tc.Options.ParseJSONText || tc.Tool.OutputSchema != nil
 	value, isErr, msg, err := normalizeDecoded(res, derr, parseText)
 	if err != nil {
 		return nil, fault.Wrap(fault.Unavailable, &protocolError{msg: err.Error()}, "tools/call result").WithTool(full)
@@ -204,15 +134,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 	if isErr {
 		return nil, fault.New(fault.ToolError, "%s", msg).WithTool(full)
 	}
-	// Before the script, the trace or the size check sees it: a server
-	// may echo what it was sent (a debugging tool returning its request's
-	// headers). Skipped for a server that is sent no secret.
-	value = s.red.JSON(value)
-	limit := opt.MaxResultBytes
-	if limit <= 0 {
-		limit = defaultMaxResultBytes
-	}
-	if len(value) > limit {
+	if limit := s.k.maxResultBytes(); len(value) > limit {
 		return nil, fault.Limitf(fault.LimitResultBytes, "result of %d bytes exceeds the %d-byte limit", len(value), limit).WithTool(full)
 	}
 	return value, nil
@@ -221,7 +143,7 @@ func (s *remote) call(ctx context.Context, c *conn, e *toolEntry, args json.RawM
 // classify turns a failed request into the error the caller sees.
 func (s *remote) classify(ctx, tctx context.Context, c *conn, tw *tripwire, err error, full string, timeout time.Duration) error {
 	if tw.tripped.Load() || errors.Is(err, errMessageTooLarge) {
-		return fault.Limitf(fault.LimitResultBytes, "the server sent a message over the %d-byte cap", s.p.opts.maxMessageBytes).WithTool(full)
+		return fault.Limitf(fault.LimitResultBytes, "the server sent a message over the %d-byte cap", s.k.maxMessageBytes()).WithTool(full)
 	}
 	// mcp-go's SSE transport arms its own timer for the time left before
 	// the deadline and may give up a hair before the context does; an error
@@ -240,7 +162,7 @@ func (s *remote) classify(ctx, tctx context.Context, c *conn, tw *tripwire, err 
 	if c.ctx.Err() != nil {
 		cc := context.Cause(c.ctx)
 		if errors.Is(cc, errMessageTooLarge) {
-			return fault.Limitf(fault.LimitResultBytes, "the server sent a message over the %d-byte cap", s.p.opts.maxMessageBytes).WithTool(full)
+			return fault.Limitf(fault.LimitResultBytes, "the server sent a message over the %d-byte cap", s.k.maxMessageBytes()).WithTool(full)
 		}
 		return s.unavailable(full, cc)
 	}
@@ -260,19 +182,12 @@ func (s *remote) classify(ctx, tctx context.Context, c *conn, tw *tripwire, err 
 	return s.unavailable(full, err)
 }
 
-// unavailable is the retryable error of a server that cannot serve now.
+// unavailable is the error of a call that failed with its connection:
+// retryable, unless the Set is closing or the server could not authorize
+// it.
 func (s *remote) unavailable(full string, cause error) *fault.Error {
-	if s.p.isClosed() {
-		return fault.Wrap(fault.Unavailable, errPoolClosed, "").WithTool(full)
-	}
-	if cause == nil {
-		s.mu.Lock()
-		last, lastAuth := s.lastErr, s.lastAuth
-		s.mu.Unlock()
-		if lastAuth != nil {
-			return authUnavailable(full, lastAuth)
-		}
-		cause = errors.New(last)
+	if s.h.Context().Err() != nil {
+		return fault.Wrap(fault.Unavailable, errClosed, "").WithTool(full)
 	}
 	if ae := authError(cause); ae != nil {
 		return authUnavailable(full, ae)
@@ -307,7 +222,7 @@ func (r *wireResult) inputRequired() bool {
 		return false
 	}
 	var t string
-	return json.Unmarshal(r.ResultType, &t) == nil && t == string(mcp.ResultTypeInputRequired)
+	return json.Unmarshal(r.ResultType, &t) == nil && t == string(mcpgo.ResultTypeInputRequired)
 }
 
 // normalizeResult turns a tools/call result into the JS value a script

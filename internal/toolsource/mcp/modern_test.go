@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // seenRequest is one JSON-RPC request as a server received it.
@@ -105,19 +106,19 @@ func (rs *recordingServer) requests(method string) []seenRequest {
 func headerServer() *server.MCPServer {
 	m := server.NewMCPServer("hdr", "1.0", server.WithToolCapabilities(true))
 	text := func(s string) server.ToolHandlerFunc {
-		return func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText(s), nil
+		return func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText(s), nil
 		}
 	}
 	// Read-only, as a lookup says: MCP's defaults would make a tool that
 	// says nothing destructive.
-	readOnly := func(t mcp.Tool) mcp.Tool {
-		t.Annotations.ReadOnlyHint = mcp.ToBoolPtr(true)
+	readOnly := func(t mcpgo.Tool) mcpgo.Tool {
+		t.Annotations.ReadOnlyHint = mcpgo.ToBoolPtr(true)
 		return t
 	}
-	m.AddTool(readOnly(mcp.NewToolWithRawSchema("route", "routed", json.RawMessage(
+	m.AddTool(readOnly(mcpgo.NewToolWithRawSchema("route", "routed", json.RawMessage(
 		`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"query":{"type":"string"}},"required":["region"]}`))), text("routed"))
-	m.AddTool(readOnly(mcp.NewToolWithRawSchema("plain", "plain", json.RawMessage(`{"type":"object"}`))), text("plain"))
+	m.AddTool(readOnly(mcpgo.NewToolWithRawSchema("plain", "plain", json.RawMessage(`{"type":"object"}`))), text("plain"))
 	return m
 }
 
@@ -134,13 +135,13 @@ func TestModernRequests(t *testing.T) {
 		want     string
 	}{
 		{"2026-07-28", nil, ModernProtocolVersion},
-		{"2025-11-25 only", []string{mcp.ProtocolVersion20251125}, mcp.ProtocolVersion20251125},
-		{"2025-06-18 only", []string{mcp.ProtocolVersion20250618}, mcp.ProtocolVersion20250618},
+		{"2025-11-25 only", []string{mcpgo.ProtocolVersion20251125}, mcpgo.ProtocolVersion20251125},
+		{"2025-06-18 only", []string{mcpgo.ProtocolVersion20250618}, mcpgo.ProtocolVersion20250618},
 	}
 	// mcp-go's server agrees to 2025-11-25 whatever it advertises; a
 	// server that knows only 2025-06-18 answers initialize with that.
 	only20250618 := map[string]func(map[string]any){"initialize": func(res map[string]any) {
-		res["protocolVersion"] = mcp.ProtocolVersion20250618
+		res["protocolVersion"] = mcpgo.ProtocolVersion20250618
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,11 +150,11 @@ func TestModernRequests(t *testing.T) {
 				hopts = append(hopts, server.WithStreamableHTTPProtocolVersions(tc.versions...))
 			}
 			var rewrite map[string]func(map[string]any)
-			if tc.want == mcp.ProtocolVersion20250618 {
+			if tc.want == mcpgo.ProtocolVersion20250618 {
 				rewrite = only20250618
 			}
 			rs := newRecordingServer(t, headerServer(), rewrite, hopts...)
-			p := newTestPool(t, []ServerConfig{{Name: "h", URL: rs.URL, Transport: TransportStreamable}})
+			p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "h"}, URL: rs.URL, Transport: TransportStreamable}})
 			waitTools(t, p, "h", "route", "plain")
 			if got := p.Health()[0].ProtocolVersion; got != tc.want {
 				t.Fatalf("protocol %s; want %s", got, tc.want)
@@ -172,9 +173,9 @@ func TestModernRequests(t *testing.T) {
 			}
 			for _, r := range append(calls, lists...) {
 				var version string
-				_ = json.Unmarshal(r.meta[mcp.MetaKeyProtocolVersion], &version)
-				_, hasCaps := r.meta[mcp.MetaKeyClientCapabilities]
-				_, hasInfo := r.meta[mcp.MetaKeyClientInfo]
+				_ = json.Unmarshal(r.meta[mcpgo.MetaKeyProtocolVersion], &version)
+				_, hasCaps := r.meta[mcpgo.MetaKeyClientCapabilities]
+				_, hasInfo := r.meta[mcpgo.MetaKeyClientInfo]
 				if modern {
 					if version != ModernProtocolVersion || !hasCaps || !hasInfo {
 						t.Errorf("%s _meta %v: want protocol version, client capabilities and client info", r.method, r.meta)
@@ -206,7 +207,7 @@ func TestInvalidHeaderToolLeftOut(t *testing.T) {
 		_ = json.Unmarshal([]byte(`{"name":"bad","inputSchema":{"type":"object","properties":{"data":{"type":"object","x-mcp-header":"Data"}}}}`), &bad)
 		res["tools"] = append(res["tools"].([]any), bad)
 	}})
-	p := newTestPool(t, []ServerConfig{{Name: "h", URL: rs.URL, Transport: TransportStreamable}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "h"}, URL: rs.URL, Transport: TransportStreamable}})
 	waitTools(t, p, "h", "route", "plain")
 	tools, _ := p.Tools(context.Background())
 	for _, tl := range tools {
@@ -223,11 +224,10 @@ func TestInvalidHeaderToolLeftOut(t *testing.T) {
 }
 
 // TestListTTLHonoured: a tools/list answer's ttlMs bounds how long the
-// catalog is kept (never below a second), and never lengthens the pool's
+// catalog is kept (never below a second), and never lengthens the Kind's
 // own refresh TTL.
 func TestListTTLHonoured(t *testing.T) {
-	p := &Pool{opts: defaultOptions()}
-	s := &remote{p: p}
+	s := &remote{k: &Kind{}}
 	ms := func(n int64) *int64 { return &n }
 	cases := []struct {
 		ttl  *int64
@@ -250,7 +250,7 @@ func TestListTTLHonoured(t *testing.T) {
 	srv := newRecordingServer(t, headerServer(), map[string]func(map[string]any){"tools/list": func(res map[string]any) {
 		res["ttlMs"] = 0
 	}})
-	pool := newTestPool(t, []ServerConfig{{Name: "h", URL: srv.URL, Transport: TransportStreamable}}, WithRefreshTTL(time.Hour))
+	pool := newTestPool(t, []Config{{Config: toolsource.Config{Name: "h"}, URL: srv.URL, Transport: TransportStreamable}}, withRefreshTTL(time.Hour))
 	waitTools(t, pool, "h", "route")
 	before := pool.Stats().ToolLists
 	deadline := time.Now().Add(30 * time.Second)
@@ -275,25 +275,25 @@ func TestQuestionFromAServer(t *testing.T) {
 	var got struct {
 		sync.Mutex
 		state     string
-		responses mcp.InputResponses
+		responses mcpgo.InputResponses
 	}
-	m.AddTool(mcp.NewTool("ask", mcp.WithReadOnlyHintAnnotation(true)), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	m.AddTool(mcpgo.NewTool("ask", mcpgo.WithReadOnlyHintAnnotation(true)), func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		if len(r.Params.InputResponses) > 0 {
 			got.Lock()
 			got.state, got.responses = r.Params.RequestState, r.Params.InputResponses
 			got.Unlock()
-			return mcp.NewToolResultText("thanks"), nil
+			return mcpgo.NewToolResultText("thanks"), nil
 		}
-		return server.NewInputRequestBuilder("st-1").Elicit("q", mcp.ElicitationParams{
+		return server.NewInputRequestBuilder("st-1").Elicit("q", mcpgo.ElicitationParams{
 			Message:         "you sent " + r.Header.Get("Authorization") + "; go on?",
 			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
 		}).ToolResult(), nil
 	})
-	m.AddTool(mcp.NewTool("sample", mcp.WithReadOnlyHintAnnotation(true)), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return server.NewInputRequestBuilder("").Sample("s", mcp.CreateMessageParams{MaxTokens: 1}).ToolResult(), nil
+	m.AddTool(mcpgo.NewTool("sample", mcpgo.WithReadOnlyHintAnnotation(true)), func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return server.NewInputRequestBuilder("").Sample("s", mcpgo.CreateMessageParams{MaxTokens: 1}).ToolResult(), nil
 	})
 	rs := newRecordingServer(t, m, nil)
-	p := newTestPool(t, []ServerConfig{{Name: "a", URL: rs.URL, Transport: TransportStreamable, Headers: map[string]string{"Authorization": "Bearer " + secret}}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "a", Headers: map[string]string{"Authorization": "Bearer " + secret}}, URL: rs.URL, Transport: TransportStreamable}})
 	waitTools(t, p, "a", "ask", "sample")
 
 	_, err := p.Call(context.Background(), "a", "ask", json.RawMessage(`{}`), CallOptions{})
@@ -305,7 +305,7 @@ func TestQuestionFromAServer(t *testing.T) {
 		t.Fatalf("question %s: the configured secret must be scrubbed, the rest kept", q.Requests["q"])
 	}
 	// The capability was declared, per request.
-	if caps := rs.requests("tools/call")[0].meta[mcp.MetaKeyClientCapabilities]; !strings.Contains(string(caps), `"elicitation"`) {
+	if caps := rs.requests("tools/call")[0].meta[mcpgo.MetaKeyClientCapabilities]; !strings.Contains(string(caps), `"elicitation"`) {
 		t.Errorf("client capabilities %s: want elicitation", caps)
 	}
 
@@ -317,7 +317,7 @@ func TestQuestionFromAServer(t *testing.T) {
 	got.Lock()
 	state, ans := got.state, server.ElicitationResponse(got.responses, "q")
 	got.Unlock()
-	if state != "st-1" || ans == nil || ans.Action != mcp.ElicitationResponseActionAccept {
+	if state != "st-1" || ans == nil || ans.Action != mcpgo.ElicitationResponseActionAccept {
 		t.Fatalf("the server got state %q, answer %+v", state, ans)
 	}
 

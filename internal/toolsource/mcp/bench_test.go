@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -8,17 +8,18 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
-// The Call benchmarks go through the pool (lookup, schema validation, raw
-// send, normalisation); the Direct ones make the same call with a bare
+// The Call benchmarks go through the Set and the kind (lookup, schema
+// validation, raw send, normalisation); the Direct ones make the same call with a bare
 // mcp-go client on the same loopback server. Both report p50 beside ns/op.
 //
-//	go test -run '^$' -bench . -benchtime 2000x ./internal/mcpclient/
+//	go test -run '^$' -bench . -benchtime 2000x ./internal/mcp/
 
 func BenchmarkCallSSE(b *testing.B)        { benchPool(b, TransportSSE) }
 func BenchmarkCallStreamable(b *testing.B) { benchPool(b, TransportStreamable) }
@@ -29,7 +30,7 @@ func BenchmarkDirectStreamable(b *testing.B) {
 
 func benchPool(b *testing.B, kind string) {
 	ts := newTestServer(b, kind, srvOpts{})
-	p := newTestPool(b, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
+	p := newTestPool(b, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL(), Transport: kind}})
 	waitTools(b, p, "demo", "echo")
 	ctx := context.Background()
 	args := json.RawMessage(`{"text":"hi"}`)
@@ -53,7 +54,7 @@ func benchDirect(b *testing.B, kind string) {
 	}
 	mcptest.Connect(b, c, ProtocolVersion)
 	ctx := context.Background()
-	var req mcp.CallToolRequest
+	var req mcpgo.CallToolRequest
 	req.Params.Name = "echo"
 	req.Params.Arguments = map[string]any{"text": "hi"}
 	run(b, func() error {
@@ -85,16 +86,16 @@ func run(b *testing.B, f func() error) {
 	}
 }
 
-// BenchmarkHostOverhead is the pool's own work per call without the
-// network: argument validation against a compiled schema and result
-// normalisation.
+// BenchmarkHostOverhead is the per-call work without the network:
+// argument validation against a compiled schema (the Set's) and result
+// normalisation (the kind's).
 func BenchmarkHostOverhead(b *testing.B) {
-	e := &toolEntry{input: argcheck.New(json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`))}
+	input := argcheck.New(json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`))
 	args := json.RawMessage(`{"text":"hi"}`)
 	result := json.RawMessage(`{"content":[{"type":"text","text":"hi"}]}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ferr := checkArgs(e, args); ferr != nil {
+		if _, ferr := input.Check(args); ferr != nil {
 			b.Fatal(ferr)
 		}
 		if _, _, _, err := normalizeResult(result, false); err != nil {

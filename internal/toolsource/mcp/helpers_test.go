@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -15,11 +15,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
+	"gopkg.in/yaml.v3"
 
+	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/secretref"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 func TestMain(m *testing.M) {
@@ -110,7 +117,7 @@ func (ts *testServer) serve(ln net.Listener) {
 			hopts = append(hopts, server.WithStateful(true))
 		}
 		if ts.opts.legacy {
-			hopts = append(hopts, server.WithStreamableHTTPProtocolVersions(mcp.ProtocolVersion20251125, mcp.ProtocolVersion20250618))
+			hopts = append(hopts, server.WithStreamableHTTPProtocolVersions(mcpgo.ProtocolVersion20251125, mcpgo.ProtocolVersion20250618))
 		}
 		ts.sh = server.NewStreamableHTTPServer(m, hopts...)
 		h = ts.sh
@@ -119,7 +126,7 @@ func (ts *testServer) serve(ln net.Listener) {
 		ts.mu.Lock()
 		ts.authSeen = append(ts.authSeen, r.Header.Get("Authorization"))
 		ts.mu.Unlock()
-		if r.Method == http.MethodGet || r.Header.Get("Mcp-Method") == string(mcp.MethodSubscriptionsListen) {
+		if r.Method == http.MethodGet || r.Header.Get("Mcp-Method") == string(mcpgo.MethodSubscriptionsListen) {
 			w = &flushSignal{ResponseWriter: w, signal: ts.streamOpen}
 		}
 		h.ServeHTTP(w, r)
@@ -227,8 +234,8 @@ func (ts *testServer) addTool(name string) {
 	ts.mu.Lock()
 	m := ts.mcp
 	ts.mu.Unlock()
-	m.AddTool(mcp.NewTool(name, mcp.WithDescription("added later"), readOnly), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText(name), nil
+	m.AddTool(mcpgo.NewTool(name, mcpgo.WithDescription("added later"), readOnly), func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return mcpgo.NewToolResultText(name), nil
 	})
 }
 
@@ -254,91 +261,166 @@ const createSchema = `{
 
 // readOnly marks a test tool safe: mcp-go's NewTool otherwise declares
 // destructiveHint=true, the MCP default.
-var readOnly = mcp.WithReadOnlyHintAnnotation(true)
+var readOnly = mcpgo.WithReadOnlyHintAnnotation(true)
 
 // addTestTools registers the tools every test server offers. Slow tools
 // end when quit closes, so killed servers leave no goroutines behind, and
 // announce on started (if not nil) that they have begun.
 func addTestTools(m *server.MCPServer, quit <-chan struct{}, started chan<- struct{}) {
-	m.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo text back"), readOnly,
-		mcp.WithString("text", mcp.Required())),
-		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText(r.GetString("text", "")), nil
+	m.AddTool(mcpgo.NewTool("echo", mcpgo.WithDescription("Echo text back"), readOnly,
+		mcpgo.WithString("text", mcpgo.Required())),
+		func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText(r.GetString("text", "")), nil
 		})
-	m.AddTool(mcp.NewTool("add", mcp.WithDescription("Add two numbers"),
-		mcp.WithNumber("a", mcp.Required()), mcp.WithNumber("b", mcp.Required()),
-		mcp.WithRawOutputSchema(json.RawMessage(`{"type":"object","properties":{"sum":{"type":"number"}}}`)),
-		mcp.WithReadOnlyHintAnnotation(true)),
-		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	m.AddTool(mcpgo.NewTool("add", mcpgo.WithDescription("Add two numbers"),
+		mcpgo.WithNumber("a", mcpgo.Required()), mcpgo.WithNumber("b", mcpgo.Required()),
+		mcpgo.WithRawOutputSchema(json.RawMessage(`{"type":"object","properties":{"sum":{"type":"number"}}}`)),
+		mcpgo.WithReadOnlyHintAnnotation(true)),
+		func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			sum := r.GetFloat("a", 0) + r.GetFloat("b", 0)
-			return mcp.NewToolResultStructured(map[string]any{"sum": sum}, fmt.Sprint(sum)), nil
+			return mcpgo.NewToolResultStructured(map[string]any{"sum": sum}, fmt.Sprint(sum)), nil
 		})
-	m.AddTool(mcp.NewTool("get-sum", mcp.WithDescription("Sum as JSON text"), readOnly,
-		mcp.WithNumber("a"), mcp.WithNumber("b")),
-		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText(fmt.Sprintf(`{"sum":%g}`, r.GetFloat("a", 0)+r.GetFloat("b", 0))), nil
+	m.AddTool(mcpgo.NewTool("get-sum", mcpgo.WithDescription("Sum as JSON text"), readOnly,
+		mcpgo.WithNumber("a"), mcpgo.WithNumber("b")),
+		func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText(fmt.Sprintf(`{"sum":%g}`, r.GetFloat("a", 0)+r.GetFloat("b", 0))), nil
 		})
-	m.AddTool(mcp.NewTool("fail", mcp.WithDescription("Always fails"), readOnly),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultError("boom: the widget is broken"), nil
+	m.AddTool(mcpgo.NewTool("fail", mcpgo.WithDescription("Always fails"), readOnly),
+		func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultError("boom: the widget is broken"), nil
 		})
-	m.AddTool(mcp.NewTool("slow", mcp.WithDescription("Sleeps ms milliseconds"), readOnly,
-		mcp.WithInteger("ms", mcp.Required())),
-		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	m.AddTool(mcpgo.NewTool("slow", mcpgo.WithDescription("Sleeps ms milliseconds"), readOnly,
+		mcpgo.WithInteger("ms", mcpgo.Required())),
+		func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			signal(started)
 			select {
 			case <-time.After(time.Duration(r.GetInt("ms", 0)) * time.Millisecond):
-				return mcp.NewToolResultText("done"), nil
+				return mcpgo.NewToolResultText("done"), nil
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			case <-quit:
 				return nil, errors.New("server stopping")
 			}
 		})
-	m.AddTool(mcp.NewTool("delete_all", mcp.WithDescription("Deletes everything"),
-		mcp.WithDestructiveHintAnnotation(true), mcp.WithReadOnlyHintAnnotation(false)),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText("deleted"), nil
+	m.AddTool(mcpgo.NewTool("delete_all", mcpgo.WithDescription("Deletes everything"),
+		mcpgo.WithDestructiveHintAnnotation(true), mcpgo.WithReadOnlyHintAnnotation(false)),
+		func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText("deleted"), nil
 		})
-	m.AddTool(mcp.NewTool("multi", mcp.WithDescription("Text and an image"), readOnly),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{Content: []mcp.Content{
-				mcp.NewTextContent("a <b> & c"),
-				mcp.NewImageContent("aGk=", "image/png"),
+	m.AddTool(mcpgo.NewTool("multi", mcpgo.WithDescription("Text and an image"), readOnly),
+		func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return &mcpgo.CallToolResult{Content: []mcpgo.Content{
+				mcpgo.NewTextContent("a <b> & c"),
+				mcpgo.NewImageContent("aGk=", "image/png"),
 			}}, nil
 		})
-	create := mcp.NewToolWithRawSchema("create", "Nested schema", json.RawMessage(createSchema))
-	create.Annotations.ReadOnlyHint = mcp.ToBoolPtr(true)
+	create := mcpgo.NewToolWithRawSchema("create", "Nested schema", json.RawMessage(createSchema))
+	create.Annotations.ReadOnlyHint = mcpgo.ToBoolPtr(true)
 	m.AddTool(create,
-		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText("created"), nil
+		func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText("created"), nil
 		})
-	m.AddTool(mcp.NewTool("big", mcp.WithDescription("Returns n bytes of text"), readOnly,
-		mcp.WithInteger("n", mcp.Required())),
-		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	m.AddTool(mcpgo.NewTool("big", mcpgo.WithDescription("Returns n bytes of text"), readOnly,
+		mcpgo.WithInteger("n", mcpgo.Required())),
+		func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			b := make([]byte, r.GetInt("n", 0))
 			for i := range b {
 				b[i] = 'x'
 			}
-			return mcp.NewToolResultText(string(b)), nil
+			return mcpgo.NewToolResultText(string(b)), nil
 		})
 	// Names the guest must never see as properties.
 	for _, bad := range []string{"__proto__", "constructor"} {
-		m.AddTool(mcp.NewTool(bad, readOnly), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText("should never be reachable"), nil
+		m.AddTool(mcpgo.NewTool(bad, readOnly), func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText("should never be reachable"), nil
 		})
 	}
 }
 
-// newTestPool builds a pool with fast reconnects and short timeouts.
-func newTestPool(t testing.TB, cfgs []ServerConfig, opts ...Option) *Pool {
-	t.Helper()
-	base := []Option{
-		WithLogger(testLogger()),
-		WithReconnectBackoff(100*time.Millisecond, 400*time.Millisecond, 20),
-		WithConnectTimeout(3 * time.Second),
+// Pool is what the tests drive: a Set of MCP servers and their Kind,
+// called by server and tool name.
+type Pool struct {
+	*toolsource.Set
+	kind *Kind
+}
+
+// CallOptions are the per-call switches the tests use.
+type CallOptions struct {
+	AllowDestructive bool
+	ParseJSONText    bool
+	Retry            *execution.Retry
+}
+
+// Call calls server's tool through the Set, as the execution service does.
+func (p *Pool) Call(ctx context.Context, server, tool string, args json.RawMessage, opt CallOptions) (json.RawMessage, error) {
+	return p.Set.Call(ctx, catalog.Tool{Server: server, Name: tool}, args, execution.CallOptions{
+		Lineage: execution.Lineage{AllowDestructive: opt.AllowDestructive}, ParseJSONText: opt.ParseJSONText, Retry: opt.Retry})
+}
+
+// Stats is the Kind's counters (each test pool has a Kind of its own).
+func (p *Pool) Stats() Stats { return p.kind.Stats() }
+
+// setup is what a test pool is opened with.
+type setup struct {
+	kind Kind
+	env  toolsource.Env
+}
+
+// option shapes a test pool.
+type option func(*setup)
+
+func withLogger(l *slog.Logger) option { return func(s *setup) { s.env.Logger = l } }
+
+func withReconnectBackoff(initial, max time.Duration, attempts int) option {
+	return func(s *setup) { s.env.Retry = toolsource.Retry{Initial: initial, Max: max, Attempts: attempts} }
+}
+
+func withConnectTimeout(d time.Duration) option { return func(s *setup) { s.kind.ConnectTimeout = d } }
+func withRefreshTTL(d time.Duration) option     { return func(s *setup) { s.kind.RefreshTTL = d } }
+func withMaxMessageBytes(n int64) option        { return func(s *setup) { s.kind.MaxMessageBytes = n } }
+func withMaxResultBytes(n int) option           { return func(s *setup) { s.kind.MaxResultBytes = n } }
+func withAnswerer(a ask.Answerer) option        { return func(s *setup) { s.kind.Answerer = a } }
+func withCredentialsDir(dir string) option {
+	return func(s *setup) { s.env.OAuth.CredentialsDir = dir }
+}
+
+func withLoginAgent(a oauthclient.UserAgent) option {
+	return func(s *setup) { s.env.OAuth.Agent = a }
+}
+
+func withSecretsManager(f func(context.Context) (oauthclient.SecretsAPI, error)) option {
+	return func(s *setup) {
+		s.env.OAuth.Secrets = f
+		// Secret references read the same Secrets Manager, as the
+		// service's one resolver does.
+		s.env.Refs = secretref.New(func(ctx context.Context) (secretref.API, error) { return f(ctx) }, secretref.Options{})
 	}
-	p, err := New(context.Background(), cfgs, append(base, opts...)...)
+}
+
+// openPool opens a Set of cfgs with a Kind of its own.
+func openPool(cfgs []Config, opts ...option) (*Pool, error) {
+	su := &setup{}
+	for _, o := range opts {
+		o(su)
+	}
+	k := &Kind{ConnectTimeout: su.kind.ConnectTimeout, RefreshTTL: su.kind.RefreshTTL, MaxMessageBytes: su.kind.MaxMessageBytes,
+		MaxResultBytes: su.kind.MaxResultBytes, Answerer: su.kind.Answerer}
+	set, err := k.NewSet(context.Background(), su.env, cfgs...)
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{Set: set, kind: k}, nil
+}
+
+// newTestPool opens a pool with fast reconnects and short timeouts.
+func newTestPool(t testing.TB, cfgs []Config, opts ...option) *Pool {
+	t.Helper()
+	base := []option{
+		withLogger(testLogger()),
+		withReconnectBackoff(100*time.Millisecond, 400*time.Millisecond, 20),
+		withConnectTimeout(3 * time.Second),
+	}
+	p, err := openPool(cfgs, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,4 +486,75 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 
 func newLockedLogger(b *strings.Builder, mu *sync.Mutex) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(lockedWriter{mu: mu, b: b}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// listingKind opens servers whose tools/list answer is fixed: what the
+// kind and the Set make of a server's list, with no server behind it.
+type listingKind struct {
+	Kind
+	tools []wireTool
+	srv   *listedServer
+}
+
+type listedServer struct {
+	*remote
+	tools []wireTool
+}
+
+func (k *listingKind) Info() toolsource.KindInfo { return k.Kind.Info() }
+
+func (k *listingKind) Decode(n *yaml.Node) (toolsource.Spec, error) { return k.Kind.Decode(n) }
+
+func (k *listingKind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle) (toolsource.Server, error) {
+	k.srv = &listedServer{remote: newRemote(&k.Kind, spec.(Config), h), tools: k.tools}
+	return k.srv, nil
+}
+
+// Load lists the tools as a 2025-11-25 connection would.
+func (s *listedServer) Load(context.Context) ([]toolsource.Tool, error) {
+	return s.catalog(&conn{}, s.tools), nil
+}
+
+func (s *listedServer) Call(context.Context, toolsource.Call) (json.RawMessage, error) {
+	return json.RawMessage("null"), nil
+}
+
+// listed opens a Set of one server that lists tools, loaded and then
+// refreshed refreshes times with the same list; log receives the Set's
+// records.
+func listed(t *testing.T, cfg Config, log *slog.Logger, tools []wireTool, refreshes int) *Pool {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = "http://127.0.0.1:1/mcp" // never dialled
+	}
+	k := &listingKind{tools: tools}
+	set, err := toolsource.New(context.Background(), toolsource.NewRegistry(k), []toolsource.Spec{cfg}, toolsource.Env{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = set.Close() })
+	p := &Pool{Set: set, kind: &k.Kind}
+	if _, err := p.Tools(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range refreshes {
+		k.srv.h.Update(k.srv.catalog(&conn{}, tools))
+	}
+	return p
+}
+
+// visibleTools is what p lists, by name.
+func visibleTools(t *testing.T, p *Pool) ([]string, map[string]catalog.Tool) {
+	t.Helper()
+	tools, err := p.Tools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	byName := map[string]catalog.Tool{}
+	for _, tl := range tools {
+		names = append(names, tl.Name)
+		byName[tl.Name] = tl
+	}
+	return names, byName
 }

@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // protectedServer is a real mcp-go streamable HTTP server behind the test
@@ -57,15 +58,15 @@ func TestOAuthNeedsLogin(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name, hint string
-		cfg        ServerConfig
-		opts       []Option
+		cfg        Config
+		opts       []option
 	}{
-		{"auto", "run `pml mcp login secure`", ServerConfig{Name: "secure", URL: url}, []Option{WithCredentialsDir(dir)}},
-		{"oauth", "run `pml mcp login secure`", ServerConfig{Name: "secure", URL: url, Auth: oauthclient.Config{Type: oauthclient.TypeOAuth}}, []Option{WithCredentialsDir(dir)}},
-		{"no credentials directory", "give the server an auth.secret", ServerConfig{Name: "secure", URL: url}, nil},
+		{"auto", "run `pml mcp login secure`", Config{Config: toolsource.Config{Name: "secure"}, URL: url}, []option{withCredentialsDir(dir)}},
+		{"oauth", "run `pml mcp login secure`", Config{Config: toolsource.Config{Name: "secure"}, URL: url, Auth: oauthclient.Config{Type: oauthclient.TypeOAuth}}, []option{withCredentialsDir(dir)}},
+		{"no credentials directory", "give the server an auth.secret", Config{Config: toolsource.Config{Name: "secure"}, URL: url}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newTestPool(t, []ServerConfig{tc.cfg}, tc.opts...)
+			p := newTestPool(t, []Config{tc.cfg}, tc.opts...)
 			start := time.Now()
 			_, err := call(t, p, "secure", "echo", `{"text":"x"}`, CallOptions{})
 			fe := fault.As(err)
@@ -76,7 +77,7 @@ func TestOAuthNeedsLogin(t *testing.T) {
 				t.Errorf("the call took %v", d)
 			}
 			h := p.Health()[0]
-			if h.State != StateUnavailable || !strings.Contains(h.LastError, "needs a login") {
+			if h.State != toolsource.StateUnavailable || !strings.Contains(h.LastError, "needs a login") {
 				t.Errorf("health %+v", h)
 			}
 			if c := as.Counts(); c.Registrations+c.Authorizations != 0 {
@@ -95,8 +96,8 @@ func TestOAuthLoginAndRefreshThroughThePool(t *testing.T) {
 	url := protectedServer(t, as)
 	dir := t.TempDir()
 	l := &leakCheck{t: t}
-	p := newTestPool(t, []ServerConfig{{Name: "secure", URL: url, Transport: TransportStreamable}},
-		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(dir), WithLoginAgent(oauthclient.Headless{}))
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "secure"}, URL: url, Transport: TransportStreamable}},
+		withLogger(newLockedLogger(&l.logs, &l.mu)), withCredentialsDir(dir), withLoginAgent(oauthclient.Headless{}))
 	if _, err := call(t, p, "secure", "echo", `{"text":"one"}`, CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +166,7 @@ func TestAuthSecretsRedacted(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	l := &leakCheck{t: t}
-	p := l.pool(ServerConfig{Name: "svc", URL: base + "/mcp", Transport: TransportStreamable,
-		Auth: oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "svc", ClientSecret: "${env:MCPCLIENT_TEST_CLIENT_SECRET}"}})
+	p := l.pool(Config{Config: toolsource.Config{Name: "svc"}, URL: base + "/mcp", Transport: TransportStreamable, Auth: oauthclient.Config{Type: oauthclient.TypeClientCredentials, ClientID: "svc", ClientSecret: "${env:MCPCLIENT_TEST_CLIENT_SECRET}"}})
 	_, err = call(t, p, "svc", "echo", `{"text":"x"}`, CallOptions{})
 	if codeOf(err) != fault.Unavailable || !strings.Contains(err.Error(), "refused the client") {
 		t.Fatalf("call: %v; want UNAVAILABLE saying the client was refused", err)
@@ -201,7 +201,11 @@ func TestAuthConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfgs, err := LoadConfig(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := parseConfig(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +235,7 @@ func TestAuthConfig(t *testing.T) {
 		{`{"servers": [{"name": "a", "url": "https://a/mcp", "auth": {"scopes": ["a b"]}}]}`, "invalid scope"},
 		{`{"servers": [{"name": "a", "url": "https://a/mcp", "auth": {"typo": 1}}]}`, "unknown field"},
 	} {
-		if _, err := ParseConfig("x.json", []byte(bad.doc)); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := parseConfig([]byte(bad.doc)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v; want an error containing %q", bad.doc, err, bad.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // TestSecretsManagerHeader: a header from ${secret:NAME#key}, read through
@@ -32,8 +33,8 @@ func TestSecretsManagerHeader(t *testing.T) {
 	want.Store("key-" + secretMarker + "-1")
 	var refused atomic.Int64
 	ms := server.NewMCPServer("keyed", "1.0", server.WithToolCapabilities(true))
-	ms.AddTool(mcp.NewTool("echo_key", readOnly), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("you sent " + r.Header.Get("X-Api-Key")), nil
+	ms.AddTool(mcpgo.NewTool("echo_key", readOnly), func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return mcpgo.NewToolResultText("you sent " + r.Header.Get("X-Api-Key")), nil
 	})
 	sh := server.NewStreamableHTTPServer(ms)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -48,10 +49,9 @@ func TestSecretsManagerHeader(t *testing.T) {
 		hs.CloseClientConnections()
 		hs.Close()
 	})
-	cfg := ServerConfig{Name: "k", URL: hs.URL + "/mcp", Transport: TransportStreamable,
-		Headers: map[string]string{"X-Api-Key": "${secret:mcp/keys#api}"}}
-	p := newTestPool(t, []ServerConfig{cfg},
-		WithSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
+	cfg := Config{Config: toolsource.Config{Name: "k", Headers: map[string]string{"X-Api-Key": "${secret:mcp/keys#api}"}}, URL: hs.URL + "/mcp", Transport: TransportStreamable}
+	p := newTestPool(t, []Config{cfg},
+		withSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
 	waitTools(t, p, "k", "echo_key")
 	out, err := call(t, p, "k", "echo_key", `{}`, CallOptions{})
 	if err != nil || strings.Contains(out, secretMarker) || !strings.Contains(out, "[REDACTED]") {
@@ -67,7 +67,7 @@ func TestSecretsManagerHeader(t *testing.T) {
 	if refused.Load() != 1 {
 		t.Errorf("the server refused %d requests; want the one with the old key", refused.Load())
 	}
-	if h := p.Health()[0]; h.State != StateHealthy || strings.Contains(h.LastError, secretMarker) {
+	if h := p.Health()[0]; h.State != toolsource.StateHealthy || strings.Contains(h.LastError, secretMarker) {
 		t.Errorf("health %+v", h)
 	}
 }
@@ -94,19 +94,19 @@ func TestSecretsManagerReferenceRefusals(t *testing.T) {
 		hs.Close()
 	})
 	l := &leakCheck{t: t}
-	cfg := func(name, ref string) ServerConfig {
-		return ServerConfig{Name: name, URL: hs.URL + "/mcp", Transport: TransportStreamable, Headers: map[string]string{"X-Api-Key": ref}}
+	cfg := func(name, ref string) Config {
+		return Config{Config: toolsource.Config{Name: name, Headers: map[string]string{"X-Api-Key": ref}}, URL: hs.URL + "/mcp", Transport: TransportStreamable}
 	}
-	p := newTestPool(t, []ServerConfig{cfg("gone", "${secret:mcp/none}"), cfg("crlf", "${secret:mcp/crlf}"), cfg("quoting", "${secret:mcp/good}")},
-		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3),
-		WithSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
+	p := newTestPool(t, []Config{cfg("gone", "${secret:mcp/none}"), cfg("crlf", "${secret:mcp/crlf}"), cfg("quoting", "${secret:mcp/good}")},
+		withLogger(newLockedLogger(&l.logs, &l.mu)), withReconnectBackoff(20*time.Millisecond, 50*time.Millisecond, 3),
+		withSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
 	for name, want := range map[string]string{"gone": "header X-Api-Key: reading secret mcp/none", "crlf": "header X-Api-Key: resolved value contains a line break", "quoting": "authorization required"} {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			h := p.Health()
-			i := slices.IndexFunc(h, func(h ServerHealth) bool { return h.Name == name })
+			i := slices.IndexFunc(h, func(h toolsource.Health) bool { return h.Name == name })
 			if strings.Contains(h[i].LastError, want) {
-				if h[i].State == StateHealthy {
+				if h[i].State == toolsource.StateHealthy {
 					t.Errorf("%s: %+v; want it unavailable", name, h[i])
 				}
 				break
@@ -164,9 +164,9 @@ func TestRotatedClientSecret(t *testing.T) {
 			auth := tt.auth
 			auth.ClientID, auth.ClientSecret = "svc", "${secret:mcp/oauth#secret}"
 			l := &leakCheck{t: t}
-			p := newTestPool(t, []ServerConfig{{Name: "secure", URL: url, Transport: TransportStreamable, Auth: auth}},
-				WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(oauthclient.Headless{}),
-				WithSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
+			p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "secure"}, URL: url, Transport: TransportStreamable, Auth: auth}},
+				withLogger(newLockedLogger(&l.logs, &l.mu)), withCredentialsDir(t.TempDir()), withLoginAgent(oauthclient.Headless{}),
+				withSecretsManager(func(context.Context) (oauthclient.SecretsAPI, error) { return m.Client(), nil }))
 			if _, err := call(t, p, "secure", "echo", `{"text":"one"}`, CallOptions{}); err != nil {
 				t.Fatal(err)
 			}

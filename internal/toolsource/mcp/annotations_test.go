@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -7,11 +7,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // TestGuardGlobsIgnoreCase: require_approval and deny — globs that guard —
@@ -21,25 +22,21 @@ func TestGuardGlobsIgnoreCase(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	tools := []wireTool{{Name: "Delete_all"}, {Name: "DELETE_ONE"}, {Name: "Drop_table"}, {Name: "read_me"}, {Name: "READ_ALL"}, {Name: "wipe"}}
-	build := func(cfg ServerConfig) (*toolSet, map[string]catalog.Tool) {
-		s := &remote{cfg: cfg, log: log, drops: catalog.NewDropLog(log)}
-		ts := s.buildToolSet(&conn{}, tools)
-		visible := map[string]catalog.Tool{}
-		for _, tl := range ts.visible {
-			visible[tl.Name] = tl
-		}
-		return ts, visible
+	build := func(cfg Config) (*Pool, map[string]catalog.Tool) {
+		p := listed(t, cfg, log, tools, 0)
+		_, visible := visibleTools(t, p)
+		return p, visible
 	}
-	ts, visible := build(ServerConfig{Name: "s", RequireApproval: []string{"delete_*"}, Deny: []string{"drop_*"}})
+	p, visible := build(Config{Config: toolsource.Config{Name: "s", RequireApproval: []string{"delete_*"}, Deny: []string{"drop_*"}}})
 	for _, name := range []string{"Delete_all", "DELETE_ONE"} {
 		if tl, ok := visible[name]; !ok || !tl.RequireApproval {
 			t.Errorf("%s: visible %v, require_approval %v; want it to need approval", name, ok, tl.RequireApproval)
 		}
 	}
-	if e := ts.lookup("Drop_table"); e == nil || !e.denied {
-		t.Error(`"drop_*" in the deny list does not hide Drop_table`)
+	if _, err := call(t, p, "s", "Drop_table", `{}`, CallOptions{AllowDestructive: true}); codeOf(err) != fault.Forbidden {
+		t.Errorf(`"drop_*" in the deny list does not hide Drop_table: %v`, err)
 	}
-	_, visible = build(ServerConfig{Name: "s", Allow: []string{"read_*", "Wipe"}})
+	_, visible = build(Config{Config: toolsource.Config{Name: "s", Allow: []string{"read_*", "Wipe"}}})
 	if _, ok := visible["read_me"]; !ok {
 		t.Error("read_me is not allowed")
 	}
@@ -58,19 +55,19 @@ func TestGuardGlobsIgnoreCase(t *testing.T) {
 // destructive, and never overrides what it says.
 func TestUnannotatedToolsFollowTheSpec(t *testing.T) {
 	m := server.NewMCPServer("terse", "1.0", server.WithToolCapabilities(true))
-	ok := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("ok"), nil
+	ok := func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return mcpgo.NewToolResultText("ok"), nil
 	}
-	m.AddTool(mcp.Tool{Name: "mystery", InputSchema: mcp.ToolInputSchema{Type: "object"}}, ok)
-	m.AddTool(mcp.Tool{Name: "says_destructive", InputSchema: mcp.ToolInputSchema{Type: "object"},
-		Annotations: mcp.ToolAnnotation{DestructiveHint: mcp.ToBoolPtr(true)}}, ok)
-	m.AddTool(mcp.NewTool("reader", mcp.WithReadOnlyHintAnnotation(true)), ok)
+	m.AddTool(mcpgo.Tool{Name: "mystery", InputSchema: mcpgo.ToolInputSchema{Type: "object"}}, ok)
+	m.AddTool(mcpgo.Tool{Name: "says_destructive", InputSchema: mcpgo.ToolInputSchema{Type: "object"},
+		Annotations: mcpgo.ToolAnnotation{DestructiveHint: mcpgo.ToBoolPtr(true)}}, ok)
+	m.AddTool(mcpgo.NewTool("reader", mcpgo.WithReadOnlyHintAnnotation(true)), ok)
 	srv := httptest.NewServer(server.NewStreamableHTTPServer(m))
 	t.Cleanup(srv.Close)
 
-	p := newTestPool(t, []ServerConfig{
-		{Name: "strict", URL: srv.URL, Transport: TransportStreamable},
-		{Name: "trusting", URL: srv.URL, Transport: TransportStreamable, AssumeNotDestructive: true},
+	p := newTestPool(t, []Config{
+		{Config: toolsource.Config{Name: "strict"}, URL: srv.URL, Transport: TransportStreamable},
+		{Config: toolsource.Config{Name: "trusting"}, URL: srv.URL, Transport: TransportStreamable, AssumeNotDestructive: true},
 	})
 	waitTools(t, p, "strict", "mystery", "reader")
 	waitTools(t, p, "trusting", "mystery", "reader")

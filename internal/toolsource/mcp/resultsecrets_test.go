@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/testutil/oauthserver"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // apiKeySecret is an X-Api-Key header's value, written in the config.
@@ -31,7 +32,7 @@ type requestKey struct{}
 func headerEchoServer(t *testing.T, wrap func(url string, h http.Handler) http.Handler) string {
 	t.Helper()
 	m := server.NewMCPServer("echo-headers", "1.0", server.WithToolCapabilities(true))
-	seen := func(ctx context.Context, r mcp.CallToolRequest) map[string]any {
+	seen := func(ctx context.Context, r mcpgo.CallToolRequest) map[string]any {
 		h := map[string]string{}
 		for k := range r.Header {
 			h[k] = r.Header.Get(k)
@@ -39,19 +40,19 @@ func headerEchoServer(t *testing.T, wrap func(url string, h http.Handler) http.H
 		q, _ := ctx.Value(requestKey{}).(string)
 		return map[string]any{"headers": h, "query": q}
 	}
-	ro := mcp.WithReadOnlyHintAnnotation(true)
-	m.AddTool(mcp.NewTool("headers", mcp.WithDescription("Echoes the request's headers"), ro),
-		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ro := mcpgo.WithReadOnlyHintAnnotation(true)
+	m.AddTool(mcpgo.NewTool("headers", mcpgo.WithDescription("Echoes the request's headers"), ro),
+		func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			v := seen(ctx, r)
 			b, _ := json.Marshal(v)
-			return mcp.NewToolResultStructured(v, string(b)), nil
+			return mcpgo.NewToolResultStructured(v, string(b)), nil
 		})
-	m.AddTool(mcp.NewTool("headers_text", mcp.WithDescription("Echoes the request's headers as text"), ro),
-		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText(fmt.Sprint(seen(ctx, r))), nil
+	m.AddTool(mcpgo.NewTool("headers_text", mcpgo.WithDescription("Echoes the request's headers as text"), ro),
+		func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText(fmt.Sprint(seen(ctx, r))), nil
 		})
-	m.AddTool(mcp.NewTool("headers_escaped", mcp.WithDescription("Echoes the headers, every character escaped"), ro),
-		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	m.AddTool(mcpgo.NewTool("headers_escaped", mcpgo.WithDescription("Echoes the headers, every character escaped"), ro),
+		func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			var b strings.Builder
 			b.WriteString(`{"headers":{`)
 			i := 0
@@ -67,15 +68,15 @@ func headerEchoServer(t *testing.T, wrap func(url string, h http.Handler) http.H
 				b.WriteByte('"')
 			}
 			b.WriteString(`}}`)
-			return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("see structuredContent")}, StructuredContent: json.RawMessage(b.String())}, nil
+			return &mcpgo.CallToolResult{Content: []mcpgo.Content{mcpgo.NewTextContent("see structuredContent")}, StructuredContent: json.RawMessage(b.String())}, nil
 		})
-	m.AddTool(mcp.NewTool("headers_error", mcp.WithDescription("Fails, quoting the request's headers"), ro),
-		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultError(fmt.Sprint("refused: ", seen(ctx, r))), nil
+	m.AddTool(mcpgo.NewTool("headers_error", mcpgo.WithDescription("Fails, quoting the request's headers"), ro),
+		func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultError(fmt.Sprint("refused: ", seen(ctx, r))), nil
 		})
-	m.AddTool(mcp.NewTool("configured", mcp.WithDescription("Configured with "+headerSecret+" and "+apiKeySecret), ro),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText("ok"), nil
+	m.AddTool(mcpgo.NewTool("configured", mcpgo.WithDescription("Configured with "+headerSecret+" and "+apiKeySecret), ro),
+		func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText("ok"), nil
 		})
 	sh := server.NewStreamableHTTPServer(m, server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 		return context.WithValue(ctx, requestKey{}, r.URL.RawQuery)
@@ -141,11 +142,11 @@ func TestResultsNeverCarrySecrets(t *testing.T) {
 
 	as := oauthserver.Start(t, oauthserver.Options{})
 	protected := headerEchoServer(t, func(url string, h http.Handler) http.Handler { return as.Protect(url, h) })
-	oauth := ServerConfig{Name: "oauth", URL: protected, Transport: TransportStreamable, Auth: oauthclient.Config{Type: oauthclient.TypeOAuth}}
+	oauth := Config{Config: toolsource.Config{Name: "oauth"}, URL: protected, Transport: TransportStreamable, Auth: oauthclient.Config{Type: oauthclient.TypeOAuth}}
 
 	l := &leakCheck{t: t}
-	p := newTestPool(t, []ServerConfig{cfg, basic, oauth},
-		WithLogger(newLockedLogger(&l.logs, &l.mu)), WithCredentialsDir(t.TempDir()), WithLoginAgent(oauthclient.Headless{}))
+	p := newTestPool(t, []Config{cfg, basic, oauth},
+		withLogger(newLockedLogger(&l.logs, &l.mu)), withCredentialsDir(t.TempDir()), withLoginAgent(oauthclient.Headless{}))
 	for _, server := range []string{"hdr", "basic"} {
 		waitTools(t, p, server, "headers", "headers_text", "headers_escaped", "headers_error", "configured")
 	}

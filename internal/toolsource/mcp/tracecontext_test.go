@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/testutil/traceprobe"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/tracectx"
 )
 
@@ -14,9 +15,9 @@ import (
 // header, over both transports; a call under none carries neither.
 func TestTraceContextLeavesWithCalls(t *testing.T) {
 	probe := traceprobe.Start(t)
-	p := newTestPool(t, []ServerConfig{
-		{Name: "streamable", URL: probe.StreamableURL(), Transport: TransportStreamable},
-		{Name: "sse", URL: probe.SSEURL(), Transport: TransportSSE},
+	p := newTestPool(t, []Config{
+		{Config: toolsource.Config{Name: "streamable"}, URL: probe.StreamableURL(), Transport: TransportStreamable},
+		{Config: toolsource.Config{Name: "sse"}, URL: probe.SSEURL(), Transport: TransportSSE},
 	})
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, server := range []string{"streamable", "sse"} {

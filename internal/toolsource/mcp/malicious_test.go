@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // evilServer speaks just enough MCP by hand to misbehave in ways mcp-go's
@@ -221,9 +222,8 @@ func (e *evilServer) sseMessage(w http.ResponseWriter, r *http.Request) {
 func TestMaliciousServerStreamable(t *testing.T) {
 	e := newEvilServer(t)
 	const cap = 1 << 20
-	p := newTestPool(t, []ServerConfig{{Name: "evil", URL: "http://" + e.addr + "/mcp",
-		Transport: TransportStreamable, CallTimeout: 500 * time.Millisecond}},
-		WithMaxMessageBytes(cap))
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "evil", CallTimeout: 500 * time.Millisecond}, URL: "http://" + e.addr + "/mcp", Transport: TransportStreamable}},
+		withMaxMessageBytes(cap))
 	waitTools(t, p, "evil", evilTools...)
 
 	cases := []struct {
@@ -277,9 +277,8 @@ func TestMaliciousServerSSE(t *testing.T) {
 	e := newEvilServer(t)
 	// The timeout leaves a loaded machine room to read the oversized
 	// event before it (at 400 ms, "huge" sometimes ended as TIMEOUT).
-	p := newTestPool(t, []ServerConfig{{Name: "evil", URL: "http://" + e.addr + "/sse",
-		Transport: TransportSSE, CallTimeout: 1500 * time.Millisecond}},
-		WithMaxMessageBytes(1<<20))
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "evil", CallTimeout: 1500 * time.Millisecond}, URL: "http://" + e.addr + "/sse", Transport: TransportSSE}},
+		withMaxMessageBytes(1<<20))
 	waitTools(t, p, "evil", evilTools...)
 
 	cases := []struct {
@@ -368,8 +367,8 @@ func neverAnsweringConnect(t *testing.T, poolTimeout, serverTimeout time.Duratio
 		conns.Wait()
 	}()
 
-	p, err := New(context.Background(), []ServerConfig{{Name: "mute", URL: "http://" + ln.Addr().String() + "/mcp", ConnectTimeout: serverTimeout}},
-		WithLogger(testLogger()), WithConnectTimeout(poolTimeout))
+	p, err := openPool([]Config{{Config: toolsource.Config{Name: "mute"}, URL: "http://" + ln.Addr().String() + "/mcp", ConnectTimeout: serverTimeout}},
+		withLogger(testLogger()), withConnectTimeout(poolTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

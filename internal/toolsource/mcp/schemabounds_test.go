@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"bytes"
@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
-	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
 // TestDiscoveryDropsUnboundedSchemas: a server's tool whose input schema is
@@ -32,20 +33,18 @@ func TestDiscoveryDropsUnboundedSchemas(t *testing.T) {
 		{Name: "huge", InputSchema: json.RawMessage(`{"enum":["` + strings.Repeat("x", argcheck.MaxSchemaBytes) + `"]}`)},
 	}
 	var logs bytes.Buffer
-	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	s := &remote{cfg: ServerConfig{Name: "hostile"}, log: log, drops: catalog.NewDropLog(log)}
-	ts := s.buildToolSet(&conn{}, tools)
+	// Warnings only: the Set's other records (the server's state) are
+	// not this test's.
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	p := listed(t, Config{Config: toolsource.Config{Name: "hostile"}}, log, tools, 0)
 
-	var names []string
-	for _, tl := range ts.visible {
-		names = append(names, tl.Name)
-	}
+	names, _ := visibleTools(t, p)
 	if got := strings.Join(names, ","); got != "fine,wide" {
 		t.Errorf("catalog %s; want fine,wide", got)
 	}
 	for _, name := range []string{"deep", "huge"} {
-		if ts.lookup(name) != nil {
-			t.Errorf("%s is callable", name)
+		if _, err := call(t, p, "hostile", name, `{}`, CallOptions{}); codeOf(err) != fault.ToolNotFound {
+			t.Errorf("%s is callable: %v", name, err)
 		}
 	}
 	want := map[string]string{"hostile:deep": argcheck.ErrSchemaTooDeep.Error(), "hostile:huge": argcheck.ErrSchemaTooLarge.Error()}

@@ -1,4 +1,4 @@
-package mcpclient
+package mcp
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -29,7 +30,7 @@ func TestDiscoverAndCall(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := newTestServer(t, tc.kind, srvOpts{legacy: tc.legacy})
-			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: tc.transport}})
+			p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL(), Transport: tc.transport}})
 			waitTools(t, p, "demo", "echo", "add", "get-sum")
 
 			tools, err := p.Tools(context.Background())
@@ -56,7 +57,7 @@ func TestDiscoverAndCall(t *testing.T) {
 			}
 
 			h := p.Health()[0]
-			if h.State != StateHealthy || h.Transport != tc.wantTransport || h.ProtocolVersion != tc.wantProtocol || h.Tools != len(tools) {
+			if h.State != toolsource.StateHealthy || h.Transport != tc.wantTransport || h.ProtocolVersion != tc.wantProtocol || h.Tools != len(tools) {
 				t.Errorf("health %+v; want healthy over %s at %s with %d tools", h, tc.wantTransport, tc.wantProtocol, len(tools))
 			}
 
@@ -90,7 +91,7 @@ func TestDiscoverAndCall(t *testing.T) {
 // the others do not.
 func TestRequireApprovalMarksTools(t *testing.T) {
 	ts := newTestServer(t, TransportStreamable, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), RequireApproval: []string{"get-*", "echo"}}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo", RequireApproval: []string{"get-*", "echo"}}, URL: ts.URL()}})
 	waitTools(t, p, "demo", "echo", "add", "get-sum")
 	tools, err := p.Tools(context.Background())
 	if err != nil {
@@ -114,7 +115,7 @@ func TestPagination(t *testing.T) {
 	for _, kind := range []string{TransportSSE, TransportStreamable} {
 		t.Run(kind, func(t *testing.T) {
 			ts := newTestServer(t, kind, srvOpts{pageSize: 2})
-			p := newTestPool(t, []ServerConfig{{Name: "paged", URL: ts.URL(), Transport: kind}})
+			p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "paged"}, URL: ts.URL(), Transport: kind}})
 			waitTools(t, p, "paged", "add", "big", "create", "echo", "fail", "get-sum", "multi", "slow")
 			// 11 tools on the server in pages of 2: at least 6 requests.
 			if got := p.Stats().ToolLists; got < 6 {
@@ -128,7 +129,7 @@ func TestPagination(t *testing.T) {
 // no initialize and no tools/list.
 func TestWarmReuse(t *testing.T) {
 	ts := newTestServer(t, TransportSSE, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL()}})
 	waitTools(t, p, "demo", "echo")
 	before := p.Stats()
 	first, _ := p.Tools(context.Background())
@@ -157,7 +158,7 @@ func TestWarmReuse(t *testing.T) {
 
 func TestRefreshTTL(t *testing.T) {
 	ts := newTestServer(t, TransportStreamable, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}}, WithRefreshTTL(50*time.Millisecond))
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL()}}, withRefreshTTL(50*time.Millisecond))
 	waitTools(t, p, "demo", "echo")
 	before := p.Stats().ToolLists
 	time.Sleep(100 * time.Millisecond)
@@ -176,7 +177,7 @@ func TestRefreshTTL(t *testing.T) {
 func TestParallelCallsAcrossServers(t *testing.T) {
 	a := newTestServer(t, TransportSSE, srvOpts{})
 	b := newTestServer(t, TransportStreamable, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "a", URL: a.URL()}, {Name: "b", URL: b.URL()}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "a"}, URL: a.URL()}, {Config: toolsource.Config{Name: "b"}, URL: b.URL()}})
 	waitTools(t, p, "a", "slow")
 	waitTools(t, p, "b", "slow")
 
@@ -208,11 +209,11 @@ func TestParallelCallsAcrossServers(t *testing.T) {
 
 func TestCallRefusals(t *testing.T) {
 	ts := newTestServer(t, TransportSSE, srvOpts{})
-	p := newTestPool(t, []ServerConfig{
-		{Name: "demo", URL: ts.URL()},
-		{Name: "open", URL: ts.URL(), AllowDestructive: true},
-		{Name: "narrow", URL: ts.URL(), Allow: []string{"e*", "get-*", "delete_all"}, Deny: []string{"get-sum"}, AllowDestructive: true},
-	})
+	p := newTestPool(t, []Config{
+		{Config: toolsource.Config{Name: "demo"}, URL: ts.URL()},
+		{Config: toolsource.Config{Name: "open", AllowDestructive: true}, URL: ts.URL()},
+		{Config: toolsource.Config{Name: "narrow", Allow: []string{"e*", "get-*", "delete_all"}, Deny: []string{"get-sum"}, AllowDestructive: true}, URL: ts.URL()},
+	}, withMaxResultBytes(1000)) // the result cap of the two "result cap" cases
 	waitTools(t, p, "demo", "echo")
 	waitTools(t, p, "open", "delete_all")
 	waitTools(t, p, "narrow", "echo")
@@ -240,8 +241,8 @@ func TestCallRefusals(t *testing.T) {
 		{"allowed by glob", "narrow", "echo", `{"text":"x"}`, CallOptions{}, "", nil},
 		{"not in allow list", "narrow", "add", `{"a":1,"b":1}`, CallOptions{}, fault.Forbidden, nil},
 		{"denied", "narrow", "get-sum", `{}`, CallOptions{}, fault.Forbidden, nil},
-		{"result cap", "demo", "big", `{"n":2000}`, CallOptions{MaxResultBytes: 1000}, fault.LimitExceeded, nil},
-		{"under result cap", "demo", "big", `{"n":500}`, CallOptions{MaxResultBytes: 1000}, "", nil},
+		{"result cap", "demo", "big", `{"n":2000}`, CallOptions{}, fault.LimitExceeded, nil},
+		{"under result cap", "demo", "big", `{"n":500}`, CallOptions{}, "", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -309,9 +310,9 @@ func TestCallRefusals(t *testing.T) {
 func TestSlowToolTimesOutWhileOtherServerAnswers(t *testing.T) {
 	slow := newTestServer(t, TransportSSE, srvOpts{})
 	fast := newTestServer(t, TransportStreamable, srvOpts{})
-	p := newTestPool(t, []ServerConfig{
-		{Name: "slow", URL: slow.URL(), CallTimeout: 3 * time.Second},
-		{Name: "fast", URL: fast.URL()},
+	p := newTestPool(t, []Config{
+		{Config: toolsource.Config{Name: "slow", CallTimeout: 3 * time.Second}, URL: slow.URL()},
+		{Config: toolsource.Config{Name: "fast"}, URL: fast.URL()},
 	})
 	waitTools(t, p, "slow", "slow")
 	waitTools(t, p, "fast", "echo")
@@ -346,7 +347,7 @@ func TestSlowToolTimesOutWhileOtherServerAnswers(t *testing.T) {
 		t.Errorf("slow call failed after %s; want its 3 s timeout", slowTook)
 	}
 	// a timeout is not a reason to drop the server
-	if h := p.Health()[0]; h.State != StateHealthy {
+	if h := p.Health()[0]; h.State != toolsource.StateHealthy {
 		t.Errorf("health after a timeout: %+v", h)
 	}
 }
@@ -355,7 +356,7 @@ func TestServerKilledMidCallThenRestarted(t *testing.T) {
 	for _, kind := range []string{TransportSSE, TransportStreamable} {
 		t.Run(kind, func(t *testing.T) {
 			ts := newTestServer(t, kind, srvOpts{})
-			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
+			p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL(), Transport: kind}})
 			waitTools(t, p, "demo", "slow")
 
 			errc := make(chan error, 1)
@@ -380,7 +381,7 @@ func TestServerKilledMidCallThenRestarted(t *testing.T) {
 			}
 
 			// While down, calls fail at once.
-			waitState(t, p, "demo", StateUnavailable)
+			waitState(t, p, "demo", toolsource.StateUnavailable)
 			start := time.Now()
 			_, err = call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{})
 			// At once: not after a connect attempt (the test pool's
@@ -416,7 +417,7 @@ func TestServerKilledMidCallThenRestarted(t *testing.T) {
 	}
 }
 
-func waitState(t *testing.T, p *Pool, name string, want State) {
+func waitState(t *testing.T, p *Pool, name string, want toolsource.State) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
@@ -445,7 +446,7 @@ func TestToolsListChanged(t *testing.T) {
 		kind := tc.kind
 		t.Run(tc.name, func(t *testing.T) {
 			ts := newTestServer(t, kind, srvOpts{legacy: tc.legacy})
-			p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: kind}})
+			p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL(), Transport: kind}})
 			waitTools(t, p, "demo", "echo")
 			// The notification goes out on the event stream (SSE: the
 			// connection itself; streamable 2025-11-25: the GET stream
@@ -465,7 +466,7 @@ func TestToolsListChanged(t *testing.T) {
 func TestExpiredSessionReinitialised(t *testing.T) {
 	// Sessions are 2025-11-25's: 2026-07-28 has none to lose.
 	ts := newTestServer(t, TransportStreamable, srvOpts{stateful: true, legacy: true})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: TransportStreamable}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL(), Transport: TransportStreamable}})
 	waitTools(t, p, "demo", "echo")
 	if _, err := call(t, p, "demo", "echo", `{"text":"1"}`, CallOptions{}); err != nil {
 		t.Fatal(err)
@@ -495,8 +496,8 @@ func TestHeadersFromSecretsAreSentNotLogged(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := newLockedLogger(&logs, &mu)
-	cfg := ServerConfig{Name: "demo", URL: ts.URL(), Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_TOKEN}"}}
-	p := newTestPool(t, []ServerConfig{cfg}, WithLogger(logger))
+	cfg := Config{Config: toolsource.Config{Name: "demo", Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_TOKEN}"}}, URL: ts.URL()}
+	p := newTestPool(t, []Config{cfg}, withLogger(logger))
 	waitTools(t, p, "demo", "echo")
 	if _, err := call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{}); err != nil {
 		t.Fatal(err)
@@ -519,9 +520,8 @@ func TestHeadersFromSecretsAreSentNotLogged(t *testing.T) {
 
 func TestMissingSecretKeepsServerUnavailable(t *testing.T) {
 	ts := newTestServer(t, TransportStreamable, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(),
-		Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_UNSET_VAR}"}}},
-		WithReconnectBackoff(10*time.Millisecond, 10*time.Millisecond, 2))
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo", Headers: map[string]string{"Authorization": "Bearer ${env:MCPCLIENT_TEST_UNSET_VAR}"}}, URL: ts.URL()}},
+		withReconnectBackoff(10*time.Millisecond, 10*time.Millisecond, 2))
 	_, err := call(t, p, "demo", "echo", `{"text":"x"}`, CallOptions{})
 	if codeOf(err) != fault.Unavailable || !strings.Contains(err.Error(), "MCPCLIENT_TEST_UNSET_VAR") {
 		t.Fatalf("call: %v; want UNAVAILABLE naming the missing variable", err)
@@ -529,15 +529,15 @@ func TestMissingSecretKeepsServerUnavailable(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfgs := range [][]ServerConfig{
-		{{Name: "", URL: "http://127.0.0.1:1/mcp"}},
-		{{Name: "__proto__", URL: "http://127.0.0.1:1/mcp"}},
-		{{Name: "a:b", URL: "http://127.0.0.1:1/mcp"}},
-		{{Name: "a", URL: "http://127.0.0.1:1/mcp"}, {Name: "a", URL: "http://127.0.0.1:2/mcp"}},
-		{{Name: "a", URL: "ftp://127.0.0.1/x"}},
-		{{Name: "a", URL: "http://127.0.0.1:1/mcp", Transport: "websocket"}},
+	for _, cfgs := range [][]Config{
+		{{Config: toolsource.Config{Name: ""}, URL: "http://127.0.0.1:1/mcp"}},
+		{{Config: toolsource.Config{Name: "__proto__"}, URL: "http://127.0.0.1:1/mcp"}},
+		{{Config: toolsource.Config{Name: "a:b"}, URL: "http://127.0.0.1:1/mcp"}},
+		{{Config: toolsource.Config{Name: "a"}, URL: "http://127.0.0.1:1/mcp"}, {Config: toolsource.Config{Name: "a"}, URL: "http://127.0.0.1:2/mcp"}},
+		{{Config: toolsource.Config{Name: "a"}, URL: "ftp://127.0.0.1/x"}},
+		{{Config: toolsource.Config{Name: "a"}, URL: "http://127.0.0.1:1/mcp", Transport: "websocket"}},
 	} {
-		p, err := New(context.Background(), cfgs)
+		p, err := openPool(cfgs)
 		if err == nil {
 			_ = p.Close()
 			t.Errorf("New(%v) succeeded", cfgs)
@@ -551,7 +551,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 
 func TestClosedPool(t *testing.T) {
 	ts := newTestServer(t, TransportSSE, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL()}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL()}})
 	waitTools(t, p, "demo", "echo")
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -567,9 +567,9 @@ func TestClosedPool(t *testing.T) {
 
 func TestDownServerAbsentOthersServed(t *testing.T) {
 	ts := newTestServer(t, TransportSSE, srvOpts{})
-	p := newTestPool(t, []ServerConfig{
-		{Name: "dead", URL: "http://127.0.0.1:1/mcp"},
-		{Name: "live", URL: ts.URL()},
+	p := newTestPool(t, []Config{
+		{Config: toolsource.Config{Name: "dead"}, URL: "http://127.0.0.1:1/mcp"},
+		{Config: toolsource.Config{Name: "live"}, URL: ts.URL()},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -586,7 +586,7 @@ func TestDownServerAbsentOthersServed(t *testing.T) {
 		t.Fatal("live server's tools missing")
 	}
 	h := p.Health()
-	if h[0].State != StateUnavailable || h[0].LastError == "" || h[1].State != StateHealthy {
+	if h[0].State != toolsource.StateUnavailable || h[0].LastError == "" || h[1].State != toolsource.StateHealthy {
 		t.Errorf("health %+v", h)
 	}
 	_, err = call(t, p, "dead", "echo", `{}`, CallOptions{})
@@ -600,7 +600,7 @@ func TestDownServerAbsentOthersServed(t *testing.T) {
 // retryable UNAVAILABLE, and CheckServer says so before any call.
 func TestDownServerKeepsLastKnownTools(t *testing.T) {
 	ts := newTestServer(t, TransportSSE, srvOpts{})
-	p := newTestPool(t, []ServerConfig{{Name: "demo", URL: ts.URL(), Transport: TransportSSE}})
+	p := newTestPool(t, []Config{{Config: toolsource.Config{Name: "demo"}, URL: ts.URL(), Transport: TransportSSE}})
 	waitTools(t, p, "demo", "echo")
 	if err := p.CheckServer("demo"); err != nil {
 		t.Fatalf("CheckServer while up: %v", err)
@@ -608,7 +608,7 @@ func TestDownServerKeepsLastKnownTools(t *testing.T) {
 	before, _ := p.Tools(context.Background())
 
 	ts.stop()
-	waitState(t, p, "demo", StateUnavailable)
+	waitState(t, p, "demo", toolsource.StateUnavailable)
 	after, _ := p.Tools(context.Background())
 	if len(after) != len(before) {
 		t.Errorf("a down server lists %d tools; want its last known %d", len(after), len(before))
@@ -634,9 +634,9 @@ func TestDownServerKeepsLastKnownTools(t *testing.T) {
 
 func TestServersAndCheckServer(t *testing.T) {
 	ts := newTestServer(t, TransportSSE, srvOpts{})
-	p := newTestPool(t, []ServerConfig{
-		{Name: "dead", URL: "http://127.0.0.1:1/mcp?api_key=SECRET-key"},
-		{Name: "live", URL: ts.URL()},
+	p := newTestPool(t, []Config{
+		{Config: toolsource.Config{Name: "dead"}, URL: "http://127.0.0.1:1/mcp?api_key=SECRET-key"},
+		{Config: toolsource.Config{Name: "live"}, URL: ts.URL()},
 	})
 	waitTools(t, p, "live", "echo")
 	if got := p.Servers(); !slices.Equal(got, []string{"dead", "live"}) {
