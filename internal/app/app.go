@@ -43,9 +43,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/toolsource"
-	lambdakind "github.com/pml-sandbox/pml/internal/toolsource/lambda"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
-	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/userdata"
@@ -137,13 +135,14 @@ type Config struct {
 	// CompileWorkers is how many goroutines compile the guest when the
 	// caches miss; 0 or 1 compiles on one (wazero's default).
 	CompileWorkers int
-	// Servers are the MCP servers, OpenAPI the OpenAPI services and
-	// Lambda the Lambda functions offered as tools. When there are none
-	// of any kind and ServersParam names an SSM parameter, New reads the
-	// list from it.
-	Servers      []mcpkind.Config
-	OpenAPI      []openapi.Config
-	Lambda       []lambdakind.Config
+	// Servers are the configured servers, of any kind (MCP servers,
+	// OpenAPI services, Lambda functions, and Kinds'). When there are
+	// none and ServersParam names an SSM parameter, New reads the list
+	// from it.
+	Servers serverconfig.Servers
+	// Kinds are kinds of tool source besides the standard ones (Kinds),
+	// which Servers may name.
+	Kinds        []toolsource.Kind
 	ServersParam string
 	// Demo offers the demo tools in process (bridge.DemoSource).
 	Demo bool
@@ -242,9 +241,7 @@ func ConfigFromEnv() (Config, error) {
 	cfg := Config{
 		CacheDir:           os.Getenv(EnvCompileCache),
 		ShippedCacheDir:    os.Getenv(EnvShippedCache),
-		Servers:            servers.MCP,
-		OpenAPI:            servers.OpenAPI,
-		Lambda:             servers.Lambda,
+		Servers:            servers,
 		ServersParam:       os.Getenv(EnvMCPServersParam),
 		Demo:               strings.EqualFold(os.Getenv(EnvDemoTools), "on"),
 		Traces:             TraceConfig{Store: StoreMemory, Keep: keep},
@@ -301,9 +298,9 @@ func ConfigFromEnv() (Config, error) {
 func ServersFromEnv() (serverconfig.Servers, error) {
 	doc := os.Getenv(EnvMCPServers)
 	if doc == "" {
-		return serverconfig.Servers{}, nil
+		return nil, nil
 	}
-	return serverconfig.Parse(EnvMCPServers, []byte(doc))
+	return serverconfig.Parse(EnvMCPServers, []byte(doc), Kinds())
 }
 
 // MCPTextBytes is the budget of execute_code's text answer set by
@@ -469,16 +466,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.Engine = eng
 
-	servers := serverconfig.Servers{MCP: cfg.Servers, OpenAPI: cfg.OpenAPI, Lambda: cfg.Lambda}
-	if servers.Len() == 0 && cfg.ServersParam != "" {
-		if servers, err = a.serversFromSSM(ctx, cfg.ServersParam); err != nil {
+	servers := cfg.Servers
+	if len(servers) == 0 && cfg.ServersParam != "" {
+		if servers, err = a.serversFromSSM(ctx, cfg.ServersParam, cfg.Kinds); err != nil {
 			return fail(err)
 		}
 	}
 	if cfg.Answerer != nil && !cfg.Approval.Policy.MayAnswer(approval.Decider{Channel: execution.ChannelCaller}, "") {
 		return fail(fault.New(fault.InvalidRequest, "remote servers' questions can be answered in line only where the caller decides (the caller's answer is weighed as an approval)"))
 	}
-	sources, err := a.openSources(ctx, servers, cfg.MCPAuth, cfg.Answerer, log)
+	sources, err := a.openSources(ctx, servers, cfg.Kinds, cfg.MCPAuth, cfg.Answerer, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -665,16 +662,16 @@ func (a *App) Close(ctx context.Context) {
 }
 
 // serversFromSSM reads the server list from an SSM parameter.
-func (a *App) serversFromSSM(ctx context.Context, name string) (serverconfig.Servers, error) {
+func (a *App) serversFromSSM(ctx context.Context, name string, kinds []toolsource.Kind) (serverconfig.Servers, error) {
 	cfg, err := a.aws.load(ctx)
 	if err != nil {
-		return serverconfig.Servers{}, err
+		return nil, err
 	}
 	out, err := ssm.NewFromConfig(cfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
 	if err != nil {
-		return serverconfig.Servers{}, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
+		return nil, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
 	}
-	return serverconfig.Parse(name, []byte(aws.ToString(out.Parameter.Value)))
+	return serverconfig.Parse(name, []byte(aws.ToString(out.Parameter.Value)), Kinds(kinds...))
 }
 
 // awsConfig loads the AWS SDK configuration once, when something first

@@ -7,7 +7,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/toolsource"
@@ -16,42 +15,33 @@ import (
 	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
+// Kinds is the registry of the standard kinds of tool source (MCP
+// servers, the default; OpenAPI services; Lambda functions) and more: what
+// a server list may name, for reading it. Decoding needs no state, so
+// these are zero values; New opens with its own MCP kind, which holds the
+// process's answerer and counts its traffic.
+func Kinds(more ...toolsource.Kind) *toolsource.Registry {
+	return toolsource.NewRegistry(new(mcpkind.Kind), openapi.Kind{}, lambdakind.Kind{}).With(more...)
+}
+
 // openSources starts the tool sources of the server list: one
-// toolsource.Set of every configured server (MCP servers, OpenAPI
-// services, Lambda functions), each owning its name.
-func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, auth MCPAuthConfig, answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
-	seen := map[string]bool{}
-	for _, name := range servers.Names() {
-		if seen[name] {
-			return nil, fault.New(fault.InvalidRequest, "two servers are named %q", name)
-		}
-		seen[name] = true
+// toolsource.Set of every configured server, each owning its name.
+func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, kinds []toolsource.Kind, auth MCPAuthConfig,
+	answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
+	if len(servers) == 0 {
+		return nil, nil
 	}
-	var sources []execution.ToolSource
 	// One resolver for every source's secret references: a Secrets
 	// Manager secret is read once per process and lifetime, through the
 	// app's one client.
 	refs := secretref.New(func(ctx context.Context) (secretref.API, error) { return a.aws.secrets(ctx) }, secretref.Options{})
-	specs := make([]toolsource.Spec, 0, servers.Len())
-	for _, c := range servers.MCP {
-		specs = append(specs, c)
+	a.MCP = &mcpkind.Kind{Answerer: answerer}
+	reg := toolsource.NewRegistry(a.MCP, openapi.Kind{}, lambdakind.Kind{}).With(kinds...)
+	set, err := toolsource.New(ctx, reg, servers, toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load, OAuth: auth.oauth(&a.aws)})
+	if err != nil {
+		return nil, fmt.Errorf("tool sources: %w", err)
 	}
-	for _, c := range servers.OpenAPI {
-		specs = append(specs, c)
-	}
-	for _, c := range servers.Lambda {
-		specs = append(specs, c)
-	}
-	if len(specs) > 0 {
-		a.MCP = &mcpkind.Kind{Answerer: answerer}
-		set, err := toolsource.New(ctx, toolsource.NewRegistry(a.MCP, openapi.Kind{}, lambdakind.Kind{}), specs,
-			toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load, OAuth: auth.oauth(&a.aws)})
-		if err != nil {
-			return nil, fmt.Errorf("tool sources: %w", err)
-		}
-		a.Tools = set
-		a.closers = append(a.closers, func(context.Context) error { return set.Close() })
-		sources = append(sources, set)
-	}
-	return sources, nil
+	a.Tools = set
+	a.closers = append(a.closers, func(context.Context) error { return set.Close() })
+	return []execution.ToolSource{set}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
@@ -35,7 +36,7 @@ func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) (
 	defer os.RemoveAll(tmp)
 	a, err := app.New(ctx, app.Config{
 		Engine:           eng,
-		Servers:          []mcpkind.Config{{Config: toolsource.Config{Name: "demo"}, URL: srv.SSEURL(), Transport: mcpkind.TransportSSE}},
+		Servers:          serverconfig.Servers{mcpkind.Config{Config: toolsource.Config{Name: "demo"}, URL: srv.SSEURL(), Transport: mcpkind.TransportSSE}},
 		Traces:           app.TraceConfig{Store: app.StoreMemory},
 		CapabilitiesFile: filepath.Join(tmp, "capabilities.json"),
 	}, slog.New(slog.DiscardHandler))

@@ -29,6 +29,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
+	"github.com/pml-sandbox/pml/internal/serverconfig"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
 )
 
@@ -149,7 +150,7 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 	log := app.Logger(io.Discard, slog.LevelInfo)
 	s.app, err = app.New(ctx, app.Config{
 		CacheDir:         cacheDir,
-		Servers:          []mcpkind.Config{demo},
+		Servers:          serverconfig.Servers{demo},
 		Traces:           app.TraceConfig{Store: app.StoreMemory},
 		CapabilitiesFile: capFile,
 		// pml serve's defaults: Prometheus metrics, suspended executions

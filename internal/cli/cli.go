@@ -328,10 +328,8 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		// for, go beside the logs.
 		MetricsOutput:    os.Stderr,
 		CacheDir:         f.engineFlags.dir(),
-		Servers:          servers.MCP,
-		OpenAPI:          servers.OpenAPI,
-		Lambda:           servers.Lambda,
-		Demo:             f.demo == "on" || (f.demo == "auto" && servers.Len() == 0),
+		Servers:          servers,
+		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),
 		Traces:           traces,
 		CapabilitiesFile: app.CapabilitiesFile(),
 		Suspensions:      susp,
@@ -365,28 +363,28 @@ func (f *serviceFlags) open(ctx context.Context, logger *slog.Logger) (*app.App,
 func (f *serverFlags) servers() (serverconfig.Servers, error) {
 	cfgs, err := app.ServersFromEnv()
 	if err != nil {
-		return serverconfig.Servers{}, usageError{err}
+		return nil, usageError{err}
 	}
 	if f.config != "" {
-		c, err := serverconfig.Load(f.config)
+		c, err := serverconfig.Load(f.config, app.Kinds())
 		if err != nil {
-			return serverconfig.Servers{}, usageError{err}
+			return nil, usageError{err}
 		}
-		cfgs.Merge(c)
+		cfgs.Merge(c...)
 	}
 	for _, m := range f.mcp {
 		c, err := mcpkind.ParseServerFlag(m)
 		if err != nil {
-			return serverconfig.Servers{}, usageError{err}
+			return nil, usageError{err}
 		}
-		cfgs.Merge(serverconfig.Servers{MCP: []mcpkind.Config{c}})
+		cfgs.Merge(c)
 	}
 	for _, m := range f.openapi {
 		c, err := openapi.ParseFlag(m)
 		if err != nil {
-			return serverconfig.Servers{}, usageError{err}
+			return nil, usageError{err}
 		}
-		cfgs.Merge(serverconfig.Servers{OpenAPI: []openapi.Config{c}})
+		cfgs.Merge(c)
 	}
 	return cfgs, nil
 }
@@ -394,7 +392,7 @@ func (f *serverFlags) servers() (serverconfig.Servers, error) {
 // mcpConfigs is the MCP servers of the merged list (see servers).
 func (f *serverFlags) mcpConfigs() ([]mcpkind.Config, error) {
 	s, err := f.servers()
-	return s.MCP, err
+	return serverconfig.Of[mcpkind.Config](s), err
 }
 
 // logger returns the JSON logger commands write diagnostics with: warnings

@@ -9,6 +9,10 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/serverconfig"
+	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
+	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
 // TestServerFlags: $PML_MCP_SERVERS, --config, --mcp and --openapi merge
@@ -47,13 +51,13 @@ func TestServerFlags(t *testing.T) {
 				return
 			}
 			var got []string
-			for _, c := range s.MCP {
+			for _, c := range serverconfig.Of[mcpkind.Config](s) {
 				got = append(got, "mcp:"+c.Name)
 			}
-			for _, c := range s.OpenAPI {
+			for _, c := range serverconfig.Of[openapi.Config](s) {
 				got = append(got, "openapi:"+c.Name)
 			}
-			for _, c := range s.Lambda {
+			for _, c := range serverconfig.Of[lambda.Config](s) {
 				got = append(got, "lambda:"+c.Name)
 			}
 			if strings.Join(got, " ") != tc.want {

@@ -17,74 +17,58 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
-	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
-	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
+	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
-// Kinds of server (an entry's "type").
-const (
-	TypeMCP     = "mcp"
-	TypeOpenAPI = "openapi"
-	TypeLambda  = "lambda"
-)
-
-// Servers is a server list, by kind.
-type Servers struct {
-	MCP     []mcpkind.Config
-	OpenAPI []openapi.Config
-	Lambda  []lambda.Config
-}
-
-// Len counts the servers of every kind.
-func (s Servers) Len() int { return len(s.MCP) + len(s.OpenAPI) + len(s.Lambda) }
+// Servers is a server list, in the order it was written: each entry one
+// kind's configuration (a toolsource.Spec).
+type Servers []toolsource.Spec
 
 // Names lists every server's name.
 func (s Servers) Names() []string {
-	var out []string
-	for _, c := range s.MCP {
-		out = append(out, c.Name)
+	out := make([]string, len(s))
+	for i, c := range s {
+		out[i] = c.Base().Name
 	}
-	for _, c := range s.OpenAPI {
-		out = append(out, c.Name)
-	}
-	for _, c := range s.Lambda {
-		out = append(out, c.Name)
+	return out
+}
+
+// Of lists the servers of one kind, as that kind's configuration type.
+func Of[T toolsource.Spec](s Servers) []T {
+	var out []T
+	for _, c := range s {
+		if t, ok := c.(T); ok {
+			out = append(out, t)
+		}
 	}
 	return out
 }
 
 // Merge adds more to s, each server replacing any of its name, of any
 // kind (a later --mcp or --openapi wins over the configuration file).
-func (s *Servers) Merge(more Servers) {
-	for _, name := range more.Names() {
-		s.remove(name)
+func (s *Servers) Merge(more ...toolsource.Spec) {
+	for _, c := range more {
+		name := c.Base().Name
+		*s = slices.DeleteFunc(*s, func(o toolsource.Spec) bool { return o.Base().Name == name })
+		*s = append(*s, c)
 	}
-	s.MCP = append(s.MCP, more.MCP...)
-	s.OpenAPI = append(s.OpenAPI, more.OpenAPI...)
-	s.Lambda = append(s.Lambda, more.Lambda...)
-}
-
-func (s *Servers) remove(name string) {
-	s.MCP = slices.DeleteFunc(s.MCP, func(c mcpkind.Config) bool { return c.Name == name })
-	s.OpenAPI = slices.DeleteFunc(s.OpenAPI, func(c openapi.Config) bool { return c.Name == name })
-	s.Lambda = slices.DeleteFunc(s.Lambda, func(c lambda.Config) bool { return c.Name == name })
 }
 
 // Load reads a server list from a file (see Parse).
-func Load(path string) (Servers, error) {
+func Load(path string, kinds *toolsource.Registry) (Servers, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Servers{}, fmt.Errorf("mcp config: %w", err)
+		return nil, fmt.Errorf("mcp config: %w", err)
 	}
-	return Parse(path, data)
+	return Parse(path, data, kinds)
 }
 
-// Parse reads a server list, JSON or YAML (which JSON is a subset of);
-// name is used in errors.
-func Parse(name string, data []byte) (Servers, error) {
+// Parse reads a server list, JSON or YAML (which JSON is a subset of),
+// handing each entry to the kind its "type" names in kinds (an entry
+// without one is toolsource.DefaultType's); name is used in errors.
+func Parse(name string, data []byte, kinds *toolsource.Registry) (Servers, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return Servers{}, nil
+		return nil, nil
 	}
 	var doc struct {
 		Servers []yaml.Node `yaml:"servers"`
@@ -92,53 +76,39 @@ func Parse(name string, data []byte) (Servers, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil {
-		return Servers{}, fmt.Errorf("mcp config %s: %w", name, err)
+		return nil, fmt.Errorf("mcp config %s: %w", name, err)
 	}
 	var out Servers
 	seen := map[string]int{}
 	for i := range doc.Servers {
-		n := &doc.Servers[i]
-		if n.Kind != yaml.MappingNode {
-			return Servers{}, fmt.Errorf("mcp config %s: servers[%d]: not an object", name, i)
+		spec, err := entry(&doc.Servers[i], kinds)
+		if err != nil {
+			return nil, fmt.Errorf("mcp config %s: servers[%d]: %w", name, i, err)
 		}
-		kind, entryName := TypeMCP, ""
-		for j := 0; j+1 < len(n.Content); j += 2 {
-			switch n.Content[j].Value {
-			case "type":
-				kind = n.Content[j+1].Value
-			case "name":
-				entryName = n.Content[j+1].Value
-			}
+		n := spec.Base().Name
+		if prev, dup := seen[n]; dup {
+			return nil, fmt.Errorf("mcp config %s: servers[%d]: duplicate server name %q (servers[%d])", name, i, n, prev)
 		}
-		if prev, dup := seen[entryName]; dup && entryName != "" {
-			return Servers{}, fmt.Errorf("mcp config %s: servers[%d]: duplicate server name %q (servers[%d])", name, i, entryName, prev)
-		}
-		seen[entryName] = i
-		fail := func(err error) (Servers, error) {
-			return Servers{}, fmt.Errorf("mcp config %s: servers[%d]: %w", name, i, err)
-		}
-		switch kind {
-		case TypeMCP, "":
-			spec, err := new(mcpkind.Kind).Decode(n)
-			if err != nil {
-				return fail(err)
-			}
-			out.MCP = append(out.MCP, spec.(mcpkind.Config))
-		case TypeOpenAPI:
-			spec, err := openapi.Kind{}.Decode(n)
-			if err != nil {
-				return fail(err)
-			}
-			out.OpenAPI = append(out.OpenAPI, spec.(openapi.Config))
-		case TypeLambda:
-			spec, err := lambda.Kind{}.Decode(n)
-			if err != nil {
-				return fail(err)
-			}
-			out.Lambda = append(out.Lambda, spec.(lambda.Config))
-		default:
-			return fail(fmt.Errorf("unknown type %q (want mcp, openapi or lambda)", kind))
-		}
+		seen[n] = i
+		out = append(out, spec)
 	}
 	return out, nil
+}
+
+// entry decodes one entry with the kind it names.
+func entry(n *yaml.Node, kinds *toolsource.Registry) (toolsource.Spec, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: not an object", n.Line)
+	}
+	var typ string
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		if n.Content[j].Value == "type" {
+			typ = n.Content[j+1].Value
+		}
+	}
+	kind, err := kinds.Kind(typ)
+	if err != nil {
+		return nil, err
+	}
+	return kind.Decode(n)
 }

@@ -9,8 +9,13 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/toolsource"
+	"github.com/pml-sandbox/pml/internal/toolsource/lambda"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
+	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
+
+// kinds are the standard kinds, as the app registers them.
+var kinds = toolsource.NewRegistry(new(mcpkind.Kind), openapi.Kind{}, lambda.Kind{})
 
 func TestParse(t *testing.T) {
 	tests := []struct {
@@ -64,7 +69,7 @@ servers:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := Parse(tc.file, []byte(tc.doc))
+			s, err := Parse(tc.file, []byte(tc.doc), kinds)
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("error %v, want %q", err, tc.want)
@@ -74,37 +79,38 @@ servers:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(s.MCP) != tc.mcp || len(s.OpenAPI) != tc.oa || len(s.Lambda) != tc.lam {
-				t.Errorf("parsed %d MCP, %d OpenAPI, %d Lambda", len(s.MCP), len(s.OpenAPI), len(s.Lambda))
+			mcp, oa, lam := Of[mcpkind.Config](s), Of[openapi.Config](s), Of[lambda.Config](s)
+			if len(mcp) != tc.mcp || len(oa) != tc.oa || len(lam) != tc.lam {
+				t.Errorf("parsed %d MCP, %d OpenAPI, %d Lambda", len(mcp), len(oa), len(lam))
 			}
 		})
 	}
-	s, err := Parse("s.yaml", []byte(tests[1].doc))
+	s, err := Parse("s.yaml", []byte(tests[1].doc), kinds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := s.Lambda[0].Functions[0]; !f.ReadOnly || !strings.Contains(string(f.InputSchema), `"integer"`) {
+	if f := Of[lambda.Config](s)[0].Functions[0]; !f.ReadOnly || !strings.Contains(string(f.InputSchema), `"integer"`) {
 		t.Errorf("lambda function %+v", f)
 	}
-	if o := s.OpenAPI[0]; o.Headers["api_key"] != "${env:PETSTORE_KEY}" || o.ReadOnly[0] != "findPets*" {
+	if o := Of[openapi.Config](s)[0]; o.Headers["api_key"] != "${env:PETSTORE_KEY}" || o.ReadOnly[0] != "findPets*" {
 		t.Errorf("openapi %+v", o)
 	}
-	if strings.Contains(s.OpenAPI[0].String(), "PETSTORE_KEY") {
-		t.Errorf("String shows a header value: %s", s.OpenAPI[0])
+	if strings.Contains(Of[openapi.Config](s)[0].String(), "PETSTORE_KEY") {
+		t.Errorf("String shows a header value: %s", Of[openapi.Config](s)[0])
 	}
 }
 
 func TestMerge(t *testing.T) {
-	a, err := Parse("a.json", []byte(`{"servers": [{"name": "x", "url": "http://127.0.0.1:1/mcp"}, {"name": "y", "type": "openapi", "spec": "y.json"}]}`))
+	a, err := Parse("a.json", []byte(`{"servers": [{"name": "x", "url": "http://127.0.0.1:1/mcp"}, {"name": "y", "type": "openapi", "spec": "y.json"}]}`), kinds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Parse("b.json", []byte(`{"servers": [{"name": "x", "type": "openapi", "spec": "x.json"}]}`))
+	b, err := Parse("b.json", []byte(`{"servers": [{"name": "x", "type": "openapi", "spec": "x.json"}]}`), kinds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Merge(b)
-	if len(a.MCP) != 0 || len(a.OpenAPI) != 2 || strings.Join(a.Names(), ",") != "y,x" {
+	a.Merge(b...)
+	if len(Of[mcpkind.Config](a)) != 0 || len(Of[openapi.Config](a)) != 2 || strings.Join(a.Names(), ",") != "y,x" {
 		t.Errorf("merged %v", a.Names())
 	}
 }
@@ -148,8 +154,8 @@ func TestLoadMCPConfig(t *testing.T) {
   {"name":"ev","url":"http://127.0.0.1:9/sse","allow_destructive":true,"require_approval":["send_*","pay"],"assume_not_destructive":true}]}`
 
 	for _, f := range []string{write("servers.yaml", yamlBody), write("servers.json", jsonBody)} {
-		s, err := Load(f)
-		got := s.MCP
+		s, err := Load(f, kinds)
+		got := Of[mcpkind.Config](s)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -178,13 +184,13 @@ func TestLoadMCPConfig(t *testing.T) {
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {
 			p := write(b.name, b.body)
-			_, err := Load(p)
+			_, err := Load(p, kinds)
 			if err == nil || !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), p) {
 				t.Errorf("err %v; want one naming %s and %q", err, p, b.want)
 			}
 		})
 	}
-	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+	if _, err := Load(filepath.Join(dir, "missing.yaml"), kinds); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
 }

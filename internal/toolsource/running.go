@@ -17,6 +17,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/redact"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // State is a server's health as callers see it.
@@ -277,6 +278,11 @@ func (r *running) install(tools []Tool) {
 			continue
 		}
 		t.Server = r.cfg.Name
+		if t.Kind == "" {
+			// A server's tool, whatever protocol reaches it: traces tell
+			// them from capabilities.
+			t.Kind = trace.KindMCP
+		}
 		if len(t.InputSchema) == 0 {
 			t.InputSchema = emptyObjectSchema
 		}
