@@ -31,7 +31,9 @@ type greetSpec struct {
 	Greeting string
 }
 
-func (greetKind) Info() toolsource.KindInfo { return toolsource.KindInfo{Type: "greet", Noun: "greeter"} }
+func (greetKind) Info() toolsource.KindInfo {
+	return toolsource.KindInfo{Type: "greet", Noun: "greeter"}
+}
 
 func (greetKind) Decode(n *yaml.Node) (toolsource.Spec, error) {
 	var e struct {
