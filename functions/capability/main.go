@@ -1,5 +1,5 @@
 // Command capability is the PML Sandbox capability function: it runs one
-// stored capability in a fresh bridge and a fresh sandbox, invoked
+// stored capability in a fresh executor and a fresh sandbox, invoked
 // synchronously by the execute function (and by itself for nested
 // capabilities). It only wires; see internal/app, internal/capability
 // (the runner) and internal/lambdaevents (the handler).

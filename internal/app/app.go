@@ -24,13 +24,12 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
-	"github.com/pml-sandbox/pml/internal/ask"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/capapi"
 	"github.com/pml-sandbox/pml/internal/demoserver"
-	"github.com/pml-sandbox/pml/internal/evidence"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -38,6 +37,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/ranking"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
@@ -144,7 +144,7 @@ type Config struct {
 	// which Servers may name.
 	Kinds        []toolsource.Kind
 	ServersParam string
-	// Demo offers the demo tools in process (bridge.DemoSource).
+	// Demo offers the demo tools in process (executor.DemoSource).
 	Demo bool
 	// Traces says where execution records go; Tracing where traces go
 	// besides (TracingXRay, TracingOTel or TracingOff).
@@ -165,7 +165,7 @@ type Config struct {
 	// Suspensions says where suspended executions are kept, and the runs
 	// of asynchronous executions beside them.
 	Suspensions SuspensionConfig
-	// MaxTimeout caps an execution's deadline (bridge.Options.MaxTimeout;
+	// MaxTimeout caps an execution's deadline (executor.Options.MaxTimeout;
 	// 0: 60 s). The functions set 15 minutes: the invocation's own
 	// deadline is the real bound there.
 	MaxTimeout time.Duration
@@ -191,7 +191,7 @@ type Config struct {
 	// a front end whose caller is the person at the keyboard sets it (pml
 	// run), and only where Approval.Policy lets the caller answer
 	// (approval.Policy.MayAnswer); New refuses it otherwise.
-	Answerer ask.Answerer
+	Answerer elicit.Answerer
 
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
@@ -207,7 +207,7 @@ type SuspensionConfig struct {
 	TTL time.Duration
 	// SessionTTL is a new session's idle time (0: an hour) and
 	// SessionMaxBytes the largest state a session keeps (0:
-	// bridge.DefaultSessionMaxBytes). Sessions are kept beside the
+	// executor.DefaultSessionMaxBytes). Sessions are kept beside the
 	// suspensions: in the table (SESS#<id>) or in the directory's
 	// sessions/.
 	SessionTTL      time.Duration
@@ -366,7 +366,7 @@ func Logger(w io.Writer, def slog.Level) *slog.Logger { return logging.New(w, de
 // App is a wired service and what it needs closed.
 type App struct {
 	// Service runs executions: the execution service over every source.
-	Service  *bridge.Service
+	Service  *executor.Service
 	Registry capability.Registry
 	Engine   *guest.Engine
 	// Tools are the configured servers (internal/toolsource: MCP servers,
@@ -383,7 +383,7 @@ type App struct {
 	// Suggestions serve the learning loop's suggestions (nil when it is
 	// off); Ranker ranks search with the capabilities' evidence.
 	Suggestions capapi.Suggestions
-	Ranker      *evidence.Ranker
+	Ranker      *ranking.Ranker
 	// Learn is where the learning loop's counts are read (nil when off).
 	Learn learn.Store
 	Sink  trace.Sink
@@ -562,9 +562,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		learner = learn.NewLearner(known)
 		a.Suggestions = suggestionsAPI{store: a.Learn, policy: cfg.Approval.Policy, min: cfg.Learn.MinSuccesses, guard: a.Guard}
 	}
-	a.Ranker = &evidence.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
+	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
-	a.Service = bridge.New(eng, bridge.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
+	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
 		Answerer: cfg.Answerer})

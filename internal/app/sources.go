@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
@@ -27,7 +27,7 @@ func Kinds(more ...toolsource.Kind) *toolsource.Registry {
 // openSources starts the tool sources of the server list: one
 // toolsource.Set of every configured server, each owning its name.
 func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, kinds []toolsource.Kind, auth MCPAuthConfig,
-	answerer ask.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
+	answerer elicit.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
 	if len(servers) == 0 {
 		return nil, nil
 	}

@@ -65,7 +65,7 @@ func IsPagePath(path string) bool {
 	return path == Prefix || strings.HasPrefix(path, Prefix+"/")
 }
 
-// Lister lists suspended executions for the page (bridge.Service): the
+// Lister lists suspended executions for the page (executor.Service): the
 // suspended documents of those whose owner mayList lets through, soonest
 // to expire first, at most limit.
 type Lister interface {

@@ -15,10 +15,10 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
@@ -59,7 +59,7 @@ return {a, b};`
 // the local person approve), and the provider.
 type env struct {
 	t      *testing.T
-	svc    *bridge.Service
+	svc    *executor.Service
 	sink   *tracedb.Memory
 	links  *approvalpage.LocalLinks
 	idp    *oidcprovider.Provider
@@ -88,7 +88,7 @@ func newEnv(t *testing.T, mutate func(*approval.Policy), sources ...execution.To
 	log := slog.New(slog.DiscardHandler)
 	e.reg = capability.NewFileRegistry(t.TempDir() + "/capabilities.json")
 	e.guard = &capability.Guard{Registry: e.reg, Policy: e.policy}
-	e.svc = bridge.New(engine, bridge.Options{Policy: e.policy, Sources: append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...),
+	e.svc = executor.New(engine, executor.Options{Policy: e.policy, Sources: append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...),
 		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 )
 
 // measureMCP compares a tool call made from a script, through the sandbox
-// and the bridge, with the same call made directly by a bare mcp-go client,
+// and the executor, with the same call made directly by a bare mcp-go client,
 // both against the demo MCP server over loopback SSE.
 func measureMCP(ctx context.Context, eng *guest.Engine, progress func(string)) ([]Figure, error) {
 	srv, err := demoserver.Start("127.0.0.1:0")

@@ -16,10 +16,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 )
@@ -28,7 +28,7 @@ import (
 // it): its own index, counter and version cache, capability runs in
 // process on its own service.
 type proc struct {
-	svc *bridge.Service
+	svc *executor.Service
 	src *capability.Source
 }
 
@@ -40,7 +40,7 @@ func newProc(t testing.TB, reg capability.Registry, interval time.Duration) *pro
 	src := capability.NewSourceWith(reg, runner, capability.SourceOptions{Logger: log,
 		Index:   capability.NewIndex(reg, capability.IndexOptions{Interval: interval, Logger: log}),
 		Counter: capability.NewCounter(reg, time.Hour, log)})
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}, src}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}, src}, Logger: log})
 	runner.Executor = svc
 	t.Cleanup(func() { _ = src.Close(context.Background()) })
 	return &proc{svc: svc, src: src}

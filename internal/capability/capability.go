@@ -1,6 +1,6 @@
 // Package capability makes learned programs callable like tools: a
 // capability is stored code named namespace:action, and a script reaches it
-// as mcp.<namespace>.<action>(args). Each call runs in a fresh bridge and a
+// as mcp.<namespace>.<action>(args). Each call runs in a fresh executor and a
 // fresh sandbox — in-process locally, in the capability Lambda when deployed
 // — with a depth limit and cycle detection, so capabilities may call tools
 // and each other safely.

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
@@ -35,21 +35,21 @@ func TestMain(m *testing.M) {
 // capabilities, each capability run in process on the same service.
 type world struct {
 	reg    capability.Registry
-	svc    *bridge.Service
+	svc    *executor.Service
 	runner *capability.Runner
 }
 
 // inProcess wires a service as internal/app does: opts' sources, then the
 // registry's capabilities, run in process on the service itself through
 // wrap(the runner) (wrap may be nil).
-func inProcess(reg capability.Registry, opts bridge.Options, wrap func(capability.Invoker) capability.Invoker) (*bridge.Service, *capability.Runner) {
+func inProcess(reg capability.Registry, opts executor.Options, wrap func(capability.Invoker) capability.Invoker) (*executor.Service, *capability.Runner) {
 	runner := &capability.Runner{Registry: reg}
 	var inv capability.Invoker = runner
 	if wrap != nil {
 		inv = wrap(inv)
 	}
 	opts.Sources = append(slices.Clone(opts.Sources), capability.NewSource(reg, inv, 0, opts.Logger))
-	svc := bridge.New(engine, opts)
+	svc := executor.New(engine, opts)
 	runner.Executor = svc
 	return svc, runner
 }
@@ -64,7 +64,7 @@ func newWorld(t *testing.T, caps map[string]string) *world {
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	w := &world{reg: reg}
 	log := slog.New(slog.DiscardHandler)
-	w.svc, w.runner = inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log}, nil)
+	w.svc, w.runner = inProcess(reg, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log}, nil)
 	for name, code := range caps {
 		if _, err := reg.Save(context.Background(), capability.Capability{Name: name, Code: code}, nil); err != nil {
 			t.Fatalf("save %s: %v", name, err)
@@ -322,7 +322,7 @@ func TestApprovalInsideACapabilityIsRefused(t *testing.T) {
 	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:wipe", Code: `return await mcp.demo.kv_delete({key: "k"})`}, nil); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: slog.New(slog.DiscardHandler),
+	svc, _ := inProcess(reg, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, nil)
 	r := svc.Execute(context.Background(), execution.Request{Code: `return await mcp.tidy.wipe({})`, Approval: execution.ApprovalSuspend})
 	if r.OK || r.Status != "" || r.Error == nil || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, "approval inside a capability is not supported") {

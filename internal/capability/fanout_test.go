@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -101,7 +101,7 @@ func (c countingInvoker) Invoke(ctx context.Context, inv execution.Invocation) (
 
 // countingService is a service over the demo tools and reg's
 // capabilities, run in process, with every capability run counted.
-func countingService(reg capability.Registry, opts bridge.Options, started *atomic.Int64) *bridge.Service {
+func countingService(reg capability.Registry, opts executor.Options, started *atomic.Int64) *executor.Service {
 	opts.Sources = []execution.ToolSource{demoserver.Source{}}
 	svc, _ := inProcess(reg, opts, func(next capability.Invoker) capability.Invoker { return countingInvoker{next: next, started: started} })
 	return svc
@@ -124,7 +124,7 @@ func TestFanOutIsBoundedBySandboxBudget(t *testing.T) {
 	// the default budget of a request tree.
 	reg := fanOut(t, 4)
 	var started atomic.Int64
-	svc := countingService(reg, bridge.Options{}, &started)
+	svc := countingService(reg, executor.Options{}, &started)
 	r := svc.Execute(context.Background(), execution.Request{Code: "return (await Promise.all(Array.from({length: 4}, () => mcp.fan.l1({})))).flat().length", TimeoutMS: 20000})
 	if r.OK || r.Error.Code != fault.LimitExceeded || r.Error.Limit != fault.LimitSandboxes {
 		t.Fatalf("want LIMIT_EXCEEDED sandboxes, got %s %+v", r.Result, r.Error)
@@ -143,7 +143,7 @@ func TestSandboxBudgetSharesAndRefunds(t *testing.T) {
 		"b:wide": "return (await Promise.all(Array.from({length: args.n}, () => mcp.b.leaf({})))).length",
 	})
 	var started atomic.Int64
-	svc := countingService(w.reg, bridge.Options{Sandboxes: 10}, &started)
+	svc := countingService(w.reg, executor.Options{Sandboxes: 10}, &started)
 	run := func(code string) *execution.Response {
 		t.Helper()
 		started.Store(0)

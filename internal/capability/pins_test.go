@@ -10,10 +10,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -51,7 +51,7 @@ func pinnedWorld(t *testing.T, overLambda bool) (*world, *tracedb.Memory) {
 			return capability.LambdaInvoker{Client: handlerLambda{w}, Function: "capability"}
 		}
 	}
-	w.svc, w.runner = inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Sink: traces,
+	w.svc, w.runner = inProcess(reg, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Sink: traces,
 		Logger: slog.New(slog.DiscardHandler)}, wrap)
 	for _, c := range []capability.Capability{
 		{Name: "math:sum", Code: "return 1", Provenance: []string{"ex_aaaa"}},

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
@@ -37,7 +37,7 @@ func TestRemoteQuestionInsideACapabilityIsRefused(t *testing.T) {
 	if _, err := reg.Save(context.Background(), capability.Capability{Name: "tidy:drop", Code: `return await mcp.ask.confirm_delete({item: "old"})`}, nil); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := inProcess(reg, bridge.Options{Policy: local, Sources: []execution.ToolSource{pool}, Logger: slog.New(slog.DiscardHandler),
+	svc, _ := inProcess(reg, executor.Options{Policy: local, Sources: []execution.ToolSource{pool}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})}, nil)
 	r := svc.Execute(context.Background(), execution.Request{Code: `return await mcp.tidy.drop({})`, Approval: execution.ApprovalSuspend})
 	if r.OK || r.Status != "" || r.Error == nil || r.Error.Code != fault.Forbidden ||

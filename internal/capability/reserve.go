@@ -11,7 +11,7 @@ import (
 // capability whose namespace is one of namespaces: the names of the
 // configured MCP servers. A server's mcp.<name>.* belongs to the server;
 // a capability saved as "kv:kv_get" would otherwise be offered in its
-// place whenever server kv is down. The bridge also drops such capabilities
+// place whenever server kv is down. The executor also drops such capabilities
 // when it builds its catalog, for those saved before the server was
 // configured or through a registry that is not wrapped. Other methods pass
 // through, so existing versions stay readable.

@@ -30,7 +30,7 @@ type Invoker interface {
 	Invoke(ctx context.Context, inv execution.Invocation) (*execution.Response, error)
 }
 
-// Source offers the registry's capabilities to the bridge as tools. It is
+// Source offers the registry's capabilities to the executor as tools. It is
 // an execution.ResolvingSource: an execution resolves the names its code
 // references (Resolve: one registry Lookup), discovery lists the Index
 // (Tools), and calls are counted in batches (Counter).
@@ -191,7 +191,7 @@ func (s *Source) Call(ctx context.Context, t catalog.Tool, args json.RawMessage,
 	}
 	budget := opt.Sandboxes
 	if budget == nil {
-		// A caller outside a bridge execution is a request tree of its own.
+		// A caller outside an execution is a request tree of its own.
 		budget = execution.NewBudget(execution.DefaultSandboxes)
 	}
 	reserved, ok := budget.Reserve(s.share(ctx, c, depth))

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
@@ -222,7 +222,7 @@ func TestVersionsAreImmutable(t *testing.T) {
 		if err := os.WriteFile(path, []byte(strings.Replace(string(raw), `"return 1"`, `"return 'evil'"`, 1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		svc, _ := inProcess(reg, bridge.Options{Policy: local, Logger: slog.New(slog.DiscardHandler)}, nil)
+		svc, _ := inProcess(reg, executor.Options{Policy: local, Logger: slog.New(slog.DiscardHandler)}, nil)
 		if r := svc.Execute(ctx, execution.Request{Code: "return await mcp.imm.x({})"}); r.OK || r.Error.Code != fault.Internal || !strings.Contains(r.Error.Message, "does not match the hash") {
 			t.Fatalf("a tampered version ran: %+v %+v", r.Result, r.Error)
 		}

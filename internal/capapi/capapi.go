@@ -75,7 +75,7 @@ type Suggestions interface {
 }
 
 // Ranker ranks search results and adds the capabilities' evidence to
-// their descriptions (internal/evidence.Ranker); without one, search is
+// their descriptions (internal/ranking.Ranker); without one, search is
 // lexical.
 type Ranker interface {
 	Search(ctx context.Context, tools []catalog.Tool, query string, limit int) []catalog.Hit

@@ -37,7 +37,7 @@ var reservedNames = map[string]bool{
 // ValidName reports why s cannot name a server, a tool or a capability's
 // namespace or action, reachable as mcp.<server>.<tool>; nil when it can.
 // It is the one name rule: the MCP client's configuration, its tool
-// discovery, the capability registry and the bridge's catalog all apply it.
+// discovery, the capability registry and the executor's catalog all apply it.
 // Names that are not JavaScript identifiers ("get-sum") are allowed:
 // scripts reach them as mcp.ev["get-sum"].
 func ValidName(s string) error {

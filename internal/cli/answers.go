@@ -8,12 +8,12 @@ import (
 	"golang.org/x/term"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/execution"
 )
 
 // inlineAnswers says who answers a remote MCP server's question while its
-// call is in flight in pml run (internal/ask): the --answers document
+// call is in flight in pml run (internal/elicit): the --answers document
 // when there is one, else the person at the terminal when standard input
 // and the command's error output both are one, else nobody (a question
 // then fails its call, or parks it with --approval suspend). The answer
@@ -43,7 +43,7 @@ func (f *serviceFlags) inlineAnswers(path string, rest []string, errOut io.Write
 		if err != nil {
 			return nil, usageError{fmt.Errorf("--answers: %w", err)}
 		}
-		s, err := ask.ParseScript(data, errOut)
+		s, err := elicit.ParseScript(data, errOut)
 		if err != nil {
 			return nil, usagef("--answers: %v", err)
 		}
@@ -51,7 +51,7 @@ func (f *serviceFlags) inlineAnswers(path string, rest []string, errOut io.Write
 		return func() {}, nil
 	case mayAnswer && isTerminal(os.Stdin) && isTerminal(errOut):
 		f.progress = &progressSlot{}
-		t := ask.NewTerminal(os.Stdin, errOut, f.progress.hold)
+		t := elicit.NewTerminal(os.Stdin, errOut, f.progress.hold)
 		f.answerer = t
 		return t.Close, nil
 	}

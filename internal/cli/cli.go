@@ -16,8 +16,8 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
-	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/capability"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
@@ -242,7 +242,7 @@ type serviceFlags struct {
 	// answerer answers remote servers' questions in line (pml run:
 	// inlineAnswers), and progress is the display a terminal prompt
 	// pauses.
-	answerer ask.Answerer
+	answerer elicit.Answerer
 	progress *progressSlot
 }
 

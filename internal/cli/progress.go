@@ -98,7 +98,7 @@ func (p *liveProgress) loop() {
 }
 
 // hold clears the line and stops drawing until the returned func is
-// called: a question is being asked on the terminal (ask.Terminal).
+// called: a question is being asked on the terminal (elicit.Terminal).
 func (p *liveProgress) hold() (release func()) {
 	if p == nil {
 		return func() {}

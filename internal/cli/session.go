@@ -5,8 +5,8 @@ import (
 	"io"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/suspend"
 )
 
@@ -52,7 +52,7 @@ func sessionCmd(ctx context.Context, args []string, out, errOut io.Writer) (int,
 		}
 		infos := make([]*execution.SessionInfo, 0, len(list))
 		for _, s := range list {
-			info, ferr := bridge.SessionInfoOf(s)
+			info, ferr := executor.SessionInfoOf(s)
 			if ferr != nil {
 				return ExitFailed, ferr
 			}
@@ -60,13 +60,13 @@ func sessionCmd(ctx context.Context, args []string, out, errOut io.Writer) (int,
 		}
 		return ExitOK, writeJSON(out, infos)
 	case verb == "show" && len(rest) == 2:
-		info, ferr := bridge.DescribeSession(ctx, store, execution.SessionRequest{SessionID: rest[1]})
+		info, ferr := executor.DescribeSession(ctx, store, execution.SessionRequest{SessionID: rest[1]})
 		if ferr != nil {
 			return ExitFailed, ferr
 		}
 		return ExitOK, writeJSON(out, info)
 	case verb == "rm" && len(rest) == 2:
-		if ferr := bridge.EndSession(ctx, store, execution.SessionRequest{SessionID: rest[1]}); ferr != nil {
+		if ferr := executor.EndSession(ctx, store, execution.SessionRequest{SessionID: rest[1]}); ferr != nil {
 			return ExitFailed, ferr
 		}
 		return ExitOK, writeJSON(out, map[string]any{"session_id": rest[1], "deleted": true})

@@ -3,7 +3,7 @@
 // streamable HTTP on a loopback listener: `pml serve` starts one so a first
 // run does something real, `pml demo-server` runs one on its own, and tests
 // use it as a genuine remote server. Tools.Call runs the same tools in
-// process, without a network: the bridge's DemoSource (what `pml run`
+// process, without a network: the executor's DemoSource (what `pml run`
 // offers when no MCP server is configured) and the benchmark harness's
 // per-call path (Guest) call it.
 //

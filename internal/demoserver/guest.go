@@ -9,11 +9,11 @@ import (
 )
 
 // Guest returns the demo tools as the engine sees them and a host that
-// serves them straight from t, with no bridge in between: no schema check,
+// serves them straight from t, with no executor in between: no schema check,
 // no trace record, and every tool but sleep answered on the script's own
 // goroutine (guest.ImmediateHost). It is the path the benchmark harness
 // measures per-call overhead on, kept so that figure stays comparable with
-// earlier runs; everything else reaches the demo tools through the bridge.
+// earlier runs; everything else reaches the demo tools through the executor.
 func (t *Tools) Guest() ([]guest.Tool, guest.ToolHost) {
 	tools := make([]guest.Tool, len(definitions))
 	for i, d := range definitions {

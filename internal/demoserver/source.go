@@ -36,7 +36,7 @@ var demoValidators = sync.OnceValue(func() map[string]*argcheck.Validator {
 })
 
 // Tools implements execution.ToolSource. The list never changes, so every
-// call answers the same slice (callers must not modify it): the bridge
+// call answers the same slice (callers must not modify it): the executor
 // then merges it once, not once per execution.
 func (Source) Tools(context.Context) ([]catalog.Tool, error) {
 	return demoCatalog(), nil

@@ -122,7 +122,7 @@ func New() *Tools { return &Tools{kv: map[string]json.RawMessage{}} }
 
 // Call runs the tool name with args (a JSON object; empty means {}) and
 // returns its result as JSON. Arguments are decoded, not validated against
-// the input schema: callers that want schema errors (the bridge, an MCP
+// the input schema: callers that want schema errors (the executor, an MCP
 // client) check first. Errors are *fault.Error: TOOL_NOT_FOUND,
 // INVALID_ARGUMENTS, TOOL_ERROR (fail, a missing key), TIMEOUT (a sleep
 // cut short).

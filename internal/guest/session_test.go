@@ -15,7 +15,7 @@ import (
 )
 
 // sessionStep runs code as the next execution of a session whose sandbox
-// is in state (nil: the first), the way the bridge does: prepared,
+// is in state (nil: the first), the way the executor does: prepared,
 // handing over its top-level bindings, in a sandbox restored from state.
 // The state goes through JSON, as the stores keep it.
 func sessionStep(t *testing.T, state *guest.State, code string, mods ...func(*guest.Request)) *guest.Result {

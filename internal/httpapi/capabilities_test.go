@@ -15,10 +15,10 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
@@ -48,7 +48,7 @@ func capServer(t *testing.T, sessions bool) (*httptest.Server, *capability.Guard
 	reg := capability.NewFileRegistry(filepath.Join(t.TempDir(), "caps.json"))
 	g := &capability.Guard{Registry: reg, Policy: policy}
 	runner := &capability.Runner{Registry: reg}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}, capability.NewSource(reg, runner, 0, log)}, Logger: log, Policy: policy})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}, capability.NewSource(reg, runner, 0, log)}, Logger: log, Policy: policy})
 	runner.Executor = svc
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {

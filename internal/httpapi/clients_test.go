@@ -19,9 +19,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
@@ -33,7 +33,7 @@ import (
 func guardedServer(t *testing.T, l httpapi.ClientLimits, limits guest.Limits, sources ...execution.ToolSource) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log, Limits: limits})
+	svc := executor.New(engine, executor.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log, Limits: limits})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: true, Clients: &l, Capabilities: testCaps(t)}))
 	t.Cleanup(srv.Close)
 	return srv

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
@@ -49,7 +49,7 @@ func leaksAnApprover(s string) string {
 func TestNoAnswerNamesAnApprover(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	dir := t.TempDir()
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
 		Suspensions: suspend.NewFile(filepath.Join(dir, "susp"), suspend.Options{}), Policy: approverPatterns})
 	rs := runs.New(svc, runs.Options{Store: suspend.NewFileRuns(filepath.Join(dir, "runs"), suspend.Options{}), Policy: approverPatterns, Logger: log,
 		PollEvery: 20 * time.Millisecond})

@@ -15,10 +15,10 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
@@ -58,7 +58,7 @@ func testCaps(t *testing.T) *capability.Guard {
 func newServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	h := httpapi.New(httpapi.Options{Service: svc, Traces: traces{id: "ex_known"}, Capabilities: testCaps(t), Logger: log, MaxBodyBytes: 64 << 10})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -213,7 +213,7 @@ func TestMCPEndpoint(t *testing.T) {
 // engine's code limit (256 KiB by default).
 func TestOversizedCodeIs413(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, MaxBodyBytes: 1 << 20}))
 	defer srv.Close()
 	body := `{"code": "return 1 // ` + strings.Repeat("x", 300<<10) + `"}`
@@ -243,7 +243,7 @@ func (o ownedTraces) GetExecution(_ context.Context, id string) (trace.Execution
 // for an id that does not exist, so ids cannot be probed.
 func TestExecutionsAnswerOnlyTheirPrincipal(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Logger: log})
+	svc := executor.New(engine, executor.Options{Logger: log})
 	h := httpapi.New(httpapi.Options{Service: svc, Traces: ownedTraces{id: "ex_owned", owner: "arn:aws:iam::1:user/owner"}, Logger: log})
 	// Stands in for the Lambda adapter, which sets what API Gateway
 	// verified (never a header in production).

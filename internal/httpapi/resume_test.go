@@ -17,9 +17,9 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -45,7 +45,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c
 // durableEnv is a service over the demo tools (a store holding "k", "a"
 // and "b") and a suspension directory, on a settable clock.
 type durableEnv struct {
-	svc *bridge.Service
+	svc *executor.Service
 	dir string
 	clk *clock
 }
@@ -59,7 +59,7 @@ func newDurableEnv(t *testing.T) *durableEnv {
 		}
 	}
 	e := &durableEnv{dir: t.TempDir(), clk: &clock{t: time.Now().UTC()}}
-	e.svc = bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: slog.New(slog.DiscardHandler),
+	e.svc = executor.New(engine, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: slog.New(slog.DiscardHandler),
 		Suspensions: suspend.NewFile(e.dir, suspend.Options{Now: e.clk.Now})})
 	return e
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
 )
@@ -131,7 +131,7 @@ func TestGetMCPIsRefused(t *testing.T) {
 func newGuardedServer(t *testing.T, g *httpapi.Guard) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	h := httpapi.New(httpapi.Options{Service: svc, Capabilities: testCaps(t), Logger: log, Guard: g})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -274,7 +274,7 @@ func TestGuardedMCP(t *testing.T) {
 // JSON rule still holds there.
 func TestAPIGatewayUnguarded(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	handler := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 	event := func(contentType string) json.RawMessage {
 		ev := events.APIGatewayV2HTTPRequest{

@@ -12,9 +12,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -29,7 +29,7 @@ func newSessionServer(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log,
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log,
 		Sessions: suspend.NewFileSessions(filepath.Join(dir, "sessions"), suspend.Options{})})
 	rs := runs.New(svc, runs.Options{Store: suspend.NewFileRuns(filepath.Join(dir, "runs"), suspend.Options{}), Logger: log, PollEvery: 20 * time.Millisecond})
 	t.Cleanup(func() { _ = rs.Close(context.Background()) })

@@ -25,9 +25,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
@@ -71,7 +71,7 @@ func (c *counted) Execute(ctx context.Context, req execution.Request) *execution
 func stallServer(t testing.TB) (*httptest.Server, *counted) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := &counted{Executor: bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log,
+	svc := &counted{Executor: executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log,
 		Limits: guest.Limits{LogBytes: 8 << 20}})}
 	l := httpapi.ClientLimits{BodyIdle: 5 * time.Second, WriteIdle: 2 * time.Minute}
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: true, Clients: &l}))

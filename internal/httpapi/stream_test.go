@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/delivery"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -23,7 +23,7 @@ import (
 func streamingServer(t *testing.T, streaming bool, sources ...execution.ToolSource) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: streaming}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -149,7 +149,7 @@ func TestExecuteStreamStatusAndFallbacks(t *testing.T) {
 // disturb the events.
 func TestStreamHeartbeat(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Logger: log, Streaming: true, StreamHeartbeat: 40 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	req, _ := http.NewRequest("POST", srv.URL+"/execute", strings.NewReader(`{"code": "await mcp.demo.sleep({ms: 300}); return 1"}`))
@@ -171,7 +171,7 @@ func TestStreamHeartbeat(t *testing.T) {
 // streams the requests its front marks (WithStreaming), and only those.
 func TestStreamingPerRequest(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	h := httpapi.New(httpapi.Options{Service: svc, Logger: log})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Front") == "rest" {

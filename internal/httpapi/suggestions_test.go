@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 )
@@ -48,7 +48,7 @@ func (ranker) Annotate(_ context.Context, tools []catalog.Tool) []catalog.Tool {
 
 func TestSuggestionRoutes(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	sugs := &suggestions{}
 	h := httpapi.New(httpapi.Options{Service: svc, Capabilities: testCaps(t), Suggestions: sugs, Ranker: ranker{}, Logger: log})
 	// The principal is the front's to say (the authorizer, pml serve's

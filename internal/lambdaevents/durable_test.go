@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
@@ -47,7 +47,7 @@ func durableHandlerLogging(t *testing.T, log *slog.Logger) func(context.Context,
 	}
 	dir := t.TempDir()
 	return func(ctx context.Context, payload json.RawMessage) (any, error) {
-		svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
+		svc := executor.New(engine, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
 			Suspensions: suspend.NewFile(dir, suspend.Options{})})
 		h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 		return h(ctx, payload)
@@ -317,7 +317,7 @@ func TestLambdaAnswersNameNoApprover(t *testing.T) {
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
 	h := func(ctx context.Context, payload json.RawMessage) (any, error) {
-		svc := bridge.New(engine, bridge.Options{Policy: policy, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
+		svc := executor.New(engine, executor.Options{Policy: policy, Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log,
 			Suspensions: suspend.NewFile(dir, suspend.Options{})})
 		return lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log, Policy: policy}), Service: svc, Logger: log})(ctx, payload)
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	enginetest.Main(m, func(eng *guest.Engine) {
 		engine = eng
 		log := slog.New(slog.DiscardHandler)
-		svc := bridge.New(eng, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+		svc := executor.New(eng, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 		handler = lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log})
 	})
 }

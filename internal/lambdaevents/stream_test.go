@@ -14,9 +14,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
@@ -66,7 +66,7 @@ func prelude(t *testing.T, r *bufio.Reader) map[string]any {
 func TestRESTStreamed(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	g := fronttest.GateSource{Open: make(chan struct{})}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}, g}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}, g}, Logger: log})
 	h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log, StreamREST: true})
 
 	out, err := h(lambdaCtx(t), fixture(t, "rest-v1-execute.json"))
@@ -150,7 +150,7 @@ func (r *runner) Run(_ context.Context, id string) error {
 // nothing), a store failure is failed (and retried).
 func TestRunEvent(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Logger: log})
+	svc := executor.New(engine, executor.Options{Logger: log})
 	run := &runner{}
 	h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log, Runner: run})
 	if out, err := h(lambdaCtx(t), json.RawMessage(`{"run": {"execution_id": "ex_1"}}`)); err != nil || toJSON(out) != `{"execution_id":"ex_1"}` {
@@ -174,7 +174,7 @@ func TestRunEvent(t *testing.T) {
 // stops waiting, and answers its document with its id.
 func TestHTTPAPIDeadline(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log,
 		HTTPAPITimeout: 1500 * time.Millisecond})
 	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "POST /execute", RawPath: "/execute",

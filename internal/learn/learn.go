@@ -22,7 +22,7 @@
 // path like any save.
 //
 // The capability runs it counts (Store.Runs) are the evidence
-// internal/evidence ranks search with.
+// internal/ranking ranks search with.
 package learn
 
 import (

@@ -15,9 +15,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
@@ -29,11 +29,11 @@ import (
 // put its questions to a person, and a state key; every request comes
 // from fronttest.Agent, as the deployment's authorizer would say. sessions
 // says whether it keeps MCP sessions, as pml serve does.
-func elicitServer(t *testing.T, sessions bool) (*httptest.Server, *bridge.Service) {
+func elicitServer(t *testing.T, sessions bool) (*httptest.Server, *executor.Service) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(fronttest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	policy := approval.Policy{TrustedClients: []string{fronttest.Agent}}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log,
 		Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {

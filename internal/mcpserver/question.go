@@ -34,7 +34,7 @@ func forwardQuestions(b *server.InputRequestBuilder, p execution.Pending) {
 	for _, key := range slices.Sorted(maps.Keys(p.Questions)) {
 		var params mcp.ElicitationParams
 		if err := json.Unmarshal(p.Questions[key], &params); err != nil {
-			continue // the bridge kept only readable questions
+			continue // the executor kept only readable questions
 		}
 		params.Message = "The MCP server " + strconv.Quote(p.Server) + " asks, before it answers a script's call to " +
 			p.Server + "." + p.Tool + " (call #" + strconv.Itoa(p.CallID) + "): " + params.Message
@@ -43,7 +43,7 @@ func forwardQuestions(b *server.InputRequestBuilder, p execution.Pending) {
 }
 
 // answersOf reads the user's answers to call's remote questions: an
-// answer decision with one elicitation result per question (the bridge
+// answer decision with one elicitation result per question (the executor
 // checks they are all there, and rejects the call on a decline or cancel).
 func answersOf(responses mcp.InputResponses, callID int) (execution.Decision, bool) {
 	prefix := elicitID(callID) + "/"

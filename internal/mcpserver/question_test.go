@@ -11,8 +11,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
@@ -50,7 +50,7 @@ func TestRemoteQuestionReachesThePerson(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = pool.Close() })
 			policy := approval.Policy{Approvers: []string{"arn:aws:iam::1:role/ops"}, TrustedClients: []string{fronttest.Agent}}
-			svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{pool}, Logger: log,
+			svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{pool}, Logger: log,
 				Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Policy: policy})
 			key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 			if err != nil {

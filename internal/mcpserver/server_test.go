@@ -11,9 +11,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
@@ -25,7 +25,7 @@ import (
 func progressServer(t *testing.T, sources ...execution.ToolSource) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log})
+	svc := executor.New(engine, executor.Options{Sources: append([]execution.ToolSource{demoserver.Source{}}, sources...), Logger: log})
 	return serve(t, mcpserver.Options{Service: svc, Logger: log, Streaming: true}, "")
 }
 
@@ -101,7 +101,7 @@ func TestMCPNoProgressWithoutAToken(t *testing.T) {
 // summarises calls; structuredContent keeps everything.
 func TestMCPTextWithinBudget(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	svc := bridge.New(engine, bridge.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
+	svc := executor.New(engine, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{}}, Logger: log})
 	srv := serve(t, mcpserver.Options{Service: svc, Logger: log, Settings: mcpserver.Settings{TextBytes: 4000}}, "")
 	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
 	code := `for (let i = 0; i < 300; i++) console.log("line " + i + " " + "y".repeat(50));

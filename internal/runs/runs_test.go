@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/runs"
@@ -62,7 +62,7 @@ func (countSink) Flush(context.Context) error { return nil }
 func (d *deployment) process(t *testing.T, opts runs.Options) *runs.Service {
 	t.Helper()
 	sopts := suspend.Options{Now: d.clk}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}}, Sink: countSink{d},
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}}, Sink: countSink{d},
 		Policy: approval.Policy{Approvers: []string{approver}}, Suspensions: suspend.NewFile(filepath.Join(d.dir, "suspensions"), sopts)})
 	opts.Store = suspend.NewFileRuns(filepath.Join(d.dir, "runs"), sopts)
 	opts.Policy = approval.Policy{Approvers: []string{approver}}
@@ -386,7 +386,7 @@ func TestCloseStopsRuns(t *testing.T) {
 
 // TestNoStore: without a store, async is refused and nothing else changes.
 func TestNoStore(t *testing.T) {
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{}}})
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{}}})
 	s := runs.New(svc, runs.Options{})
 	defer s.Close(context.Background())
 	if resp := s.Execute(context.Background(), async("return 1")); resp.Error == nil || resp.Error.Code != fault.InvalidRequest {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	exec "github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -28,7 +28,7 @@ func BenchmarkExecution100Calls(b *testing.B) {
 		sink trace.Sink
 	}{{"untraced", nil}, {"dynamodb", store}} {
 		b.Run(bc.name, func(b *testing.B) {
-			svc := bridge.New(eng, bridge.Options{Sources: []exec.ToolSource{demoserver.Source{}}, Sink: bc.sink})
+			svc := executor.New(eng, executor.Options{Sources: []exec.ToolSource{demoserver.Source{}}, Sink: bc.sink})
 			for b.Loop() {
 				if r := svc.Execute(ctx, exec.Request{Code: code}); !r.OK {
 					b.Fatal(r.Error)

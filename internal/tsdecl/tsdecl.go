@@ -74,7 +74,7 @@ func Declarations(tools []catalog.Tool) string {
 }
 
 // helperDeclarations describe the globals the prelude defines besides mcp;
-// the bridge's tools.* built-ins answer them.
+// the executor's tools.* built-ins answer them.
 const helperDeclarations = `/** The JSON value passed as this execution's arguments (null when none). */
 declare const args: unknown;
 /** One tool as tools.search and tools.list describe it. */

@@ -1,6 +1,6 @@
 // Package analysis inspects a script before it runs: it parses the code with
 // a real JavaScript parser and lists every `mcp.<server>.<tool>` it names, so
-// the bridge can resolve each name (MCP tool first, then capability) and fail
+// the executor can resolve each name (MCP tool first, then capability) and fail
 // fast with suggestions instead of starting a sandbox for a doomed script.
 //
 // # Parser

@@ -28,7 +28,7 @@ return {stored: stored.stored, n: read.value.length, byParity};
 
 // BenchmarkStaticCheck compares what the static check of plain JavaScript
 // cost before TypeScript (analysis alone) with what it costs now, and what
-// TypeScript costs on top. internal/bridge's BenchmarkExecutePlainJS
+// TypeScript costs on top. internal/executor's BenchmarkExecutePlainJS
 // measures the whole service path.
 func BenchmarkStaticCheck(b *testing.B) {
 	b.Run("analysis only (before)", func(b *testing.B) {

@@ -18,7 +18,7 @@
 // nesting times the size: internal/js/prescan bounds the code's size (the
 // engine's code-size limit) and nesting first, in one iterative pass, so
 // no caller can overflow the Go stack or spend seconds here. Every caller
-// (the bridge's execute path, capability saves and analysis) goes through
+// (the executor's execute path, capability saves and analysis) goes through
 // Prepare.
 //
 // # Never stricter than the engine

@@ -13,9 +13,9 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -46,7 +46,7 @@ func NewGate(t *testing.T, engine *guest.Engine, front func(*Gate) http.Handler,
 		Policy: approval.Policy{Approvers: []string{approvalpage.LocalPrincipal}}, Links: approvalpage.NewLocalLinks(), Sink: tracedb.NewMemory(0)}
 	dir := t.TempDir()
 	sources = append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...)
-	svc := bridge.New(engine, bridge.Options{Sources: sources, Logger: g.Log, Sink: g.Sink,
+	svc := executor.New(engine, executor.Options{Sources: sources, Logger: g.Log, Sink: g.Sink,
 		Suspensions: suspend.NewFile(filepath.Join(dir, "susp"), suspend.Options{}), Policy: g.Policy})
 	g.Exec = runs.New(svc, runs.Options{Store: suspend.NewFileRuns(filepath.Join(dir, "runs"), suspend.Options{}), Policy: g.Policy, Logger: g.Log})
 	t.Cleanup(func() { _ = g.Exec.Close(context.Background()) })

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/approval"
-	"github.com/pml-sandbox/pml/internal/bridge"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -63,7 +63,7 @@ func NewAsync(t *testing.T, engine *guest.Engine) Async {
 	if _, err := kv.Call(context.Background(), "kv_set", json.RawMessage(`{"key": "k", "value": 1}`)); err != nil {
 		t.Fatal(err)
 	}
-	svc := bridge.New(engine, bridge.Options{Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log, Policy: policy,
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{demoserver.Source{Set: kv}}, Logger: log, Policy: policy,
 		Suspensions: suspend.NewFile(filepath.Join(dir, "susp"), suspend.Options{})})
 	rs := runs.New(svc, runs.Options{Store: suspend.NewFileRuns(filepath.Join(dir, "runs"), suspend.Options{}), Policy: policy, Logger: log,
 		PollEvery: 20 * time.Millisecond})

@@ -7,7 +7,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/elicit"
 )
 
 // Questions asked in line. A 2025-11-25 server asks its client's user with
@@ -76,7 +76,7 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcpgo.ElicitationRequest)
 		return nil, err
 	}
 	// What the person reads must not show a secret the server quotes.
-	q := ask.Question{Server: s.cfg.Name, Tool: s.askingTool(ctx), Params: s.h.Redactor().JSON(raw)}
+	q := elicit.Question{Server: s.cfg.Name, Tool: s.askingTool(ctx), Params: s.h.Redactor().JSON(raw)}
 	r, err := s.k.Answerer.Answer(ctx, q)
 	if err != nil {
 		s.log.Warn("mcp server's question not answered", "tool", q.Tool, "err", err)

@@ -14,7 +14,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
@@ -81,15 +81,15 @@ func (a *askingLegacyServer) capabilities() string {
 	return string(a.declared)
 }
 
-// recordingAnswerer answers through an ask.Script and records what it
+// recordingAnswerer answers through an elicit.Script and records what it
 // was asked.
 type recordingAnswerer struct {
-	script *ask.Script
+	script *elicit.Script
 	mu     sync.Mutex
-	asked  []ask.Question
+	asked  []elicit.Question
 }
 
-func (r *recordingAnswerer) Answer(ctx context.Context, q ask.Question) (ask.Result, error) {
+func (r *recordingAnswerer) Answer(ctx context.Context, q elicit.Question) (elicit.Result, error) {
 	r.mu.Lock()
 	r.asked = append(r.asked, q)
 	r.mu.Unlock()
@@ -125,7 +125,7 @@ func TestInlineElicitation(t *testing.T) {
 			var rec *recordingAnswerer
 			var opts []option
 			if tc.answers != "" {
-				script, err := ask.ParseScript([]byte(tc.answers), io.Discard)
+				script, err := elicit.ParseScript([]byte(tc.answers), io.Discard)
 				if err != nil {
 					t.Fatal(err)
 				}

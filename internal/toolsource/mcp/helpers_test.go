@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 	"gopkg.in/yaml.v3"
 
-	"github.com/pml-sandbox/pml/internal/ask"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
@@ -379,7 +379,7 @@ func withConnectTimeout(d time.Duration) option { return func(s *setup) { s.kind
 func withRefreshTTL(d time.Duration) option     { return func(s *setup) { s.kind.RefreshTTL = d } }
 func withMaxMessageBytes(n int64) option        { return func(s *setup) { s.kind.MaxMessageBytes = n } }
 func withMaxResultBytes(n int) option           { return func(s *setup) { s.kind.MaxResultBytes = n } }
-func withAnswerer(a ask.Answerer) option        { return func(s *setup) { s.kind.Answerer = a } }
+func withAnswerer(a elicit.Answerer) option     { return func(s *setup) { s.kind.Answerer = a } }
 func withCredentialsDir(dir string) option {
 	return func(s *setup) { s.env.OAuth.CredentialsDir = dir }
 }

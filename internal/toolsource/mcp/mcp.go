@@ -43,7 +43,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
 
-	"github.com/pml-sandbox/pml/internal/ask"
+	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 )
 
@@ -93,7 +93,7 @@ type Kind struct {
 	// there). Without one nothing is declared, and such a server does not
 	// ask. Only a front end whose caller is the person at the keyboard
 	// sets it (pml run).
-	Answerer ask.Answerer
+	Answerer elicit.Answerer
 
 	initializes, toolLists, calls, reconnects atomic.Int64
 }

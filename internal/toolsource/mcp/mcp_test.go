@@ -87,7 +87,7 @@ func TestDiscoverAndCall(t *testing.T) {
 }
 
 // TestRequireApprovalMarksTools: the tools a server's require_approval
-// globs name carry RequireApproval, so the bridge asks before running them;
+// globs name carry RequireApproval, so the executor asks before running them;
 // the others do not.
 func TestRequireApprovalMarksTools(t *testing.T) {
 	ts := newTestServer(t, TransportStreamable, srvOpts{})
@@ -138,7 +138,7 @@ func TestWarmReuse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// An unchanged catalog is the same slice: the bridge reuses what
+		// An unchanged catalog is the same slice: the executor reuses what
 		// it built from it.
 		if len(tools) == 0 || &tools[0] != &first[0] || len(tools) != len(first) {
 			t.Error("an unchanged catalog was answered as a new slice")
