@@ -127,6 +127,13 @@ type execView struct {
 	// Approvals and Questions count the calls waiting for approval and
 	// those whose server asked a question.
 	Approvals, Questions int
+	// Plan is the script's plan: every call site of a tool that needs a
+	// person, and the decisions that cover more than one call (plan.go);
+	// nil when there is none to show.
+	Plan *planView
+	// Effects are what the execution did to the world and the way to
+	// undo it (effects.go); nil when there is nothing to show.
+	Effects *effectsView
 }
 
 // answerLabel is the answer button's: done, for questions that only ask
