@@ -348,7 +348,7 @@ return c + 1`, key, key)
 		t.Fatalf("the counter is %s after the retry: the script ran again", got)
 	}
 	// Its runner is gone: it reads running until its claim's lease ends,
-	// then failed (docs/DESIGN.md); it is never run again.
+	// then failed (docs/design/durable.md); it is never run again.
 	resp, err := http.Get(base + "/executions/" + d.ExecutionID)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/toolsource/openapi"
 )
 
-// Exit codes; the README's table is where users read them.
+// Exit codes; docs/CLI.md's table is where users read them.
 const (
 	ExitOK     = 0
 	ExitFailed = 1 // the script, a tool, or anything else failed

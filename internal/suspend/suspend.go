@@ -5,8 +5,8 @@
 //
 // Two stores implement Store: NewFile (one directory, for pml serve and
 // pml run; several processes may share it) and NewDynamo (one DynamoDB
-// table, deployed). Both follow the same protocol (docs/DESIGN.md, "Durable
-// executions"):
+// table, deployed). Both follow the same protocol (docs/design/durable.md,
+// "The suspension store"):
 //
 //   - A record has a version that every state change increments, and every
 //     change is a write conditioned on the version read before it, so two

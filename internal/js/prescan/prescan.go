@@ -56,7 +56,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 )
 
-// Default bounds. They were chosen by measurement (docs/DESIGN.md, Limits):
+// Default bounds. They were chosen by measurement (docs/design/scripts.md):
 // the costliest shapes esbuild accepts at these bounds, repeated to fill
 // the default code size, are stripped in well under a second, and real code
 // stays far below them (TypeScript's own compiler, 9 MB of JavaScript,
