@@ -26,6 +26,12 @@
 // (Options.Drafts, drafts.go), each on a page of its own under the same
 // route, told apart by its id; other kinds join the list by registering a
 // Provider.
+//
+// Its routes (RouteKeys, all under Prefix): GET /approvals (what waits
+// for the person signed in), GET and POST /approvals/{id} (an execution's
+// page and its decisions, or a capability draft's, told apart by the id:
+// ex_… or cd_…), GET /approvals/signin, GET /approvals/signin/callback
+// (OpenID Connect, or a one-time local link) and POST /approvals/signout.
 package approvalpage
 
 import (

@@ -5,8 +5,11 @@
 // POST /{id}/publish, /{id}/reject), GET /capabilities/suggestions and POST
 // /capabilities/suggestions/{id}/publish, GET /healthz, GET /metrics where
 // there are metrics, the approval page's routes (internal/approvalpage),
-// and the MCP server (internal/mcpserver) mounted at /mcp (POST; GET and
-// the other methods get its answer). Both fronts stand on
+// and the MCP server (internal/mcpserver) mounted at /mcp (every method
+// reaches it: POST, DELETE where it keeps sessions, 405 for the rest).
+// Unknown routes and wrong methods are answered 404 and 405 in the JSON
+// error shape; RouteKeys lists every route for template.yaml. Both fronts
+// stand on
 // execution.Executor. `pml serve` serves the handler directly; the execute
 // Lambda serves it through API Gateway events (internal/lambdaevents), so
 // both deployments share every route, status code and error shape.

@@ -4,12 +4,24 @@
 // handler and the one execution service, so every entry point behaves the
 // same way.
 //
-// A direct invocation is an execute request ({"code": …}) or a resume
-// request ({"resume": {"execution_id": …, "decisions": {…}}}); both answer
-// the execution's document. SQS and EventBridge run execute requests only,
-// and refuse approval "suspend": nobody would see the pending calls. The
-// function's own asynchronous invocations ({"run": {"execution_id": …}},
-// see InvokeSelf) run asynchronous executions.
+// The execute function's handler (Handler) routes by the event's shape:
+//
+//   - an API Gateway HTTP API request (payload 2.0), or a REST API request
+//     (payload 1.0, as an HTTP API's 1.0 is) → the HTTP handler
+//     (internal/httpapi: the REST routes, /mcp, the approval page), an
+//     HTTP API's path without its stage prefix, and the caller's principal
+//     taken from what API Gateway verified;
+//   - an SQS batch, an EventBridge event → execute requests, which refuse
+//     approval "suspend" unless suspensions are announced (Notified):
+//     nobody would see the pending calls;
+//   - a direct invocation: {"code": …} an execute request, {"resume":
+//     {"execution_id": …, "decisions": {…}}} a resume request (both answer
+//     the execution's document), {"run": {"execution_id": …}} the
+//     function's own asynchronous invocation (InvokeSelf) that runs an
+//     asynchronous execution.
+//
+// The capability function's handler (CapabilityHandler) takes an
+// execution.Invocation and answers the capability run's document.
 //
 // HTTP API answers are buffered, and an execution behind it ends at the
 // API's 30 s (HTTPAPITimeout) so that its caller gets its document and id
