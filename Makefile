@@ -49,7 +49,9 @@ FUZZTIME ?= 20s
 fuzz: $(GUEST)
 	scripts/fuzz.sh $(FUZZTIME)
 
-# lint: gofmt, a tidy go.mod, vet, staticcheck, and cfn-lint on template.yaml.
+# lint: gofmt, a tidy go.mod, vet, staticcheck, the docs held to the tree
+# (internal/doccheck: links, backticked paths, anchors, DESIGN's diagram),
+# and cfn-lint on template.yaml.
 # cfn-lint is a Python package: CI machines have it on their image, but PyPI
 # may be out of reach, so where it is missing the step says so and the rest
 # goes on.
@@ -59,6 +61,7 @@ lint: $(GUEST)
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	$(GO) test -count=1 ./internal/doccheck/
 	@if command -v cfn-lint >/dev/null 2>&1; then \
 	  echo "cfn-lint template.yaml"; cfn-lint template.yaml; \
 	else \
