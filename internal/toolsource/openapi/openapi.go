@@ -25,6 +25,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -161,8 +162,9 @@ func (sv *server) tools(doc *Document) []toolsource.Tool {
 	for _, op := range doc.Operations {
 		tool := op.Tool
 		// As the MCP pool does: a document that quotes a configured
-		// secret does not show it in the catalog.
-		tool.Title, tool.Description = red.String(tool.Title), red.String(tool.Description)
+		// secret does not show it in the catalog, nor, where its
+		// description is cut, the start of one.
+		tool.Title, tool.Description = red.String(tool.Title), red.Cut(tool.Description, maxDescription)
 		tool.InputSchema, tool.OutputSchema = red.JSON(tool.InputSchema), red.JSON(tool.OutputSchema)
 		switch {
 		case catalog.MatchAnyToolGlob(sv.cfg.Destructive, tool.Name):
@@ -337,7 +339,7 @@ func (sv *server) result(tctx, ctx context.Context, resp *http.Response, full st
 		msg := fmt.Sprintf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			msg += ": " + errNotFollowed.Error() + " (only redirects on the same host are followed)"
-		} else if t := errorText(body); t != "" {
+		} else if t := sv.errorText(body); t != "" {
 			msg += ": " + t
 		}
 		e := &fault.Error{Code: fault.ToolError, Message: msg, Tool: full, Details: map[string]any{"status": resp.StatusCode}}
@@ -347,11 +349,18 @@ func (sv *server) result(tctx, ctx context.Context, resp *http.Response, full st
 		}
 		return nil, e
 	}
-	return parseBody(body, ct)
+	return parseBody(body, ct, sv.h.Redactor())
 }
 
-// errorText is the start of an error response's body, on one line.
-func errorText(body []byte) string {
+// errorText is the start of an error response's body, on one line,
+// masked before it is cut (Handle.Scrubber): a script that pads what the
+// service echoes can put the cut anywhere.
+func (sv *server) errorText(body []byte) string {
+	red := sv.h.Scrubber()
+	// Masked first as a parser reads it (a secret written with JSON
+	// escapes), and before white space is folded (which may change a
+	// secret's own); Cut masks again what the folding joined.
+	body = red.JSON(body)
 	s := strings.TrimSpace(string(bytes.ToValidUTF8(body, []byte("?"))))
 	if json.Valid([]byte(s)) {
 		var b bytes.Buffer
@@ -360,12 +369,18 @@ func errorText(body []byte) string {
 		}
 	}
 	s = strings.Join(strings.Fields(s), " ")
-	return truncate(s, maxErrorBody)
+	return red.Cut(s, maxErrorBody)
 }
 
 // parseBody is a successful response's value: JSON as it is, text as a
-// string, nothing as null, and anything else as {content_type, base64}.
-func parseBody(body []byte, ct string) (json.RawMessage, error) {
+// string, nothing as null, and anything else as {content_type, base64},
+// of the bytes with every secret red knows masked first. The Set masks
+// the value too, but a secret encoded in base64 is found there only when
+// it is long enough and the encoding is left whole; masked in the raw
+// bytes it is found in any case, and the base64 stays valid. That changes
+// a binary body that holds a secret (an image, an archive): the mask
+// takes its place, and the script gets bytes that are not the service's.
+func parseBody(body []byte, ct string, red *redact.Redactor) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
 		return json.RawMessage("null"), nil
@@ -380,7 +395,8 @@ func parseBody(body []byte, ct string) (json.RawMessage, error) {
 	case strings.HasPrefix(base, "text/") || strings.HasSuffix(base, "xml") || base == "" && utf8.Valid(body):
 		return json.Marshal(string(body))
 	}
-	return json.Marshal(map[string]string{"content_type": ct, "base64": base64.StdEncoding.EncodeToString(body)})
+	masked := red.String(string(body))
+	return json.Marshal(map[string]string{"content_type": ct, "base64": base64.StdEncoding.EncodeToString([]byte(masked))})
 }
 
 // sigV4Transport signs each request with the process's AWS credentials
