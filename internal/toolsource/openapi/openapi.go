@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"golang.org/x/net/http/httpproxy"
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
@@ -44,9 +47,15 @@ const maxErrorBody = 2048
 // Kind is the kind of OpenAPI services.
 type Kind struct {
 	// Transport, when set, is the HTTP transport under every request of
-	// every server (tests); by default each server has a clone of
-	// http.DefaultTransport of its own.
+	// every server (tests), and the connect-time rule (dialGuard) is its
+	// own to keep; by default each server has two clones of
+	// http.DefaultTransport of its own: one whose connections dialGuard
+	// makes, for the document and the calls, and one for OAuth's token
+	// and discovery requests, whose answers no script reads.
 	Transport http.RoundTripper
+	// Resolver, when set, resolves the names requests go to (tests: a
+	// fake DNS server); net.DefaultResolver by default.
+	Resolver *net.Resolver
 }
 
 // Info implements toolsource.Kind. OpenAPI servers are eager: a document
@@ -68,11 +77,15 @@ func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle
 		return nil, err
 	}
 	h.Learn(c.literals()...)
-	sv := &server{cfg: c, h: h, base: k.Transport}
+	sv := &server{cfg: c, h: h, base: k.Transport, authBase: k.Transport}
 	if sv.base == nil {
+		guard := newDialGuard(c, os.Getenv("AWS_LAMBDA_RUNTIME_API"), httpproxy.FromEnvironment(), k.Resolver)
 		sv.tr = http.DefaultTransport.(*http.Transport).Clone()
 		sv.tr.MaxIdleConnsPerHost = 64
+		sv.tr.DialContext = guard.DialContext
 		sv.base = sv.tr
+		sv.authTr = http.DefaultTransport.(*http.Transport).Clone()
+		sv.authBase = sv.authTr
 	}
 	// Built at the first load, not here: OAuth's client secret may be
 	// read from Secrets Manager, and Open does not wait on the network.
@@ -84,10 +97,11 @@ func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle
 type server struct {
 	cfg Config
 	h   *toolsource.Handle
-	// base is the transport under everything; tr the server's own, when
-	// it has one, whose idle connections Close closes.
-	base http.RoundTripper
-	tr   *http.Transport
+	// base is the transport under the document's fetch and every call,
+	// authBase under OAuth's own requests; tr and authTr are the server's
+	// own, when it has them, whose idle connections Close closes.
+	base, authBase http.RoundTripper
+	tr, authTr     *http.Transport
 	// client sends the document's fetch and every call, authorised.
 	client func() (*http.Client, error)
 	// doc is the document last loaded, nil before.
@@ -111,7 +125,7 @@ func (sv *server) newClient() (*http.Client, error) {
 	case sv.cfg.oauth():
 		src, err := oauthclient.Build(sv.h.Context(), oauthclient.Setup{Name: sv.cfg.Name, URL: sv.cfg.BaseURL, Config: sv.cfg.Auth.Config,
 			CredentialsDir: env.OAuth.CredentialsDir, Secrets: env.OAuth.Secrets, Refs: env.Refs, Agent: env.OAuth.Agent,
-			HTTPClient: &http.Client{Transport: sv.base, Timeout: time.Minute}, AddSecret: sv.h.Learn,
+			HTTPClient: &http.Client{Transport: sv.authBase, Timeout: time.Minute}, AddSecret: sv.h.Learn,
 			Options: func(o *oauthclient.Options) { o.Logger = sv.h.Logger() }})
 		if err != nil {
 			return nil, fmt.Errorf("auth: %w", err)
@@ -124,8 +138,9 @@ func (sv *server) newClient() (*http.Client, error) {
 }
 
 // Load implements toolsource.Server: fetches the document and converts
-// it. A document refused, a file that cannot be read, or credentials that
-// cannot be set up are permanent; a URL that cannot be fetched now is
+// it. A document refused, a file that cannot be read, credentials that
+// cannot be set up, or a document URL whose address the connect-time rule
+// refuses (dialGuard) are permanent; a URL that cannot be fetched now is
 // not.
 func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	client, err := sv.client()
@@ -134,7 +149,7 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	}
 	data, loc, err := Fetch(ctx, &http.Client{Transport: client.Transport}, sv.cfg.Spec, sv.cfg.FetchTimeout)
 	if err != nil {
-		if isURL(sv.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) {
+		if isURL(sv.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) && !errors.Is(err, ErrRefusedAddress) {
 			return nil, err
 		}
 		return nil, toolsource.Permanent(err)
@@ -193,8 +208,10 @@ func (sv *server) Describe(h *toolsource.Health) {
 
 // Close implements toolsource.Server.
 func (sv *server) Close() error {
-	if sv.tr != nil {
-		sv.tr.CloseIdleConnections()
+	for _, tr := range []*http.Transport{sv.tr, sv.authTr} {
+		if tr != nil {
+			tr.CloseIdleConnections()
+		}
 	}
 	return nil
 }
@@ -318,6 +335,12 @@ func (sv *server) classify(ctx, tctx context.Context, err error, full string, ti
 		return &fault.Error{Code: fault.Timeout, Message: fmt.Sprintf("no answer within %s", timeout), Tool: full}
 	case ctx.Err() != nil:
 		return fault.Wrap(fault.Timeout, context.Cause(ctx), "call abandoned").WithTool(full)
+	}
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		// The configuration must change for it to go through: not
+		// retryable.
+		return fault.Wrap(fault.Forbidden, refused, "").WithTool(full)
 	}
 	e := fault.Wrap(fault.Unavailable, unwrapURLError(err), fmt.Sprintf("OpenAPI server %q is unreachable", sv.cfg.Name)).WithTool(full)
 	e.Retryable = true
