@@ -31,6 +31,10 @@ type matcher struct {
 	// longest form that starts with them: how far a match from there may
 	// go. It also rules out the filter's chance passes.
 	reach map[uint32]int
+	// sorted is every form in byte order, and longest the length of the
+	// longest: what Cut looks for at the end of a cut text.
+	sorted  []string
+	longest int
 }
 
 // newMatcher returns a matcher of forms, which it sorts.
@@ -56,6 +60,10 @@ func newMatcher(forms []string) *matcher {
 		m.reach[w] = max(m.reach[w], len(f))
 	}
 	m.rep = strings.NewReplacer(pairs...)
+	m.sorted = slices.Sorted(slices.Values(forms))
+	if len(forms) > 0 {
+		m.longest = len(forms[0])
+	}
 	return m
 }
 

@@ -434,6 +434,13 @@ func (h *Handle) Learn(secrets ...string) {
 // Redactor knows what this server is sent.
 func (h *Handle) Redactor() *redact.Redactor { return h.r.red }
 
+// Scrubber knows every secret the Set knows: what the Set masks errors
+// and log lines with. A kind that bounds a text on its way into an error
+// (a service's answer quoted) bounds it with Scrubber().Cut, which masks
+// before it cuts: cut first, a secret would leave a start that no longer
+// matches it.
+func (h *Handle) Scrubber() *redact.Redactor { return h.r.set.red }
+
 // Drop keeps a tool the server lists out of the catalog for a reason of
 // the kind's (an invalid header binding), told once.
 func (h *Handle) Drop(tool, reason string) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -101,13 +102,15 @@ func (k Kind) Open(ctx context.Context, spec toolsource.Spec, h *toolsource.Hand
 	// One client per server, made when it is first needed, outliving
 	// the caller that first asked.
 	once := sync.OnceValues(func() (API, error) { return client(h.Context()) })
-	return &server{cfg: c, client: func() (API, error) { return once() }}, nil
+	return &server{cfg: c, client: func() (API, error) { return once() }, red: h.Scrubber()}, nil
 }
 
 // server is one configured server of functions.
 type server struct {
 	cfg    Config
 	client func() (API, error)
+	// red masks a function's error message before it is cut.
+	red *redact.Redactor
 }
 
 // Load describes every function: from its configuration, or from its
@@ -200,7 +203,7 @@ func (sv *server) Call(ctx context.Context, c toolsource.Call) (json.RawMessage,
 		return nil, fault.Limitf(fault.LimitResultBytes, "the function's answer is over the %d-byte limit", maxResultBytes).WithTool(full)
 	}
 	if out.FunctionError != nil {
-		return nil, functionError(aws.ToString(out.FunctionError), out.Payload).WithTool(full)
+		return nil, functionError(aws.ToString(out.FunctionError), out.Payload, sv.red).WithTool(full)
 	}
 	payload := bytes.TrimSpace(out.Payload)
 	switch {
@@ -214,8 +217,9 @@ func (sv *server) Call(ctx context.Context, c toolsource.Call) (json.RawMessage,
 
 // functionError is the TOOL_ERROR of an invocation that failed in the
 // function: its error type and message, as the runtime reports them
-// ({"errorType": ..., "errorMessage": ...}).
-func functionError(kind string, payload []byte) *fault.Error {
+// ({"errorType": ..., "errorMessage": ...}), the message masked by red
+// before it is cut (a cut secret would leave its start).
+func functionError(kind string, payload []byte, red *redact.Redactor) *fault.Error {
 	var p struct {
 		Type    string `json:"errorType"`
 		Message string `json:"errorMessage"`
@@ -225,9 +229,7 @@ func functionError(kind string, payload []byte) *fault.Error {
 	if msg == "" {
 		msg = strings.TrimSpace(string(payload))
 	}
-	if len(msg) > maxErrorText {
-		msg = msg[:maxErrorText] + "…"
-	}
+	msg = red.Cut(msg, maxErrorText)
 	text := "function error"
 	if p.Type != "" {
 		text += " " + p.Type

@@ -22,7 +22,7 @@ import (
 var errCallTimeout = errors.New("call timed out")
 
 // maxErrorText bounds the message of a TOOL_ERROR built from the tool's
-// own text.
+// own text; it is cut after it is masked (toolsource.Handle.Scrubber).
 const maxErrorText = 4096
 
 // Call implements toolsource.Server: one tools/call, whose result is
@@ -132,7 +132,7 @@ func (s *remote) call(ctx context.Context, c *conn, tc toolsource.Call, header *
 		return nil, fault.Wrap(fault.Unavailable, &protocolError{msg: err.Error()}, "tools/call result").WithTool(full)
 	}
 	if isErr {
-		return nil, fault.New(fault.ToolError, "%s", msg).WithTool(full)
+		return nil, fault.New(fault.ToolError, "%s", s.h.Scrubber().Cut(msg, maxErrorText)).WithTool(full)
 	}
 	if limit := s.k.maxResultBytes(); len(value) > limit {
 		return nil, fault.Limitf(fault.LimitResultBytes, "result of %d bytes exceeds the %d-byte limit", len(value), limit).WithTool(full)
@@ -171,7 +171,7 @@ func (s *remote) classify(ctx, tctx context.Context, c *conn, tw *tripwire, err 
 	}
 	var rpc *rpcError
 	if errors.As(err, &rpc) {
-		return &fault.Error{Code: fault.ToolError, Message: truncate(rpc.Message, maxErrorText), Tool: full,
+		return &fault.Error{Code: fault.ToolError, Message: s.h.Scrubber().Cut(rpc.Message, maxErrorText), Tool: full,
 			Details: map[string]any{"jsonrpc_code": rpc.Code}}
 	}
 	var pe *protocolError
@@ -355,7 +355,8 @@ func plainString(s string) bool {
 	return ascii || utf8.ValidString(s) && !strings.ContainsAny(s, "\u2028\u2029")
 }
 
-// errorText joins the text items of an isError result.
+// errorText joins the text items of an isError result, whole: the call
+// masks it, then cuts it.
 func errorText(content []json.RawMessage) string {
 	var parts []string
 	for _, item := range content {
@@ -370,16 +371,5 @@ func errorText(content []json.RawMessage) string {
 	if len(parts) == 0 {
 		return "the tool reported an error"
 	}
-	return truncate(strings.Join(parts, "\n"), maxErrorText)
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return strings.Join(parts, "\n")
 }

@@ -7,8 +7,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/redact"
 )
 
 // errMessageTooLarge is returned by a capped body once a server sends a
@@ -17,11 +20,16 @@ import (
 // to sit under it, in the HTTP layer.
 var errMessageTooLarge = errors.New("server sent a message over the size cap")
 
-// maxErrorBody is how much of a non-2xx body is read. mcp-go quotes such
-// bodies whole in its errors, which reach scripts and logs; a refusal may
-// echo the request's Authorization header, and a long one says nothing
-// more useful than its start.
-const maxErrorBody = 256
+// maxErrorBody is how much of a non-2xx body mcp-go is given. It quotes
+// such bodies whole in its errors, which reach scripts and logs; a refusal
+// may echo the request's Authorization header, and a long one says nothing
+// more useful than its start. Up to maxErrorRead bytes are read, masked,
+// then cut to maxErrorBody (redact.Redactor.Cut): cut first, an echoed
+// secret across the cut would leave its start.
+const (
+	maxErrorBody = 256
+	maxErrorRead = 8 << 10
+)
 
 // sessionDeleteTimeout bounds the DELETE mcp-go sends when it closes a
 // streamable HTTP session: its own bound is 5 s, and a server that never
@@ -47,6 +55,9 @@ func withTripwire(ctx context.Context, tw *tripwire) context.Context {
 type capTransport struct {
 	base  http.RoundTripper
 	limit int64
+	// red masks a non-2xx body before it is cut: every secret the Set
+	// knows, as errors are masked.
+	red *redact.Redactor
 }
 
 func (t *capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -67,12 +78,12 @@ func (t *capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	tw, _ := req.Context().Value(tripwireKey{}).(*tripwire)
 	body := resp.Body
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		// Cut silently (EOF, not an error): mcp-go still parses a short
-		// JSON-RPC error answer and quotes a prefix of anything else.
+		// Masked, then cut: mcp-go still parses a short JSON-RPC error
+		// answer and quotes the start of anything else.
 		body = struct {
 			io.Reader
 			io.Closer
-		}{io.LimitReader(body, maxErrorBody), body}
+		}{strings.NewReader(t.errorBody(body)), body}
 	}
 	resp.Body = &cappedBody{
 		rc:       body,
@@ -82,6 +93,20 @@ func (t *capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel:   cancel,
 	}
 	return resp, nil
+}
+
+// errorBody is what mcp-go is given of a non-2xx body: its start, every
+// known secret masked (in JSON as a parser reads it), cut to maxErrorBody
+// with no start of a secret left at the cut.
+func (t *capTransport) errorBody(body io.Reader) string {
+	raw, err := io.ReadAll(io.LimitReader(body, maxErrorRead+1))
+	more := err != nil || len(raw) > maxErrorRead
+	raw = raw[:min(len(raw), maxErrorRead)]
+	text := string(t.red.JSON(raw))
+	if more {
+		return t.red.CutHead(text, maxErrorBody)
+	}
+	return t.red.Cut(text, maxErrorBody)
 }
 
 // cappedBody fails reads once a message passes the limit.

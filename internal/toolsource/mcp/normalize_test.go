@@ -62,15 +62,6 @@ func TestNormalizeResult(t *testing.T) {
 	}
 }
 
-func TestTruncate(t *testing.T) {
-	if got := truncate("héllo", 2); got != "h…" {
-		t.Errorf("truncate cut a rune: %q", got)
-	}
-	if got := truncate("abc", 3); got != "abc" {
-		t.Errorf("truncate(abc, 3) = %q", got)
-	}
-}
-
 func TestCappedBody(t *testing.T) {
 	cases := []struct {
 		name     string

@@ -81,7 +81,7 @@ func newRemote(k *Kind, cfg Config, h *toolsource.Handle) *remote {
 	// Resolved values are known to the redactors before any request can
 	// go out, so before any error or log line can quote them.
 	s.headers = secretref.NewHeaders(h.Env().Refs, cfg.Headers, func(_, v string) { h.Learn(secretref.HeaderSecrets(v)...) })
-	s.httpClient = &http.Client{Transport: s.headers.Transport(&capTransport{base: ht, limit: k.maxMessageBytes()})}
+	s.httpClient = &http.Client{Transport: s.headers.Transport(&capTransport{base: ht, limit: k.maxMessageBytes(), red: h.Scrubber()})}
 	return s
 }
 

@@ -23,5 +23,9 @@
 // Requests go only to the base URL: the document's server, which must be
 // on the host the document came from, or one the configuration names; a
 // redirect to another host is not followed, and a value never leaves its
-// path segment (path parameters are escaped, "." and ".." included).
+// path segment (path parameters are escaped, "." and ".." included). Each
+// connection is checked on the address it resolves to when it is made
+// (dialGuard): the host's own addresses (loopback, link-local and the
+// metadata service, the Lambda runtime API) only when the configuration
+// names them.
 package openapi

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +22,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"golang.org/x/net/http/httpproxy"
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -43,9 +47,15 @@ const maxErrorBody = 2048
 // Kind is the kind of OpenAPI services.
 type Kind struct {
 	// Transport, when set, is the HTTP transport under every request of
-	// every server (tests); by default each server has a clone of
-	// http.DefaultTransport of its own.
+	// every server (tests), and the connect-time rule (dialGuard) is its
+	// own to keep; by default each server has two clones of
+	// http.DefaultTransport of its own: one whose connections dialGuard
+	// makes, for the document and the calls, and one for OAuth's token
+	// and discovery requests, whose answers no script reads.
 	Transport http.RoundTripper
+	// Resolver, when set, resolves the names requests go to (tests: a
+	// fake DNS server); net.DefaultResolver by default.
+	Resolver *net.Resolver
 }
 
 // Info implements toolsource.Kind. OpenAPI servers are eager: a document
@@ -67,11 +77,15 @@ func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle
 		return nil, err
 	}
 	h.Learn(c.literals()...)
-	sv := &server{cfg: c, h: h, base: k.Transport}
+	sv := &server{cfg: c, h: h, base: k.Transport, authBase: k.Transport}
 	if sv.base == nil {
+		guard := newDialGuard(c, os.Getenv("AWS_LAMBDA_RUNTIME_API"), httpproxy.FromEnvironment(), k.Resolver)
 		sv.tr = http.DefaultTransport.(*http.Transport).Clone()
 		sv.tr.MaxIdleConnsPerHost = 64
+		sv.tr.DialContext = guard.DialContext
 		sv.base = sv.tr
+		sv.authTr = http.DefaultTransport.(*http.Transport).Clone()
+		sv.authBase = sv.authTr
 	}
 	// Built at the first load, not here: OAuth's client secret may be
 	// read from Secrets Manager, and Open does not wait on the network.
@@ -83,10 +97,11 @@ func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle
 type server struct {
 	cfg Config
 	h   *toolsource.Handle
-	// base is the transport under everything; tr the server's own, when
-	// it has one, whose idle connections Close closes.
-	base http.RoundTripper
-	tr   *http.Transport
+	// base is the transport under the document's fetch and every call,
+	// authBase under OAuth's own requests; tr and authTr are the server's
+	// own, when it has them, whose idle connections Close closes.
+	base, authBase http.RoundTripper
+	tr, authTr     *http.Transport
 	// client sends the document's fetch and every call, authorised.
 	client func() (*http.Client, error)
 	// doc is the document last loaded, nil before.
@@ -110,7 +125,7 @@ func (sv *server) newClient() (*http.Client, error) {
 	case sv.cfg.oauth():
 		src, err := oauthclient.Build(sv.h.Context(), oauthclient.Setup{Name: sv.cfg.Name, URL: sv.cfg.BaseURL, Config: sv.cfg.Auth.Config,
 			CredentialsDir: env.OAuth.CredentialsDir, Secrets: env.OAuth.Secrets, Refs: env.Refs, Agent: env.OAuth.Agent,
-			HTTPClient: &http.Client{Transport: sv.base, Timeout: time.Minute}, AddSecret: sv.h.Learn,
+			HTTPClient: &http.Client{Transport: sv.authBase, Timeout: time.Minute}, AddSecret: sv.h.Learn,
 			Options: func(o *oauthclient.Options) { o.Logger = sv.h.Logger() }})
 		if err != nil {
 			return nil, fmt.Errorf("auth: %w", err)
@@ -123,8 +138,9 @@ func (sv *server) newClient() (*http.Client, error) {
 }
 
 // Load implements toolsource.Server: fetches the document and converts
-// it. A document refused, a file that cannot be read, or credentials that
-// cannot be set up are permanent; a URL that cannot be fetched now is
+// it. A document refused, a file that cannot be read, credentials that
+// cannot be set up, or a document URL whose address the connect-time rule
+// refuses (dialGuard) are permanent; a URL that cannot be fetched now is
 // not.
 func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	client, err := sv.client()
@@ -133,7 +149,7 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	}
 	data, loc, err := Fetch(ctx, &http.Client{Transport: client.Transport}, sv.cfg.Spec, sv.cfg.FetchTimeout)
 	if err != nil {
-		if isURL(sv.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) {
+		if isURL(sv.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) && !errors.Is(err, ErrRefusedAddress) {
 			return nil, err
 		}
 		return nil, toolsource.Permanent(err)
@@ -161,8 +177,9 @@ func (sv *server) tools(doc *Document) []toolsource.Tool {
 	for _, op := range doc.Operations {
 		tool := op.Tool
 		// As the MCP pool does: a document that quotes a configured
-		// secret does not show it in the catalog.
-		tool.Title, tool.Description = red.String(tool.Title), red.String(tool.Description)
+		// secret does not show it in the catalog, nor, where its
+		// description is cut, the start of one.
+		tool.Title, tool.Description = red.String(tool.Title), red.Cut(tool.Description, maxDescription)
 		tool.InputSchema, tool.OutputSchema = red.JSON(tool.InputSchema), red.JSON(tool.OutputSchema)
 		switch {
 		case catalog.MatchAnyToolGlob(sv.cfg.Destructive, tool.Name):
@@ -191,8 +208,10 @@ func (sv *server) Describe(h *toolsource.Health) {
 
 // Close implements toolsource.Server.
 func (sv *server) Close() error {
-	if sv.tr != nil {
-		sv.tr.CloseIdleConnections()
+	for _, tr := range []*http.Transport{sv.tr, sv.authTr} {
+		if tr != nil {
+			tr.CloseIdleConnections()
+		}
 	}
 	return nil
 }
@@ -317,6 +336,12 @@ func (sv *server) classify(ctx, tctx context.Context, err error, full string, ti
 	case ctx.Err() != nil:
 		return fault.Wrap(fault.Timeout, context.Cause(ctx), "call abandoned").WithTool(full)
 	}
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		// The configuration must change for it to go through: not
+		// retryable.
+		return fault.Wrap(fault.Forbidden, refused, "").WithTool(full)
+	}
 	e := fault.Wrap(fault.Unavailable, unwrapURLError(err), fmt.Sprintf("OpenAPI server %q is unreachable", sv.cfg.Name)).WithTool(full)
 	e.Retryable = true
 	return e
@@ -337,7 +362,7 @@ func (sv *server) result(tctx, ctx context.Context, resp *http.Response, full st
 		msg := fmt.Sprintf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			msg += ": " + errNotFollowed.Error() + " (only redirects on the same host are followed)"
-		} else if t := errorText(body); t != "" {
+		} else if t := sv.errorText(body); t != "" {
 			msg += ": " + t
 		}
 		e := &fault.Error{Code: fault.ToolError, Message: msg, Tool: full, Details: map[string]any{"status": resp.StatusCode}}
@@ -347,11 +372,18 @@ func (sv *server) result(tctx, ctx context.Context, resp *http.Response, full st
 		}
 		return nil, e
 	}
-	return parseBody(body, ct)
+	return parseBody(body, ct, sv.h.Redactor())
 }
 
-// errorText is the start of an error response's body, on one line.
-func errorText(body []byte) string {
+// errorText is the start of an error response's body, on one line,
+// masked before it is cut (Handle.Scrubber): a script that pads what the
+// service echoes can put the cut anywhere.
+func (sv *server) errorText(body []byte) string {
+	red := sv.h.Scrubber()
+	// Masked first as a parser reads it (a secret written with JSON
+	// escapes), and before white space is folded (which may change a
+	// secret's own); Cut masks again what the folding joined.
+	body = red.JSON(body)
 	s := strings.TrimSpace(string(bytes.ToValidUTF8(body, []byte("?"))))
 	if json.Valid([]byte(s)) {
 		var b bytes.Buffer
@@ -360,12 +392,18 @@ func errorText(body []byte) string {
 		}
 	}
 	s = strings.Join(strings.Fields(s), " ")
-	return truncate(s, maxErrorBody)
+	return red.Cut(s, maxErrorBody)
 }
 
 // parseBody is a successful response's value: JSON as it is, text as a
-// string, nothing as null, and anything else as {content_type, base64}.
-func parseBody(body []byte, ct string) (json.RawMessage, error) {
+// string, nothing as null, and anything else as {content_type, base64},
+// of the bytes with every secret red knows masked first. The Set masks
+// the value too, but a secret encoded in base64 is found there only when
+// it is long enough and the encoding is left whole; masked in the raw
+// bytes it is found in any case, and the base64 stays valid. That changes
+// a binary body that holds a secret (an image, an archive): the mask
+// takes its place, and the script gets bytes that are not the service's.
+func parseBody(body []byte, ct string, red *redact.Redactor) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
 		return json.RawMessage("null"), nil
@@ -380,7 +418,8 @@ func parseBody(body []byte, ct string) (json.RawMessage, error) {
 	case strings.HasPrefix(base, "text/") || strings.HasSuffix(base, "xml") || base == "" && utf8.Valid(body):
 		return json.Marshal(string(body))
 	}
-	return json.Marshal(map[string]string{"content_type": ct, "base64": base64.StdEncoding.EncodeToString(body)})
+	masked := red.String(string(body))
+	return json.Marshal(map[string]string{"content_type": ct, "base64": base64.StdEncoding.EncodeToString([]byte(masked))})
 }
 
 // sigV4Transport signs each request with the process's AWS credentials

@@ -23,7 +23,8 @@ import (
 // maxDefs bounds the components one tool's schema may carry.
 const maxDefs = 500
 
-// maxDescription bounds a tool's description, in bytes.
+// maxDescription bounds a tool's description, in bytes: the catalog's
+// copy is cut to it once masked (server.tools), never before.
 const maxDescription = 4000
 
 // maxOutputSchemaBytes bounds an output schema; a larger one is left out
@@ -264,7 +265,7 @@ func convertOperation(doc *openapi3.T, conv *schemas, r *opRef, base *url.URL, b
 	op.Tool = catalog.Tool{
 		Name:         r.name,
 		Title:        strings.TrimSpace(r.op.Summary),
-		Description:  truncate(description(r.op), maxDescription),
+		Description:  description(r.op),
 		InputSchema:  in,
 		OutputSchema: out,
 		Annotations:  methodAnnotations(op.Method),
@@ -790,15 +791,4 @@ var binarySchema = map[string]any{
 		"base64":       map[string]any{"type": "string", "contentEncoding": "base64"},
 	},
 	"required": []any{"content_type", "base64"},
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }
