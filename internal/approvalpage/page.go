@@ -186,7 +186,7 @@ func New(opts Options) (*Page, error) {
 	p := &Page{opts: opts, log: opts.Logger, mux: http.NewServeMux(), keys: deriveKeys(opts.Key),
 		cookies: cookies{secure: strings.HasPrefix(opts.BaseURL, "https://")}, sessions: opts.Sessions}
 	if p.sessions == nil {
-		p.sessions = NewMemorySessions()
+		p.sessions = &memorySessions{now: opts.Now, m: map[string]memorySession{}}
 	}
 	if opts.OIDC != nil {
 		if opts.OIDC.Issuer == "" || opts.OIDC.ClientID == "" {
@@ -244,8 +244,9 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Handle serves another kind of decision's page under Prefix (pattern
 // "GET /approvals/things/{id}"; a deployment must route it too): it gets
-// the page's headers; its
-// handlers read the person with Person and check forms with CheckForm.
+// the page's headers; its handlers read the person with Person, check
+// forms with CheckForm, and link to the page's addresses with Link (a
+// link without the session's key opens nothing).
 // A POST pattern is wrapped in the cross-origin protection.
 func (p *Page) Handle(pattern string, h http.Handler) {
 	if strings.HasPrefix(pattern, http.MethodPost+" ") {
@@ -365,7 +366,7 @@ func (p *Page) signinPage(w http.ResponseWriter, r *http.Request) {
 	if token := q.Get("link"); token != "" {
 		if p.opts.Links == nil || !p.opts.Links.RedeemAt(token, originOf(p.baseURL(r))) {
 			p.fail(w, r, http.StatusUnauthorized, "This sign-in link is not valid: it was used already, has expired (links last 10 minutes), "+
-				"or was printed by another server. pml serve prints a new one when it starts and whenever an execution waits.")
+				"or was printed by another server or for another address (open it as printed). pml serve prints a new one when it starts and whenever an execution waits.")
 			return
 		}
 		s, err := p.startSession(w, r, LocalPrincipal, "link")

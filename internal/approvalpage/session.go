@@ -49,8 +49,9 @@ type session struct {
 	// Via is how the person signed in: "oidc" (the deployment's provider)
 	// or "link" (pml serve's one-time local link).
 	Via string `json:"v"`
-	// Origin is the page's origin the session was started on
-	// (https://host[:port]): it holds nowhere else.
+	// Origin is the page's base the session was started on (scheme,
+	// host and port; deployed, the configured base URL): it holds
+	// nowhere else.
 	Origin  string `json:"o"`
 	Expires int64  `json:"x"`
 	// id is the cookie's value: kept in no record, shown on no page.
