@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -126,6 +127,7 @@ func TestApprovalPageServeInBrowser(t *testing.T) {
 		}
 	}
 	execURL := second.base + "/approvals/" + id
+	plainURL := execURL
 
 	ctx := newBrowser(t)
 	browse(t, ctx, "sign in with the link, landing on the list", chromedp.Navigate(link), visible("#waiting"))
@@ -133,7 +135,10 @@ func TestApprovalPageServeInBrowser(t *testing.T) {
 	if who != "local:person" || !strings.Contains(list, id) || !strings.Contains(list, "#3 demo.kv_delete") || !strings.Contains(list, "#4 demo.kv_delete") {
 		t.Fatalf("signed in as %q; list %q", who, list)
 	}
-	browse(t, ctx, "open the execution from the list", click(`a[href="/approvals/`+id+`"]`), visible("#execution"))
+	browse(t, ctx, "open the execution from the list", click(`a[href^="/approvals/`+id+`?"]`), visible("#execution"))
+	// The page's own links carry the session's key; an address opened
+	// from outside needs it too.
+	execURL = keyed(t, ctx, execURL)
 	args3, description, source := textOf(t, ctx, "#args-3"), textOf(t, ctx, "#call-3 .description"), textOf(t, ctx, "#call-3 .source")
 	if !strings.Contains(args3, `"key": "production_customers"`) || !strings.Contains(args3, "touched."+strings.Repeat(" ", 520)+`"`) {
 		t.Fatalf("call #3's arguments are not shown whole: %q", args3)
@@ -153,7 +158,7 @@ func TestApprovalPageServeInBrowser(t *testing.T) {
 	token := read(t, ctx, "the form's token", chromedp.Value(chromedp.CSS("#call-4 .approve-form input[name=csrf]")))
 	// The form as it is now, at version 1, to be sent again later.
 	oldVersion := read(t, ctx, "the form's version", chromedp.Value(chromedp.CSS("#call-4 .approve-form input[name=version]")))
-	evil := crossSite(t, execURL, map[string]string{"csrf": token, "version": "1", "call": "4", "decision": "approve"})
+	evil := crossSite(t, plainURL, map[string]string{"csrf": token, "version": "1", "call": "4", "decision": "approve"})
 	browse(t, ctx, "a forgery from another site", chromedp.Navigate(evil), visible("#message"))
 	if msg := textOf(t, ctx, "#message"); !strings.Contains(msg, "another site") {
 		t.Fatalf("a cross-site forgery: %q", msg)
@@ -204,6 +209,26 @@ func TestApprovalPageServeInBrowser(t *testing.T) {
 		len(end.Result.B.OK) == 0 {
 		t.Fatalf("the execution ended %+v", end)
 	}
+}
+
+// keyed is u as the page's own links open it: with the key of the session
+// the tab is signed in with (?s=, read from the page's link to the list).
+func keyed(t *testing.T, ctx context.Context, u string) string {
+	t.Helper()
+	home := read(t, ctx, "the page's link to the list", chromedp.Evaluate[string](`document.querySelector("#home").getAttribute("href")`))
+	h, err := url.Parse(home)
+	key := ""
+	if err == nil {
+		key = h.Query().Get("s")
+	}
+	if key == "" {
+		t.Fatalf("the page's link to the list %q carries no session key", home)
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + "s=" + url.QueryEscape(key)
 }
 
 // jsonString is s as a JSON string.
@@ -333,7 +358,7 @@ func TestApprovalPageLambdaInBrowser(t *testing.T) {
 	recycle()
 
 	// Alice signs in and decides.
-	browse(t, browser, "sign out", chromedp.Navigate(base+"/approvals"), visible("#signout"), click("#signout"), visible("#message"))
+	browse(t, browser, "sign out", visible("#signout"), click("#signout"), visible("#message"))
 	browse(t, browser, "sign in as alice", chromedp.Navigate(pageURL), visible("#signin"), click("#signin"), visible("#user"),
 		chromedp.SendKeys(chromedp.CSS("#user"), "alice"), chromedp.SendKeys(chromedp.CSS("#password"), "alice-pw"),
 		click("#login"), visible("#execution"))
@@ -348,7 +373,7 @@ func TestApprovalPageLambdaInBrowser(t *testing.T) {
 		t.Fatalf("reject: %q", outcome)
 	}
 	recycle()
-	browse(t, browser, "approve #4", chromedp.Navigate(pageURL), visible("#approve-4"), click("#approve-4"), visible("#outcome"))
+	browse(t, browser, "approve #4", chromedp.Navigate(keyed(t, browser, pageURL)), visible("#approve-4"), click("#approve-4"), visible("#outcome"))
 	if outcome := textOf(t, browser, "#outcome"); !strings.Contains(outcome, "succeeded") {
 		t.Fatalf("approve: %q", outcome)
 	}
@@ -373,7 +398,7 @@ func TestApprovalPageLambdaInBrowser(t *testing.T) {
 		t.Fatalf("the agent's save: %d %+v", status, saved)
 	}
 	recycle()
-	browse(t, browser, "the drafts waiting for alice", chromedp.Navigate(base+"/approvals"), visible("#drafts"))
+	browse(t, browser, "the drafts waiting for alice", chromedp.Navigate(keyed(t, browser, base+"/approvals")), visible("#drafts"))
 	if list := textOf(t, browser, "#drafts"); !strings.Contains(list, "notes:add") || !strings.Contains(list, agent) {
 		t.Fatalf("alice's drafts: %q", list)
 	}
@@ -552,7 +577,7 @@ func TestApprovalPageDraftInBrowser(t *testing.T) {
 	if status, doc := postJSON(t, srv.base+"/capabilities/drafts/"+second+"/publish", `{}`); status != http.StatusForbidden {
 		t.Fatalf("the caller publishing its own draft: %d %+v", status, doc)
 	}
-	browse(t, ctx, "open the second draft", chromedp.Navigate(srv.base+"/approvals/"+second), visible("#diff"))
+	browse(t, ctx, "open the second draft", chromedp.Navigate(keyed(t, ctx, srv.base+"/approvals/"+second)), visible("#diff"))
 	if replaces, diff := textOf(t, ctx, "#replaces"), textOf(t, ctx, "#diff"); replaces != "version 1" ||
 		!strings.Contains(diff, "- return args.a + args.b") || !strings.Contains(diff, "+ return args.a * args.b") {
 		t.Fatalf("the second draft against version 1: %q %q", replaces, diff)

@@ -395,15 +395,18 @@ type App struct {
 	// none (sessions are then refused).
 	Sessions suspend.Sessions
 	// Metrics receives the service's metrics, nil when it keeps none.
-	Metrics     metrics.Recorder
-	runner      *capability.Runner
-	approvalKey approval.Key
-	policy      approval.Policy
-	bus         string
-	page        PageConfig
-	aws         awsConfig
-	log         *slog.Logger
-	closers     []func(context.Context) error
+	Metrics metrics.Recorder
+	// pageSessions keeps the approval page's sessions beside the
+	// suspensions (nil without them: the page keeps them in memory).
+	pageSessions suspend.PageSessions
+	runner       *capability.Runner
+	approvalKey  approval.Key
+	policy       approval.Policy
+	bus          string
+	page         PageConfig
+	aws          awsConfig
+	log          *slog.Logger
+	closers      []func(context.Context) error
 }
 
 // FromEnv builds the service the environment describes (see
@@ -530,6 +533,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.Sessions, err = a.aws.openSessions(ctx, cfg.Suspensions); err != nil {
 		return fail(err)
 	}
+	if a.pageSessions, err = a.aws.openPageSessions(ctx, cfg.Suspensions); err != nil {
+		return fail(err)
+	}
 	// The MCP servers (and demo tools) come before capabilities: a name
 	// both offer is the server's, as ADR-052 resolves it.
 	// Discovery (tools.*, /tools, search_tools, list_capabilities) reads
@@ -617,6 +623,9 @@ func (a *App) ApprovalPage(exec execution.Executor, log *slog.Logger) *approvalp
 	}
 	opts := approvalpage.Options{Service: exec, Policy: a.policy, Key: a.approvalKey,
 		BaseURL: a.page.URL, OIDC: a.page.OIDC, Links: a.page.Links, Logger: log}
+	if a.pageSessions != nil {
+		opts.Sessions = a.pageSessions
+	}
 	if a.Suspensions != nil {
 		opts.Lister = a.Service
 	}

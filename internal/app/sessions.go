@@ -29,6 +29,25 @@ func (c *awsConfig) openSessions(ctx context.Context, cfg SuspensionConfig) (sus
 	return nil, nil
 }
 
+// openPageSessions opens where the approval page keeps its sessions,
+// beside the suspensions cfg names: the same DynamoDB table (partition
+// PAGE#<hash>), seen by every container, or the directory's
+// page-sessions/, seen by every process over it; none without either (the
+// page then keeps them in memory).
+func (c *awsConfig) openPageSessions(ctx context.Context, cfg SuspensionConfig) (suspend.PageSessions, error) {
+	switch {
+	case cfg.Table != "":
+		db, err := c.dynamo(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		return suspend.NewDynamoPageSessions(db, cfg.Table, suspend.Options{}), nil
+	case cfg.Dir != "":
+		return suspend.NewFilePageSessions(filepath.Join(cfg.Dir, "page-sessions"), suspend.Options{}), nil
+	}
+	return nil, nil
+}
+
 // OpenSessions opens the store of sessions cfg names, as an App does (pml
 // session reads it without the rest); nil when cfg names none.
 func OpenSessions(ctx context.Context, cfg SuspensionConfig) (suspend.Sessions, error) {

@@ -314,7 +314,7 @@ func (p *Page) decideDraft(w http.ResponseWriter, r *http.Request, s session, id
 			"Open the draft again to read it against what is published now.", dr.Name))
 		return
 	}
-	list := p.path(Prefix)
+	list := p.link(s, Prefix)
 	if word == "publish" {
 		out, err := p.opts.Drafts.PublishDraft(ctx, d, id)
 		if err != nil {

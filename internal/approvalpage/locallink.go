@@ -20,9 +20,10 @@ const LinkTTL = 10 * time.Minute
 const maxLinks = 32
 
 // LocalLinks are one-time sign-in links for the person at the keyboard:
-// a random token in the URL, used once, within LinkTTL. Only the server
-// that minted a link knows it (they are kept in memory, as hashes): a
-// restarted server prints a new one. Safe for concurrent use.
+// a random token in the URL, used once, within LinkTTL, on the origin it
+// was printed for. Only the server that minted a link knows it (they are
+// kept in memory, as hashes): a restarted server prints a new one. Safe
+// for concurrent use.
 type LocalLinks struct {
 	mu    sync.Mutex
 	now   func() time.Time
@@ -31,14 +32,21 @@ type LocalLinks struct {
 
 type link struct {
 	hash    [sha256.Size]byte
+	origin  string // "": any
 	expires time.Time
 }
 
 // NewLocalLinks returns an empty set of links on the real clock.
 func NewLocalLinks() *LocalLinks { return &LocalLinks{now: time.Now} }
 
-// Mint returns a new token, valid once within LinkTTL.
-func (l *LocalLinks) Mint() string {
+// Mint returns a new token, valid once within LinkTTL, on any origin of
+// the page.
+func (l *LocalLinks) Mint() string { return l.MintFor("") }
+
+// MintFor returns a new token, valid once within LinkTTL on origin alone
+// (scheme://host:port, as the page is reached: what the link was printed
+// for).
+func (l *LocalLinks) MintFor(origin string) string {
 	token := randomToken()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -46,13 +54,13 @@ func (l *LocalLinks) Mint() string {
 	if len(l.links) == maxLinks {
 		l.links = l.links[1:]
 	}
-	l.links = append(l.links, link{hash: sha256.Sum256([]byte(token)), expires: l.now().Add(LinkTTL)})
+	l.links = append(l.links, link{hash: sha256.Sum256([]byte(token)), origin: origin, expires: l.now().Add(LinkTTL)})
 	return token
 }
 
-// Redeem reports whether token is a link minted here, unused and
-// unexpired, and spends it.
-func (l *LocalLinks) Redeem(token string) bool {
+// RedeemAt reports whether token is a link minted here for origin (or
+// for any), unused and unexpired, and spends it.
+func (l *LocalLinks) RedeemAt(token, origin string) bool {
 	if token == "" {
 		return false
 	}
@@ -63,7 +71,7 @@ func (l *LocalLinks) Redeem(token string) bool {
 	for i, k := range l.links {
 		// Comparing hashes: equal-length values, and the tokens
 		// themselves are never kept.
-		if k.hash == h {
+		if k.hash == h && (k.origin == "" || k.origin == origin) {
 			l.links = append(l.links[:i], l.links[i+1:]...)
 			return true
 		}

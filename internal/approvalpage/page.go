@@ -12,11 +12,15 @@
 //
 // The page is server-rendered HTML (html/template: every value is text),
 // sends no script at all, and is sent with a strict Content-Security-Policy
-// and frame-ancestors 'none'. Sessions are signed, expiring cookies
-// (HttpOnly, SameSite=Strict, Secure and __Host- over HTTPS); every form
-// carries a token bound to the session, cross-origin posts are refused
-// (net/http's CrossOriginProtection), and a decision names the version of
-// the execution it was shown, so a replayed form is refused once the
+// and frame-ancestors 'none'. Sessions are kept on the server (a
+// SessionStore) and bound to the origin they were started on; the cookie
+// (HttpOnly, SameSite=Strict, Secure and __Host- over HTTPS) holds only
+// their id, and acts only with the session's key, which the page's own
+// links (?s=) and forms (csrf) carry: other servers on the same host,
+// which browsers send the cookie to, never see it (session.go). Signing
+// out deletes the session. Cross-origin posts are refused (net/http's
+// CrossOriginProtection), and a decision names the version of the
+// execution it was shown, so a replayed form is refused once the
 // execution has moved on.
 //
 // A call parked on a remote MCP server's question (2026-07-28
@@ -71,11 +75,16 @@ func IsPagePath(path string) bool {
 	return path == Prefix || strings.HasPrefix(path, Prefix+"/")
 }
 
-// Lister lists suspended executions for the page (executor.Service): the
-// suspended documents of those whose owner mayList lets through, soonest
-// to expire first, at most limit.
+// Lister lists suspended executions for the page (executor.Service), by
+// who asked and a page at a time: after is "" or the next cursor the page
+// before returned, and next is "" after the last page.
 type Lister interface {
-	ListWaiting(ctx context.Context, limit int, mayList func(owner string) bool) ([]*execution.Response, *fault.Error)
+	// WaitingOwners returns the principals whose executions may wait,
+	// those mayList lets through, at most limit.
+	WaitingOwners(ctx context.Context, after string, limit int, mayList func(owner string) bool) (owners []string, next string, ferr *fault.Error)
+	// WaitingOf returns owner's suspended documents (Pending naming the
+	// calls only), soonest to expire first, at most limit.
+	WaitingOf(ctx context.Context, owner, after string, limit int) (docs []*execution.Response, next string, ferr *fault.Error)
 }
 
 // Provider is one kind of decision that waits for people. The list page
@@ -118,9 +127,13 @@ type Options struct {
 	// Policy is the deployment's one policy: it weighs a decision made
 	// here as execution.ChannelPage.
 	Policy approval.Policy
-	// Key signs page sessions, sign-in flows and form tokens (keys
+	// Key signs sign-in flows and derives the sessions' keys (keys
 	// derived from it, one per use): the deployment's approval state key.
 	Key approval.Key
+	// Sessions keeps page sessions; nil: in this process's memory (a
+	// restart signs everyone out). A page served by several processes or
+	// Lambda containers needs one they share (suspend.PageSessions).
+	Sessions SessionStore
 	// BaseURL is the page's external base ("https://api.example.com",
 	// "https://id.execute-api.region.amazonaws.com/v1"): what links, the
 	// provider's redirect and an MCP client's URL elicitation name. Empty:
@@ -151,6 +164,7 @@ type Page struct {
 	cookies   cookies
 	signin    *signin
 	providers []Provider
+	sessions  SessionStore
 	cop       *http.CrossOriginProtection
 }
 
@@ -176,15 +190,15 @@ func New(opts Options) (*Page, error) {
 		opts.Now = time.Now
 	}
 	p := &Page{opts: opts, log: opts.Logger, mux: http.NewServeMux(), keys: deriveKeys(opts.Key),
-		cookies: cookies{secure: strings.HasPrefix(opts.BaseURL, "https://")}}
+		cookies: cookies{secure: strings.HasPrefix(opts.BaseURL, "https://")}, sessions: opts.Sessions}
+	if p.sessions == nil {
+		p.sessions = &memorySessions{now: opts.Now, m: map[string]memorySession{}}
+	}
 	if opts.OIDC != nil {
 		if opts.OIDC.Issuer == "" || opts.OIDC.ClientID == "" {
 			return nil, errors.New("approvalpage: sign-in needs the provider's issuer and the page's client id")
 		}
 		p.signin = &signin{cfg: *opts.OIDC}
-	}
-	if opts.Lister != nil {
-		p.providers = append(p.providers, callsProvider{p})
 	}
 	if opts.Drafts != nil {
 		p.providers = append(p.providers, draftsProvider{p})
@@ -236,8 +250,9 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Handle serves another kind of decision's page under Prefix (pattern
 // "GET /approvals/things/{id}"; a deployment must route it too): it gets
-// the page's headers; its
-// handlers read the person with Person and check forms with CheckForm.
+// the page's headers; its handlers read the person with Person, check
+// forms with CheckForm, and link to the page's addresses with Link (a
+// link without the session's key opens nothing).
 // A POST pattern is wrapped in the cross-origin protection.
 func (p *Page) Handle(pattern string, h http.Handler) {
 	if strings.HasPrefix(pattern, http.MethodPost+" ") {
@@ -247,17 +262,28 @@ func (p *Page) Handle(pattern string, h http.Handler) {
 }
 
 // Person returns who is signed in on the page, as a decider on the page
-// channel.
+// channel: a request with the session's cookie and its key (in the URL of
+// a GET; in the csrf field of a POST, whose form the handler has parsed).
 func (p *Page) Person(r *http.Request) (approval.Decider, bool) {
-	s, ok := p.readSession(r)
-	return approval.Decider{Principal: s.Principal, Channel: execution.ChannelPage}, ok
+	s, err := p.signedIn(r)
+	return approval.Decider{Principal: s.Principal, Channel: execution.ChannelPage}, err == nil
 }
 
 // CheckForm reports whether a posted form carries the signed-in session's
-// token (after r.ParseForm).
+// key (after r.ParseForm).
 func (p *Page) CheckForm(r *http.Request) bool {
-	s, ok := p.readSession(r)
-	return ok && p.csrfOK(s, r.PostFormValue("csrf"))
+	_, err := p.signedIn(r)
+	return r.Method == http.MethodPost && err == nil
+}
+
+// Link is the page path rel (Prefix + …) as the person signed in on r
+// must open it: carrying their session's key. "" when no one is.
+func (p *Page) Link(r *http.Request, rel string) string {
+	s, err := p.signedIn(r)
+	if err != nil {
+		return ""
+	}
+	return p.link(s, rel)
 }
 
 // ExecutionURL is the page of execution id (or of capability draft id:
@@ -274,7 +300,7 @@ func (p *Page) ExecutionURL(base, id string) string {
 func (p *Page) Configured() bool { return p.opts.BaseURL != "" }
 
 // SignInLink is the one-time local sign-in URL for a new token, under
-// base; "" without local links.
+// base, good on base's origin alone; "" without local links.
 func (p *Page) SignInLink(base string) string {
 	if p.opts.Links == nil {
 		return ""
@@ -282,7 +308,17 @@ func (p *Page) SignInLink(base string) string {
 	if p.opts.BaseURL != "" {
 		base = p.opts.BaseURL
 	}
-	return base + Prefix + "/signin?link=" + p.opts.Links.Mint()
+	return base + Prefix + "/signin?link=" + p.opts.Links.MintFor(originOf(base))
+}
+
+// originOf is the scheme and host of a base URL, as the page's origin
+// is named (RequestBase).
+func originOf(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 func (p *Page) now() time.Time { return p.opts.Now() }
@@ -334,17 +370,19 @@ func (p *Page) signinPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	next := safeNext(q.Get("next"))
 	if token := q.Get("link"); token != "" {
-		if p.opts.Links == nil || !p.opts.Links.Redeem(token) {
+		if p.opts.Links == nil || !p.opts.Links.RedeemAt(token, originOf(p.baseURL(r))) {
 			p.fail(w, r, http.StatusUnauthorized, "This sign-in link is not valid: it was used already, has expired (links last 10 minutes), "+
-				"or was printed by another server. pml serve prints a new one when it starts and whenever an execution waits.")
+				"or was printed by another server or for another address (open it as printed). pml serve prints a new one when it starts and whenever an execution waits.")
 			return
 		}
-		if err := p.startSession(w, LocalPrincipal, "link"); err != nil {
-			p.fail(w, r, http.StatusInternalServerError, "The session could not be started.")
+		s, err := p.startSession(w, r, LocalPrincipal, "link")
+		if err != nil {
+			p.log.WarnContext(r.Context(), "page session not started", "err", err)
+			p.fail(w, r, http.StatusServiceUnavailable, "The session could not be started now. Ask pml serve for a new link and try again.")
 			return
 		}
 		p.log.InfoContext(r.Context(), "signed in on the approval page", "principal", LocalPrincipal, "via", "link")
-		p.landing(w, r, LocalPrincipal, next)
+		p.landing(w, r, s, next)
 		return
 	}
 	if p.signin != nil {
@@ -370,31 +408,67 @@ func (p *Page) callback(w http.ResponseWriter, r *http.Request) {
 // a redirect: the session cookie is SameSite=Strict, and a browser does
 // not send it on a redirect chain that began on the provider's site; a
 // navigation this page starts is the site's own.
-func (p *Page) landing(w http.ResponseWriter, r *http.Request, principal, next string) {
-	p.render(w, r, http.StatusOK, "landing", pageData{Title: "Signed in", Principal: principal, Next: p.path(next)})
+// The landing's link carries the new session's key.
+func (p *Page) landing(w http.ResponseWriter, r *http.Request, s session, next string) {
+	p.render(w, r, http.StatusOK, "landing", pageData{Title: "Signed in", Principal: s.Principal, Next: p.link(s, next)})
 }
 
+// signout ends the session on the server: its cookie, sent again, is
+// worth nothing, here and in every process that shares the store.
 func (p *Page) signout(w http.ResponseWriter, r *http.Request) {
-	s, ok := p.readSession(r)
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	_ = r.ParseForm()
-	if ok && !p.csrfOK(s, r.PostFormValue("csrf")) {
-		p.fail(w, r, http.StatusForbidden, "This form does not carry this session's token: it is refused.")
+	s, err := p.signedIn(r)
+	switch {
+	case err == nil:
+		if err := p.endSession(w, r, s); err != nil {
+			p.log.WarnContext(r.Context(), "page session not ended", "err", err)
+			p.fail(w, r, http.StatusServiceUnavailable, "You could not be signed out now: try again.")
+			return
+		}
+		p.log.InfoContext(r.Context(), "signed out of the approval page", "principal", s.Principal, "via", s.Via)
+	case !errors.Is(err, errSignedOut):
+		p.log.WarnContext(r.Context(), "page session not read", "err", err)
+		p.fail(w, r, http.StatusServiceUnavailable, "You could not be signed out now: try again.")
 		return
+	default:
+		if _, err := p.cookieSession(r); err == nil {
+			p.fail(w, r, http.StatusForbidden, "This form does not carry this session's token: it is refused.")
+			return
+		}
+		// Nothing to end: the cookie names no session.
+		p.cookies.clear(w, p.cookies.sessionName(), true)
 	}
-	p.cookies.clear(w, p.cookies.sessionName(), true)
-	p.render(w, r, http.StatusOK, "message", pageData{Title: "Signed out", Message: "You are signed out."})
+	p.render(w, r, http.StatusOK, "message", pageData{Title: "Signed out",
+		Message: "You are signed out: the session has ended on the server, and its cookie opens nothing any more."})
 }
 
-// person is who is signed in, or answers the request with a sign-in
-// prompt (401) and reports false.
+// person is who is signed in, or answers the request and reports false:
+// with a sign-in prompt (401), or for a form that lacks the session's key
+// a refusal (403).
 func (p *Page) person(w http.ResponseWriter, r *http.Request) (session, bool) {
-	s, ok := p.readSession(r)
-	if !ok {
-		next := r.URL.Path
-		p.render(w, r, http.StatusUnauthorized, "message", pageData{Title: "Sign in", Message: "Sign in to see what waits for your decision.",
-			SignIn: p.path(Prefix + "/signin?next=" + url.QueryEscape(next))})
+	s, err := p.signedIn(r)
+	if err == nil {
+		return s, true
 	}
-	return s, ok
+	if !errors.Is(err, errSignedOut) {
+		p.log.WarnContext(r.Context(), "page session not read", "err", err)
+		p.fail(w, r, http.StatusServiceUnavailable, "Your session could not be read now: try again.")
+		return session{}, false
+	}
+	_, cerr := p.cookieSession(r)
+	if cerr == nil && r.Method == http.MethodPost {
+		p.log.InfoContext(r.Context(), "approval form refused", "reason", "no session key", "path", r.URL.Path)
+		p.fail(w, r, http.StatusForbidden, "This form does not carry this session's token: it is refused. Reload the page and decide again.")
+		return session{}, false
+	}
+	msg := "Sign in to see what waits for your decision."
+	if cerr == nil {
+		msg = "This address does not carry your session's key (an address opened from outside the page never does): sign in again to open it."
+	}
+	p.render(w, r, http.StatusUnauthorized, "message", pageData{Title: "Sign in", Message: msg,
+		SignIn: p.path(Prefix + "/signin?next=" + url.QueryEscape(r.URL.Path))})
+	return session{}, false
 }
 
 func (p *Page) decider(s session) approval.Decider {
@@ -409,63 +483,48 @@ func (p *Page) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	q := r.URL.Query()
+	data := pageData{Title: "Waiting for a decision", Session: &s}
+	if p.opts.Lister != nil {
+		if q.Has("owner") {
+			data.Calls = p.ownerCalls(r.Context(), s, q.Get("owner"), q.Get("after"))
+			p.render(w, r, http.StatusOK, "list", data)
+			return
+		}
+		data.Calls = p.callGroups(r.Context(), s, q.Get("owners"))
+	}
+	if q.Get("owners") == "" {
+		data.Groups = p.providerGroups(r.Context(), s)
+	}
+	p.render(w, r, http.StatusOK, "list", data)
+}
+
+// providerGroups are the other kinds of decisions' parts of the list.
+func (p *Page) providerGroups(ctx context.Context, s session) []group {
 	d := p.decider(s)
-	data := pageData{Title: "Waiting for a decision", Session: &s, CSRF: p.csrfToken(s)}
+	var groups []group
 	for i, pr := range p.providers {
-		items, err := pr.Waiting(r.Context(), d, maxListItems)
+		items, err := pr.Waiting(ctx, d, maxListItems)
 		g := group{Kind: pr.Kind(), ID: "waiting-" + strconv.Itoa(i)}
 		if id, ok := pr.(interface{ listID() string }); ok {
 			g.ID = id.listID()
 		}
 		if err != nil {
-			p.log.WarnContext(r.Context(), "approval list", "kind", pr.Kind(), "err", err)
+			p.log.WarnContext(ctx, "approval list", "kind", pr.Kind(), "err", err)
 			g.Error = "This list could not be read now."
 		}
 		for _, it := range items {
-			it.Path = p.path(it.Path)
+			it.Path = p.link(s, it.Path)
 			g.Items = append(g.Items, it)
 		}
-		data.Groups = append(data.Groups, g)
+		groups = append(groups, g)
 	}
-	p.render(w, r, http.StatusOK, "list", data)
+	return groups
 }
 
 // fail answers with a message page.
 func (p *Page) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	p.render(w, r, status, "message", pageData{Title: http.StatusText(status), Message: msg})
-}
-
-// callsProvider lists suspended executions whose pending calls the person
-// may decide.
-type callsProvider struct{ p *Page }
-
-func (c callsProvider) Kind() string { return "Tool calls" }
-
-func (c callsProvider) listID() string { return "waiting" }
-
-func (c callsProvider) Waiting(ctx context.Context, person approval.Decider, limit int) ([]Item, error) {
-	pol := c.p.opts.Policy
-	docs, ferr := c.p.opts.Lister.ListWaiting(ctx, limit, func(owner string) bool {
-		return pol.MayApprove(person, owner) || pol.MayReject(person, owner)
-	})
-	if ferr != nil {
-		return nil, ferr
-	}
-	items := make([]Item, 0, len(docs))
-	for _, d := range docs {
-		var tools []string
-		approvals, questions := false, false
-		for _, pc := range d.Pending {
-			tools = append(tools, pendingLabel(pc))
-			questions = questions || pc.Reason == execution.PendingQuestion
-			approvals = approvals || pc.Reason != execution.PendingQuestion
-		}
-		may := pol.MayApprove(person, d.Owner)
-		items = append(items, Item{Path: Prefix + "/" + url.PathEscape(d.ExecutionID), Title: "Execution " + d.ExecutionID,
-			Summary: strings.Join(tools, ", "), Owner: d.Owner, Asked: d.CreatedAt, Expires: d.ExpiresAt,
-			MayApprove: may, May: callsMay(may, approvals, questions)})
-	}
-	return items, nil
 }
 
 // callsMay says what a person may do with an execution's calls: approve
@@ -527,18 +586,14 @@ const flushTimeout = 5 * time.Second
 const formDecline = "decline"
 
 func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
-	s, ok := p.person(w, r)
-	if !ok {
-		return
-	}
+	// The form first, within its bound: it carries the session's key.
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		p.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	if !p.csrfOK(s, r.PostFormValue("csrf")) {
-		p.log.InfoContext(r.Context(), "approval form refused", "reason", "csrf", "principal", s.Principal)
-		p.fail(w, r, http.StatusForbidden, "This form does not carry this session's token: it is refused. Reload the page and decide again.")
+	s, ok := p.person(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")
@@ -583,7 +638,7 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.log.InfoContext(r.Context(), "decided on the approval page", "execution_id", id, "call_id", call, "decision", verb(dec), "principal", s.Principal)
-	p.render(w, r, http.StatusOK, "decided", decidedView(s, id, call, dec, resp, p.path(Prefix+"/"+url.PathEscape(id)), p.path(Prefix)))
+	p.render(w, r, http.StatusOK, "decided", decidedView(s, id, call, dec, resp, p.link(s, Prefix+"/"+url.PathEscape(id)), p.link(s, Prefix)))
 }
 
 // maxFormBytes bounds a posted form: an answer to a server's questions

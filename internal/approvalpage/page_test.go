@@ -120,10 +120,35 @@ func (e *env) suspend(code string) string {
 	return resp.ExecutionID
 }
 
-// browser is a cookie-keeping HTTP client.
+// browser is a cookie-keeping HTTP client that opens the page's
+// addresses as the page's own links do: with the session's key (?s=),
+// which it reads from the landing of its last sign-in.
 type browser struct {
-	t *testing.T
-	c *http.Client
+	t     *testing.T
+	c     *http.Client
+	token string
+}
+
+var tokenRE = regexp.MustCompile(`id="continue" href="[^"]*[?&](?:amp;)?s=([A-Za-z0-9_-]+)`)
+
+// keyed is u with the session's key, if it is a page address without
+// one.
+func (b *browser) keyed(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || b.token == "" || !strings.HasPrefix(p.Path, "/approvals") || strings.HasPrefix(p.Path, "/approvals/signin") || p.Query().Has("s") {
+		return u
+	}
+	q := p.Query()
+	q.Set("s", b.token)
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+// landed keeps the session's key of a sign-in's landing page.
+func (b *browser) landed(body string) {
+	if m := tokenRE.FindStringSubmatch(body); m != nil {
+		b.token = m[1]
+	}
 }
 
 func (e *env) browser() *browser {
@@ -136,12 +161,13 @@ func (e *env) browser() *browser {
 // get fetches a URL (following redirects) and returns the status and body.
 func (b *browser) get(u string) (int, string) {
 	b.t.Helper()
-	resp, err := b.c.Get(u)
+	resp, err := b.c.Get(b.keyed(u))
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	b.landed(string(body))
 	return resp.StatusCode, string(body)
 }
 
@@ -159,6 +185,7 @@ func (b *browser) post(u string, form url.Values, headers ...string) (int, strin
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	b.landed(string(body))
 	return resp.StatusCode, string(body)
 }
 
@@ -471,7 +498,7 @@ func TestPageHeaders(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !strings.Contains(string(body), `content="0;url=/approvals"`) {
+		if !strings.Contains(string(body), `content="0;url=/approvals?s=`) {
 			t.Errorf("next=%s: the landing goes elsewhere: %s", next, body)
 		}
 	}

@@ -133,12 +133,14 @@ func (p *Page) signinCallback(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, http.StatusUnauthorized, "The sign-in could not be verified. Sign in again.")
 		return
 	}
-	if err := p.startSession(w, principal, "oidc"); err != nil {
-		p.fail(w, r, http.StatusInternalServerError, "The session could not be started.")
+	s, err := p.startSession(w, r, principal, "oidc")
+	if err != nil {
+		p.log.WarnContext(r.Context(), "page session not started", "err", err)
+		p.fail(w, r, http.StatusServiceUnavailable, "The session could not be started now. Sign in again in a moment.")
 		return
 	}
 	p.log.InfoContext(r.Context(), "signed in on the approval page", "principal", principal, "via", "oidc")
-	p.landing(w, r, principal, f.Next)
+	p.landing(w, r, s, f.Next)
 }
 
 // exchange trades the code for tokens and returns the verified person.

@@ -77,8 +77,10 @@ type pageData struct {
 	Next      string // where a landing page moves on to
 	Principal string
 	Session   *session
-	CSRF      string
+	CSRF      string // the session's key, for the forms
 	Signout   string
+	Home      string // the list, as the session opens it
+	Calls     *callsList
 	Groups    []group
 	Exec      *execView
 	Draft     *draftView
@@ -95,13 +97,16 @@ type group struct {
 
 func (p *Page) render(w http.ResponseWriter, r *http.Request, status int, name string, data pageData) {
 	if data.Session == nil {
-		if s, ok := p.readSession(r); ok {
+		// Only a request that proves its session (cookie and key) is
+		// shown as signed in: the header's form carries the key.
+		if s, err := p.signedIn(r); err == nil {
 			data.Session = &s
 		}
 	}
 	if data.Session != nil {
-		data.CSRF = p.csrfToken(*data.Session)
+		data.CSRF = p.token(*data.Session)
 		data.Signout = p.path(Prefix + "/signout")
+		data.Home = p.link(*data.Session, Prefix)
 	}
 	var buf bytes.Buffer
 	if err := templates.ExecuteTemplate(&buf, name, data); err != nil {
@@ -224,7 +229,7 @@ func (p *Page) executionView(ctx context.Context, s session, doc *execution.Resp
 				sent, cv.Problems = back.form, back.problems
 			}
 			cv.Question, cv.Questions, cv.MayAnswer = true, questionViews(pc, sent), p.opts.Policy.MayAnswer(d, doc.Owner)
-			cv.Action, cv.CSRF, cv.Version, cv.AnswerLabel = ev.Action, p.csrfToken(s), ev.Version, answerLabel(cv.Questions)
+			cv.Action, cv.CSRF, cv.Version, cv.AnswerLabel = ev.Action, p.token(s), ev.Version, answerLabel(cv.Questions)
 			ev.Questions++
 		} else {
 			ev.Approvals++

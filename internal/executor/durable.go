@@ -251,32 +251,54 @@ func waitingDoc(rec *suspend.Record, policy approval.Policy) *execution.Response
 		Pending: pendingOf(rec.Suspension.Parked), Code: rec.Suspension.Source}
 }
 
-// maxListed bounds what ListWaiting reads: an approval page shows the
-// executions that expire soonest, and each costs a read of its state.
-const maxListed = 200
+// maxOwnerScans bounds the pages of the store's owners WaitingOwners
+// reads to find a page of owners the person may see.
+const maxOwnerScans = 4
 
-// ListWaiting returns the executions waiting for decisions now, soonest
-// to expire first, those whose owner mayList lets through, at most limit
-// of them: what an approval page lists for the person signed in. Each is
-// a suspended document without arguments or code (Pending names the
-// calls only), read from the records alone: no image is loaded. Waiting
-// reads one whole.
-func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner string) bool) ([]*execution.Response, *fault.Error) {
+// WaitingOwners returns the principals whose executions may wait for
+// decisions now and whom mayList lets through, a page at a time (after:
+// "" or the next cursor of the page before; at most limit): what an
+// approval page groups its list by. next is "" after the last page. An
+// owner whose executions all ended may still be named: WaitingOf tells.
+func (s *Service) WaitingOwners(ctx context.Context, after string, limit int, mayList func(owner string) bool) ([]string, string, *fault.Error) {
 	if s.store == nil {
-		return nil, nil
+		return nil, "", nil
 	}
-	recs, err := s.store.List(ctx, maxListed)
+	var out []string
+	next := after
+	for range maxOwnerScans {
+		owners, n, err := s.store.Owners(ctx, next, limit-len(out))
+		if err != nil {
+			return nil, "", storeFault("", err)
+		}
+		for _, o := range owners {
+			if mayList(o) {
+				out = append(out, o)
+			}
+		}
+		if next = n; next == "" || len(out) == limit {
+			break
+		}
+	}
+	return out, next, nil
+}
+
+// WaitingOf returns owner's executions waiting for decisions now, soonest
+// to expire first, a page at a time (after and limit as for
+// WaitingOwners). Each is a suspended document without arguments or code
+// (Pending names the calls only), read from the records alone: no image
+// is loaded. Waiting reads one whole. The caller decides whether the
+// person may see owner's.
+func (s *Service) WaitingOf(ctx context.Context, owner, after string, limit int) ([]*execution.Response, string, *fault.Error) {
+	if s.store == nil {
+		return nil, "", nil
+	}
+	recs, next, err := s.store.ListOf(ctx, owner, after, limit)
 	if err != nil {
-		return nil, storeFault("", err)
+		return nil, "", storeFault("", err)
 	}
 	var out []*execution.Response
 	for _, r := range recs {
-		if len(out) == limit {
-			break
-		}
-		if !mayList(r.Principal) {
-			continue
-		}
 		var st durableState
 		if json.Unmarshal(r.Bridge, &st) != nil {
 			continue
@@ -293,7 +315,7 @@ func (s *Service) ListWaiting(ctx context.Context, limit int, mayList func(owner
 		}
 		out = append(out, doc)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // maxWaitQuestion bounds the question a record's Waits keeps of a call.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -29,7 +30,8 @@ type DynamoAPI interface {
 //
 //	pk SUSP#<id>  sk meta                   the record's metadata
 //	pk SUSP#<id>  sk chunk#<key>#0000…      its suspension, ≤ 350 KiB a chunk
-//	pk SUSP#~waiting  sk <id>              a hint that <id> waits (List)
+//	pk SUSP#~owners   sk o#<principal>     a principal whose executions wait (Owners)
+//	pk SUSP#~waiting#<principal>  sk <expiry>#<id>  a hint that <id> waits (ListOf)
 //
 // Chunks are binary attributes, written (BatchWriteItem) under a key
 // unique to the write before the metadata is made to point at them with a
@@ -49,14 +51,6 @@ const (
 	runPrefix        = "RUN#"
 	sessionPrefix    = "SESS#"
 )
-
-// waitingPartition is the partition (after the prefix) of the hints List
-// reads: one item per suspended execution, written when it is saved and
-// deleted once List finds it finished (else its ttl removes it). '~' is
-// not a character of an id, so no execution's partition is named so. One
-// partition takes every suspension's write: thousands a second, far more
-// than people approve.
-const waitingPartition = "~waiting"
 
 // chunkSize keeps a chunk item (its data plus about 100 bytes of keys and
 // ttl) well under DynamoDB's 400 KB item limit; a Query page (1 MB) reads
@@ -188,48 +182,97 @@ func (d *dynamoBackend) deleteBody(ctx context.Context, id string, ref *bodyRef)
 	return d.batchWrite(ctx, reqs)
 }
 
-func (d *dynamoBackend) waiting(ctx context.Context) ([]string, error) {
-	var ids []string
-	var start map[string]types.AttributeValue
-	for {
-		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(d.table),
-			KeyConditionExpression:    aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: d.prefix + waitingPartition}},
-			ProjectionExpression:      aws.String("sk"),
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, err
+// ownersPartition is the partition (after the prefix) of the owners the
+// index of what waits holds: one item per owner (sk o#<principal>),
+// written with each of its hints, expiring with the latest. An owner's
+// hints are in its own partition, ~waiting#<principal>, sorted by their
+// keys (waiting.go). '~' is not a character of an id, so no execution's
+// partition is named so.
+const (
+	ownersPartition  = "~owners"
+	waitingPartition = "~waiting#"
+)
+
+func (d *dynamoBackend) hintKey(h waitHint) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: d.prefix + waitingPartition + h.Owner},
+		"sk": &types.AttributeValueMemberS{Value: h.Key},
+	}
+}
+
+func (d *dynamoBackend) markWaiting(ctx context.Context, h waitHint, expires time.Time) error {
+	ttl := &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Add(ttlGrace).Unix(), 10)}
+	hint := d.hintKey(h)
+	hint["ttl"] = ttl
+	owner := map[string]types.AttributeValue{
+		"pk":      &types.AttributeValueMemberS{Value: d.prefix + ownersPartition},
+		"sk":      &types.AttributeValueMemberS{Value: "o#" + h.Owner},
+		"expires": &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.UnixMilli(), 10)},
+		"ttl":     ttl,
+	}
+	return d.batchWrite(ctx, []types.WriteRequest{{PutRequest: &types.PutRequest{Item: hint}}, {PutRequest: &types.PutRequest{Item: owner}}})
+}
+
+func (d *dynamoBackend) unmarkWaiting(ctx context.Context, h waitHint) error {
+	return d.batchWrite(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: d.hintKey(h)}}})
+}
+
+// query reads one page of partition pk's items after sort key after, at
+// most limit, and whether more may follow.
+func (d *dynamoBackend) query(ctx context.Context, pk, after string, limit int) ([]map[string]types.AttributeValue, bool, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(d.table),
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}},
+		Limit:                     aws.Int32(int32(max(limit, 1))),
+		ConsistentRead:            aws.Bool(true),
+	}
+	if after != "" {
+		in.ExclusiveStartKey = map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}, "sk": &types.AttributeValueMemberS{Value: after}}
+	}
+	out, err := d.db.Query(ctx, in)
+	if err != nil {
+		return nil, false, err
+	}
+	return out.Items, len(out.LastEvaluatedKey) > 0, nil
+}
+
+func (d *dynamoBackend) owners(ctx context.Context, after string, limit int) ([]ownerHint, bool, error) {
+	items, more, err := d.query(ctx, d.prefix+ownersPartition, after, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []ownerHint
+	for _, it := range items {
+		sk, ok := it["sk"].(*types.AttributeValueMemberS)
+		if !ok || !strings.HasPrefix(sk.Value, "o#") {
+			continue
 		}
-		for _, it := range out.Items {
-			if sk, ok := it["sk"].(*types.AttributeValueMemberS); ok {
-				ids = append(ids, sk.Value)
+		h := ownerHint{Owner: sk.Value[2:], Cursor: sk.Value}
+		if x, ok := it["expires"].(*types.AttributeValueMemberN); ok {
+			if ms, err := strconv.ParseInt(x.Value, 10, 64); err == nil {
+				h.Expires = time.UnixMilli(ms)
 			}
 		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return ids, nil
+		out = append(out, h)
+	}
+	return out, more, nil
+}
+
+func (d *dynamoBackend) waitingOf(ctx context.Context, owner, after string, limit int) ([]waitHint, bool, error) {
+	items, more, err := d.query(ctx, d.prefix+waitingPartition+owner, after, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []waitHint
+	for _, it := range items {
+		if sk, ok := it["sk"].(*types.AttributeValueMemberS); ok {
+			if h, ok := hintOf(owner, sk.Value); ok {
+				out = append(out, h)
+			}
 		}
-		start = out.LastEvaluatedKey
 	}
-}
-
-func (d *dynamoBackend) waitingKey(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		"pk": &types.AttributeValueMemberS{Value: d.prefix + waitingPartition},
-		"sk": &types.AttributeValueMemberS{Value: id},
-	}
-}
-
-func (d *dynamoBackend) markWaiting(ctx context.Context, id string, expires time.Time) error {
-	item := d.waitingKey(id)
-	item["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Add(ttlGrace).Unix(), 10)}
-	_, err := d.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(d.table), Item: item})
-	return err
-}
-
-func (d *dynamoBackend) unmarkWaiting(ctx context.Context, id string) error {
-	return d.batchWrite(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: d.waitingKey(id)}}})
+	return out, more, nil
 }
 
 func (d *dynamoBackend) deleteMeta(ctx context.Context, id string) error {

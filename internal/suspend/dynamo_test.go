@@ -33,6 +33,14 @@ func dynamoLocation(t *testing.T) location {
 			}
 			return out
 		},
+		spoil: func(t *testing.T, id string) {
+			_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: "SUSP#" + id}, "sk": &types.AttributeValueMemberS{Value: "meta"},
+				"version": &types.AttributeValueMemberS{Value: "not a number"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 }
 

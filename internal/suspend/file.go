@@ -21,6 +21,8 @@ import (
 //
 //	<id>.json          the record's metadata, JSON
 //	<id>.<key>.body    its suspension (see blob.go), binary
+//	waiting/<o>/owner  a principal whose records wait (<o>: a hash of it)
+//	waiting/<o>/<expiry>#<id>  an empty file: a hint that <id> waits
 //
 // Every file is written to a temporary file and renamed into place, so a
 // reader never sees half a file and needs no lock. A change of the
@@ -168,28 +170,6 @@ func (f *fileBackend) list(ctx context.Context) ([]*meta, error) {
 	return out, nil
 }
 
-// waiting lists every record of the directory: it is its own index.
-func (f *fileBackend) waiting(context.Context) ([]string, error) {
-	entries, err := os.ReadDir(f.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && validID(id) {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
-}
-
-func (f *fileBackend) markWaiting(context.Context, string, time.Time) error { return nil }
-
-func (f *fileBackend) unmarkWaiting(context.Context, string) error { return nil }
-
 // writeAtomic replaces dir/name durably: a claim that was acknowledged
 // must survive a crash, or the execution could be claimed again after it.
 func (f *fileBackend) writeAtomic(name string, data []byte) error {
@@ -246,6 +226,7 @@ func (f *fileBackend) sweep(ctx context.Context, now time.Time) {
 			_ = os.Remove(filepath.Join(f.dir, name))
 		}
 	}
+	f.sweepHints(now)
 }
 
 // remove deletes m's record if it is still at m's version, then its body.

@@ -37,6 +37,11 @@ func fileLocation(t *testing.T) location {
 			}
 			return out
 		},
+		spoil: func(t *testing.T, id string) {
+			if err := os.WriteFile(filepath.Join(dir, id+".json"), []byte("{not json"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 }
 
@@ -58,6 +63,9 @@ func TestFileLayout(t *testing.T) {
 		if perm := info.Mode().Perm(); perm&0o077 != 0 {
 			t.Errorf("%s has mode %v: readable by others", e.Name(), perm)
 		}
+		if e.IsDir() { // waiting/, the index of what waits
+			continue
+		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +83,7 @@ func TestFileLayout(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 3 { // .lock, ex_1.json, ex_1.<key>.body
+	if len(names) != 4 { // .lock, ex_1.json, ex_1.<key>.body, waiting
 		t.Fatalf("files %v", names)
 	}
 	if info, err := os.Stat(dir); err != nil || info.Mode().Perm() != 0o700 {
@@ -149,8 +157,14 @@ func TestFileSweepsExpiredRecords(t *testing.T) {
 			t.Errorf("%s: %v (files: %s)", id, err, joined)
 		}
 	}
-	// What is left: the lock, two records and their bodies, the young write.
-	if len(names) != 6 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
+	// The index of what waits lists the two records left.
+	hints, _ := filepath.Glob(filepath.Join(dir, "waiting", "*", "*#*"))
+	if len(hints) != 2 || strings.Contains(strings.Join(hints, " "), "ex_old") {
+		t.Errorf("hints after the sweep: %v", hints)
+	}
+	// What is left: the lock, two records and their bodies, the young
+	// write, the index.
+	if len(names) != 7 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
 		t.Fatalf("files after the sweep: %s", joined)
 	}
 }

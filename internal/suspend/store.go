@@ -2,7 +2,6 @@ package suspend
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -35,6 +33,9 @@ type meta struct {
 	// told incompatible without reading its body.
 	GuestHash string   `json:"guest_hash,omitempty" dynamodbav:"guest_hash,omitempty"`
 	Body      *bodyRef `json:"body,omitempty" dynamodbav:"body,omitempty"`
+	// WaitKey is the key of the hint that lists a suspended record under
+	// its principal (waiting.go), written with it.
+	WaitKey string `json:"wait_key,omitempty" dynamodbav:"wait_key,omitempty"`
 	// A run's (runs.go): the token of the claim that runs it, and whether
 	// someone asked it to stop.
 	Runner          string `json:"runner,omitempty" dynamodbav:"runner,omitempty"`
@@ -72,14 +73,19 @@ type backend interface {
 	// deleteBody removes a blob. Callers ignore its error: an orphan blob
 	// is garbage, never read again (DynamoDB's TTL removes it eventually).
 	deleteBody(ctx context.Context, id string, ref *bodyRef) error
-	// waiting lists the ids of the records that may be suspended: every
-	// one that is, and perhaps some that are not any more.
-	waiting(ctx context.Context) ([]string, error)
-	// markWaiting notes that id is suspended until expires, for waiting;
-	// unmarkWaiting that it is finished. Both are hints: a record's own
-	// state is the truth.
-	markWaiting(ctx context.Context, id string, expires time.Time) error
-	unmarkWaiting(ctx context.Context, id string) error
+	// markWaiting notes in the index of what waits (waiting.go) that h's
+	// record is suspended, until expires; unmarkWaiting that it is not.
+	// Both are hints: a record's own state is the truth.
+	markWaiting(ctx context.Context, h waitHint, expires time.Time) error
+	unmarkWaiting(ctx context.Context, h waitHint) error
+	// owners lists the owners the index holds, in the backend's order,
+	// after the cursor after ("": from the first), at most limit, and
+	// whether more may follow.
+	owners(ctx context.Context, after string, limit int) ([]ownerHint, bool, error)
+	// waitingOf lists owner's hints in order of their keys (the soonest
+	// to expire first), after the key after, at most limit, and whether
+	// more may follow.
+	waitingOf(ctx context.Context, owner, after string, limit int) ([]waitHint, bool, error)
 	// deleteMeta removes id's metadata, whatever its version (a session
 	// deleted by its owner).
 	deleteMeta(ctx context.Context, id string) error
@@ -238,6 +244,9 @@ func (c *core) failClaim(ctx context.Context, m *meta, now time.Time, code fault
 	if m.Body != nil {
 		_ = c.b.deleteBody(ctx, m.ID, m.Body)
 	}
+	if h, ok := hintFor(m); ok {
+		_ = c.b.unmarkWaiting(ctx, h)
+	}
 	return &next, nil
 }
 
@@ -282,6 +291,7 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 		}
 		next.Version, next.CreatedAt = prev.Version+1, prev.CreatedAt
 	}
+	next.WaitKey = waitKey(next.ExpiresAt, r.ID)
 	ref, err := c.writeChecked(ctx, r.ID, next.Version, blob, next.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("suspend: writing %s: %w", r.ID, err)
@@ -300,7 +310,14 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	}
 	// Best effort: a record saved but not listed is still resumed by id,
 	// and told to approvers by the suspension notice.
-	_ = c.b.markWaiting(ctx, r.ID, next.ExpiresAt)
+	if h, ok := hintFor(next); ok {
+		_ = c.b.markWaiting(ctx, h, next.ExpiresAt)
+	}
+	if prev != nil {
+		if h, ok := hintFor(prev); ok && h.Key != next.WaitKey {
+			_ = c.b.unmarkWaiting(ctx, h)
+		}
+	}
 	if sw, ok := c.b.(sweeper); ok && prev == nil {
 		sw.sweep(ctx, now)
 	}
@@ -452,44 +469,10 @@ func (c *core) Finish(ctx context.Context, id string, version int, state State, 
 		if m.Body != nil {
 			_ = c.b.deleteBody(ctx, id, m.Body)
 		}
+		if h, ok := hintFor(m); ok {
+			_ = c.b.unmarkWaiting(ctx, h)
+		}
 		return nil
 	}
 	return fmt.Errorf("suspend: finishing %s: it kept changing: %w", id, ErrConflict)
-}
-
-// List implements Store.
-func (c *core) List(ctx context.Context, limit int) ([]*Record, error) {
-	ids, err := c.b.waiting(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("suspend: listing suspended executions: %w", err)
-	}
-	now := c.now()
-	var out []*Record
-	for _, id := range ids {
-		if !validID(id) {
-			continue
-		}
-		m, err := c.b.get(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("suspend: reading %s: %w", id, err)
-		}
-		switch {
-		case m == nil:
-			_ = c.b.unmarkWaiting(ctx, id)
-		case m.State == Suspended && !m.expired(now):
-			out = append(out, m.record())
-		case m.State == Done || m.State == Failed || m.expired(now):
-			// Final: it waits for nothing any more. A record being
-			// resumed may suspend again (and mark itself anew), so its
-			// hint stays.
-			_ = c.b.unmarkWaiting(ctx, id)
-		}
-	}
-	slices.SortFunc(out, func(a, b *Record) int {
-		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
 }

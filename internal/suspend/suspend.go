@@ -149,11 +149,18 @@ type Store interface {
 	// or, when retrying after a storage error, the first attempt did
 	// finish it: the *StateError shows the state at version+1).
 	Finish(ctx context.Context, id string, version int, state State, code fault.Code) error
-	// List returns the records that wait for decisions now (Suspended and
-	// not expired), soonest to expire first, at most limit of them (0: no
-	// limit), without their suspensions: what an approval page lists.
-	// Load each to read it whole.
-	List(ctx context.Context, limit int) ([]*Record, error)
+	// Owners returns the principals whose records may wait for decisions
+	// now (a page of them: after is "" or the next cursor of the page
+	// before; at most limit, 200 at most), and the cursor of the next
+	// page, "" after the last. An owner whose records all ended may still
+	// be named: ListOf tells.
+	Owners(ctx context.Context, after string, limit int) (owners []string, next string, err error)
+	// ListOf returns owner's records that wait for decisions now
+	// (Suspended and not expired), soonest to expire first, a page at a
+	// time (after and limit as for Owners), without their suspensions:
+	// what an approval page lists. It reads the records of that page
+	// alone. Load each to read it whole.
+	ListOf(ctx context.Context, owner, after string, limit int) (recs []*Record, next string, err error)
 }
 
 // The errors a Store returns, to test with errors.Is. Other errors are

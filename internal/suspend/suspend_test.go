@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,8 @@ type location struct {
 	open func(opts suspend.Options) suspend.Store
 	// items lists what is stored for id, for the store-specific checks.
 	items func(t *testing.T, id string) []storedItem
+	// spoil makes id's record unreadable.
+	spoil func(t *testing.T, id string)
 }
 
 // storedItem is one file or one DynamoDB item, with its size.
@@ -546,71 +549,168 @@ func TestImageOnlyWhileNeeded(t *testing.T) {
 	})
 }
 
-// TestList: what waits is listed, soonest to expire first, and nothing
-// else — not a finished execution, not one being resumed, not an expired
-// one; one that suspends again is listed again; a second store over the
-// same storage (another process) sees the same.
+// listOf is every page of owner's waiting records, read limit at a time,
+// as id/principal, and how many pages it took.
+func listOf(t *testing.T, s suspend.Store, owner string, limit int) ([]string, int) {
+	t.Helper()
+	var out []string
+	pages := 0
+	for after := ""; ; {
+		recs, next, err := s.ListOf(context.Background(), owner, after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(recs) > limit {
+			t.Fatalf("a page of %d records, limit %d", len(recs), limit)
+		}
+		for _, r := range recs {
+			if r.Suspension != nil || r.State != suspend.Suspended || r.Principal != owner {
+				t.Fatalf("listed %+v for %q: want metadata of a suspended record of its owner", r, owner)
+			}
+			out = append(out, r.ID)
+		}
+		if next == "" {
+			return out, pages
+		}
+		if pages > 100 {
+			t.Fatal("the pages never end")
+		}
+		after = next
+	}
+}
+
+// owners is every page of the store's owners, read limit at a time,
+// sorted.
+func owners(t *testing.T, s suspend.Store, limit int) []string {
+	t.Helper()
+	var out []string
+	for after, pages := "", 0; ; pages++ {
+		page, next, err := s.Owners(context.Background(), after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > limit || pages > 100 {
+			t.Fatalf("a page of %d owners, limit %d (page %d)", len(page), limit, pages)
+		}
+		out = append(out, page...)
+		if next == "" {
+			slices.Sort(out)
+			return out
+		}
+		after = next
+	}
+}
+
+// TestList: what waits is listed by who asked, each owner's soonest to
+// expire first, a page at a time, and nothing else — not a finished
+// execution, not one being resumed, not an expired one; one that suspends
+// again is listed again, last; a second store over the same storage
+// (another process) sees the same.
 func TestList(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s suspend.Store, clk *clock, loc location) {
 		ctx := context.Background()
-		ids := func(s suspend.Store, limit int) []string {
-			t.Helper()
-			recs, err := s.List(ctx, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out []string
-			for _, r := range recs {
-				if r.Suspension != nil || r.State != suspend.Suspended {
-					t.Fatalf("listed %+v: want metadata of a suspended record", r)
-				}
-				out = append(out, r.ID+"/"+r.Principal)
-			}
-			return out
-		}
-		if got := ids(s, 0); len(got) != 0 {
+		if got := owners(t, s, 10); len(got) != 0 {
 			t.Fatalf("empty store lists %v", got)
 		}
-		for i, p := range []string{"alice", "bob", "carol"} {
-			r := &suspend.Record{ID: "ex_" + string(rune('1'+i)), Principal: p, Bridge: json.RawMessage(bridgeData), Suspension: suspension(1<<10, uint64(i))}
+		var alice []string
+		save := func(id, principal string) {
+			t.Helper()
+			r := &suspend.Record{ID: id, Principal: principal, Bridge: json.RawMessage(bridgeData), Suspension: suspension(1<<10, uint64(len(id)))}
 			if err := s.Save(ctx, r); err != nil {
 				t.Fatal(err)
 			}
 			clk.Add(time.Minute)
 		}
+		for i := range 7 {
+			id := fmt.Sprintf("ex_a%d", i)
+			save(id, "alice")
+			alice = append(alice, id)
+		}
+		save("ex_b", "bob")
+		save("ex_l", "") // pml serve's callers have no principal
 		other := loc.open(suspend.Options{Now: clk.Now})
-		if got, want := fmt.Sprint(ids(other, 0)), "[ex_1/alice ex_2/bob ex_3/carol]"; got != want {
-			t.Fatalf("listed %s, want %s", got, want)
+		for _, limit := range []int{1, 2, 10} {
+			if got, want := fmt.Sprint(owners(t, other, limit)), "[ alice bob]"; got != want {
+				t.Fatalf("owners by %d: %s, want %s", limit, got, want)
+			}
 		}
-		if got, want := fmt.Sprint(ids(s, 2)), "[ex_1/alice ex_2/bob]"; got != want {
-			t.Fatalf("limit 2 listed %s, want %s", got, want)
+		for _, limit := range []int{1, 3, 7, 50} {
+			got, pages := listOf(t, other, "alice", limit)
+			if fmt.Sprint(got) != fmt.Sprint(alice) || pages != (len(alice)+limit-1)/limit {
+				t.Fatalf("alice's by %d: %v in %d pages, want %v", limit, got, pages, alice)
+			}
 		}
-		// ex_1 is resumed and finished; ex_2 is being resumed.
-		c1, err := s.Claim(ctx, "ex_1", 1, "alice")
+		if got, _ := listOf(t, s, "", 10); fmt.Sprint(got) != "[ex_l]" {
+			t.Fatalf("the local caller's: %v", got)
+		}
+		// ex_a0 is resumed and finished; ex_b is being resumed.
+		c1, err := s.Claim(ctx, "ex_a0", 1, "alice")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Finish(ctx, "ex_1", c1.Version, suspend.Done, ""); err != nil {
+		if err := s.Finish(ctx, "ex_a0", c1.Version, suspend.Done, ""); err != nil {
 			t.Fatal(err)
 		}
-		c2, err := s.Claim(ctx, "ex_2", 1, "bob")
+		c2, err := s.Claim(ctx, "ex_b", 1, "bob")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := fmt.Sprint(ids(s, 0)), "[ex_3/carol]"; got != want {
-			t.Fatalf("after a finish and a claim, listed %s, want %s", got, want)
+		if got, _ := listOf(t, s, "alice", 4); fmt.Sprint(got) != fmt.Sprint(alice[1:]) {
+			t.Fatalf("after a finish, alice's: %v", got)
 		}
-		// ex_2 suspends again: it waits anew, and now expires last.
+		if got, _ := listOf(t, s, "bob", 4); len(got) != 0 {
+			t.Fatalf("bob's, being resumed, listed: %v", got)
+		}
+		// ex_b suspends again: it waits anew.
 		c2.Suspension = suspension(1<<10, 9)
 		if err := s.Save(ctx, c2); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := fmt.Sprint(ids(other, 0)), "[ex_3/carol ex_2/bob]"; got != want {
-			t.Fatalf("after ex_2 suspended again, listed %s, want %s", got, want)
+		if got, _ := listOf(t, other, "bob", 4); fmt.Sprint(got) != "[ex_b]" {
+			t.Fatalf("after ex_b suspended again, bob's: %v", got)
 		}
 		clk.Add(suspend.DefaultTTL)
-		if got := ids(s, 0); len(got) != 0 {
-			t.Fatalf("a day later, expired records are listed: %v", got)
+		for _, o := range []string{"alice", "bob", ""} {
+			if got, _ := listOf(t, s, o, 4); len(got) != 0 {
+				t.Fatalf("a day later, %q's expired records are listed: %v", o, got)
+			}
+		}
+	})
+}
+
+// TestListReadsOnlyItsPage: a page of one owner's list reads that owner's
+// records alone, and only as many as the page shows: the other owner's
+// records, unreadable, do not break it, and 55 of one owner do not hide
+// the other's one.
+func TestListReadsOnlyItsPage(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s suspend.Store, clk *clock, loc location) {
+		ctx := context.Background()
+		for i := range 55 {
+			r := &suspend.Record{ID: fmt.Sprintf("ex_%02d", i), Principal: "agent", Suspension: suspension(256, uint64(i))}
+			if err := s.Save(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Add(time.Minute)
+		if err := s.Save(ctx, &suspend.Record{ID: "ex_bob", Principal: "bob", Suspension: suspension(256, 99)}); err != nil {
+			t.Fatal(err)
+		}
+		recs, next, err := s.ListOf(ctx, "agent", "", 10)
+		if err != nil || len(recs) != 10 || next == "" || recs[0].ID != "ex_00" {
+			t.Fatalf("the agent's first page: %d records, next %q, %v", len(recs), next, err)
+		}
+		for i := 10; i < 55; i++ {
+			loc.spoil(t, fmt.Sprintf("ex_%02d", i))
+		}
+		if got, _ := listOf(t, s, "bob", 10); fmt.Sprint(got) != "[ex_bob]" {
+			t.Fatalf("bob's: %v", got)
+		}
+		if got := owners(t, s, 1); fmt.Sprint(got) != "[agent bob]" {
+			t.Fatalf("owners: %v", got)
+		}
+		if recs, _, err := s.ListOf(ctx, "agent", "", 10); err != nil || len(recs) != 10 {
+			t.Fatalf("the agent's first page again (its 45 others unreadable): %d, %v", len(recs), err)
 		}
 	})
 }

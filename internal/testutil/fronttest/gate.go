@@ -2,6 +2,7 @@ package fronttest
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -64,6 +65,7 @@ func NewGate(t *testing.T, engine *guest.Engine, front func(*Gate) http.Handler,
 var (
 	csrfField    = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 	versionField = regexp.MustCompile(`name="version" value="(\d+)"`)
+	continueLink = regexp.MustCompile(`id="continue" href="([^"]+)"`)
 )
 
 // ApproveOnPage is the person: signs in with a fresh one-time link and
@@ -81,13 +83,26 @@ func (g *Gate) OnPage(t *testing.T, pageURL string, fields url.Values) int {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	b := &http.Client{Jar: jar, Transport: tr}
-	resp, err := b.Get(g.URL + "/approvals/signin?link=" + g.Links.Mint())
+	// Signed in, the landing page's link opens pageURL with the
+	// session's key, as the page's own links carry it.
+	u, err := url.Parse(pageURL)
 	if err != nil {
 		t.Error(err)
 		return 0
 	}
+	resp, err := b.Get(g.URL + "/approvals/signin?link=" + g.Links.Mint() + "&next=" + url.QueryEscape(u.Path))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	landing, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	resp, err = b.Get(pageURL)
+	next := continueLink.FindSubmatch(landing)
+	if next == nil {
+		t.Errorf("no link on the landing page: %s", landing)
+		return 0
+	}
+	resp, err = b.Get(g.URL + html.UnescapeString(string(next[1])))
 	if err != nil {
 		t.Error(err)
 		return 0
