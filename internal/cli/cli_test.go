@@ -410,8 +410,11 @@ func TestServeGuarded(t *testing.T) {
 			}
 		})
 	}
-	if _, body := get(t, "GET", s.base+"/healthz"); !strings.Contains(body, `"details":{"mcp_servers":[]}`) {
+	if _, body := get(t, "GET", s.base+"/healthz", "Authorization", bearer); !strings.Contains(body, `"details":{"mcp_servers":[]}`) {
 		t.Errorf("/healthz without servers: %s; want an empty list of servers, as on Lambda", body)
+	}
+	if _, body := get(t, "GET", s.base+"/healthz"); strings.TrimSpace(body) != `{"ok":true}` {
+		t.Errorf("/healthz without the token: %s; want only that the server is up", body)
 	}
 	if !strings.Contains(s.stderr.String(), "Authorization: Bearer $"+app.EnvServeToken) || strings.Contains(s.stderr.String(), "env-token") {
 		t.Fatalf("the banner must show how to send the token, never the token: %s", s.stderr)
