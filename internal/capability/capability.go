@@ -28,9 +28,11 @@ type Capability struct {
 	ID          string          `json:"id"` // cap:namespace:action@version, stable forever
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-	Code        string          `json:"code"`
-	CreatedAt   time.Time       `json:"created_at"` // of version 1
-	UpdatedAt   time.Time       `json:"updated_at"` // of this version: when it was published
+	// Code is never empty in a saved version; a listing that leaves it
+	// out (pml capability list) shows no key.
+	Code      string    `json:"code,omitempty"`
+	CreatedAt time.Time `json:"created_at"` // of version 1
+	UpdatedAt time.Time `json:"updated_at"` // of this version: when it was published
 	// Calls counts the calls of every version, as of the last batch a
 	// Counter wrote; a pinned version read from DynamoDB carries the count
 	// it was saved with.

@@ -13,8 +13,10 @@ import (
 // Proposal is what an author asks to publish: a capability's code and
 // what callers are told about it.
 type Proposal struct {
-	Name        string          `json:"name"`
-	Code        string          `json:"code"`
+	Name string `json:"name"`
+	// Code is never empty in a proposal that can be saved; a listing of
+	// drafts that leaves it out shows no key.
+	Code        string          `json:"code,omitempty"`
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 	// Pins are the versions of the capabilities the code calls that it
