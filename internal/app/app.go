@@ -560,7 +560,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			known = a.Tools.Redactor()
 		}
 		learner = learn.NewLearner(known)
-		a.Suggestions = suggestionsAPI{store: a.Learn, policy: cfg.Approval.Policy, min: cfg.Learn.MinSuccesses, guard: a.Guard}
+		a.Suggestions = suggestionsAPI{store: a.Learn, min: cfg.Learn.MinSuccesses, guard: a.Guard}
 	}
 	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
