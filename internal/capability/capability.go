@@ -135,8 +135,11 @@ type Registry interface {
 	// anything was published in it by this release).
 	Owners(ctx context.Context, ns string) ([]string, error)
 
-	// PutDraft stores a new draft (its ID must be new).
-	PutDraft(ctx context.Context, d Draft) error
+	// PutDraft stores a new draft (its ID must be new) within limits,
+	// counted as every process sees them (LIMIT_EXCEEDED past them; the
+	// oldest closed drafts make room where the total is reached). Drafts
+	// are kept apart from the versions: neither write rewrites the other.
+	PutDraft(ctx context.Context, d Draft, limits DraftLimits) error
 	// GetDraft returns a draft, pending or closed, until it expires;
 	// NOT_FOUND after.
 	GetDraft(ctx context.Context, id string) (Draft, error)

@@ -24,6 +24,9 @@ type Guard struct {
 	Policy   approval.Policy
 	// DraftTTL is how long a draft waits (default DefaultDraftTTL).
 	DraftTTL time.Duration
+	// DraftLimits bound the drafts kept, per author and in all (zero
+	// limits: the defaults).
+	DraftLimits DraftLimits
 	// Notify, when set, is told of every new draft (the deployment puts
 	// it on the approvals bus). It must not block for long.
 	Notify func(context.Context, DraftNotice)
@@ -201,7 +204,7 @@ func (g *Guard) draft(ctx context.Context, author string, p Proposal) (Outcome, 
 	}
 	d := Draft{ID: NewDraftID(), Proposal: p, Author: author, CodeHash: c.CodeHash, Equivalence: c.Equivalence,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), Status: DraftPending}
-	if err := g.Registry.PutDraft(ctx, d); err != nil {
+	if err := g.Registry.PutDraft(ctx, d, g.DraftLimits); err != nil {
 		return Outcome{}, err
 	}
 	if g.Notify != nil {
