@@ -55,6 +55,12 @@ func TestFileLayout(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 		info, _ := e.Info()
+		if e.Name() == ".quota" {
+			if !e.IsDir() || info.Mode().Perm() != 0o700 {
+				t.Errorf(".quota (the principals' ledgers) has mode %v", info.Mode())
+			}
+			continue
+		}
 		if perm := info.Mode().Perm(); perm&0o077 != 0 {
 			t.Errorf("%s has mode %v: readable by others", e.Name(), perm)
 		}
@@ -75,7 +81,7 @@ func TestFileLayout(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 3 { // .lock, ex_1.json, ex_1.<key>.body
+	if len(names) != 4 { // .lock, .quota, ex_1.json, ex_1.<key>.body
 		t.Fatalf("files %v", names)
 	}
 	if info, err := os.Stat(dir); err != nil || info.Mode().Perm() != 0o700 {
@@ -149,8 +155,9 @@ func TestFileSweepsExpiredRecords(t *testing.T) {
 			t.Errorf("%s: %v (files: %s)", id, err, joined)
 		}
 	}
-	// What is left: the lock, two records and their bodies, the young write.
-	if len(names) != 6 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
+	// What is left: the lock, the ledgers, two records and their bodies,
+	// the young write.
+	if len(names) != 7 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
 		t.Fatalf("files after the sweep: %s", joined)
 	}
 }
