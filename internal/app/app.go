@@ -184,6 +184,10 @@ type Config struct {
 	// Learn configures the learning loop (internal/learn).
 	Learn LearnConfig
 
+	// DraftLimits bound the capability drafts kept, per author and in
+	// all (zero: capability's defaults; DraftLimitsFromEnv reads them).
+	DraftLimits capability.DraftLimits
+
 	// Answerer, when set, answers remote MCP servers' questions in line
 	// while the call is in flight: a 2025-11-25 server's
 	// elicitation/create (the pool then declares the capability) and a
@@ -212,6 +216,9 @@ type SuspensionConfig struct {
 	// sessions/.
 	SessionTTL      time.Duration
 	SessionMaxBytes int
+	// SessionQuota and SuspendedQuota bound what one principal keeps
+	// (zero fields: suspend's defaults; StoreQuotas reads them).
+	SessionQuota, SuspendedQuota suspend.Quota
 }
 
 // TraceConfig says where execution records go.
@@ -276,6 +283,12 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, err
 	}
 	if cfg.Suspensions.SessionTTL, cfg.Suspensions.SessionMaxBytes, err = SessionBounds(); err != nil {
+		return Config{}, err
+	}
+	if cfg.Suspensions.SessionQuota, cfg.Suspensions.SuspendedQuota, err = StoreQuotas(); err != nil {
+		return Config{}, err
+	}
+	if cfg.DraftLimits, err = DraftLimitsFromEnv(); err != nil {
 		return Config{}, err
 	}
 	// The deployment's caller is an agent: it decides nothing unless the
@@ -554,7 +567,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(fmt.Errorf("the approval page's client secret: %w", err))
 		}
 	}
-	a.Guard = &capability.Guard{Registry: a.Registry, Policy: cfg.Approval.Policy, Notify: notify.drafted, Index: index}
+	a.Guard = &capability.Guard{Registry: a.Registry, Policy: cfg.Approval.Policy, Notify: notify.drafted, Index: index, DraftLimits: cfg.DraftLimits}
 	a.Capabilities = a.Guard
 	var learner *learn.Learner
 	if !cfg.Learn.Off {
@@ -566,7 +579,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			known = a.Tools.Redactor()
 		}
 		learner = learn.NewLearner(known)
-		a.Suggestions = suggestionsAPI{store: a.Learn, policy: cfg.Approval.Policy, min: cfg.Learn.MinSuccesses, guard: a.Guard}
+		a.Suggestions = suggestionsAPI{store: a.Learn, min: cfg.Learn.MinSuccesses, guard: a.Guard}
 	}
 	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)

@@ -87,7 +87,8 @@ func TestAKindCostsItsProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close(context.Background())
-	srv := httptest.NewServer(a.HTTPHandler(httpapi.Options{Logger: log}))
+	// As pml serve on loopback without a token: /healthz tells its details.
+	srv := httptest.NewServer(a.HTTPHandler(httpapi.Options{Logger: log, Guard: &httpapi.Guard{}}))
 	defer srv.Close()
 
 	var health struct {

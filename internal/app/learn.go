@@ -73,17 +73,16 @@ func PublishSuggestion(ctx context.Context, g *capability.Guard, d approval.Deci
 }
 
 // suggestionsAPI serves the learning loop to the HTTP routes and MCP
-// tools: a principal sees its own candidates, an approver every one
-// (approval.Policy.IsApprover).
+// tools: a principal sees the candidates it ran, made of its own runs
+// (an approver too: another's program reaches it as a draft).
 type suggestionsAPI struct {
-	store  learn.Store
-	policy approval.Policy
-	min    int64
-	guard  *capability.Guard
+	store learn.Store
+	min   int64
+	guard *capability.Guard
 }
 
 func (s suggestionsAPI) viewer(principal string) learn.Viewer {
-	return learn.Viewer{Principal: principal, Approver: s.policy.IsApprover(principal)}
+	return learn.Viewer{Principal: principal}
 }
 
 func (s suggestionsAPI) List(ctx context.Context, principal string) (any, error) {

@@ -22,9 +22,9 @@ func (c *awsConfig) openSessions(ctx context.Context, cfg SuspensionConfig) (sus
 		if err != nil {
 			return nil, err
 		}
-		return suspend.NewDynamoSessions(db, cfg.Table, suspend.Options{}), nil
+		return suspend.NewDynamoSessions(db, cfg.Table, suspend.Options{Quota: cfg.SessionQuota}), nil
 	case cfg.Dir != "":
-		return suspend.NewFileSessions(SessionsDir(cfg.Dir), suspend.Options{}), nil
+		return suspend.NewFileSessions(SessionsDir(cfg.Dir), suspend.Options{Quota: cfg.SessionQuota}), nil
 	}
 	return nil, nil
 }

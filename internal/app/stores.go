@@ -119,7 +119,7 @@ func (c *awsConfig) openRegistry(ctx context.Context, cfg Config, log *slog.Logg
 // openSuspensions opens the store of suspended executions cfg names: the
 // DynamoDB table, else the directory, else none.
 func (c *awsConfig) openSuspensions(ctx context.Context, cfg SuspensionConfig, log *slog.Logger) (suspend.Store, error) {
-	opts := suspend.Options{TTL: cfg.TTL}
+	opts := suspend.Options{TTL: cfg.TTL, Quota: cfg.SuspendedQuota}
 	switch {
 	case cfg.Table != "":
 		db, err := c.dynamo(ctx, "")

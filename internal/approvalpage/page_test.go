@@ -89,7 +89,9 @@ func newEnv(t *testing.T, mutate func(*approval.Policy), sources ...execution.To
 	e.reg = capability.NewFileRegistry(t.TempDir() + "/capabilities.json")
 	e.guard = &capability.Guard{Registry: e.reg, Policy: e.policy}
 	e.svc = executor.New(engine, executor.Options{Policy: e.policy, Sources: append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...),
-		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})})
+		// The list's tests keep more suspended executions of one caller
+		// than the default quota lets one principal keep (50).
+		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{Quota: suspend.Quota{Count: 100}})})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +221,11 @@ func TestAnswersCheckedAgainstTheServersSchema(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(page[strings.Index(page, "<main>"):])
+	}
+	// The fields in the server's order, not by name.
+	if i := []int{strings.Index(page, `name="a.0.name"`), strings.Index(page, `name="a.0.email"`), strings.Index(page, `name="a.0.seats"`),
+		strings.Index(page, `name="a.0.class"`), strings.Index(page, `name="a.0.meals"`), strings.Index(page, `name="a.0.window"`)}; !slices.IsSorted(i) || i[0] < 0 {
+		t.Errorf("the fields are not in the server's order: at %v", i)
 	}
 	if strings.ContainsRune(page, '\u202e') || strings.Contains(page, "<b>now") {
 		t.Errorf("the message is not shown as text")

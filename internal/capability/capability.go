@@ -28,9 +28,11 @@ type Capability struct {
 	ID          string          `json:"id"` // cap:namespace:action@version, stable forever
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-	Code        string          `json:"code"`
-	CreatedAt   time.Time       `json:"created_at"` // of version 1
-	UpdatedAt   time.Time       `json:"updated_at"` // of this version: when it was published
+	// Code is never empty in a saved version; a listing that leaves it
+	// out (pml capability list) shows no key.
+	Code      string    `json:"code,omitempty"`
+	CreatedAt time.Time `json:"created_at"` // of version 1
+	UpdatedAt time.Time `json:"updated_at"` // of this version: when it was published
 	// Calls counts the calls of every version, as of the last batch a
 	// Counter wrote; a pinned version read from DynamoDB carries the count
 	// it was saved with.
@@ -133,8 +135,11 @@ type Registry interface {
 	// anything was published in it by this release).
 	Owners(ctx context.Context, ns string) ([]string, error)
 
-	// PutDraft stores a new draft (its ID must be new).
-	PutDraft(ctx context.Context, d Draft) error
+	// PutDraft stores a new draft (its ID must be new) within limits,
+	// counted as every process sees them (LIMIT_EXCEEDED past them; the
+	// oldest closed drafts make room where the total is reached). Drafts
+	// are kept apart from the versions: neither write rewrites the other.
+	PutDraft(ctx context.Context, d Draft, limits DraftLimits) error
 	// GetDraft returns a draft, pending or closed, until it expires;
 	// NOT_FOUND after.
 	GetDraft(ctx context.Context, id string) (Draft, error)

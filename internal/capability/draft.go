@@ -1,10 +1,13 @@
 package capability
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -13,8 +16,10 @@ import (
 // Proposal is what an author asks to publish: a capability's code and
 // what callers are told about it.
 type Proposal struct {
-	Name        string          `json:"name"`
-	Code        string          `json:"code"`
+	Name string `json:"name"`
+	// Code is never empty in a proposal that can be saved; a listing of
+	// drafts that leaves it out shows no key.
+	Code        string          `json:"code,omitempty"`
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 	// Pins are the versions of the capabilities the code calls that it
@@ -110,4 +115,79 @@ func checkProvenance(name string, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// DraftLimits bound the drafts a registry keeps, so that no caller can
+// fill it (each draft waits for a person, up to DefaultDraftTTL). The
+// registry enforces them as it writes a draft, under the same lock or
+// condition as the write: every process sees the same count.
+type DraftLimits struct {
+	// PerAuthor is how many drafts one author may have waiting (pending)
+	// at once (DefaultDraftsPerAuthor when 0; PML_DRAFTS_PER_AUTHOR).
+	PerAuthor int
+	// Total is how many drafts the registry keeps, pending and closed
+	// (DefaultMaxDrafts when 0; PML_DRAFTS_MAX). At the bound a new draft
+	// makes room by dropping the oldest closed ones; when every one kept
+	// is pending, it is refused.
+	Total int
+}
+
+// The default draft limits: a person decides a few drafts a day, and an
+// agent that proposes twenty without one being decided is past waiting
+// for people.
+const (
+	DefaultDraftsPerAuthor = 20
+	DefaultMaxDrafts       = 500
+)
+
+// orDefault is l with its zero limits at their defaults.
+func (l DraftLimits) orDefault() DraftLimits {
+	if l.PerAuthor <= 0 {
+		l.PerAuthor = DefaultDraftsPerAuthor
+	}
+	if l.Total <= 0 {
+		l.Total = DefaultMaxDrafts
+	}
+	return l
+}
+
+// keptDraft is what the limits read of a draft a registry keeps.
+type keptDraft struct {
+	ID, Author, Status string
+	CreatedAt          time.Time
+}
+
+// admit decides whether d may join kept (the drafts not expired) under
+// l: nil and the ids of the closed drafts to drop to make room, or the
+// LIMIT_EXCEEDED that refuses it.
+func admit(kept []keptDraft, d Draft, l DraftLimits) ([]string, error) {
+	l = l.orDefault()
+	mine := 0
+	var closed []keptDraft
+	for _, k := range kept {
+		switch {
+		case k.Status != DraftPending:
+			closed = append(closed, k)
+		case k.Author == d.Author:
+			mine++
+		}
+	}
+	if mine >= l.PerAuthor {
+		return nil, fault.Limitf(fault.LimitDrafts, "%d drafts of this author wait for a decision already, the most one author may have (PML_DRAFTS_PER_AUTHOR=%d): "+
+			"withdraw one (DELETE /capabilities/drafts/ID, or pml capability reject ID) or wait for a decision", mine, l.PerAuthor)
+	}
+	over := len(kept) + 1 - l.Total
+	if over <= 0 {
+		return nil, nil
+	}
+	if over > len(closed) {
+		return nil, fault.Limitf(fault.LimitDrafts, "this deployment keeps %d drafts waiting for a decision, the most it keeps (PML_DRAFTS_MAX=%d): "+
+			"a draft can be kept once some are decided or expire", len(kept)-len(closed), l.Total)
+	}
+	slices.SortFunc(closed, func(a, b keptDraft) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID)) })
+	evict := make([]string, over)
+	for i := range evict {
+		evict[i] = closed[i].ID
+	}
+	return evict, nil
 }

@@ -32,9 +32,14 @@ import (
 // replaced: an execution that resolves a name pays a stat and a map
 // look-up, not a decode of every capability saved. Call counts live in a
 // second file beside it (path + ".calls"), so counting never replaces the
-// definitions every process holds.
+// definitions every process holds; drafts live in a directory beside it
+// (path + ".drafts", one file each: filedraft.go), so a save never rewrites
+// them and a draft never rewrites the definitions.
 type FileRegistry struct {
 	path string
+
+	dmu    sync.Mutex
+	drafts map[string]cachedDraft // the drafts directory's files as last read
 
 	mu    sync.Mutex
 	defs  heldFile // the definitions file as last loaded
@@ -49,7 +54,8 @@ type fileDoc struct {
 	// Namespaces are the owners of each namespace published in since
 	// owners were recorded.
 	Namespaces map[string]fileNamespace `json:"namespaces,omitempty"`
-	// Drafts are the drafts not yet expired, by id.
+	// Drafts are the drafts of a file written before drafts had a
+	// directory of their own: read, and moved there by the next write.
 	Drafts map[string]Draft `json:"drafts,omitempty"`
 }
 
@@ -237,9 +243,11 @@ var errNoWrite = errors.New("nothing to write")
 // update changes the definitions file: under the flock, f changes a copy
 // of the document as it is in the file (the maps copied, their values
 // shared: f replaces what it changes, never edits it in place), which
-// then replaces the file; drafts expired at now are dropped on the way.
-// f's errNoWrite leaves the file alone.
-func (r *FileRegistry) update(f func(doc *fileDoc, now time.Time) error) error {
+// then replaces the file; then, when set, runs still under the flock (a
+// draft's closing, after the version it became). f's errNoWrite leaves
+// the file alone. Drafts a file of an older release holds move to the
+// drafts directory on the way.
+func (r *FileRegistry) update(f func(doc *fileDoc, now time.Time) error, then func(now time.Time) error) error {
 	unlock, err := r.lock()
 	if err != nil {
 		return err
@@ -254,12 +262,9 @@ func (r *FileRegistry) update(f func(doc *fileDoc, now time.Time) error) error {
 		return err
 	}
 	now := time.Now().UTC()
-	doc := fileDoc{Capabilities: maps.Clone(v.doc.Capabilities), Namespaces: maps.Clone(v.doc.Namespaces), Drafts: maps.Clone(v.doc.Drafts)}
+	doc := fileDoc{Capabilities: maps.Clone(v.doc.Capabilities), Namespaces: maps.Clone(v.doc.Namespaces), Drafts: v.doc.Drafts}
 	if doc.Namespaces == nil {
 		doc.Namespaces = map[string]fileNamespace{}
-	}
-	if doc.Drafts == nil {
-		doc.Drafts = map[string]Draft{}
 	}
 	if err := f(&doc, now); err != nil {
 		if errors.Is(err, errNoWrite) {
@@ -267,13 +272,19 @@ func (r *FileRegistry) update(f func(doc *fileDoc, now time.Time) error) error {
 		}
 		return err
 	}
-	maps.DeleteFunc(doc.Drafts, func(_ string, d Draft) bool { return !now.Before(d.ExpiresAt) })
+	if err := r.moveLegacyDrafts(doc.Drafts, now); err != nil {
+		return err
+	}
+	doc.Drafts = nil
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := atomicfile.Write(r.path, out); err != nil {
 		return fmt.Errorf("capabilities: %w", err)
+	}
+	if then != nil {
+		return then(now)
 	}
 	return nil
 }
@@ -286,10 +297,13 @@ func (r *FileRegistry) Save(_ context.Context, c Capability, allow Allow) (Saved
 	}
 	stamp(&c)
 	var out Saved
+	var draft Draft
 	err := r.update(func(doc *fileDoc, now time.Time) error {
-		var draft Draft
 		if c.Draft != "" {
-			d, ok := doc.Drafts[c.Draft]
+			d, ok, err := r.draftLocked(c.Draft, doc.Drafts)
+			if err != nil {
+				return err
+			}
 			if err := publishable(c, d, ok, now); err != nil {
 				return err
 			}
@@ -326,10 +340,16 @@ func (r *FileRegistry) Save(_ context.Context, c Capability, allow Allow) (Saved
 			}
 			out = Saved{Capability: c}
 		}
-		if c.Draft != "" {
-			doc.Drafts[c.Draft] = closed(draft, DraftPublished, c.Publisher, "", out.Version, now)
-		}
 		return nil
+	}, func(now time.Time) error {
+		if c.Draft == "" {
+			return nil
+		}
+		// The version is written: the draft's closing follows under the
+		// same lock. A crash between leaves the draft pending beside its
+		// version; publishing it again finds the version equivalent and
+		// closes it as that version, never a second one.
+		return r.writeDraft(closed(draft, DraftPublished, c.Publisher, "", out.Version, now))
 	})
 	if err != nil {
 		return Saved{}, err
@@ -369,54 +389,6 @@ func (r *FileRegistry) Owners(_ context.Context, ns string) ([]string, error) {
 	return slices.Clone(v.doc.Namespaces[ns].Owners), nil
 }
 
-// PutDraft implements Registry.
-func (r *FileRegistry) PutDraft(_ context.Context, d Draft) error {
-	if err := CheckDraftID(d.ID); err != nil {
-		return err
-	}
-	return r.update(func(doc *fileDoc, _ time.Time) error {
-		if _, dup := doc.Drafts[d.ID]; dup {
-			return fault.New(fault.Conflict, "draft %s exists", d.ID)
-		}
-		doc.Drafts[d.ID] = d
-		return nil
-	})
-}
-
-// GetDraft implements Registry.
-func (r *FileRegistry) GetDraft(_ context.Context, id string) (Draft, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	v, _, err := r.fresh()
-	if err != nil {
-		return Draft{}, err
-	}
-	d, ok := v.doc.Drafts[id]
-	if !ok || !time.Now().Before(d.ExpiresAt) {
-		return Draft{}, fault.New(fault.NotFound, "no draft %s (it may have expired)", id)
-	}
-	return d, nil
-}
-
-// Drafts implements Registry.
-func (r *FileRegistry) Drafts(_ context.Context) ([]Draft, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	v, _, err := r.fresh()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	out := []Draft{}
-	for _, d := range v.doc.Drafts {
-		if now.Before(d.ExpiresAt) {
-			out = append(out, d)
-		}
-	}
-	sortDrafts(out)
-	return out, nil
-}
-
 // sortDrafts sorts drafts oldest first (then by id).
 func sortDrafts(ds []Draft) {
 	slices.SortFunc(ds, func(a, b Draft) int {
@@ -425,24 +397,6 @@ func sortDrafts(ds []Draft) {
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-}
-
-// CloseDraft implements Registry.
-func (r *FileRegistry) CloseDraft(_ context.Context, id, status, principal, reason string) (Draft, error) {
-	var out Draft
-	err := r.update(func(doc *fileDoc, now time.Time) error {
-		d, ok := doc.Drafts[id]
-		switch {
-		case !ok || !now.Before(d.ExpiresAt):
-			return fault.New(fault.NotFound, "no draft %s (it may have expired)", id)
-		case d.Status != DraftPending:
-			return fault.New(fault.Conflict, "draft %s is %s already", id, d.Status)
-		}
-		out = closed(d, status, principal, reason, 0, now)
-		doc.Drafts[id] = out
-		return nil
-	})
-	return out, err
 }
 
 // Get implements Registry.

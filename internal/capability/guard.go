@@ -24,6 +24,9 @@ type Guard struct {
 	Policy   approval.Policy
 	// DraftTTL is how long a draft waits (default DefaultDraftTTL).
 	DraftTTL time.Duration
+	// DraftLimits bound the drafts kept, per author and in all (zero
+	// limits: the defaults).
+	DraftLimits DraftLimits
 	// Notify, when set, is told of every new draft (the deployment puts
 	// it on the approvals bus). It must not block for long.
 	Notify func(context.Context, DraftNotice)
@@ -182,6 +185,9 @@ func (g *Guard) draft(ctx context.Context, author string, p Proposal) (Outcome, 
 		return Outcome{}, err
 	}
 	who := g.Policy.Publishers(author, owners)
+	if !g.anyonePublishes(author, owners) {
+		who = ""
+	}
 	drafts, err := g.Registry.Drafts(ctx)
 	if err != nil {
 		return Outcome{}, err
@@ -198,7 +204,7 @@ func (g *Guard) draft(ctx context.Context, author string, p Proposal) (Outcome, 
 	}
 	d := Draft{ID: NewDraftID(), Proposal: p, Author: author, CodeHash: c.CodeHash, Equivalence: c.Equivalence,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), Status: DraftPending}
-	if err := g.Registry.PutDraft(ctx, d); err != nil {
+	if err := g.Registry.PutDraft(ctx, d, g.DraftLimits); err != nil {
 		return Outcome{}, err
 	}
 	if g.Notify != nil {
@@ -208,14 +214,41 @@ func (g *Guard) draft(ctx context.Context, author string, p Proposal) (Outcome, 
 	return Outcome{Status: OutcomeDraft, Draft: &d, Message: draftMessage(d, who, false)}, nil
 }
 
+// draftMessage says what became of a save kept as draft d, and who may
+// publish it (roles; "" when nobody may under the policy, which then says
+// how a deployment lets someone).
 func draftMessage(d Draft, who string, again bool) string {
 	what := "is kept as draft"
 	if again {
 		what = "already waits as draft"
 	}
+	if who == "" {
+		return fmt.Sprintf("%s is not published, and nobody may publish it under this deployment's policy, which names no approver and lets no caller decide: "+
+			"name approvers (PML_APPROVERS) or let the caller decide (PML_CALLER_DECIDES=on; locally, pml capability publish %s --caller-decides on). "+
+			"Until then it %s %s until %s, and callers run the published version, if any.",
+			d.Name, d.ID, what, d.ID, d.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("%s is not published: under this deployment's policy the caller may not publish it, so it %s %s until %s. "+
 		"It is published by %s (POST /capabilities/drafts/%s/publish, or pml capability publish %s); until then callers run the published version, if any.",
 		d.Name, what, d.ID, d.ExpiresAt.UTC().Format(time.RFC3339), who, d.ID, d.ID)
+}
+
+// anyonePublishes reports whether anyone at all may publish author's
+// code into a namespace of owners under the policy (approval.Policy's
+// Publishers names them; with none it names nobody).
+func (g *Guard) anyonePublishes(author string, owners []string) bool {
+	p := g.Policy
+	if len(p.Approvers) > 0 {
+		return true
+	}
+	for _, ch := range []execution.Channel{execution.ChannelCaller, execution.ChannelPage, execution.ChannelClient} {
+		if p.MayPublish(approval.Decider{Principal: author, Channel: ch}, author, owners) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(owners, func(o string) bool {
+		return p.MayPublish(approval.Decider{Principal: o, Channel: execution.ChannelPage}, author, owners)
+	})
 }
 
 // MayPublishDraft reports whether d may publish draft dr into its
@@ -247,8 +280,12 @@ func (g *Guard) PublishDraft(ctx context.Context, d approval.Decider, id string)
 		if g.Policy.MayPublish(d, dr.Author, owners) {
 			return nil
 		}
+		who := "it is published by " + g.Policy.Publishers(dr.Author, owners)
+		if !g.anyonePublishes(dr.Author, owners) {
+			who = "nobody may publish it (name approvers with PML_APPROVERS, or let the caller decide with PML_CALLER_DECIDES=on)"
+		}
 		return &fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy", "draft_id": id},
-			Message: fmt.Sprintf("draft %s (%s) is not yours to publish under this deployment's policy: it is published by %s", id, dr.Name, g.Policy.Publishers(dr.Author, owners))}
+			Message: fmt.Sprintf("draft %s (%s) is not yours to publish under this deployment's policy: %s", id, dr.Name, who)}
 	})
 	if err != nil {
 		return Outcome{}, err

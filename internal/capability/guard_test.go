@@ -201,3 +201,45 @@ func TestGuardHead(t *testing.T) {
 		}
 	})
 }
+
+// TestDraftNobodyMayPublish: under a policy where nobody may publish (no
+// approver, the caller decides nothing: PML_CALLER_DECIDES=off without
+// PML_APPROVERS) a save is kept as a draft whose message says so, and
+// how a deployment lets someone publish it, rather than "it is published
+// by nobody" and a publish command that will be refused.
+func TestDraftNobodyMayPublish(t *testing.T) {
+	registries(t, func(t *testing.T, reg capability.Registry) {
+		g := &capability.Guard{Registry: reg, Policy: approval.Policy{}}
+		out, err := g.Submit(context.Background(), caller(agent), agent, capability.Proposal{Name: "loc:mul", Code: "return 2"})
+		if err != nil || out.Status != capability.OutcomeDraft {
+			t.Fatalf("%+v %v", out, err)
+		}
+		for _, bad := range []string{"published by nobody", "/publish"} {
+			if strings.Contains(out.Message, bad) {
+				t.Errorf("the message says %q: %s", bad, out.Message)
+			}
+		}
+		for _, want := range []string{"nobody may publish", "PML_APPROVERS", "PML_CALLER_DECIDES", out.Draft.ID} {
+			if !strings.Contains(strings.ToLower(out.Message), strings.ToLower(want)) {
+				t.Errorf("the message lacks %q: %s", want, out.Message)
+			}
+		}
+	})
+}
+
+// TestPublishDraftNobodyMay: publishing such a draft is refused with
+// what would let someone, not "it is published by nobody".
+func TestPublishDraftNobodyMay(t *testing.T) {
+	registries(t, func(t *testing.T, reg capability.Registry) {
+		ctx := context.Background()
+		g := &capability.Guard{Registry: reg, Policy: approval.Policy{}}
+		out, err := g.Submit(ctx, caller(agent), agent, capability.Proposal{Name: "loc:mul", Code: "return 2"})
+		if err != nil || out.Draft == nil {
+			t.Fatalf("%+v %v", out, err)
+		}
+		_, err = g.PublishDraft(ctx, caller(agent), out.Draft.ID)
+		if fault.CodeOf(err) != fault.Forbidden || strings.Contains(err.Error(), "published by nobody") || !strings.Contains(err.Error(), "PML_APPROVERS") {
+			t.Fatalf("publishing: %v", err)
+		}
+	})
+}

@@ -39,11 +39,11 @@ func (r reserved) Save(ctx context.Context, c Capability, allow Allow) (Saved, e
 
 // PutDraft implements Registry: a draft that could never be published is
 // refused as a save would be.
-func (r reserved) PutDraft(ctx context.Context, d Draft) error {
+func (r reserved) PutDraft(ctx context.Context, d Draft, limits DraftLimits) error {
 	if err := CheckNamespace(d.Name, r.namespaces); err != nil {
 		return err
 	}
-	return r.Registry.PutDraft(ctx, d)
+	return r.Registry.PutDraft(ctx, d, limits)
 }
 
 // CheckNamespace returns INVALID_REQUEST when name's namespace is one of

@@ -237,15 +237,15 @@ func TestDraftsInTheStore(t *testing.T) {
 		now := time.Now().UTC()
 		d := capability.Draft{ID: capability.NewDraftID(), Proposal: capability.Proposal{Name: "d:one", Code: "return 1", Provenance: []string{"ex_1"}},
 			Author: "jwt:i#agent", CodeHash: capability.CodeHash("return 1"), CreatedAt: now, ExpiresAt: now.Add(time.Hour), Status: capability.DraftPending}
-		if err := reg.PutDraft(ctx, d); err != nil {
+		if err := reg.PutDraft(ctx, d, capability.DraftLimits{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := reg.PutDraft(ctx, d); fault.CodeOf(err) != fault.Conflict {
+		if err := reg.PutDraft(ctx, d, capability.DraftLimits{}); fault.CodeOf(err) != fault.Conflict {
 			t.Fatalf("the same id twice: %v", err)
 		}
 		old := d
 		old.ID, old.CreatedAt, old.ExpiresAt = capability.NewDraftID(), now.Add(-2*time.Hour), now.Add(-time.Hour)
-		if err := reg.PutDraft(ctx, old); err != nil {
+		if err := reg.PutDraft(ctx, old, capability.DraftLimits{}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := reg.GetDraft(ctx, old.ID); fault.CodeOf(err) != fault.NotFound {
@@ -275,7 +275,7 @@ func TestDraftsInTheStore(t *testing.T) {
 		// Another code than the draft's is not published as it.
 		e := d
 		e.ID = capability.NewDraftID()
-		if err := reg.PutDraft(ctx, e); err != nil {
+		if err := reg.PutDraft(ctx, e, capability.DraftLimits{}); err != nil {
 			t.Fatal(err)
 		}
 		swapped := capability.Capability{Name: "d:one", Code: "return 'other'", Draft: e.ID}

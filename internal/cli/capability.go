@@ -179,13 +179,17 @@ func localGuard(ctx context.Context, callerDecides string, errOut io.Writer) (*c
 	if cfg.Policy.CallerDecides, err = app.OnOff("--caller-decides", callerDecides, true); err != nil {
 		return nil, "", usageError{err}
 	}
+	limits, err := app.DraftLimitsFromEnv()
+	if err != nil {
+		return nil, "", usageError{err}
+	}
 	file := app.CapabilitiesFile()
 	log := logger(errOut)
 	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, log)
 	if err != nil {
 		return nil, "", err
 	}
-	return &capability.Guard{Registry: reg, Policy: cfg.Policy}, file, nil
+	return &capability.Guard{Registry: reg, Policy: cfg.Policy, DraftLimits: limits}, file, nil
 }
 
 // jsonFlag reads a flag's JSON, inline or @file.

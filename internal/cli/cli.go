@@ -321,6 +321,10 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, usageError{err}
 	}
+	drafts, err := app.DraftLimitsFromEnv()
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
 	return app.Config{
 		Tracing: tracing,
 		Metrics: metrics,
@@ -336,6 +340,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		Approval:         appr,
 		MCPAuth:          auth,
 		Learn:            learning,
+		DraftLimits:      drafts,
 		Answerer:         f.answerer,
 	}, nil
 }

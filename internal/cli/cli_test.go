@@ -215,7 +215,7 @@ func TestCapabilityDraftsLocally(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Draft.ID == "" {
 		t.Fatalf("%s: %v", out, err)
 	}
-	if code, out, _ := main("capability", "drafts"); code != 0 || !strings.Contains(out, o.Draft.ID) || strings.Contains(out, "return 2") {
+	if code, out, _ := main("capability", "drafts"); code != 0 || !strings.Contains(out, o.Draft.ID) || strings.Contains(out, "return 2") || strings.Contains(out, `"code"`) {
 		t.Fatalf("drafts: %d %s", code, out)
 	}
 	if code, out, _ := main("capability", "drafts", o.Draft.ID); code != 0 || !strings.Contains(out, "return 2") {
@@ -226,6 +226,11 @@ func TestCapabilityDraftsLocally(t *testing.T) {
 	}
 	if code, out, errOut := main("capability", "publish", o.Draft.ID, "--caller-decides", "on"); code != 0 || !strings.Contains(out, `"version": 2`) {
 		t.Fatalf("publish where the caller decides: %d %s %s", code, out, errOut)
+	}
+	// A list says what exists, without the code ("show" gives it): no
+	// "code" key at all, never an empty one.
+	if code, out, _ := main("capability", "list"); code != 0 || !strings.Contains(out, `"loc:mul"`) || strings.Contains(out, `"code"`) {
+		t.Fatalf("list: %d %s", code, out)
 	}
 	if code, out, _ := main("capability", "show", "loc:mul@1"); code != 0 || !strings.Contains(out, `"ex_2"`) || !strings.Contains(out, `"code_hash": "sha256:`) {
 		t.Fatalf("show version 1: %d %s", code, out)
@@ -410,8 +415,11 @@ func TestServeGuarded(t *testing.T) {
 			}
 		})
 	}
-	if _, body := get(t, "GET", s.base+"/healthz"); !strings.Contains(body, `"details":{"mcp_servers":[]}`) {
+	if _, body := get(t, "GET", s.base+"/healthz", "Authorization", bearer); !strings.Contains(body, `"details":{"mcp_servers":[]}`) {
 		t.Errorf("/healthz without servers: %s; want an empty list of servers, as on Lambda", body)
+	}
+	if _, body := get(t, "GET", s.base+"/healthz"); strings.TrimSpace(body) != `{"ok":true}` {
+		t.Errorf("/healthz without the token: %s; want only that the server is up", body)
 	}
 	if !strings.Contains(s.stderr.String(), "Authorization: Bearer $"+app.EnvServeToken) || strings.Contains(s.stderr.String(), "env-token") {
 		t.Fatalf("the banner must show how to send the token, never the token: %s", s.stderr)

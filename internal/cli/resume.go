@@ -46,10 +46,15 @@ func (f *suspensionFlags) config() (app.SuspensionConfig, error) {
 	if err != nil {
 		return app.SuspensionConfig{}, usageError{err}
 	}
-	if f.table != "" {
-		return app.SuspensionConfig{Table: f.table, TTL: ttl, SessionTTL: sttl, SessionMaxBytes: smax}, nil
+	sq, pq, err := app.StoreQuotas()
+	if err != nil {
+		return app.SuspensionConfig{}, usageError{err}
 	}
-	return app.SuspensionConfig{Dir: f.dir, TTL: ttl, SessionTTL: sttl, SessionMaxBytes: smax}, nil
+	cfg := app.SuspensionConfig{Dir: f.dir, TTL: ttl, SessionTTL: sttl, SessionMaxBytes: smax, SessionQuota: sq, SuspendedQuota: pq}
+	if f.table != "" {
+		cfg.Dir, cfg.Table = "", f.table
+	}
+	return cfg, nil
 }
 
 // callIDs collects call ids from a repeatable flag that also takes

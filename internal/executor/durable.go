@@ -116,6 +116,11 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 		s.log.ErrorContext(ctx, "suspended execution not saved", "execution_id", rec.ID, "err", err)
 		ex.Events = before
 		resp.Error = fault.Wrap(fault.Internal, err, "the execution suspended, but its state could not be saved; its pending calls will not run")
+		if limit := fault.As(err); limit.Code == fault.LimitExceeded {
+			// The principal's quota of suspended executions: which, and
+			// how to make room.
+			resp.Error = fault.Limitf(limit.Limit, "the execution would wait for a person, but %s; its pending calls will not run", limit.Message)
+		}
 		for i, c := range resp.Calls {
 			if c.Status == trace.StatusParked {
 				resp.Calls[i].Status = trace.StatusNotRun

@@ -372,3 +372,22 @@ func TestDecisionJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspendedQuotaThroughTheService: past its principal's quota of
+// suspended executions, an execution that would wait for a person fails
+// LIMIT_EXCEEDED, naming the quota and how to make room, and its parked
+// call is not run.
+func TestSuspendedQuotaThroughTheService(t *testing.T) {
+	d := newDurable(t)
+	svc := executor.New(engine, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: d.kv}},
+		Suspensions: suspend.NewFile(d.dir, suspend.Options{Now: d.clk.Now, Quota: suspend.Quota{Count: 1}})})
+	suspendApproval(t, svc, "jwt:i#hog")
+	resp := svc.Execute(context.Background(), execution.Request{Code: approvalScript, Approval: execution.ApprovalSuspend, Principal: "jwt:i#hog"})
+	if resp.Status == execution.StatusSuspended || resp.Error == nil || resp.Error.Code != fault.LimitExceeded || resp.Error.Limit != fault.LimitSuspended ||
+		!strings.Contains(resp.Error.Message, "PML_SUSPENDED_PER_PRINCIPAL") {
+		t.Fatalf("a suspension past the quota: status %q error %+v", resp.Status, resp.Error)
+	}
+	if len(resp.Calls) != 2 || resp.Calls[1].Status != trace.StatusNotRun {
+		t.Fatalf("calls %+v", resp.Calls)
+	}
+}

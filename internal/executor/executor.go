@@ -377,7 +377,7 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	}
 	if shape != nil && resp.OK && !resp.Suspended() {
 		// A pattern for the learning loop; it travels in the trace record.
-		ex.Pattern = s.learner.Pattern(shape, ownCalls(resp))
+		ex.Pattern = s.learner.Pattern(req.Principal, shape, ownCalls(resp))
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(req.CallDetail)

@@ -79,7 +79,12 @@ func newSessionID() string { return execution.SessionPrefix + strings.ToLower(ra
 // see: another principal's session is as unknown as one that never was.
 func sessionFault(id string, err error) *fault.Error {
 	var busy *suspend.BusyError
+	var limit *fault.Error
 	switch {
+	case errors.As(err, &limit) && limit.Code == fault.LimitExceeded:
+		// The principal's quota (suspend.Quota): which, and how to make
+		// room, as the store says it.
+		return limit
 	case errors.Is(err, suspend.ErrNotFound), errors.Is(err, suspend.ErrForbidden):
 		return fault.New(fault.NotFound, "no session %q", id)
 	case errors.Is(err, suspend.ErrExpired):
@@ -186,6 +191,7 @@ func (s *Service) closeSession(ctx context.Context, run *sessionRun, resp *execu
 	if over := len(run.data.History) - execution.MaxSessionHistory; over > 0 {
 		run.data.History = run.data.History[over:]
 	}
+	before := run.data // as it was, should the store refuse the new state
 	if keep {
 		run.data.Executions++
 		run.data.Last = resp.ExecutionID
@@ -204,6 +210,20 @@ func (s *Service) closeSession(ctx context.Context, run *sessionRun, resp *execu
 		c.Bridge = bridge
 		if keep {
 			err = s.sessions.Save(ctx, c, res.State)
+			if fe := sessionFault(c.ID, err); err != nil && fe.Code == fault.LimitExceeded {
+				// Past the principal's quota: the new state is not kept,
+				// the execution fails as for a state past the size cap,
+				// and the session keeps the state it had.
+				keep, err = false, nil
+				resp.OK, resp.Result, resp.Error = false, nil, fe
+				history := run.data.History
+				history[len(history)-1].Kept = false
+				run.data = before
+				run.data.History = history
+				if c.Bridge, err = run.data.encode(); err == nil {
+					err = s.sessions.Release(ctx, c)
+				}
+			}
 		} else {
 			err = s.sessions.Release(ctx, c)
 		}

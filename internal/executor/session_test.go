@@ -191,3 +191,26 @@ func TestSessionRefusals(t *testing.T) {
 		t.Fatalf("expired: %+v", r.Error)
 	}
 }
+
+// TestSessionQuotaThroughTheService: past its principal's quota a new
+// session is refused LIMIT_EXCEEDED, saying which and how to make room
+// (nothing runs); a state past the bytes is not kept: the execution fails
+// LIMIT_EXCEEDED and the session keeps the state it had, to continue
+// from.
+func TestSessionQuotaThroughTheService(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sessions")
+	svc := sessionService(dir, func(o *executor.Options) {
+		o.Sessions = suspend.NewFileSessions(dir, suspend.Options{Quota: suspend.Quota{Count: 1, Bytes: 200 << 10}})
+	})
+	ctx := context.Background()
+	first := mustStep(t, svc, execution.Request{Code: `globalThis.n = 1`, Session: execution.SessionNew, Principal: "jwt:i#hog"}, `null`)
+	r := svc.Execute(ctx, execution.Request{Code: `return 2`, Session: execution.SessionNew, Principal: "jwt:i#hog"})
+	if r.OK || r.Error == nil || r.Error.Code != fault.LimitExceeded || r.Error.Limit != fault.LimitSessions || !strings.Contains(r.Error.Message, "PML_SESSIONS_PER_PRINCIPAL") {
+		t.Fatalf("a second session past the quota: %+v", r.Error)
+	}
+	big := svc.Execute(ctx, execution.Request{Code: `globalThis.pad = Array.from({length: 400000}, (_, i) => i * 7919 % 1000003); return pad.length`, SessionID: first.Session.ID, Principal: "jwt:i#hog"})
+	if big.OK || big.Error == nil || big.Error.Limit != fault.LimitSessionBytes || big.Session == nil || big.Session.Saved || big.Session.Executions != 1 {
+		t.Fatalf("a state past the bytes: %+v %+v", big.Error, big.Session)
+	}
+	mustStep(t, svc, execution.Request{Code: `return [n, typeof pad]`, SessionID: first.Session.ID, Principal: "jwt:i#hog"}, `[1,"undefined"]`)
+}

@@ -85,6 +85,13 @@ const (
 	LimitTimers      = "timers"       // setTimeout calls per execution
 	LimitJSONDepth   = "json_depth"   // nesting of a result, a call's arguments or a reported error
 	LimitSessionSize = "session_size" // a session's saved state
+	// Quotas of what a store keeps for one principal (or in all), past
+	// which it keeps no more until some is closed, deleted or expires.
+	LimitDrafts         = "drafts"          // capability drafts waiting: one author's, or the deployment's
+	LimitSessions       = "sessions"        // sessions one principal holds
+	LimitSessionBytes   = "session_bytes"   // their saved state, in all
+	LimitSuspended      = "suspended"       // suspended executions one principal has waiting
+	LimitSuspendedBytes = "suspended_bytes" // their saved state, in all
 )
 
 // Server budgets, carried in Error.Limit when Code is Unavailable: `pml

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"log/slog"
@@ -164,14 +165,26 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 			h.Set("Access-Control-Expose-Headers", "X-Execution-Id")
 		}
 		// Health checks (a load balancer, a supervisor) carry no token and
-		// learn nothing but that the server is up.
+		// learn nothing but that the server is up; the token's holder
+		// reads the details (health).
 		health := r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
-		if g.hasToken && !health && !g.tokenOK(r.Header.Get("Authorization")) {
+		authorized := !g.hasToken || g.tokenOK(r.Header.Get("Authorization"))
+		if !health && !authorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pml"`)
 			httpjson.WriteError(w, http.StatusUnauthorized, fault.New(fault.Unauthorized,
 				"this server requires the header Authorization: Bearer TOKEN (pml serve --token or PML_SERVE_TOKEN)"))
 			return
 		}
+		if health && authorized {
+			r = r.WithContext(context.WithValue(r.Context(), tokenHolder{}, true))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// tokenHolder marks a /healthz request that passed every check another
+// route would: the right token, or a server that asks for none.
+type tokenHolder struct{}
+
+// heldToken reports whether the guard marked ctx's request as tokenHolder.
+func heldToken(ctx context.Context) bool { ok, _ := ctx.Value(tokenHolder{}).(bool); return ok }

@@ -429,12 +429,31 @@ func (a *api) tools(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) health(w http.ResponseWriter, _ *http.Request) {
-	out := map[string]any{"ok": true, "runtime": runtimeStats()}
-	if a.Health != nil {
-		out["details"] = a.Health()
+// health answers whether the server is up; the details (each upstream's
+// URL, transport and tools; the runtime's figures) only to whom the
+// deployment trusts with them (mayReadHealth).
+func (a *api) health(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"ok": true}
+	if a.mayReadHealth(r) {
+		out["runtime"] = runtimeStats()
+		if a.Health != nil {
+			out["details"] = a.Health()
+		}
 	}
 	httpjson.Write(w, http.StatusOK, out)
+}
+
+// mayReadHealth: behind the guard (pml serve), the token's holder, or
+// anyone where the server asks for no token (every route is open to it
+// then). Without a guard (the Lambda behind API Gateway, whose authorizer
+// admits every caller, agents included), an approver only: an agent needs
+// no upstream's host or port.
+func (a *api) mayReadHealth(r *http.Request) bool {
+	if a.Guard != nil {
+		return heldToken(r.Context())
+	}
+	p := execution.PrincipalFrom(r.Context())
+	return p != "" && a.Policy.IsApprover(p)
 }
 
 // RuntimeStats is the process's state in /healthz: enough to see a leak or

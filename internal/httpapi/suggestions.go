@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -57,7 +58,13 @@ func (a *api) publishSuggestion(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, faultStatus(fault.As(err)), fault.As(err))
 		return
 	}
-	httpjson.Write(w, http.StatusCreated, saved)
+	status := http.StatusCreated
+	if o, ok := saved.(capability.Outcome); ok {
+		// As a save's: 202 for the draft a principal that may not
+		// publish proposes.
+		status = outcomeStatus(o)
+	}
+	httpjson.Write(w, status, saved)
 }
 
 // faultStatus is the HTTP status of a refusal from the suggestions or

@@ -9,23 +9,29 @@ import (
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
-// Candidate is a program seen succeed, by its fingerprint: what the runs
-// of one pattern add up to.
+// Candidate is a program seen succeed, by its fingerprint, as one
+// principal sees it: the counts of every principal's runs, and what its
+// own runs held (their literals, tools, args and template), never
+// another's.
 type Candidate struct {
 	Fingerprint string `json:"fingerprint"`
-	// Successes counts its successful runs; Principals the distinct
-	// principals that ran it (an estimate past a few dozen on DynamoDB).
-	Successes  int64     `json:"successes"`
-	Principals int       `json:"principals"`
-	LastSeen   time.Time `json:"last_seen"`
+	// Successes counts its successful runs, by any principal; Principals
+	// the distinct principals that ran it (an estimate past a few on
+	// DynamoDB).
+	Successes  int64 `json:"successes"`
+	Principals int   `json:"principals"`
+	// LastSeen is the viewer's last run of it.
+	LastSeen time.Time `json:"last_seen"`
 	// Tools are the tools it calls, in the order of their first call.
 	Tools     []string `json:"tools"`
 	ArgsKeys  []string `json:"args_keys,omitempty"`
 	ArgsWhole bool     `json:"args_whole,omitempty"`
-	// Slots are its lifted literals, in the order of the code.
+	// Slots are its lifted literals, in the order of the code, as the
+	// viewer's runs filled them.
 	Slots []Slot `json:"slots,omitempty"`
-	// Template is its code with the literals cut out; nil until a run
-	// that carried it was counted.
+	// Template is its code with the literals cut out, from one of the
+	// viewer's runs; nil until a run of the viewer's that carried it was
+	// counted.
 	Template *trace.Template `json:"-"`
 }
 
@@ -78,11 +84,12 @@ func (s *Slot) add(l trace.Literal) {
 	}
 }
 
-// Viewer is who asks for candidates: its principal ("" where auth is off)
-// and whether the deployment makes it an approver.
+// Viewer is who asks for candidates: its principal ("" where auth is
+// off). It sees the candidates it ran, each made of its own runs; being
+// an approver changes nothing here (another principal's program reaches
+// an approver as that principal's draft).
 type Viewer struct {
 	Principal string
-	Approver  bool
 }
 
 // DefaultMinSuccesses is K: a candidate is suggested once seen succeed
@@ -139,7 +146,7 @@ func rank(cs []Candidate, q Query) []Candidate {
 }
 
 // maxPrincipals bounds the principals a Tally remembers per candidate;
-// past it, the count saturates.
+// past it, the count saturates and no further principal's runs are kept.
 const maxPrincipals = 1000
 
 // Tally adds up executions into candidates, in memory: the local store's
@@ -148,15 +155,37 @@ const maxPrincipals = 1000
 type Tally struct {
 	byFP map[string]*tallied
 	runs map[string]*Runs
+	// keep, when set, says whose runs' contents to keep (a fold for one
+	// viewer keeps only its own); counts are kept for every run.
+	keep func(principal string) bool
 }
 
+// tallied is a candidate's counts, and each principal's own part.
 type tallied struct {
-	Candidate
+	successes  int64
 	principals map[string]bool
+	own        map[string]*owned
 }
 
-// NewTally returns an empty Tally.
+// owned is what one principal's runs of a candidate held.
+type owned struct {
+	lastSeen  time.Time
+	tools     []string
+	argsKeys  []string
+	argsWhole bool
+	slots     []Slot
+	template  *trace.Template
+}
+
+// NewTally returns an empty Tally that keeps every principal's part.
 func NewTally() *Tally { return &Tally{byFP: map[string]*tallied{}, runs: map[string]*Runs{}} }
+
+// newTallyFor returns an empty Tally that keeps only principal's part.
+func newTallyFor(principal string) *Tally {
+	t := NewTally()
+	t.keep = func(p string) bool { return p == principal }
+	return t
+}
 
 // Add counts one execution record: a successful one with a pattern as a
 // run of its candidate, a capability run as a success or failure of its
@@ -184,64 +213,72 @@ func (t *Tally) Add(ex trace.Execution) {
 	}
 	c := t.byFP[p.Fingerprint]
 	if c == nil {
-		c = &tallied{Candidate: Candidate{Fingerprint: p.Fingerprint, Slots: make([]Slot, len(p.Literals))}, principals: map[string]bool{}}
+		c = &tallied{principals: map[string]bool{}, own: map[string]*owned{}}
 		t.byFP[p.Fingerprint] = c
 	}
-	c.Successes++
+	c.successes++
 	if len(c.principals) < maxPrincipals {
 		c.principals[ex.Principal] = true
 	}
-	if !ex.StartedAt.Before(c.LastSeen) {
-		c.LastSeen = ex.StartedAt
-		c.Tools = p.Tools
+	if !c.principals[ex.Principal] || t.keep != nil && !t.keep(ex.Principal) {
+		return
 	}
-	c.ArgsWhole = c.ArgsWhole || p.ArgsWhole
+	o := c.own[ex.Principal]
+	if o == nil {
+		o = &owned{slots: make([]Slot, len(p.Literals))}
+		c.own[ex.Principal] = o
+	}
+	o.add(ex.StartedAt, p)
+}
+
+// add folds one of the principal's runs into its part.
+func (o *owned) add(at time.Time, p *trace.Pattern) {
+	if !at.Before(o.lastSeen) {
+		o.lastSeen = at
+		o.tools = p.Tools
+	}
+	o.argsWhole = o.argsWhole || p.ArgsWhole
 	for _, k := range p.ArgsKeys {
-		if !slices.Contains(c.ArgsKeys, k) {
-			c.ArgsKeys = append(c.ArgsKeys, k)
+		if !slices.Contains(o.argsKeys, k) {
+			o.argsKeys = append(o.argsKeys, k)
 		}
 	}
-	slices.Sort(c.ArgsKeys)
-	if len(p.Literals) == len(c.Slots) {
+	slices.Sort(o.argsKeys)
+	if len(p.Literals) == len(o.slots) {
 		for i, l := range p.Literals {
-			c.Slots[i].add(l)
+			o.slots[i].add(l)
 		}
 	}
-	if p.Template != nil && len(p.Template.Holes) == len(c.Slots) {
-		c.Template = p.Template
+	if p.Template != nil && len(p.Template.Holes) == len(o.slots) {
+		o.template = p.Template
 	}
 }
 
-// Candidates returns the candidates q's viewer may see (those it ran;
-// all of them for an approver) seen succeed at least q.MinSuccesses times,
-// best first.
+// Candidates returns the candidates q's viewer ran, seen succeed at least
+// q.MinSuccesses times, each made of the viewer's runs, best first.
 func (t *Tally) Candidates(q Query) []Candidate {
 	q = q.norm()
 	var out []Candidate
-	for _, c := range t.byFP {
-		if c.Successes >= q.MinSuccesses && t.visible(c, q.Viewer) {
-			out = append(out, c.candidate())
+	for fp, c := range t.byFP {
+		if o := c.own[q.Viewer.Principal]; o != nil && c.successes >= q.MinSuccesses {
+			out = append(out, c.candidate(fp, o))
 		}
 	}
 	return rank(out, q)
 }
 
-// Candidate returns the candidate fp if v may see it.
+// Candidate returns the candidate fp, made of v's runs, if v ran it.
 func (t *Tally) Candidate(fp string, v Viewer) (Candidate, bool) {
 	c := t.byFP[fp]
-	if c == nil || !t.visible(c, v) {
+	if c == nil || c.own[v.Principal] == nil {
 		return Candidate{}, false
 	}
-	return c.candidate(), true
+	return c.candidate(fp, c.own[v.Principal]), true
 }
 
-func (t *Tally) visible(c *tallied, v Viewer) bool { return v.Approver || c.principals[v.Principal] }
-
-func (c *tallied) candidate() Candidate {
-	out := c.Candidate
-	out.Principals = len(c.principals)
-	out.Slots = slices.Clone(c.Slots)
-	return out
+func (c *tallied) candidate(fp string, o *owned) Candidate {
+	return Candidate{Fingerprint: fp, Successes: c.successes, Principals: len(c.principals), LastSeen: o.lastSeen,
+		Tools: o.tools, ArgsKeys: slices.Clone(o.argsKeys), ArgsWhole: o.argsWhole, Slots: slices.Clone(o.slots), Template: o.template}
 }
 
 // Runs counts the runs of one capability: evidence for search.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,41 +28,55 @@ import (
 // transactions, once per batch however many runs of it the batch holds),
 // one more for a run that carries its program's template:
 //
-//	pk LEARN#ALL#<h>              sk FP#<fp>      successes; labels fp, tools, args, last_seen
-//	pk LEARN#BY#<principal>#<h>   sk FP#<fp>      that principal's successes: who may see it, and its listing
-//	pk LEARN#<fp>                 sk V#<w>#<v>    runs by principals of bucket w with literals of bucket v (16 each); labels l00… the literals
-//	pk LEARN#<fp>                 sk TPL          runs that carried the template; label template
-//	pk LEARN#CAPS                 sk OK#<name>, ERR#<name>   capability runs that succeeded, failed: evidence for search
+//	pk LEARN#ALL#<h>                   sk FP#<fp>   successes of every principal; labels fp, last_seen, w<b> (a principal of bucket b ran it)
+//	pk LEARN#BY#<principal>#<h>        sk FP#<fp>   that principal's successes: who may see it, and its listing; labels fp, last_seen, tools, args
+//	pk LEARN#OF#<principal>#<fp>       sk V#<v>     that principal's runs with literals of bucket v (16); labels l00… the literals
+//	pk LEARN#OF#<principal>#<fp>       sk TPL       that principal's runs that carried the template; label template
+//	pk LEARN#CAPS                      sk OK#<name>, ERR#<name>   capability runs that succeeded, failed: evidence for search
+//
+// What a run held (its literals, tools, template and so comments) is kept
+// under its principal's keys only, and read for that principal only: no
+// principal reads another's values or code. What principals share is the
+// counts: LEARN#ALL's successes, and the principal buckets its labels mark
+// (16, for the estimate of distinct principals).
 //
 // h is the fingerprint's first hex digit: the listings are 16 partitions
 // each, so no single key takes every candidate of a busy deployment (the
-// aggregator then shards each further, aggregate.Read sums). Every counter
-// expires (expires_at) as long after its last run as the execution item
-// that counted (PML_TRACE_TTL_DAYS): a candidate nobody runs any more fades
-// out, and the listings hold what ran lately.
+// aggregator then shards each further, aggregate.Read sums); a principal's
+// contents of one program are a partition of their own, at most 17
+// counters a batch. Every counter expires (expires_at) as long after its
+// last run as the execution item that counted (PML_TRACE_TTL_DAYS): a
+// candidate nobody runs any more fades out, and the listings hold what ran
+// lately.
 const (
-	candidatePrefix = "LEARN#"
-	byPrefix        = "LEARN#BY#"
-	allPrefix       = "LEARN#ALL#"
-	capsPK          = "LEARN#CAPS"
-	fpPrefix        = "FP#"
-	tplSK           = "TPL"
-	whoBuckets      = 16
-	valueBuckets    = 16
+	byPrefix     = "LEARN#BY#"
+	allPrefix    = "LEARN#ALL#"
+	ofPrefix     = "LEARN#OF#"
+	capsPK       = "LEARN#CAPS"
+	fpPrefix     = "FP#"
+	tplSK        = "TPL"
+	whoBuckets   = 16
+	valueBuckets = 16
 )
 
 const hexDigits = "0123456789abcdef"
 
-func candidatePK(fp string) string { return candidatePrefix + fp }
+// who names the principal "" (auth off: the one local user) in keys.
+func who(principal string) string {
+	if principal == "" {
+		return "-"
+	}
+	return principal
+}
 
 func allPK(h byte) string { return allPrefix + string(h) }
 
-func byPK(principal string, h byte) string {
-	if principal == "" {
-		principal = "-" // auth off: the one local user
-	}
-	return byPrefix + principal + "#" + string(h)
-}
+func byPK(principal string, h byte) string { return byPrefix + who(principal) + "#" + string(h) }
+
+func ofPK(principal, fp string) string { return ofPrefix + who(principal) + "#" + fp }
+
+// whoLabel is the label of LEARN#ALL that marks principal's bucket.
+func whoLabel(principal string) string { return "w" + string(hexDigits[bucket(principal, whoBuckets)]) }
 
 func bucket(s string, n int) int {
 	h := fnv.New32a()
@@ -132,7 +145,7 @@ func Extract(rec events.DynamoDBEventRecord) ([]aggregate.Increment, error) {
 	tools, _ := json.Marshal(p.Tools)
 	args, _ := json.Marshal(argsLabel{Keys: p.ArgsKeys, Whole: p.ArgsWhole})
 	h := p.Fingerprint[0]
-	cpk := candidatePK(p.Fingerprint)
+	own := ofPK(principal, p.Fingerprint)
 	vector := map[string]string{}
 	var joined strings.Builder
 	for i, l := range p.Literals {
@@ -143,15 +156,14 @@ func Extract(rec events.DynamoDBEventRecord) ([]aggregate.Increment, error) {
 	}
 	out := []aggregate.Increment{
 		{PK: allPK(h), SK: fpPrefix + p.Fingerprint, N: 1, Expires: expires,
-			Labels: map[string]string{"fp": p.Fingerprint, "tools": string(tools), "args": string(args), "last_seen": seen}},
+			Labels: map[string]string{"fp": p.Fingerprint, "last_seen": seen, whoLabel(principal): "1"}},
 		{PK: byPK(principal, h), SK: fpPrefix + p.Fingerprint, N: 1, Expires: expires,
-			Labels: map[string]string{"fp": p.Fingerprint, "last_seen": seen}},
-		{PK: cpk, SK: fmt.Sprintf("V#%x#%x", bucket(principal, whoBuckets), bucket(joined.String(), valueBuckets)), N: 1, Expires: expires,
-			Labels: vector},
+			Labels: map[string]string{"fp": p.Fingerprint, "last_seen": seen, "tools": string(tools), "args": string(args)}},
+		{PK: own, SK: fmt.Sprintf("V#%x", bucket(joined.String(), valueBuckets)), N: 1, Expires: expires, Labels: vector},
 	}
 	if p.Template != nil {
 		t, _ := json.Marshal(p.Template)
-		out = append(out, aggregate.Increment{PK: cpk, SK: tplSK, N: 1, Labels: map[string]string{"template": string(t)}, Expires: expires})
+		out = append(out, aggregate.Increment{PK: own, SK: tplSK, N: 1, Labels: map[string]string{"template": string(t)}, Expires: expires})
 	}
 	return out, nil
 }
@@ -302,8 +314,8 @@ func (d Dynamo) read(ctx context.Context, pk string) ([]counter, error) {
 	return decode(items), nil
 }
 
-// summary folds the items of one FP# counter (on its shards) into a
-// candidate's count, last seen, tools and args.
+// summary folds the items of one principal's FP# counter (on its shards)
+// into its part of a candidate: its count, last seen, tools and args.
 func summary(c *Candidate, items []counter) {
 	for _, x := range items {
 		c.Successes += x.Count
@@ -326,16 +338,15 @@ func summary(c *Candidate, items []counter) {
 	}
 }
 
-// listing reads the 16 partitions of a listing (LEARN#ALL#h or a
-// principal's), concurrently: each fingerprint's count and last seen (and,
-// from LEARN#ALL, tools and args).
-func (d Dynamo) listing(ctx context.Context, pk func(h byte) string) (map[string]*Candidate, error) {
+// listing reads the 16 partitions of a principal's listing, concurrently:
+// each fingerprint's count of its runs, last seen, tools and args.
+func (d Dynamo) listing(ctx context.Context, principal string) (map[string]*Candidate, error) {
 	parts := make([][]counter, len(hexDigits))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i := range hexDigits {
 		g.Go(func() error {
-			cs, err := d.read(gctx, pk(hexDigits[i]))
+			cs, err := d.read(gctx, byPK(principal, hexDigits[i]))
 			parts[i] = cs
 			return err
 		})
@@ -364,16 +375,12 @@ func (d Dynamo) listing(ctx context.Context, pk func(h byte) string) (map[string
 // partitions rank them first, by the counts they hold.
 const maxDetails = 200
 
-// Candidates implements Store: the viewer's listing partitions (an
-// approver's: every candidate's), ranked by what they hold, then the best
-// of them (at most maxDetails, 4 × the limit) read in full, concurrently.
+// Candidates implements Store: the viewer's listing partitions, ranked by
+// what they hold, then the best of them (at most maxDetails, 4 × the
+// limit) read in full, concurrently.
 func (d Dynamo) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 	q = q.norm()
-	pk := allPK
-	if !q.Viewer.Approver {
-		pk = func(h byte) string { return byPK(q.Viewer.Principal, h) }
-	}
-	idx, err := d.listing(ctx, pk)
+	idx, err := d.listing(ctx, q.Viewer.Principal)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -381,21 +388,13 @@ func (d Dynamo) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 	for _, c := range idx {
 		pre = append(pre, *c)
 	}
-	if q.Viewer.Approver {
-		// The approvers' listing counts every run: below K is below K.
-		pre = slices.DeleteFunc(pre, func(c Candidate) bool { return c.Successes < q.MinSuccesses })
-	}
 	pre = rank(pre, Query{Limit: min(maxDetails, 4*q.Limit), Now: q.Now})
 	full := make([]*Candidate, len(pre))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i, c := range pre {
 		g.Go(func() error {
-			var known *Candidate
-			if q.Viewer.Approver {
-				known = idx[c.Fingerprint] // LEARN#ALL's summary, read already
-			}
-			got, err := d.candidate(gctx, c.Fingerprint, known)
+			got, err := d.candidate(gctx, q.Viewer.Principal, idx[c.Fingerprint])
 			full[i] = got
 			return err
 		})
@@ -413,21 +412,20 @@ func (d Dynamo) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 }
 
 // Candidate implements Store: the viewer must have run it (its own
-// counter of it exists), unless it is an approver.
+// counter of it exists).
 func (d Dynamo) Candidate(ctx context.Context, fp string, v Viewer) (Candidate, error) {
 	if !validFingerprint(fp) {
 		return Candidate{}, noCandidate(fp)
 	}
-	if !v.Approver {
-		items, err := aggregate.ReadCounter(ctx, d.DB, d.Table, byPK(v.Principal, fp[0]), fpPrefix+fp)
-		if err != nil {
-			return Candidate{}, unavailable(err)
-		}
-		if len(decode(items)) == 0 {
-			return Candidate{}, noCandidate(fp)
-		}
+	items, err := aggregate.ReadCounter(ctx, d.DB, d.Table, byPK(v.Principal, fp[0]), fpPrefix+fp)
+	if err != nil {
+		return Candidate{}, unavailable(err)
 	}
-	c, err := d.candidate(ctx, fp, nil)
+	mine := &Candidate{Fingerprint: fp}
+	if summary(mine, decode(items)); mine.Successes == 0 {
+		return Candidate{}, noCandidate(fp)
+	}
+	c, err := d.candidate(ctx, v.Principal, mine)
 	if err != nil {
 		return Candidate{}, unavailable(err)
 	}
@@ -437,31 +435,45 @@ func (d Dynamo) Candidate(ctx context.Context, fp string, v Viewer) (Candidate, 
 	return *c, nil
 }
 
-// candidate reads one candidate in full (nil when it has no counter): its
-// summary from LEARN#ALL (unless known), its literals, principals and
-// template from its own partition.
-func (d Dynamo) candidate(ctx context.Context, fp string, known *Candidate) (*Candidate, error) {
-	c := &Candidate{Fingerprint: fp}
-	if known != nil {
-		*c = *known
-	} else {
-		items, err := aggregate.ReadCounter(ctx, d.DB, d.Table, allPK(fp[0]), fpPrefix+fp)
-		if err != nil {
-			return nil, err
+// candidate reads one candidate in full for principal, from its part
+// (mine, from its listing): the counts from LEARN#ALL, the literals and
+// template of its own runs from its own partition. Nil when LEARN#ALL
+// has no count of it (expired).
+func (d Dynamo) candidate(ctx context.Context, principal string, mine *Candidate) (*Candidate, error) {
+	fp := mine.Fingerprint
+	c := *mine
+	c.Successes, c.Principals = 0, 0
+	var all, own []counter
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		items, err := aggregate.ReadCounter(gctx, d.DB, d.Table, allPK(fp[0]), fpPrefix+fp)
+		all = decode(items)
+		return err
+	})
+	g.Go(func() error {
+		var err error
+		own, err = d.read(gctx, ofPK(principal, fp))
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	buckets := map[string]bool{}
+	for _, x := range all {
+		c.Successes += x.Count
+		for name := range x.item {
+			if len(name) == 2 && name[0] == 'w' && strings.IndexByte(hexDigits, name[1]) >= 0 {
+				buckets[name] = true
+			}
 		}
-		summary(c, decode(items))
 	}
 	if c.Successes == 0 {
 		return nil, nil
 	}
-	cs, err := d.read(ctx, candidatePK(fp))
-	if err != nil {
-		return nil, err
-	}
-	who := map[string]bool{}
+	c.Principals = estimate(len(buckets), whoBuckets)
 	n := 0
 	var vectors [][]trace.Literal
-	for _, x := range cs {
+	for _, x := range own {
 		switch {
 		case x.SK == tplSK && x.Tpl != "" && c.Template == nil:
 			var tpl trace.Template
@@ -469,25 +481,11 @@ func (d Dynamo) candidate(ctx context.Context, fp string, known *Candidate) (*Ca
 				c.Template = &tpl
 			}
 		case strings.HasPrefix(x.SK, "V#"):
-			w, _, _ := strings.Cut(strings.TrimPrefix(x.SK, "V#"), "#")
-			who[w] = true
-			var vec []trace.Literal
-			for i := 0; i < MaxLiterals; i++ {
-				v, ok := x.item[fmt.Sprintf("l%02d", i)].(*types.AttributeValueMemberS)
-				if !ok {
-					break
-				}
-				l, ok := decodeLiteral(v.Value)
-				if !ok {
-					break
-				}
-				vec = append(vec, l)
-			}
+			vec := literals(x.item)
 			n = max(n, len(vec))
 			vectors = append(vectors, vec)
 		}
 	}
-	c.Principals = estimate(len(who), whoBuckets)
 	if c.Template != nil {
 		n = max(n, len(c.Template.Holes))
 	}
@@ -500,7 +498,24 @@ func (d Dynamo) candidate(ctx context.Context, fp string, known *Candidate) (*Ca
 			c.Slots[i].add(l)
 		}
 	}
-	return c, nil
+	return &c, nil
+}
+
+// literals reads a V# item's vector of literals (l00, l01…).
+func literals(item map[string]types.AttributeValue) []trace.Literal {
+	var vec []trace.Literal
+	for i := 0; i < MaxLiterals; i++ {
+		v, ok := item[fmt.Sprintf("l%02d", i)].(*types.AttributeValueMemberS)
+		if !ok {
+			break
+		}
+		l, ok := decodeLiteral(v.Value)
+		if !ok {
+			break
+		}
+		vec = append(vec, l)
+	}
+	return vec
 }
 
 // estimate is the distinct principals behind filled of m buckets (linear
@@ -553,10 +568,12 @@ func noCandidate(fp string) error {
 // Store reads what the learning loop counted: a Local fold of the trace
 // file, or Dynamo's counters.
 type Store interface {
-	// Candidates are those q.Viewer may see, seen succeed at least
-	// q.MinSuccesses times, best first.
+	// Candidates are those q.Viewer ran, seen succeed at least
+	// q.MinSuccesses times (by anyone), each made of the viewer's own
+	// runs, best first.
 	Candidates(ctx context.Context, q Query) ([]Candidate, error)
-	// Candidate is one by fingerprint, NOT_FOUND unless v may see it.
+	// Candidate is one by fingerprint, made of v's runs; NOT_FOUND
+	// unless v ran it.
 	Candidate(ctx context.Context, fp string, v Viewer) (Candidate, error)
 	// Runs are the capability runs counted, by capability name.
 	Runs(ctx context.Context) (map[string]Runs, error)
@@ -573,10 +590,15 @@ type Local struct {
 	mu sync.Mutex // one fold at a time: a fold reads the whole file
 }
 
-func (l *Local) tally(ctx context.Context) (*Tally, error) {
+// tally folds what Each yields, keeping only principal's part of each
+// candidate (only the counts, when keep is false).
+func (l *Local) tally(ctx context.Context, principal string, keep bool) (*Tally, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := NewTally()
+	t := newTallyFor(principal)
+	if !keep {
+		t.keep = func(string) bool { return false }
+	}
 	if err := l.Each(ctx, t.Add); err != nil {
 		return nil, fault.Wrap(fault.Unavailable, err, "reading the trace file")
 	}
@@ -585,7 +607,7 @@ func (l *Local) tally(ctx context.Context) (*Tally, error) {
 
 // Candidates implements Store.
 func (l *Local) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
-	t, err := l.tally(ctx)
+	t, err := l.tally(ctx, q.Viewer.Principal, true)
 	if err != nil {
 		return nil, err
 	}
@@ -594,7 +616,7 @@ func (l *Local) Candidates(ctx context.Context, q Query) ([]Candidate, error) {
 
 // Candidate implements Store.
 func (l *Local) Candidate(ctx context.Context, fp string, v Viewer) (Candidate, error) {
-	t, err := l.tally(ctx)
+	t, err := l.tally(ctx, v.Principal, true)
 	if err != nil {
 		return Candidate{}, err
 	}
@@ -607,7 +629,7 @@ func (l *Local) Candidate(ctx context.Context, fp string, v Viewer) (Candidate, 
 
 // Runs implements Store.
 func (l *Local) Runs(ctx context.Context) (map[string]Runs, error) {
-	t, err := l.tally(ctx)
+	t, err := l.tally(ctx, "", false)
 	if err != nil {
 		return nil, err
 	}

@@ -12,14 +12,18 @@
 // aggregator on the traces table's stream (Extract, beside tracedb's
 // co-occurrence); locally, a fold over the trace file (Local).
 //
-// A candidate seen succeed at least K times (default 3) is suggested
-// (Suggest): a proposed ns:action name, a description from the tools it
-// calls and its comments, an input schema from the args keys it reads and
-// the literals that varied (or were withheld), which its code then reads
-// from args. A candidate is visible to the principals that ran it and to
-// the approvers (approval.Policy.IsApprover), never to another principal;
-// publishing a suggestion goes through the capability registry's guarded
-// path like any save.
+// A candidate seen succeed at least K times (default 3, counting every
+// principal's runs) is suggested (Suggest) to each principal that ran it,
+// made of that principal's own runs only: a proposed ns:action name, a
+// description from the tools it calls and its comments, an input schema
+// from the args keys it reads and the literals that varied (or were
+// withheld), which its code then reads from args. What one principal's
+// runs held — the values of its literals (addresses, notes), its comments,
+// its code — never reaches another, approvers included: what principals
+// share is the counts (runs, principals). Another principal's program
+// reaches an approver as the draft its author proposes, with its author
+// named; publishing a suggestion goes through the capability registry's
+// guarded path like any save.
 //
 // The capability runs it counts (Store.Runs) are the evidence
 // internal/ranking ranks search with.
@@ -37,14 +41,16 @@ import (
 // call), as tracedb.MaxCountedTools bounds co-occurrence.
 const MaxTools = 32
 
-// maxSent bounds the fingerprints a Learner remembers having sent a
-// template for; past it, it forgets them all (and sends each once more).
+// maxSent bounds the principal's fingerprints a Learner remembers having
+// sent a template for; past it, it forgets them all (and sends each once
+// more).
 const maxSent = 10_000
 
 // Learner makes the patterns of one process's executions. It remembers
-// which fingerprints' templates it has handed to a trace record, so that
-// the template (the longest part) travels once per process and
-// fingerprint, not with every run. Safe for concurrent use.
+// for which principal and fingerprint it has handed a template to a trace
+// record, so that the template (the longest part) travels once per
+// process, principal and fingerprint, not with every run: each principal's
+// suggestion is made from a template of its own. Safe for concurrent use.
 type Learner struct {
 	known *redact.Redactor
 
@@ -61,10 +67,10 @@ func NewLearner(known *redact.Redactor) *Learner {
 // Known is the redactor of the deployment's known secrets (may be nil).
 func (l *Learner) Known() *redact.Redactor { return l.known }
 
-// Pattern is the pattern of an execution of code of shape sh that made
-// calls (its own, in any order): nil when it called no tool (built-ins do
-// not count) or sh is nil.
-func (l *Learner) Pattern(sh *Shape, calls []trace.Call) *trace.Pattern {
+// Pattern is the pattern of principal's execution of code of shape sh
+// that made calls (its own, in any order): nil when it called no tool
+// (built-ins do not count) or sh is nil.
+func (l *Learner) Pattern(principal string, sh *Shape, calls []trace.Call) *trace.Pattern {
 	if sh == nil {
 		return nil
 	}
@@ -73,14 +79,15 @@ func (l *Learner) Pattern(sh *Shape, calls []trace.Call) *trace.Pattern {
 		return nil
 	}
 	p := &trace.Pattern{Fingerprint: sh.Fingerprint, Tools: tools, Literals: sh.Literals, ArgsKeys: sh.ArgsKeys, ArgsWhole: sh.ArgsWhole}
+	key := sh.Fingerprint + "\x00" + principal
 	l.mu.Lock()
-	send := !l.sent[sh.Fingerprint]
+	send := !l.sent[key]
 	if send {
 		if len(l.sent) >= maxSent {
 			clear(l.sent)
 		}
 		// Sent, or found to hold a secret: either way not tried again.
-		l.sent[sh.Fingerprint] = true
+		l.sent[key] = true
 	}
 	l.mu.Unlock()
 	if send {

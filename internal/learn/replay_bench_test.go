@@ -319,7 +319,7 @@ func BenchmarkReadShape(b *testing.B) {
 		calls := []trace.Call{{CallID: 1, Server: "demo", Tool: "word_count"}, {CallID: 2, Server: "demo", Tool: "kv_set"}}
 		for b.Loop() {
 			p, _ := analysis.Parse(code)
-			if l.Pattern(learn.Read(p, nil), calls) == nil {
+			if l.Pattern("agent", learn.Read(p, nil), calls) == nil {
 				b.Fatal("no pattern")
 			}
 		}

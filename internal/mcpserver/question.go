@@ -33,8 +33,16 @@ func questionID(callID int, key string) string { return elicitID(callID) + "/" +
 func forwardQuestions(b *server.InputRequestBuilder, p execution.Pending) {
 	for _, key := range slices.Sorted(maps.Keys(p.Questions)) {
 		var params mcp.ElicitationParams
-		if err := json.Unmarshal(p.Questions[key], &params); err != nil {
+		var schema struct {
+			RequestedSchema json.RawMessage `json:"requestedSchema"`
+		}
+		if err := json.Unmarshal(p.Questions[key], &params); err != nil || json.Unmarshal(p.Questions[key], &schema) != nil {
 			continue // the executor kept only readable questions
+		}
+		if len(schema.RequestedSchema) > 0 {
+			// As the server wrote it: decoded into a map, its fields
+			// would reach the person sorted by name.
+			params.RequestedSchema = schema.RequestedSchema
 		}
 		params.Message = "The MCP server " + strconv.Quote(p.Server) + " asks, before it answers a script's call to " +
 			p.Server + "." + p.Tool + " (call #" + strconv.Itoa(p.CallID) + "): " + params.Message

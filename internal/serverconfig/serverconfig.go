@@ -11,9 +11,12 @@ package serverconfig
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 
 	"gopkg.in/yaml.v3"
 
@@ -83,7 +86,7 @@ func Parse(name string, data []byte, kinds *toolsource.Registry) (Servers, error
 	for i := range doc.Servers {
 		spec, err := entry(&doc.Servers[i], kinds)
 		if err != nil {
-			return nil, fmt.Errorf("mcp config %s: servers[%d]: %w", name, i, err)
+			return nil, fmt.Errorf("mcp config %s: servers[%d]: %w", name, i, located(&doc.Servers[i], err))
 		}
 		n := spec.Base().Name
 		if prev, dup := seen[n]; dup {
@@ -111,4 +114,54 @@ func entry(n *yaml.Node, kinds *toolsource.Registry) (toolsource.Spec, error) {
 		return nil, err
 	}
 	return kind.Decode(n)
+}
+
+// hasLine matches an error that says its line already (the decoder's).
+var hasLine = regexp.MustCompile(`\bline \d+\b`)
+
+// located is err with the line it is about: the line of the field a
+// toolsource.FieldError names (as far as the entry n spells its path),
+// else of the entry itself. An error that says its line is left alone.
+func located(n *yaml.Node, err error) error {
+	if hasLine.MatchString(err.Error()) {
+		return err
+	}
+	line := n.Line
+	var fe *toolsource.FieldError
+	if errors.As(err, &fe) {
+		line = lineOf(n, fe.Path)
+	}
+	return fmt.Errorf("line %d: %w", line, err)
+}
+
+// lineOf is the line of the key (or list item) path names under n, as
+// deep as n has it.
+func lineOf(n *yaml.Node, path []string) int {
+	line := n.Line
+	for _, p := range path {
+		switch n.Kind {
+		case yaml.MappingNode:
+			var next *yaml.Node
+			for j := 0; j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == p {
+					line, next = n.Content[j].Line, n.Content[j+1]
+					break
+				}
+			}
+			if next == nil {
+				return line
+			}
+			n = next
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return line
+			}
+			n = n.Content[i]
+			line = n.Line
+		default:
+			return line
+		}
+	}
+	return line
 }

@@ -48,11 +48,11 @@ servers:
 `},
 		{name: "explicit mcp type, JSON", file: "s.json", mcp: 1,
 			doc: `{"servers": [{"name": "kv", "type": "mcp", "url": "http://127.0.0.1:1/mcp"}]}`},
-		{name: "unknown type", file: "s.json", want: `servers[0]: unknown type "grpc"`,
+		{name: "unknown type", file: "s.json", want: `servers[0]: line 1: unknown type "grpc"`,
 			doc: `{"servers": [{"name": "kv", "type": "grpc", "url": "http://127.0.0.1:1/mcp"}]}`},
 		{name: "unknown openapi field", file: "s.json", want: "servers[1]: ",
 			doc: `{"servers": [{"name": "kv", "url": "http://127.0.0.1:1/mcp"}, {"name": "p", "type": "openapi", "spec": "x.json", "allow_destructiv": true}]}`},
-		{name: "an MCP error keeps its place in the list", file: "s.json", want: "servers[2]: server name",
+		{name: "an MCP error keeps its place in the list", file: "s.json", want: `servers[2]: line 1: server "then": server name`,
 			doc: `{"servers": [{"name": "p", "type": "openapi", "spec": "x.json"}, {"name": "ok", "url": "http://127.0.0.1:1/mcp"}, {"name": "then", "url": "http://127.0.0.1:1/mcp"}]}`},
 		{name: "unknown MCP field", file: "s.json", want: "colour",
 			doc: `{"servers": [{"name": "kv", "url": "http://127.0.0.1:1/mcp", "colour": "red"}]}`},
@@ -192,5 +192,131 @@ func TestLoadMCPConfig(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml"), kinds); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestErrorsSayWhere: a mistake in the server list is reported at the line
+// of the key that holds it — in an entry of any kind, in its nested
+// blocks (an MCP or OpenAPI server's auth, a Lambda server's functions),
+// for a value of the wrong type and for one that does not validate — in
+// the words of the document, never a Go type; nested blocks are as strict
+// as the entry (an unknown key is an error, not ignored).
+func TestErrorsSayWhere(t *testing.T) {
+	goTypes := []string{"interface {}", "map[", "[]", "int64", "float64", "struct", "*", "toolsource.", "lambda.", "openapi.", "mcp.", "!!"}
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"mcp: a string for a bool", `
+servers:
+  - name: kv
+    url: http://127.0.0.1:1/mcp
+    allow_destructive: "yes please"
+`, []string{"line 5", "true or false"}},
+		{"mcp: a duration without a unit", `
+servers:
+  - name: kv
+    url: http://127.0.0.1:1/mcp
+    call_timeout: 5
+`, []string{"line 5", "call_timeout"}},
+		{"mcp: an unknown auth key", `
+servers:
+  - name: kv
+    url: http://127.0.0.1:1/mcp
+    auth:
+      type: oauth
+      scops: [read]
+`, []string{"line 7", `unknown field "scops"`}},
+		{"mcp: a string for auth's list", `
+servers:
+  - name: kv
+    url: http://127.0.0.1:1/mcp
+    auth:
+      type: oauth
+      scopes: read
+`, []string{"line 7", "a list"}},
+		{"mcp: a bad header name", `
+servers:
+  - name: kv
+    url: http://127.0.0.1:1/mcp
+    headers:
+      "bad name": x
+`, []string{"line 6", "header"}},
+		{"openapi: an unknown auth key", `
+servers:
+  - name: pets
+    type: openapi
+    spec: https://pets.test/openapi.json
+    auth:
+      type: sigv4
+      regon: us-east-1
+`, []string{"line 8", `unknown field "regon"`}},
+		{"openapi: a list for an object", `
+servers:
+  - name: pets
+    type: openapi
+    spec: https://pets.test/openapi.json
+    query: [1, 2]
+`, []string{"line 6", "an object"}},
+		{"openapi: a bad fetch timeout", `
+servers:
+  - name: pets
+    type: openapi
+    spec: https://pets.test/openapi.json
+    fetch_timeout: soon
+`, []string{"line 6", "fetch_timeout"}},
+		{"lambda: an unknown key in a function", `
+servers:
+  - name: fns
+    type: lambda
+    functions:
+      - name: f1
+        function: arn:aws:lambda:us-east-1:123456789012:function:f1
+        input_schema: {type: object}
+        read_onyl: true
+`, []string{"line 9", `unknown field "read_onyl"`}},
+		{"lambda: a list for a schema", `
+servers:
+  - name: fns
+    type: lambda
+    functions:
+      - name: f1
+        function: arn:aws:lambda:us-east-1:123456789012:function:f1
+        input_schema: [1]
+`, []string{"line 8", "an object"}},
+		{"lambda: functions not a list", `
+servers:
+  - name: fns
+    type: lambda
+    functions:
+      name: f1
+`, []string{"line 6", "a list"}},
+		{"lambda: a function that does not validate", `
+servers:
+  - name: fns
+    type: lambda
+    functions:
+      - name: f1
+        function: "not a function"
+        input_schema: {type: object}
+`, []string{"line 6", "f1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.doc), kinds)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%q lacks %q", msg, w)
+				}
+			}
+			for _, g := range goTypes {
+				if strings.Contains(msg, g) {
+					t.Errorf("%q shows %q", msg, g)
+				}
+			}
+		})
 	}
 }

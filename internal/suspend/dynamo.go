@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -319,4 +320,57 @@ func (d *dynamoBackend) batchWrite(ctx context.Context, reqs []types.WriteReques
 // (on demand, pk/sk strings, TTL on ttl); for tests and local setups.
 func CreateTable(ctx context.Context, db *dynamodb.Client, table string) error {
 	return dynamotable.Create(ctx, db, table, "ttl")
+}
+
+// ledgerKey is principal's ledger (quota.go): a partition of its own
+// after the prefix ('~' is not a character of an id, so no record is
+// named so), so that principals' ledgers spread over the table.
+func (d *dynamoBackend) ledgerKey(principal string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: d.prefix + "~quota#" + principal},
+		"sk": &types.AttributeValueMemberS{Value: "ledger"},
+	}
+}
+
+func (d *dynamoBackend) getLedger(ctx context.Context, principal string) (*ledger, error) {
+	out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: d.ledgerKey(principal), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	l := &ledger{}
+	if out.Item != nil {
+		if err := attributevalue.UnmarshalMap(out.Item, l); err != nil {
+			return nil, fmt.Errorf("decoding the quota: %w", err)
+		}
+	}
+	if l.Held == nil {
+		l.Held = map[string]holding{}
+	}
+	return l, nil
+}
+
+// putLedger writes l with a PutItem conditioned on the version it
+// replaces, as put does a record; ttl lets the table delete a ledger
+// nothing counts in any more.
+func (d *dynamoBackend) putLedger(ctx context.Context, principal string, l *ledger, prev int, expires time.Time) error {
+	item, err := attributevalue.MarshalMap(l)
+	if err != nil {
+		return fmt.Errorf("encoding the quota: %w", err)
+	}
+	maps.Copy(item, d.ledgerKey(principal))
+	item["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Add(ttlGrace).Unix(), 10)}
+	in := &dynamodb.PutItemInput{TableName: aws.String(d.table), Item: item}
+	if prev == 0 {
+		in.ConditionExpression = aws.String("attribute_not_exists(pk)")
+	} else {
+		in.ConditionExpression = aws.String("#v = :v")
+		in.ExpressionAttributeNames = map[string]string{"#v": "version"}
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: strconv.Itoa(prev)}}
+	}
+	_, err = d.db.PutItem(ctx, in)
+	var failed *types.ConditionalCheckFailedException
+	if errors.As(err, &failed) {
+		return errStale
+	}
+	return err
 }

@@ -2,6 +2,8 @@ package suspend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,6 +218,7 @@ func (f *fileBackend) sweep(ctx context.Context, now time.Time) {
 			live[filepath.Base(f.bodyPath(id, m.Body.Key))] = true
 		}
 	}
+	f.sweepLedgers(now)
 	for _, e := range entries {
 		name := e.Name()
 		if live[name] || !(strings.HasSuffix(name, ".body") || atomicfile.IsTemp(name)) {
@@ -244,4 +247,90 @@ func (f *fileBackend) remove(ctx context.Context, m *meta) error {
 		err = f.deleteBody(ctx, m.ID, m.Body)
 	}
 	return err
+}
+
+// ledgerPath is principal's ledger (quota.go): a file in .quota named by
+// a hash of the principal, which may hold any character.
+func (f *fileBackend) ledgerPath(principal string) string {
+	sum := sha256.Sum256([]byte(principal))
+	return filepath.Join(f.dir, ".quota", hex.EncodeToString(sum[:16])+".json")
+}
+
+func (f *fileBackend) getLedger(_ context.Context, principal string) (*ledger, error) {
+	data, err := os.ReadFile(f.ledgerPath(principal))
+	if errors.Is(err, fs.ErrNotExist) {
+		return &ledger{Held: map[string]holding{}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var l ledger
+	if err := json.Unmarshal(data, &l); err != nil {
+		return nil, fmt.Errorf("%s is corrupt: %w", f.ledgerPath(principal), err)
+	}
+	if l.Held == nil {
+		l.Held = map[string]holding{}
+	}
+	return &l, nil
+}
+
+// putLedger writes l under the directory's lock if the ledger is still
+// at prev, as put does a record.
+func (f *fileBackend) putLedger(ctx context.Context, principal string, l *ledger, prev int, _ time.Time) error {
+	data, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(f.dir, ".quota"), 0o700); err != nil {
+		return err
+	}
+	lock, err := f.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock(lock)
+	cur, err := f.getLedger(ctx, principal)
+	if err != nil {
+		return err
+	}
+	if cur.Version != prev {
+		return errStale
+	}
+	return atomicfile.Write(f.ledgerPath(principal), data)
+}
+
+// sweepLedgers removes the ledgers in which nothing counts any more (a
+// principal not seen since), as DynamoDB's TTL removes their items, and
+// the temporary files a crash left there.
+func (f *fileBackend) sweepLedgers(now time.Time) {
+	dir := filepath.Join(f.dir, ".quota")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	lock, err := f.lock()
+	if err != nil {
+		return
+	}
+	defer unlock(lock)
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if atomicfile.IsTemp(e.Name()) {
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > ttlGrace {
+				_ = os.Remove(p)
+			}
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var l ledger
+		if json.Unmarshal(data, &l) != nil {
+			continue
+		}
+		if prune(&l, now); len(l.Held) == 0 {
+			_ = os.Remove(p)
+		}
+	}
 }

@@ -60,6 +60,12 @@ func TestFileLayout(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 		info, _ := e.Info()
+		if e.Name() == ".quota" {
+			if !e.IsDir() || info.Mode().Perm() != 0o700 {
+				t.Errorf(".quota (the principals' ledgers) has mode %v", info.Mode())
+			}
+			continue
+		}
 		if perm := info.Mode().Perm(); perm&0o077 != 0 {
 			t.Errorf("%s has mode %v: readable by others", e.Name(), perm)
 		}
@@ -83,7 +89,7 @@ func TestFileLayout(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 4 { // .lock, ex_1.json, ex_1.<key>.body, waiting
+	if len(names) != 5 { // .lock, .quota, ex_1.json, ex_1.<key>.body, waiting
 		t.Fatalf("files %v", names)
 	}
 	if info, err := os.Stat(dir); err != nil || info.Mode().Perm() != 0o700 {
@@ -162,9 +168,9 @@ func TestFileSweepsExpiredRecords(t *testing.T) {
 	if len(hints) != 2 || strings.Contains(strings.Join(hints, " "), "ex_old") {
 		t.Errorf("hints after the sweep: %v", hints)
 	}
-	// What is left: the lock, two records and their bodies, the young
-	// write, the index.
-	if len(names) != 7 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
+	// What is left: the lock, the ledgers, two records and their bodies,
+	// the young write, the index.
+	if len(names) != 8 || strings.Contains(joined, "ex_old") || strings.Contains(joined, "ex_gone") || strings.Contains(joined, ".tmp-") || !strings.Contains(joined, "ex_busy") {
 		t.Fatalf("files after the sweep: %s", joined)
 	}
 }

@@ -191,6 +191,9 @@ func (sc *sessionCore) Create(ctx context.Context, s *Session) error {
 		CreatedAt: now, UpdatedAt: now, ClaimedAt: &now, LeaseMS: s.Lease.Milliseconds(), Runner: s.Running,
 		IdleMS: idle.Milliseconds()}
 	next.ExpiresAt = now.Add(max(idle, s.Lease))
+	if err := c.hold(ctx, sessionQuota, s.Principal, s.ID, 0, next.ExpiresAt); err != nil {
+		return fmt.Errorf("suspend: creating session %s: %w", s.ID, err)
+	}
 	if err := c.b.put(ctx, next, 0); errors.Is(err, errStale) {
 		return fmt.Errorf("suspend: session %s exists: %w", s.ID, ErrConflict)
 	} else if err != nil {
@@ -327,12 +330,25 @@ func (sc *sessionCore) end(ctx context.Context, s *Session, state *guest.State) 
 	next.ExpiresAt = now.Add(idleOf(time.Duration(m.IdleMS) * time.Millisecond))
 	next.ClaimedAt, next.LeaseMS, next.Runner = nil, 0, ""
 	next.Bridge = bytes.Clone(s.Bridge)
+	var blob []byte
+	size := int64(0)
+	if m.Body != nil {
+		size = int64(m.Body.Size)
+	}
 	if state != nil {
-		next.GuestHash = state.GuestHash
-		blob, err := encodeState(state)
-		if err != nil {
+		if blob, err = encodeState(state); err != nil {
 			return fmt.Errorf("suspend: session %s: %w", s.ID, err)
 		}
+		size = int64(len(blob))
+	}
+	// The quota first, with the session's new expiry: a state it refuses
+	// is not written, and the claim stays the caller's to release with
+	// the state it had.
+	if err := c.hold(ctx, sessionQuota, m.Principal, s.ID, size, next.ExpiresAt); err != nil {
+		return fmt.Errorf("suspend: saving session %s: %w", s.ID, err)
+	}
+	if state != nil {
+		next.GuestHash = state.GuestHash
 		if next.Body, err = c.writeChecked(ctx, s.ID, next.Version, blob, next.ExpiresAt); err != nil {
 			return fmt.Errorf("suspend: writing session %s: %w", s.ID, err)
 		}
@@ -383,6 +399,7 @@ func (sc *sessionCore) Delete(ctx context.Context, id, principal string) error {
 	if err := c.b.deleteMeta(ctx, id); err != nil {
 		return fmt.Errorf("suspend: deleting session %s: %w", id, err)
 	}
+	c.release(ctx, m.Principal, id)
 	if m.Body != nil {
 		if err := c.b.deleteBody(ctx, id, m.Body); err != nil {
 			return fmt.Errorf("suspend: deleting session %s's state: %w", id, err)

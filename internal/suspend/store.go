@@ -224,7 +224,11 @@ func (c *core) writeChecked(ctx context.Context, id string, version int, blob []
 // abandon turns m, a claim past its lease, into failed. It returns the
 // new metadata, or errStale when m moved on meanwhile.
 func (c *core) abandon(ctx context.Context, m *meta, now time.Time) (*meta, error) {
-	return c.failClaim(ctx, m, now, CodeAbandoned, m.ExpiresAt)
+	next, err := c.failClaim(ctx, m, now, CodeAbandoned, m.ExpiresAt)
+	if err == nil {
+		c.release(ctx, m.Principal, m.ID)
+	}
+	return next, err
 }
 
 // failClaim records m, a claim past its lease, as failed with code, kept
@@ -292,6 +296,12 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 		next.Version, next.CreatedAt = prev.Version+1, prev.CreatedAt
 	}
 	next.WaitKey = waitKey(next.ExpiresAt, r.ID)
+	// The quota first: a suspension it refuses writes nothing. (The
+	// ledger entry of a write that then fails holds nothing back for
+	// long: it is checked against the records before any refusal.)
+	if err := c.hold(ctx, suspendedQuota, r.Principal, r.ID, int64(len(blob)), next.ExpiresAt); err != nil {
+		return fmt.Errorf("suspend: saving %s: %w", r.ID, err)
+	}
 	ref, err := c.writeChecked(ctx, r.ID, next.Version, blob, next.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("suspend: writing %s: %w", r.ID, err)
@@ -472,6 +482,7 @@ func (c *core) Finish(ctx context.Context, id string, version int, state State, 
 		if h, ok := hintFor(m); ok {
 			_ = c.b.unmarkWaiting(ctx, h)
 		}
+		c.release(ctx, m.Principal, id)
 		return nil
 	}
 	return fmt.Errorf("suspend: finishing %s: it kept changing: %w", id, ErrConflict)

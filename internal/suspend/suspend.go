@@ -229,6 +229,10 @@ type Options struct {
 	// Now is the clock; time.Now when nil. Tests move it to expire records
 	// and leases without waiting.
 	Now func() time.Time
+	// Quota bounds what one principal keeps in the store: suspended
+	// executions in a Store, sessions in a Sessions (zero fields: the
+	// Default… of each).
+	Quota Quota
 }
 
 func (o Options) withDefaults() Options {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,26 +95,26 @@ func (c Config) HasHeader(name string) bool {
 // the server.
 func (c Config) Validate() error {
 	if err := catalog.ValidName(c.Name); err != nil {
-		return fmt.Errorf("server name: %w", err)
+		return &FieldError{Server: c.Name, Path: []string{"name"}, Label: "server name", Err: err}
 	}
 	if c.CallTimeout < 0 {
-		return fmt.Errorf("server %q: negative call timeout", c.Name)
+		return &FieldError{Server: c.Name, Path: []string{"call_timeout"}, Err: errors.New("negative")}
 	}
 	for _, k := range c.HeaderNames() {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
-			return fmt.Errorf("server %q: invalid header name %q", c.Name, k)
+			return &FieldError{Server: c.Name, Path: []string{"headers", k}, Label: "headers", Err: fmt.Errorf("invalid header name %q", k)}
 		}
 		if err := secretref.Check(c.Headers[k]); err != nil {
-			return fmt.Errorf("server %q: header %s: %w", c.Name, k, err)
+			return &FieldError{Server: c.Name, Path: []string{"headers", k}, Label: "header " + k, Err: err}
 		}
 	}
-	for _, list := range [][]string{c.Allow, c.Deny} {
-		if slices.Contains(list, "") {
-			return fmt.Errorf("server %q: empty pattern in allow/deny", c.Name)
+	for _, l := range []struct {
+		key  string
+		list []string
+	}{{"allow", c.Allow}, {"deny", c.Deny}, {"require_approval", c.RequireApproval}} {
+		if i := slices.Index(l.list, ""); i >= 0 {
+			return &FieldError{Server: c.Name, Path: []string{l.key, strconv.Itoa(i)}, Label: l.key, Err: errors.New("an empty pattern")}
 		}
-	}
-	if slices.Contains(c.RequireApproval, "") {
-		return fmt.Errorf("server %q: empty pattern in require_approval", c.Name)
 	}
 	return nil
 }
@@ -151,25 +152,24 @@ func Duration(server, field, s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("server %q: %s: %w", server, field, err)
+		return 0, &FieldError{Server: server, Path: []string{field}, Err: fmt.Errorf("%q is not a duration such as 30s or 2m", s)}
 	}
 	return d, nil
 }
 
 // DecodeEntry decodes one server-list entry into v (a pointer to a
 // struct whose fields carry yaml tags), refusing a key v has no field for
-// so that a typo cannot silently change what runs. Errors name the key and
-// its line in the document, never a Go type.
+// — in the entry and in every block nested in it (a list of functions, an
+// object of options) — so that a typo cannot silently change what runs.
+// Errors name the key and its line in the document, never a Go type. A
+// field of type yaml.Node is left for its kind to decode (DecodeEntry
+// again: an auth block).
 func DecodeEntry(entry *yaml.Node, v any) error {
 	if entry.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: want an object", entry.Line)
 	}
-	known := yamlKeys(reflect.TypeOf(v).Elem())
-	for i := 0; i+1 < len(entry.Content); i += 2 {
-		k := entry.Content[i]
-		if !known[k.Value] {
-			return fmt.Errorf("line %d: unknown field %q", k.Line, k.Value)
-		}
+	if err := checkKeys(entry, reflect.TypeOf(v).Elem(), ""); err != nil {
+		return err
 	}
 	if err := entry.Decode(v); err != nil {
 		var te *yaml.TypeError
@@ -180,6 +180,74 @@ func DecodeEntry(entry *yaml.Node, v any) error {
 	}
 	return nil
 }
+
+var yamlNodeType = reflect.TypeFor[yaml.Node]()
+
+// checkKeys refuses a key of the mapping n that the struct type t has no
+// field for, then checks the blocks nested under its fields the same way
+// (structs, lists of structs, pointers to either). Values of another
+// shape than the field's are left to the decoder, which says so.
+func checkKeys(n *yaml.Node, t reflect.Type, where string) error {
+	fields := yamlFields(t)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ft, ok := fields[k.Value]
+		if !ok {
+			return fmt.Errorf("line %d: unknown field %q%s", k.Line, k.Value, where)
+		}
+		if err := checkNested(v, ft, " in "+k.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNested checks the block v written for a field of type t.
+func checkNested(v *yaml.Node, t reflect.Type, where string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == yamlNodeType:
+		return nil
+	case t.Kind() == reflect.Struct && v.Kind == yaml.MappingNode:
+		return checkKeys(v, t, where)
+	case (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && v.Kind == yaml.SequenceNode:
+		for i, item := range v.Content {
+			if err := checkNested(item, t.Elem(), fmt.Sprintf("%s[%d]", where, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// FieldError is a configuration error about one field of a server's
+// entry: Path names it from the entry (["call_timeout"], ["functions",
+// "0"], ["headers", "X-Key"]), so that the server list can tell the line
+// it stands on. Label, when set, names it in the message instead of the
+// path (tool "get_order").
+type FieldError struct {
+	Server string
+	Path   []string
+	Label  string
+	Err    error
+}
+
+// Error implements error: the server, the field and what is wrong.
+func (e *FieldError) Error() string {
+	label := e.Label
+	if label == "" {
+		label = strings.Join(e.Path, ".")
+	}
+	if e.Server == "" {
+		return fmt.Sprintf("%s: %v", label, e.Err)
+	}
+	return fmt.Sprintf("server %q: %s: %v", e.Server, label, e.Err)
+}
+
+// Unwrap returns what is wrong.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // Decode decodes an entry into v, a kind's entry type that embeds Fields
 // (fields points at it), and returns the common block, validated: the
@@ -209,49 +277,65 @@ func SpecAs[T Validator](spec Spec) (T, error) {
 	return c, c.Validate()
 }
 
-// yamlKeys lists the keys a struct type takes, its inline fields' too.
-func yamlKeys(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
+// yamlFields maps the keys a struct type takes, its inline fields' too,
+// to their fields' types.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		switch {
 		case name == "-":
 		case opts == "inline" && f.Type.Kind() == reflect.Struct:
-			maps.Copy(out, yamlKeys(f.Type))
+			maps.Copy(out, yamlFields(f.Type))
 		case name != "":
-			out[name] = true
+			out[name] = f.Type
 		case f.IsExported():
-			out[strings.ToLower(f.Name)] = true
+			out[strings.ToLower(f.Name)] = f.Type
 		}
 	}
 	return out
 }
 
-// goType finds the Go type yaml.v3 names in "cannot unmarshal !!str `x`
-// into int".
-var goType = regexp.MustCompile(`into [\w.\[\]*]+$`)
+// typeError reads yaml.v3's "line 4: cannot unmarshal !!str `x` into
+// int": the line, the YAML tag of what was written, its text (for a
+// scalar) and the Go type it was to become.
+var typeError = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
 
 // readableTypeErrors says what a field wanted in the words of the
-// document (a number, a list), not of the Go struct it was read into.
+// document (a number, a list), not of the Go struct it was read into nor
+// of YAML's tags.
 func readableTypeErrors(errs []string) string {
 	for i, e := range errs {
-		errs[i] = goType.ReplaceAllStringFunc(e, func(m string) string {
-			t := strings.TrimPrefix(m, "into ")
-			switch {
-			case strings.HasPrefix(t, "[]"):
-				return "where a list belongs"
-			case strings.HasPrefix(t, "map["):
-				return "where an object belongs"
-			case t == "bool":
-				return "where true or false belongs"
-			case t == "string":
-				return "where a string belongs"
-			case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint") || strings.HasPrefix(t, "float"):
-				return "where a number belongs"
-			}
-			return "where an object belongs"
-		})
+		m := typeError.FindStringSubmatch(e)
+		if m == nil {
+			continue
+		}
+		got := map[string]string{"seq": "a list", "map": "an object", "str": "a string", "int": "a number", "float": "a number",
+			"bool": "true or false", "null": "nothing", "timestamp": "a date"}[m[2]]
+		if got == "" {
+			got = "a value"
+		}
+		if m[3] != "" {
+			got += " (" + m[3] + ")"
+		}
+		errs[i] = fmt.Sprintf("line %s: %s where %s belongs", m[1], got, wanted(m[4]))
 	}
 	return strings.Join(errs, "; ")
+}
+
+// wanted names a Go type as what the document should hold there.
+func wanted(t string) string {
+	t = strings.TrimLeft(t, "*")
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case t == "bool":
+		return "true or false"
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint") || strings.HasPrefix(t, "float"):
+		return "a number"
+	}
+	return "an object"
 }

@@ -357,7 +357,7 @@ func TestDecodeEntry(t *testing.T) {
 	}{
 		{"name: a\ntype: fake\ntools: [x]\ncall_timeout: 2s\nheaders: {Authorization: '${env:T}'}\n", ""},
 		{"name: a\ntype: fake\ntools: [x]\nallow_destructiv: true\n", `line 4: unknown field "allow_destructiv"`},
-		{"name: a\ntools: 3\n", "line 2: cannot unmarshal !!int `3` where a list belongs"},
+		{"name: a\ntools: 3\n", "line 2: a number (3) where a list belongs"},
 		{"name: a\ncall_timeout: soon\n", `server "a": call_timeout`},
 		{"- a\n", "line 1: want an object"},
 	}

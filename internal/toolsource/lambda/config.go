@@ -3,6 +3,7 @@ package lambda
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -74,7 +75,7 @@ func (c Config) Validate() error {
 		}
 		seen[f.Tool] = true
 		if err := f.validate(); err != nil {
-			return fmt.Errorf("server %q: tool %q: %w", c.Name, f.Tool, err)
+			return &toolsource.FieldError{Server: c.Name, Path: []string{"functions", strconv.Itoa(i)}, Label: fmt.Sprintf("tool %q", f.Tool), Err: err}
 		}
 	}
 	return nil
