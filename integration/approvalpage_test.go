@@ -358,7 +358,7 @@ func TestApprovalPageLambdaInBrowser(t *testing.T) {
 	recycle()
 
 	// Alice signs in and decides.
-	browse(t, browser, "sign out", visible("#signout"), click("#signout"), visible("#message"))
+	browse(t, browser, "sign out", visible("#signout"), click("#signout"), signedOutPage())
 	browse(t, browser, "sign in as alice", chromedp.Navigate(pageURL), visible("#signin"), click("#signin"), visible("#user"),
 		chromedp.SendKeys(chromedp.CSS("#user"), "alice"), chromedp.SendKeys(chromedp.CSS("#password"), "alice-pw"),
 		click("#login"), visible("#execution"))

@@ -136,3 +136,10 @@ func visible(sel string) chromedp.Action[chromedp.Void] {
 
 // click clicks sel.
 func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
+
+// signedOutPage waits for the page that says the person signed out: the
+// page before it may hold a #message too, and a navigation started while
+// the sign-out's own is in flight is aborted.
+func signedOutPage() chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.Search(`//h1[normalize-space()="Signed out"]`))
+}

@@ -168,7 +168,7 @@ func TestApprovalPageOtherPortInBrowser(t *testing.T) {
 		t.Fatalf("approve: %q", outcome)
 	}
 	key := read(t, ctx, "the session's key", chromedp.Evaluate[string](`document.querySelector("header input[name=csrf]").value`))
-	browse(t, ctx, "sign out", click("#signout"), visible("#message"))
+	browse(t, ctx, "sign out", click("#signout"), signedOutPage())
 	if msg := textOf(t, ctx, "#message"); !strings.Contains(msg, "signed out") {
 		t.Fatalf("sign out: %q", msg)
 	}
