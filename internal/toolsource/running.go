@@ -157,6 +157,11 @@ func (r *running) first(ctx context.Context) error {
 func (r *running) start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ready.Load() {
+		// Loaded since the caller looked (a demand racing a round's
+		// end): a round now would only load again what it just did.
+		return
+	}
 	if r.loading {
 		r.again = true
 		return
