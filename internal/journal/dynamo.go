@@ -193,7 +193,7 @@ func (d *Dynamo) update(ctx context.Context, executionID string, callID int, set
 	return ErrConflict
 }
 
-func num(n int) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.Itoa(n)} }
+func num(n int) types.AttributeValue    { return &types.AttributeValueMemberN{Value: strconv.Itoa(n)} }
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 
 // Resend implements Store.
