@@ -79,7 +79,7 @@ func (l *effectLog) call(ctx context.Context, e entry, c guest.Call, opts execut
 	full := c.Server + ":" + c.Tool
 	want := journal.Entry{ExecutionID: l.execID, CallID: c.ID, Principal: l.principal, Server: c.Server, Tool: c.Tool,
 		Key: journal.Key(l.execID, c.ID), ArgsDigest: journal.Digest(c.Args), Args: c.Args, Honours: e.tool.HonoursKeys(),
-		IntendedAt: time.Now().UTC()}
+		Status: journal.Pending, Attempts: 1, IntendedAt: time.Now().UTC()}
 	if ferr := l.reserve(ctx, c.ID); ferr != nil {
 		return nil, ferr.WithTool(full)
 	}
