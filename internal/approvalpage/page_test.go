@@ -2,6 +2,7 @@ package approvalpage_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/testutil/oidcprovider"
@@ -89,7 +91,7 @@ func newEnv(t *testing.T, mutate func(*approval.Policy), sources ...execution.To
 	e.reg = capability.NewFileRegistry(t.TempDir() + "/capabilities.json")
 	e.guard = &capability.Guard{Registry: e.reg, Policy: e.policy}
 	e.svc = executor.New(engine, executor.Options{Policy: e.policy, Sources: append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...),
-		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{})})
+		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{}), Journal: journal.NewFile(t.TempDir(), journal.Options{})})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +256,29 @@ func TestApproverDecidesOnThePage(t *testing.T) {
 	}
 	if _, list = b.get(e.srv.URL + "/approvals"); strings.Contains(list, id) {
 		t.Fatalf("the decided execution is still listed")
+	}
+}
+
+// TestPageListsEffects: the execution page lists what the script did
+// before it waited — its writes, not its reads — each with its status and
+// idempotency key, read only.
+func TestPageListsEffects(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.suspend("await mcp.demo.kv_get({key: \"a\"});\n" + twoDeletes)
+	b := e.browser()
+	e.signInLocal(b)
+	status, page := b.get(e.srv.URL + "/approvals/" + id)
+	if status != 200 {
+		t.Fatalf("page: %d %s", status, page)
+	}
+	for _, call := range []int{2, 3} {
+		want := fmt.Sprintf(`<tr id="effect-%d"><td>#%d</td><td>demo.kv_set</td><td class="effect-applied">applied</td><td><code>%s</code></td></tr>`, call, call, journal.Key(id, call))
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, `id="effect-1"`) || !strings.Contains(page, "2 applied") {
+		t.Errorf("the read is listed, or the count is wrong:\n%s", page)
 	}
 }
 

@@ -183,6 +183,11 @@ type Store interface {
 	List(ctx context.Context, executionID string) ([]Entry, error)
 }
 
+// Reader is the part of a Store that documents read.
+type Reader interface {
+	List(ctx context.Context, executionID string) ([]Entry, error)
+}
+
 // Errors of a Store's conditions.
 var (
 	// ErrConflict: the entry is not in the state the operation needs.
@@ -304,6 +309,25 @@ func (e Entry) UserStatus(ended bool) Status {
 		return Unknown
 	}
 	return e.Status
+}
+
+// LostAfter is how long after its last intent an execution that is not
+// known to be running or suspended has surely ended: no run lasts longer
+// (15 minutes, the longest a Lambda runs and the engine allows, and a
+// minute's margin). A reader that knows nothing else of it (its trace was
+// lost) tells its pending entries unknown after that (Quiet).
+const LostAfter = 16 * time.Minute
+
+// Quiet reports whether entries' last intent is older than LostAfter at
+// now.
+func Quiet(entries []Entry, now time.Time) bool {
+	var last time.Time
+	for _, e := range entries {
+		if e.IntendedAt.After(last) {
+			last = e.IntendedAt
+		}
+	}
+	return now.Sub(last) > LostAfter
 }
 
 // Effect is the entry as an execution's document lists it.
