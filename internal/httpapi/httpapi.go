@@ -50,13 +50,13 @@ type TraceReader interface {
 type Options struct {
 	// Service runs executions; a resume's refusal is mapped to a status
 	// by RefusalStatus.
-	Service      execution.Executor
-	Traces       TraceReader
+	Service execution.Executor
+	Traces  TraceReader
 	// Journal, when set, is the journal of effects: GET /executions/{id}
 	// lists an execution's effects from it, and answers from it alone for
 	// an execution whose trace was lost (its runner died before writing
 	// it).
-	Journal journal.Reader
+	Journal      journal.Reader
 	Capabilities capapi.Capabilities
 	// Suggestions, when set, serves GET /capabilities/suggestions, its
 	// publish route and list_capabilities' suggested part.
