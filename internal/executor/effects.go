@@ -80,6 +80,12 @@ func (l *effectLog) call(ctx context.Context, e entry, c guest.Call, opts execut
 	want := journal.Entry{ExecutionID: l.execID, CallID: c.ID, Principal: l.principal, Server: c.Server, Tool: c.Tool,
 		Key: journal.Key(l.execID, c.ID), ArgsDigest: journal.Digest(c.Args), Args: c.Args, Honours: e.tool.HonoursKeys(),
 		Status: journal.Pending, Attempts: 1, IntendedAt: time.Now().UTC()}
+	// What the host keeps in memory is bounded as the journal is.
+	journal.Cap(&want)
+	if ctx.Err() != nil {
+		// The run is over (its deadline, a cancel): nothing to intend.
+		return nil, fault.Wrap(fault.Timeout, context.Cause(ctx), "call abandoned").WithTool(full)
+	}
 	if ferr := l.reserve(ctx, c.ID); ferr != nil {
 		return nil, ferr.WithTool(full)
 	}
