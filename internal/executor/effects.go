@@ -51,6 +51,9 @@ type effectLog struct {
 	// mine are the entries this run wrote or met, as it knows them: an
 	// outcome the journal failed to record is still told in the document.
 	mine map[int]journal.Entry
+	// counted are this run's calls counted against journal.MaxEffects
+	// (reserve), none of them in prior.
+	counted map[int]bool
 }
 
 // newEffectLog is req's journal: the service's store, or one in memory
@@ -145,12 +148,17 @@ func (l *effectLog) reserve(ctx context.Context, callID int) *fault.Error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, seen := l.mine[callID]
-	_, before := l.prior[callID]
-	if !seen && !before && len(l.mine)+len(l.prior) >= journal.MaxEffects {
+	if _, before := l.prior[callID]; before || l.counted[callID] {
+		return nil
+	}
+	if len(l.counted)+len(l.prior) >= journal.MaxEffects {
 		return fault.Limitf(journal.LimitEffects, "an execution may make at most %d effects (calls of tools that are not read-only): "+
 			"this one made them all; split the work across executions", journal.MaxEffects)
 	}
+	if l.counted == nil {
+		l.counted = map[int]bool{}
+	}
+	l.counted[callID] = true
 	return nil
 }
 
