@@ -74,6 +74,9 @@ type stack struct {
 	capTable    string
 	db          *dynamolocal.Instance
 	stream      *ddbstream.Reader
+	// suspTable is the suspensions table, when the stack keeps one
+	// (longStack): the journal of effects is there too.
+	suspTable string
 }
 
 func newStack(t *testing.T, extraServers ...string) *stack {

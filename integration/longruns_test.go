@@ -42,6 +42,7 @@ func longStack(t *testing.T, adjust func(*lambdaemu.Function), more ...lambdaemu
 	if err := suspend.CreateTable(context.Background(), s.db.Client(), tableName); err != nil {
 		t.Fatal(err)
 	}
+	s.suspTable = tableName
 	return s
 }
 

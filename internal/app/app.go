@@ -33,6 +33,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/metrics"
@@ -407,6 +408,10 @@ type App struct {
 	// Sessions is the store of sessions beside them, nil when there is
 	// none (sessions are then refused).
 	Sessions suspend.Sessions
+	// Journal is the journal of effects beside them (the table's JRNL#
+	// partitions, the directory's journal/), nil when there is neither:
+	// each run then keeps its own in memory.
+	Journal journal.Store
 	// Metrics receives the service's metrics, nil when it keeps none.
 	Metrics metrics.Recorder
 	// pageSessions keeps the approval page's sessions beside the
@@ -549,6 +554,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.pageSessions, err = a.aws.openPageSessions(ctx, cfg.Suspensions); err != nil {
 		return fail(err)
 	}
+	if a.Journal, err = a.aws.openJournal(ctx, cfg.Suspensions); err != nil {
+		return fail(err)
+	}
 	// The MCP servers (and demo tools) come before capabilities: a name
 	// both offer is the server's, as ADR-052 resolves it.
 	// Discovery (tools.*, /tools, search_tools, list_capabilities) reads
@@ -586,7 +594,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
-		Answerer: cfg.Answerer})
+		Answerer: cfg.Answerer, Journal: a.Journal})
 	a.runner.Executor = a.Service
 	return a, nil
 }
@@ -615,6 +623,9 @@ func (a *App) HTTPHandler(opts httpapi.Options) *httpapi.Handler {
 		opts.Service = a.Service
 	}
 	opts.Traces, opts.Capabilities, opts.Health = a.Traces, a.Capabilities, a.Health
+	if a.Journal != nil {
+		opts.Journal = a.Journal
+	}
 	opts.Suggestions, opts.Ranker = a.Suggestions, a.Ranker
 	opts.Policy, opts.MCP.StateKey, opts.MCP.Suspends = a.policy, a.approvalKey, a.Suspensions != nil
 	if opts.Approvals == nil {

@@ -40,7 +40,11 @@ func (a *App) Executor(inner execution.Executor, launch runs.Launcher) *runs.Ser
 	if inner == nil {
 		inner = a.Service
 	}
-	return runs.New(inner, runs.Options{Store: a.Runs, Launch: launch, Policy: a.policy, Logger: a.log})
+	opts := runs.Options{Store: a.Runs, Launch: launch, Policy: a.policy, Logger: a.log}
+	if a.Journal != nil {
+		opts.Journal = a.Journal
+	}
+	return runs.New(inner, opts)
 }
 
 // LambdaClient is a Lambda client with the app's AWS configuration (the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/suspend"
 )
 
@@ -80,3 +81,31 @@ func SessionBounds() (time.Duration, int, error) {
 	}
 	return ttl, maxBytes, nil
 }
+
+// openJournal opens the journal of effects beside the suspensions cfg
+// names: the same DynamoDB table (partition JRNL#<id>), or the directory's
+// journal/; none without either.
+func (c *awsConfig) openJournal(ctx context.Context, cfg SuspensionConfig) (journal.Store, error) {
+	switch {
+	case cfg.Table != "":
+		db, err := c.dynamo(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		return journal.NewDynamo(db, cfg.Table, journal.Options{}), nil
+	case cfg.Dir != "":
+		return journal.NewFile(JournalDir(cfg.Dir), journal.Options{}), nil
+	}
+	return nil, nil
+}
+
+// OpenJournal opens the journal of effects cfg names, as an App does (pml
+// trace reads it without the rest); nil when cfg names none.
+func OpenJournal(ctx context.Context, cfg SuspensionConfig) (journal.Store, error) {
+	var c awsConfig
+	return c.openJournal(ctx, cfg)
+}
+
+// JournalDir is where the directory store keeps the journal of effects,
+// beside the suspensions in dir.
+func JournalDir(dir string) string { return filepath.Join(dir, "journal") }

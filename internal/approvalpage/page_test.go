@@ -2,6 +2,7 @@ package approvalpage_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/testutil/oidcprovider"
@@ -91,7 +93,8 @@ func newEnv(t *testing.T, mutate func(*approval.Policy), sources ...execution.To
 	e.svc = executor.New(engine, executor.Options{Policy: e.policy, Sources: append([]execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, sources...),
 		// The list's tests keep more suspended executions of one caller
 		// than the default quota lets one principal keep (50).
-		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{Quota: suspend.Quota{Count: 100}})})
+		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{Quota: suspend.Quota{Count: 100}}),
+		Journal: journal.NewFile(t.TempDir(), journal.Options{})})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)
@@ -283,6 +286,29 @@ func TestApproverDecidesOnThePage(t *testing.T) {
 	}
 	if _, list = b.get(e.srv.URL + "/approvals"); strings.Contains(list, id) {
 		t.Fatalf("the decided execution is still listed")
+	}
+}
+
+// TestPageListsEffects: the execution page lists what the script did
+// before it waited — its writes, not its reads — each with its status and
+// idempotency key, read only.
+func TestPageListsEffects(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.suspend("await mcp.demo.kv_get({key: \"a\"});\n" + twoDeletes)
+	b := e.browser()
+	e.signInLocal(b)
+	status, page := b.get(e.srv.URL + "/approvals/" + id)
+	if status != 200 {
+		t.Fatalf("page: %d %s", status, page)
+	}
+	for _, call := range []int{2, 3} {
+		want := fmt.Sprintf(`<tr id="effect-%d"><td>#%d</td><td>demo.kv_set</td><td class="effect-applied">applied</td><td><code>%s</code></td></tr>`, call, call, journal.Key(id, call))
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, `id="effect-1"`) || !strings.Contains(page, "2 applied") {
+		t.Errorf("the read is listed, or the count is wrong:\n%s", page)
 	}
 }
 

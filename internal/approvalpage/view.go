@@ -214,7 +214,8 @@ func (p *Page) executionView(ctx context.Context, s session, doc *execution.Resp
 	}
 	lines := splitLines(doc.Code)
 	ev := &execView{ID: doc.ExecutionID, Owner: doc.Owner, Asked: doc.CreatedAt, Expires: doc.ExpiresAt, Version: doc.StateVersion,
-		Action: p.path(Prefix + "/" + doc.ExecutionID), Source: lines, SourceLines: len(lines), Mine: doc.Owner == s.Principal}
+		Action: p.path(Prefix + "/" + doc.ExecutionID), Source: lines, SourceLines: len(lines), Mine: doc.Owner == s.Principal,
+		Effects: newEffectsView(doc.Effects)}
 	for _, pc := range doc.Pending {
 		cv := callView{CallID: pc.CallID, Server: pc.Server, Tool: pc.Tool, ArgsBytes: len(pc.Args),
 			MayApprove: p.opts.Policy.MayApprove(d, doc.Owner)}

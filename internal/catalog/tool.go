@@ -33,6 +33,10 @@ type Tool struct {
 	// require_approval: like a destructive one, it runs only when the
 	// request allows it or a person approves the call.
 	RequireApproval bool `json:"require_approval,omitempty"`
+	// IdempotencyKeys is set on a tool whose server's configuration says
+	// it honours idempotency keys (idempotency_keys: true): a call sent
+	// again with the same key is applied once.
+	IdempotencyKeys bool `json:"idempotency_keys,omitempty"`
 }
 
 // FullName is "server:name".
@@ -68,3 +72,24 @@ func (t Tool) DestructiveByDefault() bool {
 // the request's allow_destructive, or a person's decision on the parked
 // call. Destructive tools do, and those their server requires approval for.
 func (t Tool) NeedsApproval() bool { return t.IsDestructive() || t.RequireApproval }
+
+// IsEffect reports whether a call to the tool is an effect, journalled
+// before it is sent (internal/journal): every call of a tool that does not
+// say it is read-only, by MCP's defaults (readOnlyHint is false unless
+// said), whatever protocol reaches it (an OpenAPI operation's method, a
+// Lambda function's read_only). A capability is no effect itself: its run
+// journals its own.
+func (t Tool) IsEffect() bool {
+	if t.Kind == trace.KindCapability {
+		return false
+	}
+	return t.Annotations.ReadOnly == nil || !*t.Annotations.ReadOnly
+}
+
+// HonoursKeys reports whether a call of the tool sent again with the same
+// idempotency key is applied once: its server's configuration says so, or
+// the tool says it is idempotent (idempotentHint: calling it again with the
+// same arguments has no further effect).
+func (t Tool) HonoursKeys() bool {
+	return t.IdempotencyKeys || (t.Annotations.Idempotent != nil && *t.Annotations.Idempotent)
+}

@@ -5,8 +5,12 @@ import (
 	"flag"
 	"io"
 	"os"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/journal"
+	"github.com/pml-sandbox/pml/internal/trace"
 )
 
 // storeFlags choose where traces go: a file shared by pml commands (the
@@ -47,6 +51,9 @@ func traceCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	fs := newFlagSet("trace", errOut)
 	var sf storeFlags
 	sf.register(fs)
+	var jf suspensionFlags // the journal of effects is kept beside the suspensions
+	fs.StringVar(&jf.dir, "suspensions-dir", app.SuspensionsDir(), "where suspended executions and the journal of effects are kept")
+	fs.StringVar(&jf.table, "suspensions-table", os.Getenv(app.EnvSuspTable), "read the journal of effects from this DynamoDB table instead")
 	related := fs.String("related", "", "instead of an execution, list the tools used together with this server:tool")
 	fs.Usage = func() {
 		io.WriteString(errOut, "usage: pml trace [flags] EXECUTION_ID\n       pml trace [flags] --related server:tool\n\n")
@@ -74,9 +81,42 @@ func traceCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		}
 		return ExitOK, writeJSON(out, map[string]any{"tool": *related, "related": rel})
 	}
-	ex, calls, err := store.GetExecution(ctx, fs.Arg(0))
+	id := fs.Arg(0)
+	ex, calls, err := store.GetExecution(ctx, id)
+	entries := journalOf(ctx, jf, id, errOut)
+	if fault.CodeOf(err) == fault.NotFound && len(entries) > 0 {
+		// The trace was lost (its process died before writing it): the
+		// journal, written as the effects happened, says what they did.
+		doc := map[string]any{"execution": trace.Execution{ID: id, Principal: entries[0].Principal, StartedAt: entries[0].IntendedAt},
+			"calls": []trace.Call{}, "trace_missing": true, "effects": journal.Effects(entries, journal.Quiet(entries, time.Now()))}
+		return ExitOK, writeJSON(out, doc)
+	}
 	if err != nil {
 		return ExitFailed, err
 	}
-	return ExitOK, writeJSON(out, map[string]any{"execution": ex, "calls": calls})
+	doc := map[string]any{"execution": ex, "calls": calls}
+	if effects := journal.Effects(entries, ex.Status != trace.StatusSuspended); effects != nil {
+		doc["effects"] = effects
+	}
+	return ExitOK, writeJSON(out, doc)
+}
+
+// journalOf is id's journal of effects where the flags say it is kept,
+// none when it cannot be read (a warning says why).
+func journalOf(ctx context.Context, f suspensionFlags, id string, errOut io.Writer) []journal.Entry {
+	cfg := app.SuspensionConfig{Dir: f.dir, Table: f.table}
+	if f.table != "" {
+		cfg.Dir = ""
+	}
+	j, err := app.OpenJournal(ctx, cfg)
+	if err == nil && j != nil {
+		var entries []journal.Entry
+		if entries, err = j.List(ctx, id); err == nil {
+			return entries
+		}
+	}
+	if err != nil {
+		logger(errOut).WarnContext(ctx, "the journal of effects could not be read", "err", err)
+	}
+	return nil
 }

@@ -88,6 +88,12 @@ type Response struct {
 	// Session is the session the execution ran in, when it ran in one.
 	Session *ResponseSession `json:"session,omitempty"`
 
+	// Effects are the execution's effects — its calls of tools that are
+	// not read-only — in call order, as its journal records them
+	// (internal/journal, docs/EFFECTS.md); reads are never listed. Left
+	// out when it made none.
+	Effects []Effect `json:"effects,omitempty"`
+
 	// StateVersion is the version of a suspended execution's stored state
 	// (set by the host, never sent): a question put to a person names it,
 	// so that its answer can resume that version and no other.
@@ -104,6 +110,39 @@ type Response struct {
 	// fronts answer as a refused resume (409, 410, 404), not as a failed
 	// script.
 	Refused bool `json:"-"`
+}
+
+// The statuses of an effect (Effect.Status).
+const (
+	// EffectApplied: its server answered, and not with an error.
+	EffectApplied = "applied"
+	// EffectFailed: its server answered with an error (a tool error), or
+	// the call was rejected after its server asked a question: the server
+	// says it did not happen.
+	EffectFailed = "failed"
+	// EffectNotSent: it never left the host (refused by a check, or its
+	// intent could not be journalled).
+	EffectNotSent = "not_sent"
+	// EffectUnknown: it left the host and no answer was recorded (a
+	// timeout, a lost connection, a crash): it may or may not have
+	// happened.
+	EffectUnknown = "unknown"
+	// EffectPending: sent or about to be, its outcome not recorded yet;
+	// only in the document of an execution that has not ended (a running
+	// or suspended one). Once it has ended, pending reads unknown.
+	EffectPending = "pending"
+)
+
+// Effect is one effect of an execution, as its document lists it.
+type Effect struct {
+	CallID int    `json:"call_id"`
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	// Key is the idempotency key the call carried upstream.
+	Key    string `json:"key"`
+	Status string `json:"status"`
+	// Error is why it failed, was not sent, or is unknown.
+	Error *fault.Error `json:"error,omitempty"`
 }
 
 // SuspensionNotice announces that an execution waits for decisions, to

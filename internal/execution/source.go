@@ -96,6 +96,31 @@ type CallOptions struct {
 	// Retry, when set, sends the call again with the answers to the
 	// question its remote server asked (a source's *Question error).
 	Retry *Retry
+	// IdempotencyKey is set on a call that is an effect (its tool is not
+	// read-only): the key its source sends upstream so that a server
+	// which deduplicates recognises the call sent again (an MCP server
+	// over HTTP and an OpenAPI service get it as the Idempotency-Key
+	// header, an MCP server also in _meta as io.pml/idempotency-key, a
+	// Lambda function in its client context). The host derives it from
+	// the execution and the call's position (internal/journal.Key); it
+	// is never the script's, and it wins over any header the arguments
+	// would set.
+	IdempotencyKey string
+	// NotSent, when set, is called by a source that refuses the call
+	// before anything of it left the host (its own checks, a server known
+	// to be down): the effect certainly did not happen. A source that
+	// does not call it leaves a failed call's outcome for its error to
+	// say, which the journal of effects reads conservatively (a TOOL_ERROR
+	// failed, anything else unknown).
+	NotSent func()
+}
+
+// Refused tells the call's caller that nothing of it was sent (NotSent),
+// when it asked to know.
+func (o CallOptions) Refused() {
+	if o.NotSent != nil {
+		o.NotSent()
+	}
 }
 
 // Retry is what goes with a call sent again after its remote MCP server

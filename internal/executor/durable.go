@@ -245,7 +245,9 @@ func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, 
 	if rec.State != suspend.Suspended {
 		return nil, notWaiting(rec)
 	}
-	return waitingDoc(rec, s.policy), nil
+	doc := waitingDoc(rec, s.policy)
+	doc.Effects = s.effectsOf(ctx, id, false)
+	return doc, nil
 }
 
 // waitingDoc is the suspended document of rec, loaded with its
@@ -430,6 +432,10 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	}
 	resp.DurationMS = st.RunMS
 	resp.Sandboxes = st.Sandboxes
+	if susp := claimed.Suspension; susp != nil {
+		s.settleRejected(ctx, id, questionCalls(susp.Parked), resp.Error)
+	}
+	resp.Effects = s.effectsOf(ctx, id, true)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
 		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities,
 		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
@@ -508,11 +514,13 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		}
 
 		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
-			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved}
+			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved, effects: s.newEffectLog(&req, false)}
+		s.settleRejected(ctx, id, rejectedQuestions(decisions, claimed.Suspension.Parked),
+			fault.New(fault.Rejected, "the server's question was declined or rejected"))
 		greq := guest.Request{ExecutionID: id, Host: host}
 		s.hook(ctx, &greq, &req, host)
 		res = s.engine.Resume(ctx, claimed.Suspension, greq, gd)
-		resp = s.response(res, &req, host, start)
+		resp = s.response(ctx, res, &req, host, start)
 	}
 	resp.DurationMS = ms(time.Since(start))
 	st.RunMS += resp.DurationMS
@@ -607,4 +615,44 @@ func storeFault(id string, err error) *fault.Error {
 	fe := fault.Wrap(fault.Unavailable, err, "the suspension store failed")
 	fe.Retryable = true
 	return fe
+}
+
+// questionCalls are the parked calls that wait on their server's question:
+// effects sent once, pending in the journal.
+func questionCalls(parked []guest.ParkedCall) []int {
+	var out []int
+	for _, p := range parked {
+		if len(p.Question) > 0 {
+			out = append(out, p.CallID)
+		}
+	}
+	return out
+}
+
+// rejectedQuestions are the calls of questionCalls that decisions reject
+// (a decline, a cancel or a reject): they will never be sent again.
+func rejectedQuestions(decisions map[int]execution.Decision, parked []guest.ParkedCall) []int {
+	var out []int
+	for _, id := range questionCalls(parked) {
+		d, ok := decisions[id]
+		if !ok {
+			continue
+		}
+		if !d.Approve || declines(d.Answers) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// declines reports whether answers decline or cancel any question (the
+// engine then rejects the call).
+func declines(answers map[string]json.RawMessage) bool {
+	for _, raw := range answers {
+		var a answerResult
+		if json.Unmarshal(raw, &a) == nil && (a.Action == "decline" || a.Action == "cancel") {
+			return true
+		}
+	}
+	return false
 }

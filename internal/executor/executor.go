@@ -23,6 +23,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/js/script"
 	"github.com/pml-sandbox/pml/internal/learn"
@@ -83,6 +84,12 @@ type Options struct {
 	// fails LIMIT_EXCEEDED session_size, and the session keeps the state
 	// before it.
 	SessionMaxBytes int
+	// Journal keeps the journal of effects (internal/journal): every
+	// call of a tool that is not read-only is journalled there before it
+	// is sent, and its outcome after. Without it each run keeps its own in
+	// memory: its document still lists its effects, and nothing of them
+	// outlives the process.
+	Journal journal.Store
 	// Answerer, when set, answers a remote server's question in line in
 	// an execution that cannot suspend, where Policy lets the caller
 	// answer (question.go): the front end's caller is the person at the
@@ -115,13 +122,14 @@ type Service struct {
 	sessions   suspend.Sessions
 	sessionTTL time.Duration
 	sessionMax int
+	journal    journal.Store
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
 		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
-		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes}
+		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL
 	}
@@ -550,7 +558,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	limits := s.limits
 	limits.Timeout = timeout
 	host := &toolHost{service: s, req: req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
-		budget: s.budget(req.Parent)}
+		budget: s.budget(req.Parent), effects: s.newEffectLog(req, true)}
 	greq := guest.Request{
 		ExecutionID:  req.ExecutionID,
 		Code:         prep.Code,
@@ -567,7 +575,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 	s.hook(ctx, &greq, req, host)
 	res = s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
-	return s.response(res, req, host, start), res, shape
+	return s.response(ctx, res, req, host, start), res, shape
 }
 
 // checkPins asks the sources that version their tools whether a root
@@ -625,7 +633,7 @@ func (s *Service) hook(ctx context.Context, greq *guest.Request, req *execution.
 
 // response is the Response of a run (or a resumed run) that got as far
 // as the engine.
-func (s *Service) response(res *guest.Result, req *execution.Request, host *toolHost, start time.Time) *execution.Response {
+func (s *Service) response(ctx context.Context, res *guest.Result, req *execution.Request, host *toolHost, start time.Time) *execution.Response {
 	for i := range res.Calls {
 		res.Calls[i] = finishCall(res.Calls[i], host.entries, req, host)
 	}
@@ -646,6 +654,7 @@ func (s *Service) response(res *guest.Result, req *execution.Request, host *tool
 	if resp.Calls == nil {
 		resp.Calls = []trace.Call{}
 	}
+	resp.Effects = host.effects.effects(ctx, res.Suspended == nil)
 	return resp
 }
 

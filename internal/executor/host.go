@@ -51,6 +51,9 @@ type toolHost struct {
 	lookups int
 	// discovery is what tools.* show, built on the first such call.
 	discovery []catalog.Tool
+
+	// effects is the execution's journal of effects (effects.go).
+	effects *effectLog
 }
 
 // resolvedEntry is a tool resolved at run time, or the refusal its calls
@@ -107,12 +110,15 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		OnChild:       func(id string, version int, calls []trace.Call) { h.setChild(c.ID, id, version, calls) },
 		Retry:         retry,
 	}
-	out, err := e.source.Call(ctx, e.tool, c.Args, opts)
+	out, err := h.send(ctx, e, c, opts)
 	if q, ok := isQuestion(err); ok {
 		if h.answersInLine() {
-			return h.answerInLine(ctx, e, c, opts, q)
+			out, err = h.answerInLine(ctx, e, c, opts, q)
+		} else {
+			out, err = nil, h.parkQuestion(full, q)
 		}
-		return nil, h.parkQuestion(full, q)
+		h.effects.unanswered(ctx, c.ID, err)
+		return out, err
 	}
 	return out, err
 }

@@ -73,7 +73,7 @@ func (h *toolHost) answerInLine(ctx context.Context, e entry, c guest.Call, opts
 			answers[k] = raw
 		}
 		opts.Retry = &execution.Retry{InputResponses: answers, RequestState: q.RequestState}
-		out, err := e.source.Call(ctx, e.tool, c.Args, opts)
+		out, err := h.send(ctx, e, c, opts)
 		next, asked := isQuestion(err)
 		if !asked {
 			return out, err

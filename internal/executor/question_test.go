@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/testutil/askserver"
 	"github.com/pml-sandbox/pml/internal/toolsource"
@@ -48,7 +50,12 @@ func (a *asking) service(t *testing.T, policy approval.Policy) *executor.Service
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 	return executor.New(engine, executor.Options{Policy: policy, Sources: []execution.ToolSource{pool},
-		Sink: &memSink{}, Suspensions: suspend.NewFile(a.dir, suspend.Options{})})
+		Sink: &memSink{}, Suspensions: suspend.NewFile(a.dir, suspend.Options{}), Journal: a.journal()})
+}
+
+// journal is the services' journal of effects, beside their suspensions.
+func (a *asking) journal() *journal.File {
+	return journal.NewFile(filepath.Join(a.dir, "journal"), journal.Options{})
 }
 
 func answer(action string, content string) execution.Decision {
@@ -215,4 +222,42 @@ func TestRemoteQuestionWhoAnswers(t *testing.T) {
 		t.Fatalf("the asker's client: %+v %+v", ferr, out)
 	}
 	jsonEq(t, out.Result, `{"deleted": false, "item": "report"}`)
+}
+
+// TestQuestionEffect: a call whose server asks is an effect sent twice
+// with one key: pending while the execution waits for the answer, applied
+// (attempt 2) once it is sent again with it; a declined one failed.
+func TestQuestionEffect(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range []execution.Decision{answer("accept", `{"confirmed": true}`), answer("decline", "")} {
+		t.Run(string(d.Answers["confirm"]), func(t *testing.T) {
+			a := newAsking(t)
+			code := strings.Replace(askScript, "confirm_delete", "archive", 1)
+			resp := a.service(t, local).Execute(ctx, execution.Request{Code: code, Approval: execution.ApprovalSuspend})
+			key := journal.Key(resp.ExecutionID, 1)
+			if !resp.Suspended() || len(resp.Effects) != 1 || resp.Effects[0].Status != "pending" || resp.Effects[0].Key != key {
+				t.Fatalf("suspended: %+v", resp.Effects)
+			}
+			waiting, ferr := a.service(t, local).Waiting(ctx, resp.ExecutionID)
+			if ferr != nil || len(waiting.Effects) != 1 || waiting.Effects[0].Status != "pending" {
+				t.Fatalf("waiting: %+v %v", waiting, ferr)
+			}
+			out, ferr := a.service(t, local).Resume(ctx, execution.ResumeRequest{ExecutionID: resp.ExecutionID,
+				Decisions: map[string]execution.Decision{"1": d}})
+			if ferr != nil {
+				t.Fatal(ferr)
+			}
+			entries, err := a.journal().List(ctx, resp.ExecutionID)
+			if err != nil || len(entries) != 1 {
+				t.Fatal(entries, err)
+			}
+			want, attempts := "applied", 2
+			if d.Answers["confirm"] != nil && strings.Contains(string(d.Answers["confirm"]), "decline") {
+				want, attempts = "failed", 1
+			}
+			if len(out.Effects) != 1 || out.Effects[0].Status != want || out.Effects[0].Key != key || string(entries[0].Status) != want || entries[0].Attempts != attempts {
+				t.Fatalf("after the answer: effects %+v, entry %+v", out.Effects, entries[0])
+			}
+		})
+	}
 }

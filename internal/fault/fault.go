@@ -64,6 +64,11 @@ const (
 	// /executions/{id}, an MCP tasks/cancel, pml cancel); a running one
 	// ends at its next step.
 	Cancelled Code = "CANCELLED"
+	// OutcomeUnknown: an effect (a call that is not read-only) may or may
+	// not have happened: it left the host and no answer was recorded, and
+	// its tool does not honour idempotency keys, so it is not sent again.
+	// Details carry its server, tool, key and call id (docs/EFFECTS.md).
+	OutcomeUnknown Code = "OUTCOME_UNKNOWN"
 )
 
 // Limit names, carried in Error.Limit when Code is LimitExceeded, so callers

@@ -35,6 +35,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpjson"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/pagelink"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -52,8 +53,13 @@ type TraceReader interface {
 type Options struct {
 	// Service runs executions; a resume's refusal is mapped to a status
 	// by RefusalStatus.
-	Service      execution.Executor
-	Traces       TraceReader
+	Service execution.Executor
+	Traces  TraceReader
+	// Journal, when set, is the journal of effects: GET /executions/{id}
+	// lists an execution's effects from it, and answers from it alone for
+	// an execution whose trace was lost (its runner died before writing
+	// it).
+	Journal      journal.Reader
 	Capabilities capapi.Capabilities
 	// Suggestions, when set, serves GET /capabilities/suggestions, its
 	// publish route and list_capabilities' suggested part.
@@ -375,12 +381,23 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	if a.asyncDocument(w, r, id) {
 		return
 	}
-	if a.Traces == nil {
+	if a.Traces == nil && a.Journal == nil {
 		httpjson.WriteError(w, http.StatusNotFound, fault.New(fault.NotFound, "this deployment keeps no traces"))
 		return
 	}
-	ex, calls, err := a.Traces.GetExecution(r.Context(), id)
 	caller := execution.PrincipalFrom(r.Context())
+	var err error = fault.New(fault.NotFound, "no execution %q", id)
+	var ex trace.Execution
+	var calls []trace.Call
+	if a.Traces != nil {
+		ex, calls, err = a.Traces.GetExecution(r.Context(), id)
+	}
+	entries := a.journalOf(r, id)
+	if fault.CodeOf(err) == fault.NotFound && len(entries) > 0 {
+		// The trace was lost (its runner died before writing it); the
+		// journal, written as the effects happened, says what they did.
+		ex, calls, err = trace.Execution{ID: id, Principal: entries[0].Principal, StartedAt: entries[0].IntendedAt}, nil, nil
+	}
 	if (err == nil && !a.Policy.MayAccess(caller, ex.Principal)) || fault.CodeOf(err) == fault.NotFound {
 		// Another principal's execution is answered exactly as a missing
 		// one, so that ids cannot be probed; an approver may read any.
@@ -399,6 +416,16 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		calls = []trace.Call{}
 	}
 	doc := map[string]any{"execution": ex, "calls": calls}
+	if ex.Status == "" {
+		doc["trace_missing"] = true
+	}
+	// Pending reads unknown but in a suspended execution's document, and
+	// in one whose trace was lost only once it cannot be running any more
+	// (journal.LostAfter).
+	ended := ex.Status != trace.StatusSuspended && (ex.Status != "" || journal.Quiet(entries, time.Now()))
+	if effects := journal.Effects(entries, ended); effects != nil {
+		doc["effects"] = effects
+	}
 	if ex.Status == trace.StatusSuspended {
 		// Whoever decides sees what is asked: the pending calls with
 		// their arguments, which traces never keep.
@@ -410,6 +437,19 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpjson.Write(w, http.StatusOK, doc)
+}
+
+// journalOf is id's journal of effects, none when there is no journal or
+// it cannot be read (the trace still answers).
+func (a *api) journalOf(r *http.Request, id string) []journal.Entry {
+	if a.Journal == nil {
+		return nil
+	}
+	entries, err := a.Journal.List(r.Context(), id)
+	if err != nil {
+		a.Logger.WarnContext(r.Context(), "the journal of effects could not be read", "execution_id", id, "err", err)
+	}
+	return entries
 }
 
 func (a *api) tools(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/executor"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/testutil/fronttest"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
@@ -151,3 +152,28 @@ return "x".repeat(100000)`
 // local is the policy of local use (pml run, pml serve on loopback): the
 // caller is the person at the keyboard and decides.
 var local = approval.Policy{CallerDecides: true}
+
+// TestMCPResultListsEffects: the MCP result's structuredContent lists the
+// run's effects — its writes, with their keys and statuses — and not its
+// reads.
+func TestMCPResultListsEffects(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := executor.New(engine, executor.Options{Policy: local, Sources: []execution.ToolSource{demoserver.Source{Set: demoserver.New()}}, Logger: log})
+	srv := serve(t, mcpserver.Options{Service: svc, Logger: log}, "")
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
+	var req mcp.CallToolRequest
+	req.Params.Name = "execute_code"
+	req.Params.Arguments = map[string]any{"code": `await mcp.demo.kv_get({key: "a"}); await mcp.demo.kv_set({key: "a", value: 1}); return 1`}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil || res.IsError {
+		t.Fatalf("%+v %v", res, err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var r execution.Response
+	if err := json.Unmarshal(raw, &r); err != nil || len(r.Effects) != 1 {
+		t.Fatalf("structuredContent %s", raw)
+	}
+	if e := r.Effects[0]; e.CallID != 2 || e.Tool != "kv_set" || e.Status != "applied" || e.Key != journal.Key(r.ExecutionID, 2) {
+		t.Fatalf("effect %+v", e)
+	}
+}

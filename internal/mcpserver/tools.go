@@ -39,7 +39,8 @@ func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 			"`return` gives the result, `args` holds the arguments, tools are called as `await mcp.<server>.<tool>({...})` "+
 			"and run concurrently under Promise.all. TypeScript types are stripped, not checked. "+
 			"The text answer fits max_text_bytes (a long result is cut, saying how much); "+
-			"structuredContent has the whole document {ok, result, logs, error, calls, execution_id, duration_ms}. "+
+			"structuredContent has the whole document {ok, result, logs, error, calls, effects, execution_id, duration_ms}; "+
+			"effects lists each call of a tool that is not read-only with its idempotency key and status (applied, failed, not_sent, unknown). "+
 			"With a progress token, each call's start and end is reported as progress and console output as log messages. "+
 			"With approval \"suspend\", a call to a tool that needs approval (a destructive one) is held: once the script can only wait for held calls, "+
 			"the execution suspends and the answer (not an error) is {ok: false, status: \"suspended\", execution_id, pending: [{call_id, server, tool, args, reason}], expires_at}; "+

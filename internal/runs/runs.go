@@ -28,6 +28,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
@@ -55,6 +56,10 @@ type Options struct {
 	// MaxRun bounds a run whose context has no deadline (in process), for
 	// its claim's lease (default 15 minutes, the longest a Lambda runs).
 	MaxRun time.Duration
+	// Journal, when set, is the journal of effects: the document of an
+	// execution that runs, or whose runner was lost, lists the effects it
+	// journalled so far (a finished one's document has them already).
+	Journal journal.Reader
 }
 
 // Service runs executions, asynchronous ones included. It is safe for
@@ -523,8 +528,25 @@ func (s *Service) document(ctx context.Context, run *suspend.Run) *execution.Res
 	if run.State == suspend.Suspended {
 		s.refreshSuspended(ctx, doc)
 	}
+	if doc.Running() || (run.State == suspend.Failed && doc.Effects == nil) {
+		doc.Effects = s.effects(ctx, id, !doc.Running())
+	}
 	doc.ExecutionID, doc.CreatedAt, doc.UpdatedAt = id, run.CreatedAt, run.UpdatedAt
 	return doc
+}
+
+// effects are id's effects as its journal has them now (pending reads
+// unknown once ended): what a run that has no document of its own yet, or
+// will never have one, did to the world.
+func (s *Service) effects(ctx context.Context, id string, ended bool) []execution.Effect {
+	if s.opts.Journal == nil {
+		return nil
+	}
+	entries, err := s.opts.Journal.List(ctx, id)
+	if err != nil {
+		s.log.WarnContext(ctx, "the journal of effects could not be read for the document", "execution_id", id, "err", err)
+	}
+	return journal.Effects(entries, ended)
 }
 
 // lost is the error of a failed run without a document of its own.

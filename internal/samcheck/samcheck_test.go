@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/suspend"
@@ -525,14 +526,17 @@ func onlyExecuteMay(t *testing.T, tpl *template, resource string, want []string)
 }
 
 // TestSuspensionsPolicy: the execute function may do to the suspensions
-// table exactly what internal/suspend's DynamoDB store does (the methods
-// of suspend.DynamoAPI), and no other function may touch it.
+// table exactly what internal/suspend's DynamoDB store and the journal of
+// effects beside it do (the methods of suspend.DynamoAPI and
+// journal.DynamoAPI), and no other function may touch it.
 func TestSuspensionsPolicy(t *testing.T) {
 	tpl, err := loadFile(realTemplate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	onlyExecuteMay(t, tpl, "SuspensionsTable", methods(reflect.TypeFor[suspend.DynamoAPI](), "dynamodb", nil))
+	want := append(methods(reflect.TypeFor[suspend.DynamoAPI](), "dynamodb", nil), methods(reflect.TypeFor[journal.DynamoAPI](), "dynamodb", nil)...)
+	slices.Sort(want)
+	onlyExecuteMay(t, tpl, "SuspensionsTable", slices.Compact(want))
 }
 
 // TestApprovalPolicy: only the execute function reads the approval state

@@ -46,6 +46,13 @@ type Config struct {
 	// HTTP. Values may reference secrets (${env:NAME}, ${file:/path},
 	// ${secret:ARN-or-name[#key]}), resolved by the kind; never logged.
 	Headers map[string]string
+	// IdempotencyKeys says the server honours idempotency keys: a call of
+	// any of its tools sent again with the same key (CallOptions.
+	// IdempotencyKey) is applied once. An effect of its tools that was in
+	// flight when its run was lost may then be sent again
+	// (docs/EFFECTS.md); tools annotated idempotentHint count as
+	// honouring keys whatever this says.
+	IdempotencyKeys bool
 }
 
 // Base implements Spec: a kind's configuration embeds Config.
@@ -131,12 +138,13 @@ type Fields struct {
 	RequireApproval  []string          `yaml:"require_approval"`
 	CallTimeout      string            `yaml:"call_timeout"`
 	Headers          map[string]string `yaml:"headers"`
+	IdempotencyKeys  bool              `yaml:"idempotency_keys"`
 }
 
 // Config converts the written block, and validates it.
 func (f Fields) Config() (Config, error) {
 	c := Config{Name: f.Name, Type: f.Type, Allow: f.Allow, Deny: f.Deny, AllowDestructive: f.AllowDestructive,
-		RequireApproval: f.RequireApproval, Headers: f.Headers}
+		RequireApproval: f.RequireApproval, Headers: f.Headers, IdempotencyKeys: f.IdempotencyKeys}
 	var err error
 	if c.CallTimeout, err = Duration(f.Name, "call_timeout", f.CallTimeout); err != nil {
 		return Config{}, err

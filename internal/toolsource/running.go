@@ -300,6 +300,7 @@ func (r *running) install(tools []Tool) {
 		// Decided here, with the configuration at hand, so that the
 		// service sees it on the tool like an annotation.
 		t.RequireApproval = r.cfg.RequiresApproval(name)
+		t.IdempotencyKeys = r.cfg.IdempotencyKeys
 		e := &entry{tool: t.Tool, ref: t.Ref}
 		if why := r.cfg.Refusal(name); why != "" {
 			e.denied = true
@@ -327,34 +328,46 @@ func (r *running) waitFirst(ctx context.Context) {
 	}
 }
 
-// call checks one call and hands it to the server.
+// call checks one call and hands it to the server. A call refused by the
+// checks was never sent, and says so (CallOptions.Refused).
 func (r *running) call(ctx context.Context, name string, args json.RawMessage, opt execution.CallOptions) (json.RawMessage, error) {
+	c, ferr := r.check(ctx, name, args, opt)
+	if ferr != nil {
+		opt.Refused()
+		return nil, ferr
+	}
+	return r.srv.Call(ctx, c)
+}
+
+// check is everything before a call is sent: the Set open, the server
+// ready, the tool listed and allowed, its arguments valid.
+func (r *running) check(ctx context.Context, name string, args json.RawMessage, opt execution.CallOptions) (Call, *fault.Error) {
 	full := r.cfg.Name + ":" + name
 	if r.set.isClosed() {
-		return nil, fault.Wrap(fault.Unavailable, errClosed, "").WithTool(full)
+		return Call{}, fault.Wrap(fault.Unavailable, errClosed, "").WithTool(full)
 	}
 	if !r.ready.Load() {
 		r.waitFirst(ctx)
 		if !r.ready.Load() {
 			r.start()
-			return nil, r.unavailable(full)
+			return Call{}, r.unavailable(full)
 		}
 	}
 	e := r.cat.Load().lookup(name)
 	if e == nil {
-		return nil, fault.New(fault.ToolNotFound, "%s %q has no %s %q", r.info.Noun, r.cfg.Name, r.info.ToolNoun, name).WithTool(full)
+		return Call{}, fault.New(fault.ToolNotFound, "%s %q has no %s %q", r.info.Noun, r.cfg.Name, r.info.ToolNoun, name).WithTool(full)
 	}
 	if ferr := r.allowed(e, opt); ferr != nil {
-		return nil, ferr.WithTool(full)
+		return Call{}, ferr.WithTool(full)
 	}
 	checked, ferr := e.input.Check(args)
 	if ferr != nil {
-		return nil, ferr.WithTool(full)
+		return Call{}, ferr.WithTool(full)
 	}
 	if f, ok := r.srv.(Freshener); ok {
 		f.Freshen()
 	}
-	return r.srv.Call(ctx, Call{Tool: e.tool, Ref: e.ref, Args: checked, Timeout: r.cfg.Timeout(), Options: opt})
+	return Call{Tool: e.tool, Ref: e.ref, Args: checked, Timeout: r.cfg.Timeout(), Options: opt}, nil
 }
 
 // allowed applies the allow and deny lists and the destructive policy.

@@ -233,6 +233,7 @@ func (s *Set) CheckServer(server string) error {
 func (s *Set) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, opt execution.CallOptions) (json.RawMessage, error) {
 	r := s.byName[t.Server]
 	if r == nil {
+		opt.Refused()
 		return nil, fault.New(fault.ToolNotFound, "no server named %q", t.Server).WithTool(t.FullName())
 	}
 	out, err := r.call(ctx, t.Name, args, opt)

@@ -60,32 +60,36 @@ func Start() (*Server, error) {
 		},
 		"required": []string{"confirmed"},
 	}
-	m.AddTool(mcp.NewTool("confirm_delete", mcp.WithDescription("Deletes an item once the user confirms"),
-		mcp.WithString("item", mcp.Required()), mcp.WithReadOnlyHintAnnotation(true)),
-		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			item := r.GetString("item", "")
-			if ans := server.ElicitationResponse(r.Params.InputResponses, "confirm"); ans != nil {
-				s.mu.Lock()
-				issuedFor, known := s.issued[r.Params.RequestState]
-				known = known && issuedFor == item
-				delete(s.issued, r.Params.RequestState)
-				s.retries = append(s.retries, Retry{Item: item, State: r.Params.RequestState, Known: known, Answer: ans})
-				s.mu.Unlock()
-				if !known {
-					return mcp.NewToolResultError("requestState is not one this server issued for " + item), nil
-				}
-				content, _ := ans.Content.(map[string]any)
-				if ans.Action != mcp.ElicitationResponseActionAccept || content["confirmed"] != true {
-					return mcp.NewToolResultStructuredOnly(map[string]any{"deleted": false, "item": item}), nil
-				}
-				return mcp.NewToolResultStructuredOnly(map[string]any{"deleted": true, "item": item, "note": content["note"]}), nil
+	confirm := func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		item := r.GetString("item", "")
+		if ans := server.ElicitationResponse(r.Params.InputResponses, "confirm"); ans != nil {
+			s.mu.Lock()
+			issuedFor, known := s.issued[r.Params.RequestState]
+			known = known && issuedFor == item
+			delete(s.issued, r.Params.RequestState)
+			s.retries = append(s.retries, Retry{Item: item, State: r.Params.RequestState, Known: known, Answer: ans})
+			s.mu.Unlock()
+			if !known {
+				return mcp.NewToolResultError("requestState is not one this server issued for " + item), nil
 			}
-			state := s.issue(item)
-			return server.NewInputRequestBuilder(state).Elicit("confirm", mcp.ElicitationParams{
-				Message:         fmt.Sprintf(Question, item),
-				RequestedSchema: schema,
-			}).ToolResult(), nil
-		})
+			content, _ := ans.Content.(map[string]any)
+			if ans.Action != mcp.ElicitationResponseActionAccept || content["confirmed"] != true {
+				return mcp.NewToolResultStructuredOnly(map[string]any{"deleted": false, "item": item}), nil
+			}
+			return mcp.NewToolResultStructuredOnly(map[string]any{"deleted": true, "item": item, "note": content["note"]}), nil
+		}
+		state := s.issue(item)
+		return server.NewInputRequestBuilder(state).Elicit("confirm", mcp.ElicitationParams{
+			Message:         fmt.Sprintf(Question, item),
+			RequestedSchema: schema,
+		}).ToolResult(), nil
+	}
+	m.AddTool(mcp.NewTool("confirm_delete", mcp.WithDescription("Deletes an item once the user confirms"),
+		mcp.WithString("item", mcp.Required()), mcp.WithReadOnlyHintAnnotation(true)), confirm)
+	// The same, said to be a write (not read-only, not destructive): an
+	// effect, journalled, that needs no approval.
+	m.AddTool(mcp.NewTool("archive", mcp.WithDescription("Archives an item once the user confirms"),
+		mcp.WithString("item", mcp.Required()), mcp.WithReadOnlyHintAnnotation(false), mcp.WithDestructiveHintAnnotation(false)), confirm)
 	m.AddTool(mcp.NewTool("summarise", mcp.WithDescription("Asks the client's model for a summary"), mcp.WithReadOnlyHintAnnotation(true)),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return server.NewInputRequestBuilder("").Sample("summary", mcp.CreateMessageParams{MaxTokens: 10,

@@ -1,6 +1,7 @@
 // Package traceprobe is a real MCP server for tests that records the trace
 // context each tool call arrived with: the traceparent and tracestate in
-// the request's _meta, and the same HTTP headers. It serves streamable
+// the request's _meta, and the same HTTP headers; and the idempotency key
+// (_meta's io.pml/idempotency-key, the Idempotency-Key header). It serves streamable
 // HTTP at /mcp and SSE at /sse on one loopback port, with one tool,
 // echo, that answers its arguments.
 package traceprobe
@@ -26,7 +27,11 @@ type Seen struct {
 	// HeaderParent and HeaderState are the HTTP request's traceparent and
 	// tracestate headers.
 	HeaderParent, HeaderState string
-	Args                      json.RawMessage
+	// MetaKey is _meta's io.pml/idempotency-key; HeaderKeys are the
+	// request's Idempotency-Key headers (all of them: one is expected).
+	MetaKey    string
+	HeaderKeys []string
+	Args       json.RawMessage
 }
 
 // Server is a running probe.
@@ -72,9 +77,11 @@ func (s *Server) echo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 	if m := req.Params.Meta; m != nil {
 		seen.MetaParent, _ = m.AdditionalFields["traceparent"].(string)
 		seen.MetaState, _ = m.AdditionalFields["tracestate"].(string)
+		seen.MetaKey, _ = m.AdditionalFields["io.pml/idempotency-key"].(string)
 	}
 	if h, ok := ctx.Value(headerKey{}).(http.Header); ok {
 		seen.HeaderParent, seen.HeaderState = h.Get("traceparent"), h.Get("tracestate")
+		seen.HeaderKeys = h.Values("Idempotency-Key")
 	}
 	seen.Args, _ = json.Marshal(req.GetArguments())
 	s.mu.Lock()

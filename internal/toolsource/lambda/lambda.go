@@ -15,6 +15,7 @@ package lambda
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -194,8 +195,11 @@ func (sv *server) Call(ctx context.Context, c toolsource.Call) (json.RawMessage,
 	}
 	tctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	out, err := api.Invoke(tctx, &awslambda.InvokeInput{FunctionName: aws.String(fn.Function),
-		InvocationType: types.InvocationTypeRequestResponse, Payload: c.Args})
+	in := &awslambda.InvokeInput{FunctionName: aws.String(fn.Function), InvocationType: types.InvocationTypeRequestResponse, Payload: c.Args}
+	if key := c.Options.IdempotencyKey; key != "" {
+		in.ClientContext = aws.String(clientContext(key))
+	}
+	out, err := api.Invoke(tctx, in)
 	if err != nil {
 		return nil, classify(ctx, tctx, err, full, c.Timeout)
 	}
@@ -213,6 +217,15 @@ func (sv *server) Call(ctx context.Context, c toolsource.Call) (json.RawMessage,
 		return json.Marshal(string(payload))
 	}
 	return payload, nil
+}
+
+// clientContext is an effect's client context: its idempotency key in the
+// custom map a function reads (context.ClientContext.Custom in Go,
+// context.client_context.custom in Python), base64 of the JSON as Lambda
+// takes it.
+func clientContext(key string) string {
+	b, _ := json.Marshal(map[string]map[string]string{"custom": {"idempotency_key": key}})
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 // functionError is the TOOL_ERROR of an invocation that failed in the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -60,12 +61,26 @@ type callParams struct {
 	RequestState   string                     `json:"requestState,omitempty"`
 }
 
+// MetaIdempotencyKey is the _meta key of an effect's idempotency key in
+// its tools/call (execution.CallOptions.IdempotencyKey); over HTTP it is
+// the Idempotency-Key header too.
+const MetaIdempotencyKey = "io.pml/idempotency-key"
+
+// idempotencyKeyContext carries a call's idempotency key to the header
+// function its transport calls for each request.
+type idempotencyKeyContext struct{}
+
 // maxShedRetries bounds the retries of a server that answers
 // input_required asking nothing (shedding load: "retry, with this state").
 const maxShedRetries = 3
 
 func (s *remote) call(ctx context.Context, c *conn, tc toolsource.Call, header *mcpgo.Tool) (json.RawMessage, error) {
 	full := tc.Tool.FullName()
+	key := tc.Options.IdempotencyKey
+	if key != "" {
+		// Read by requestHeaders, for every HTTP request of the call.
+		ctx = context.WithValue(ctx, idempotencyKeyContext{}, key)
+	}
 	ctx, untrack := s.track(ctx, tc.Tool.Name)
 	defer untrack()
 	timeout := tc.Timeout
@@ -79,6 +94,12 @@ func (s *remote) call(ctx context.Context, c *conn, tc toolsource.Call, header *
 	defer stop()
 
 	params := callParams{Name: tc.Tool.Name, Arguments: tc.Args, Meta: tracectx.Headers(ctx)}
+	if key != "" {
+		meta := make(map[string]string, len(params.Meta)+1)
+		maps.Copy(meta, params.Meta)
+		meta[MetaIdempotencyKey] = key
+		params.Meta = meta
+	}
 	if r := tc.Options.Retry; r != nil {
 		params.InputResponses, params.RequestState = r.InputResponses, r.RequestState
 	}

@@ -113,6 +113,9 @@ func (c Config) String() string {
 	if c.AssumeNotDestructive {
 		b.WriteString(" assume_not_destructive")
 	}
+	if c.IdempotencyKeys {
+		b.WriteString(" idempotency_keys")
+	}
 	if c.Auth.Type != oauthclient.TypeAuto {
 		fmt.Fprintf(&b, " auth=%s", c.Auth.Type)
 	}
@@ -140,6 +143,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("allow_destructive", c.AllowDestructive),
 		slog.Any("require_approval", c.RequireApproval),
 		slog.Bool("assume_not_destructive", c.AssumeNotDestructive),
+		slog.Bool("idempotency_keys", c.IdempotencyKeys),
 		slog.String("auth", oauthclient.TypeName(c.Auth.Type)),
 	)
 }

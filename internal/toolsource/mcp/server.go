@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,18 @@ func newRemote(k *Kind, cfg Config, h *toolsource.Handle) *remote {
 // server that traces joins the trace.
 func (s *remote) requestHeaders(ctx context.Context) map[string]string {
 	h, tc := s.headers.Current(), tracectx.Headers(ctx)
+	if key, _ := ctx.Value(idempotencyKeyContext{}).(string); key != "" {
+		// An effect's key, which no configured header may stand in for.
+		out := make(map[string]string, len(h)+len(tc)+1)
+		for k, v := range h {
+			if !strings.EqualFold(k, "Idempotency-Key") {
+				out[k] = v
+			}
+		}
+		maps.Copy(out, tc)
+		out["Idempotency-Key"] = key
+		return out
+	}
 	if len(tc) == 0 {
 		return h
 	}

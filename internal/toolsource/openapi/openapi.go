@@ -240,6 +240,11 @@ func (sv *server) Call(ctx context.Context, c toolsource.Call) (json.RawMessage,
 		if err := sv.addCredentials(tctx, req); err != nil {
 			return nil, fault.Wrap(fault.Unavailable, err, "credentials").WithTool(full)
 		}
+		if key := c.Options.IdempotencyKey; key != "" {
+			// An effect's key, last: neither an argument bound to a
+			// header nor a configured one stands in for it.
+			req.Header.Set("Idempotency-Key", key)
+		}
 		req.Header.Set("User-Agent", "pml-sandbox")
 		resp, err := client.Do(req)
 		if err != nil {
