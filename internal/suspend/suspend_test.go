@@ -684,11 +684,11 @@ func TestList(t *testing.T) {
 // records, unreadable, do not break it, and 55 of one owner do not hide
 // the other's one.
 func TestListReadsOnlyItsPage(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s suspend.Store, clk *clock, loc location) {
+	forEachStore(t, func(t *testing.T, _ suspend.Store, clk *clock, loc location) {
 		ctx := context.Background()
 		// More than one principal may keep by default (50): the list is
 		// what is under test, with a deployment that raised the quota.
-		s = loc.open(suspend.Options{Now: clk.Now, Quota: suspend.Quota{Count: 100}})
+		s := loc.open(suspend.Options{Now: clk.Now, Quota: suspend.Quota{Count: 100}})
 		for i := range 55 {
 			r := &suspend.Record{ID: fmt.Sprintf("ex_%02d", i), Principal: "agent", Suspension: suspension(256, uint64(i))}
 			if err := s.Save(ctx, r); err != nil {
