@@ -252,3 +252,28 @@ func union(a, b []string) []string {
 	}
 	return out
 }
+
+// Fields is Config as a server list writes it (an entry's `auth` block):
+// the same fields for every HTTP tool source, so that a kind embeds it
+// (inline, beside fields of its own) instead of spelling it again.
+type Fields struct {
+	Type                    string   `yaml:"type"`
+	Scopes                  []string `yaml:"scopes"`
+	ClientID                string   `yaml:"client_id"`
+	ClientSecret            string   `yaml:"client_secret"`
+	ClientMetadataURL       string   `yaml:"client_metadata_url"`
+	TokenEndpointAuthMethod string   `yaml:"token_endpoint_auth_method"`
+	PrivateKey              string   `yaml:"private_key"`
+	SigningAlg              string   `yaml:"signing_alg"`
+	Secret                  string   `yaml:"secret"`
+}
+
+// Config is the written block as a Config ("auto" is TypeAuto). Validate
+// checks it.
+func (f Fields) Config() Config {
+	c := Config(f)
+	if c.Type == "auto" {
+		c.Type = TypeAuto
+	}
+	return c
+}

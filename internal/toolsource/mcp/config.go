@@ -323,19 +323,6 @@ type entry struct {
 	Auth yaml.Node `yaml:"auth"`
 }
 
-// fileAuth is the on-disk shape of Config.Auth.
-type fileAuth struct {
-	Type                    string   `yaml:"type"`
-	Scopes                  []string `yaml:"scopes"`
-	ClientID                string   `yaml:"client_id"`
-	ClientSecret            string   `yaml:"client_secret"`
-	ClientMetadataURL       string   `yaml:"client_metadata_url"`
-	TokenEndpointAuthMethod string   `yaml:"token_endpoint_auth_method"`
-	PrivateKey              string   `yaml:"private_key"`
-	SigningAlg              string   `yaml:"signing_alg"`
-	Secret                  string   `yaml:"secret"`
-}
-
 // decode reads one entry of the server list, strictly (an unknown field,
 // in the entry or its auth, is an error, so that a typo in
 // "allow_destructive" cannot silently change what runs), and validates
@@ -354,16 +341,11 @@ func decode(n *yaml.Node) (Config, error) {
 		return Config{}, err
 	}
 	if e.Auth.Kind != 0 && e.Auth.Tag != "!!null" {
-		var a fileAuth
+		var a oauthclient.Fields
 		if err := toolsource.DecodeEntry(&e.Auth, &a); err != nil {
 			return Config{}, fmt.Errorf("server %q: auth: %w", e.Name, err)
 		}
-		c.Auth = oauthclient.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
-			ClientMetadataURL: a.ClientMetadataURL, TokenEndpointAuthMethod: a.TokenEndpointAuthMethod,
-			PrivateKey: a.PrivateKey, SigningAlg: a.SigningAlg, Secret: a.Secret}
-		if c.Auth.Type == "auto" {
-			c.Auth.Type = oauthclient.TypeAuto
-		}
+		c.Auth = a.Config()
 	}
 	return c, c.Validate()
 }

@@ -261,17 +261,9 @@ type entry struct {
 
 // fileAuth is the on-disk shape of Auth: oauthclient's fields, and SigV4's.
 type fileAuth struct {
-	Type                    string   `yaml:"type"`
-	Scopes                  []string `yaml:"scopes"`
-	ClientID                string   `yaml:"client_id"`
-	ClientSecret            string   `yaml:"client_secret"`
-	ClientMetadataURL       string   `yaml:"client_metadata_url"`
-	TokenEndpointAuthMethod string   `yaml:"token_endpoint_auth_method"`
-	PrivateKey              string   `yaml:"private_key"`
-	SigningAlg              string   `yaml:"signing_alg"`
-	Secret                  string   `yaml:"secret"`
-	Region                  string   `yaml:"region"`
-	Service                 string   `yaml:"service"`
+	oauthclient.Fields `yaml:",inline"`
+	Region             string `yaml:"region"`
+	Service            string `yaml:"service"`
 }
 
 // decode reads one entry of the server list, strictly, and validates it.
@@ -287,12 +279,7 @@ func decode(n *yaml.Node) (Config, error) {
 		if err := toolsource.DecodeEntry(&f.Auth, &a); err != nil {
 			return Config{}, fmt.Errorf("server %q: auth: %w", f.Name, err)
 		}
-		c.Auth = Auth{Config: oauthclient.Config{Type: a.Type, Scopes: a.Scopes, ClientID: a.ClientID, ClientSecret: a.ClientSecret,
-			ClientMetadataURL: a.ClientMetadataURL, TokenEndpointAuthMethod: a.TokenEndpointAuthMethod,
-			PrivateKey: a.PrivateKey, SigningAlg: a.SigningAlg, Secret: a.Secret}, Region: a.Region, Service: a.Service}
-		if c.Auth.Type == "auto" {
-			c.Auth.Type = oauthclient.TypeAuto
-		}
+		c.Auth = Auth{Config: a.Fields.Config(), Region: a.Region, Service: a.Service}
 	}
 	if c.FetchTimeout, err = toolsource.Duration(f.Name, "fetch_timeout", f.FetchTimeout); err != nil {
 		return Config{}, err
