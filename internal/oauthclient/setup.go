@@ -114,3 +114,17 @@ func clientSecrets(refs *secretref.Resolver, raw Config) func(context.Context, b
 		return ClientSecrets{ClientSecret: secret, PrivateKey: key}, changed, nil
 	}
 }
+
+// Literals are the client secret and private key as configured when
+// written without a secret reference: secrets themselves, which whoever
+// prints or logs the configuration must mask (referenced ones are learned
+// once resolved).
+func (c Config) Literals() []string {
+	var out []string
+	for _, v := range []string{c.ClientSecret, c.PrivateKey} {
+		if v != "" && !secretref.Has(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -368,4 +369,37 @@ func (r *Redactor) attr(a slog.Attr) slog.Attr {
 		}
 	}
 	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// URL is raw with its credentials masked, for printing a configured
+// address: userinfo and every query value become Mask (keys and their
+// order stay, so a reader can tell which parameter it was), the path and
+// fragment as written. An unparsable URL is not echoed at all.
+func URL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	hasUser, query := u.User != nil, u.RawQuery
+	u.User, u.RawQuery, u.ForceQuery = nil, "", false
+	out := u.String()
+	if hasUser {
+		out = strings.Replace(out, "://", "://"+Mask+"@", 1)
+	}
+	if query != "" {
+		parts := strings.Split(query, "&")
+		for i, kv := range parts {
+			if k, _, ok := strings.Cut(kv, "="); ok {
+				parts[i] = k + "=" + Mask
+			}
+		}
+		// The fragment, if any, went out with u.String(); put the query
+		// before it.
+		frag := ""
+		if i := strings.IndexByte(out, '#'); i >= 0 {
+			out, frag = out[:i], out[i:]
+		}
+		out += "?" + strings.Join(parts, "&") + frag
+	}
+	return out
 }

@@ -88,7 +88,7 @@ func (c Config) OAuth() bool {
 // String prints the config with header values and URL passwords redacted.
 func (c Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s=%s (transport=%s", c.Name, redactURL(c.URL), c.transport())
+	fmt.Fprintf(&b, "%s=%s (transport=%s", c.Name, redact.URL(c.URL), c.transport())
 	if len(c.Headers) > 0 {
 		fmt.Fprintf(&b, " headers=%s", strings.Join(c.HeaderNames(), ","))
 	}
@@ -134,7 +134,7 @@ func (c Config) LogValue() slog.Value {
 	}
 	return slog.GroupValue(
 		slog.String("name", c.Name),
-		slog.String("url", redactURL(c.URL)),
+		slog.String("url", redact.URL(c.URL)),
 		slog.String("transport", c.transport()),
 		slog.Attr{Key: "headers", Value: slog.GroupValue(headers...)},
 		slog.Duration("call_timeout", c.Timeout()),
@@ -158,38 +158,6 @@ func (c Config) transport() string {
 	return c.Transport
 }
 
-// redactURL shows a URL without its credentials: userinfo and every query
-// value are masked, keys and the rest are kept so that an operator can
-// still tell the URLs apart.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	hasUser, query := u.User != nil, u.RawQuery
-	u.User, u.RawQuery, u.ForceQuery = nil, "", false
-	out := u.String()
-	if hasUser {
-		out = strings.Replace(out, "://", "://"+redacted+"@", 1)
-	}
-	if query != "" {
-		parts := strings.Split(query, "&")
-		for i, kv := range parts {
-			if k, _, ok := strings.Cut(kv, "="); ok {
-				parts[i] = k + "=" + redacted
-			}
-		}
-		// The fragment, if any, went out with u.String(); put the query
-		// before it.
-		frag := ""
-		if i := strings.IndexByte(out, '#'); i >= 0 {
-			out, frag = out[:i], out[i:]
-		}
-		out += "?" + strings.Join(parts, "&") + frag
-	}
-	return out
-}
-
 // secrets lists what the config holds that must never be shown: header
 // values without secret references (resolved values are added at connect
 // time, see secretref.HeaderSecrets), the URL's userinfo and every query value, both
@@ -201,11 +169,7 @@ func (c Config) secrets() []string {
 			out = append(out, secretref.HeaderSecrets(v)...)
 		}
 	}
-	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
-		if v != "" && !secretref.Has(v) {
-			out = append(out, v)
-		}
-	}
+	out = append(out, c.Auth.Literals()...)
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return out
@@ -266,7 +230,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server %q: invalid URL: %w", c.Name, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("server %q: URL %q must be absolute http(s)", c.Name, redactURL(c.URL))
+		return fmt.Errorf("server %q: URL %q must be absolute http(s)", c.Name, redact.URL(c.URL))
 	}
 	switch c.transport() {
 	case TransportAuto, TransportSSE, TransportStreamable:

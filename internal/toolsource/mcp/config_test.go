@@ -103,8 +103,8 @@ func TestConfigNeverPrintsURLCredentials(t *testing.T) {
 				t.Errorf("%s: secret printed: %s", c.url, out)
 			}
 		}
-		if got := redactURL(c.url); got != c.want {
-			t.Errorf("redactURL(%s) = %s; want %s", c.url, got, c.want)
+		if got := redact.URL(c.url); got != c.want {
+			t.Errorf("redact.URL(%s) = %s; want %s", c.url, got, c.want)
 		}
 		// Whatever quotes the URL as written is scrubbed too.
 		r := redact.New(cfg.secrets()...)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/secretref"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -259,7 +260,7 @@ func (s *remote) answersInLine(c *conn) bool {
 // credentials, the transport that last worked ("" before any did), and
 // the revision the live connection agreed.
 func (s *remote) Describe(h *toolsource.Health) {
-	h.URL = redactURL(s.cfg.URL)
+	h.URL = redact.URL(s.cfg.URL)
 	s.mu.Lock()
 	h.Transport = s.kind
 	s.mu.Unlock()

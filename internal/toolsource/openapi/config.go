@@ -116,7 +116,7 @@ func (c Config) validateLocations() error {
 	if isURL(c.Spec) {
 		u, err := url.Parse(c.Spec)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("server %q: spec %q is not a URL", c.Name, redactURL(c.Spec))
+			return fmt.Errorf("server %q: spec %q is not a URL", c.Name, redact.URL(c.Spec))
 		}
 		if u.User != nil {
 			return fmt.Errorf("server %q: the spec URL may not hold credentials", c.Name)
@@ -173,21 +173,17 @@ func (c Config) literals() []string {
 			out = append(out, secretref.HeaderSecrets(v)...)
 		}
 	}
-	for _, v := range []string{c.Auth.ClientSecret, c.Auth.PrivateKey} {
-		if v != "" && !secretref.Has(v) {
-			out = append(out, v)
-		}
-	}
+	out = append(out, c.Auth.Literals()...)
 	return out
 }
 
 // String prints the configuration without header or query values.
 func (c Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s=openapi:%s (", c.Name, redactURL(c.Spec))
+	fmt.Fprintf(&b, "%s=openapi:%s (", c.Name, redact.URL(c.Spec))
 	var parts []string
 	if c.BaseURL != "" {
-		parts = append(parts, "base_url="+redactURL(c.BaseURL))
+		parts = append(parts, "base_url="+redact.URL(c.BaseURL))
 	}
 	if len(c.Headers) > 0 {
 		parts = append(parts, "headers="+strings.Join(c.HeaderNames(), ","))
@@ -211,22 +207,6 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // GoString keeps %#v from printing secrets either.
 func (c Config) GoString() string { return "openapi.Config{" + c.String() + "}" }
-
-// redactURL shows a URL without userinfo and query values.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			q[k] = []string{redact.Mask}
-		}
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
 
 // ParseFlag parses `--openapi NAME=URL|FILE`. As for --mcp, the flag is
 // the operator's own command line, so destructive operations may run at

@@ -200,9 +200,9 @@ func (sv *server) Describe(h *toolsource.Health) {
 	case doc != nil:
 		h.URL = doc.Base.Redacted()
 	case sv.cfg.BaseURL != "":
-		h.URL = redactURL(sv.cfg.BaseURL)
+		h.URL = redact.URL(sv.cfg.BaseURL)
 	default:
-		h.URL = redactURL(sv.cfg.Spec)
+		h.URL = redact.URL(sv.cfg.Spec)
 	}
 }
 
