@@ -283,5 +283,3 @@ func TestRefusedAtOnceNotParked(t *testing.T) {
 		t.Fatalf("%+v", r.Error)
 	}
 }
-
-
