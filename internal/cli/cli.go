@@ -223,8 +223,8 @@ type serviceFlags struct {
 	// callerAuto is what --caller-decides auto means for the command: the
 	// caller decides where it is the person at the keyboard.
 	approvers, trustedClients, selfApproval, callerDecides, maxGrant string
-	callerAuto                                             bool
-	login                                                  string
+	callerAuto                                                       bool
+	login                                                            string
 	// oneShot: the command runs one execution and exits (withService),
 	// and turns the garbage collector back on only after it, not once
 	// the service is built: the first cycle would mark the whole
