@@ -283,3 +283,20 @@ func TestRefusedAtOnceNotParked(t *testing.T) {
 		t.Fatalf("%+v", r.Error)
 	}
 }
+
+// TestComputedNameHasASite: a tool reached by a computed name has a site
+// of its own, learned from its first call (the plan marks it computed),
+// and a grant over it covers that site's calls only.
+func TestComputedNameHasASite(t *testing.T) {
+	g := startGrantRun(t, `const t = ["kv", "delete"].join("_")
+for (const key of ["a", "b"]) await mcp.demo[t]({key})
+return await mcp.demo.kv_delete({key: "k"})`)
+	site := g.last.Plan.Sites
+	if len(site) != 2 || site[0].Line != 3 || site[0].Computed || !site[1].Computed || site[1].Line != 2 || site[1].Calls != 1 {
+		t.Fatalf("plan %+v", site)
+	}
+	r, ferr := g.decide(operator, execution.ChannelCaller, map[string]execution.Decision{"1": siteGrant(5)})
+	if ferr != nil || !slices.Equal(pendingIDs(r), []int{3}) || r.Pending[0].Line != 3 {
+		t.Fatalf("%+v %+v", ferr, r.Pending)
+	}
+}
