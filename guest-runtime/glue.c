@@ -277,13 +277,22 @@ typedef struct {
     uint32_t pc;
     int32_t line, col;
 } pml_site;
-static pml_site site_cache[SITE_CACHE];
+/* Allocated on a run's first call: a run that calls nothing (and a fresh
+ * sandbox's snapshot) never touches it. */
+static pml_site *site_cache;
 
+/* sites_reset forgets what a session's previous execution cached: it
+ * writes nothing in a fresh sandbox, whose pages stay the snapshot's. */
 static void sites_reset(void) {
-    memset(site_cache, 0, sizeof(site_cache));
-    js_free_rt(rt, script_fns);
-    script_fns = NULL;
-    script_fns_len = script_fns_cap = 0;
+    if (site_cache) {
+        js_free_rt(rt, site_cache);
+        site_cache = NULL;
+    }
+    if (script_fns) {
+        js_free_rt(rt, script_fns);
+        script_fns = NULL;
+        script_fns_len = script_fns_cap = 0;
+    }
 }
 
 /* script_fns_add adds b and the functions it defines (its constants; each
@@ -336,6 +345,8 @@ static void call_site(int32_t *line, int32_t *col) {
         if (b->debug.filename != atom_main || !in_script(b))
             return;
         uint32_t pc = (uint32_t)(sf->cur_pc - b->byte_code_buf - 1);
+        if (!site_cache)
+            site_cache = js_mallocz_rt(rt, SITE_CACHE * sizeof(pml_site));
         pml_site *c = &site_cache[((uintptr_t)b / 8 * 31 + pc) % SITE_CACHE];
         if (c->b != b || c->pc != pc) {
             int cn;
