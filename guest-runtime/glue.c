@@ -26,7 +26,10 @@
  * at the end of this file).
  *
  * Host imports (module "pml"):
- *   start_call(tool_index, args) -> id     starts a tool call; never blocks
+ *   start_call(tool_index, args, line, col) -> id
+ *                                           starts a tool call; never blocks.
+ *                                           line and col are where the script
+ *                                           made it (call_site), 0 when unknown
  *   log(level, msg) -> keep                console output; 0 = stop sending
  *   fault(doc) -> id                       keeps an error the prelude raises
  *                                           for the host, so the host can
@@ -62,7 +65,7 @@ static void pml_after_gc(struct JSRuntime *r);
 #define IMPORT(name) __attribute__((import_module("pml"), import_name(name)))
 
 IMPORT("start_call")
-int32_t host_start_call(int32_t tool_index, const char *args, int32_t args_len);
+int32_t host_start_call(int32_t tool_index, const char *args, int32_t args_len, int32_t line, int32_t col);
 IMPORT("log")
 int32_t host_log(int32_t level, const char *msg, int32_t msg_len);
 IMPORT("fault")
@@ -186,6 +189,7 @@ typedef struct {
     int32_t index;
     JSValue args;    /* a string */
     JSValue promise;
+    int32_t line, col; /* where the script made the call (call_site) */
 } pml_queued;
 static pml_queued *queue;
 static uint32_t queue_head, queue_tail, queue_cap;
@@ -249,22 +253,129 @@ static int slot_take(int32_t id, pml_slot *out) {
     }
 }
 
-/* start_bytes hands a call with its arguments' JSON (UTF-8) to the host
- * and keeps what its answer settles. Takes a, b. */
-static void start_bytes(int32_t index, const char *s, size_t len, int32_t kind, JSValue a, JSValue b) {
+/* ---- Where a call was made ----------------------------------------------
+ *
+ * Each call goes to the host with its call site: the line and column
+ * QuickJS records for the call expression (its opening parenthesis) in the
+ * innermost frame of the run's own script, past native frames (Array's map,
+ * Function's call) and the prelude's. The host keys what a person decides
+ * about "this call site" on it (internal/executor: grants), so it must name
+ * one place of this run's script and nothing else: a frame of other code
+ * (eval, new Function, a function an earlier execution of a session
+ * defined) gives 0, 0, and so does a call with no script frame at all (a
+ * promise job). It lives in the bytecode's debug table, in linear memory,
+ * so a suspended run resumed elsewhere reports the same sites. A small
+ * cache keeps a loop's calls from scanning the table each time. */
+static JSAtom atom_main, atom_prelude;
+/* The bytecode of every function the run's script defines (pml_run's
+ * function and those it holds, sorted), for a session's run only. */
+static JSFunctionBytecode **script_fns;
+static uint32_t script_fns_len, script_fns_cap;
+#define SITE_CACHE 64
+typedef struct {
+    JSFunctionBytecode *b;
+    uint32_t pc;
+    int32_t line, col;
+} pml_site;
+/* Allocated on a run's first call: a run that calls nothing (and a fresh
+ * sandbox's snapshot) never touches it. */
+static pml_site *site_cache;
+
+/* sites_reset forgets what a session's previous execution cached: it
+ * writes nothing in a fresh sandbox, whose pages stay the snapshot's. */
+static void sites_reset(void) {
+    if (site_cache) {
+        js_free_rt(rt, site_cache);
+        site_cache = NULL;
+    }
+    if (script_fns) {
+        js_free_rt(rt, script_fns);
+        script_fns = NULL;
+        script_fns_len = script_fns_cap = 0;
+    }
+}
+
+/* script_fns_add adds b and the functions it defines (its constants; each
+ * function is the constant of one parent). The depth is the script's
+ * nesting, which the host bounds before the guest sees it. */
+static void script_fns_add(JSFunctionBytecode *b) {
+    if (script_fns_len == script_fns_cap) {
+        uint32_t cap = script_fns_cap ? script_fns_cap * 2 : 16;
+        JSFunctionBytecode **n = js_realloc_rt(rt, script_fns, cap * sizeof(*n));
+        if (!n)
+            pml_out_of_memory(cap * sizeof(*n)); /* not reached: traps */
+        script_fns = n;
+        script_fns_cap = cap;
+    }
+    script_fns[script_fns_len++] = b;
+    for (int i = 0; i < b->cpool_count; i++)
+        if (JS_VALUE_GET_TAG(b->cpool[i]) == JS_TAG_FUNCTION_BYTECODE)
+            script_fns_add(JS_VALUE_GET_PTR(b->cpool[i]));
+}
+
+static int ptr_cmp(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* in_script reports whether b is a function of the run's script. Only a
+ * session's realm holds the functions of other scripts (its earlier
+ * executions'), all named main.js too. */
+static int in_script(JSFunctionBytecode *b) {
+    if (!(run_flags & PML_SESSION))
+        return 1;
+    return bsearch(&b, script_fns, script_fns_len, sizeof(*script_fns), ptr_cmp) != NULL;
+}
+
+static void call_site(int32_t *line, int32_t *col) {
+    *line = *col = 0;
+    for (JSStackFrame *sf = rt->current_stack_frame; sf; sf = sf->prev_frame) {
+        if (sf->js_mode & JS_MODE_BACKTRACE_BARRIER)
+            return;
+        if (JS_VALUE_GET_TAG(sf->cur_func) != JS_TAG_OBJECT)
+            return;
+        JSObject *p = JS_VALUE_GET_OBJ(sf->cur_func);
+        if (!js_class_has_bytecode(p->class_id))
+            continue; /* a native: the call came through it */
+        JSFunctionBytecode *b = p->u.func.function_bytecode;
+        if (!b->has_debug || !sf->cur_pc)
+            return;
+        if (b->debug.filename == atom_prelude)
+            continue;
+        if (b->debug.filename != atom_main || !in_script(b))
+            return;
+        uint32_t pc = (uint32_t)(sf->cur_pc - b->byte_code_buf - 1);
+        if (!site_cache)
+            site_cache = js_mallocz_rt(rt, SITE_CACHE * sizeof(pml_site));
+        pml_site *c = &site_cache[((uintptr_t)b / 8 * 31 + pc) % SITE_CACHE];
+        if (c->b != b || c->pc != pc) {
+            int cn;
+            int ln = find_line_num(ctx, b, pc, &cn);
+            *c = (pml_site){b, pc, ln, cn};
+        }
+        *line = c->line;
+        *col = c->col;
+        return;
+    }
+}
+
+/* start_bytes hands a call with its arguments' JSON (UTF-8) and its call
+ * site to the host and keeps what its answer settles. Takes a, b. */
+static void start_bytes(int32_t index, const char *s, size_t len, int32_t kind, JSValue a, JSValue b, int32_t line,
+                        int32_t col) {
     if (kind == SLOT_CALL)
         inflight++;
-    int32_t id = host_start_call(index, s, (int32_t)len);
+    int32_t id = host_start_call(index, s, (int32_t)len, line, col);
     slot_put(id, kind, a, b);
 }
 
 /* start is start_bytes for arguments held as a string. Takes args. */
-static void start(int32_t index, JSValue args, int32_t kind, JSValue a, JSValue b) {
+static void start(int32_t index, JSValue args, int32_t kind, JSValue a, JSValue b, int32_t line, int32_t col) {
     size_t al;
     const char *s = JS_ToCStringLen(ctx, &al, args);
     if (!s)
         pml_out_of_memory(al); /* not reached: converting a string only fails for memory, which traps */
-    start_bytes(index, s, al, kind, a, b);
+    start_bytes(index, s, al, kind, a, b, line, col);
     JS_FreeCString(ctx, s);
     JS_FreeValue(ctx, args);
 }
@@ -485,7 +596,7 @@ static void jbuf_trim(void) {
     jbuf_len = 0;
 }
 
-static void queue_push(int32_t index, JSValue args, JSValue promise) {
+static void queue_push(int32_t index, JSValue args, JSValue promise, int32_t line, int32_t col) {
     if (queue_tail == queue_cap) {
         if (queue_head > 0) {
             memmove(queue, queue + queue_head, (queue_tail - queue_head) * sizeof(pml_queued));
@@ -496,7 +607,7 @@ static void queue_push(int32_t index, JSValue args, JSValue promise) {
             queue = js_realloc_rt(rt, queue, queue_cap * sizeof(pml_queued));
         }
     }
-    queue[queue_tail++] = (pml_queued){index, args, promise};
+    queue[queue_tail++] = (pml_queued){index, args, promise, line, col};
 }
 
 /* pml_new_promise makes a pending promise the glue settles itself: what
@@ -547,13 +658,15 @@ static JSValue native_tool_call(JSContext *c, JSValueConst this_val, int argc, J
                                 JSValue *data) {
     JSValueConst a = argc > 0 ? argv[0] : JS_UNDEFINED;
     JSValue args;
+    int32_t line, col;
+    call_site(&line, &col);
     if (inflight < inflight_cap && !JS_IsUndefined(a) && json_fast(a) == 0) {
         JSValue p = pml_new_promise();
         if (JS_IsException(p)) {
             jbuf_trim();
             return p;
         }
-        start_bytes(magic, jbuf, jbuf_len, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED);
+        start_bytes(magic, jbuf, jbuf_len, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED, line, col);
         jbuf_trim();
         return p;
     }
@@ -581,9 +694,9 @@ static JSValue native_tool_call(JSContext *c, JSValueConst this_val, int argc, J
         return p;
     }
     if (inflight < inflight_cap)
-        start(magic, args, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED);
+        start(magic, args, SLOT_CALL, JS_DupValue(c, p), JS_UNDEFINED, line, col);
     else
-        queue_push(magic, args, JS_DupValue(c, p));
+        queue_push(magic, args, JS_DupValue(c, p), line, col);
     return p;
 }
 
@@ -617,7 +730,7 @@ static JSValue native_builtin(JSContext *c, JSValueConst this_val, int argc, JSV
         JS_FreeValue(c, args);
         return p;
     }
-    start(index, args, SLOT_BUILTIN, JS_DupValue(c, p), JS_UNDEFINED);
+    start(index, args, SLOT_BUILTIN, JS_DupValue(c, p), JS_UNDEFINED, 0, 0);
     return p;
 }
 
@@ -627,7 +740,7 @@ static JSValue native_timer(JSContext *c, JSValueConst this_val, int argc, JSVal
     JSValue args = JS_ToString(c, argv[0]);
     if (JS_IsException(args))
         return args;
-    start(-1, args, SLOT_TIMER, JS_DupValue(c, argv[1]), JS_DupValue(c, argv[2]));
+    start(-1, args, SLOT_TIMER, JS_DupValue(c, argv[1]), JS_DupValue(c, argv[2]), 0, 0);
     return JS_UNDEFINED;
 }
 
@@ -728,6 +841,8 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     ctx = JS_NewContext(rt);
     if (!ctx)
         return 2;
+    atom_main = JS_NewAtom(ctx, "main.js");
+    atom_prelude = JS_NewAtom(ctx, "prelude.js");
     JSValue prelude = JS_Eval(ctx, pml_prelude, pml_prelude_len, "prelude.js", JS_EVAL_TYPE_GLOBAL);
     if (JS_IsException(prelude))
         return 3;
@@ -858,6 +973,7 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     script_promise = JS_UNDEFINED;
     calls_reset();
     run_flags = flags;
+    sites_reset();
     ctx->random_state = seed ? (uint64_t)seed : 1;
     JS_UpdateStackTop(rt);
     JS_SetMaxStackSize(rt, (size_t)stack_size);
@@ -907,6 +1023,10 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     if (JS_IsException(fn)) {
         JS_FreeValue(ctx, args);
         return emit_exception();
+    }
+    if ((flags & PML_SESSION) && JS_VALUE_GET_TAG(fn) == JS_TAG_OBJECT && js_class_has_bytecode(JS_VALUE_GET_OBJ(fn)->class_id)) {
+        script_fns_add(JS_VALUE_GET_OBJ(fn)->u.func.function_bytecode);
+        qsort(script_fns, script_fns_len, sizeof(*script_fns), ptr_cmp);
     }
     script_promise = JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&args);
     JS_FreeValue(ctx, fn);
@@ -961,7 +1081,7 @@ __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_
         inflight--;
         while (queue_head < queue_tail && inflight < inflight_cap) {
             pml_queued q = queue[queue_head++];
-            start(q.index, q.args, SLOT_CALL, q.promise, JS_UNDEFINED);
+            start(q.index, q.args, SLOT_CALL, q.promise, JS_UNDEFINED, q.line, q.col);
         }
         if (queue_head == queue_tail)
             queue_head = queue_tail = 0;

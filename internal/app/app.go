@@ -78,6 +78,7 @@ const (
 	EnvCallerDecides     = "PML_CALLER_DECIDES"         // on: the caller may set allow_destructive and approve its own calls (Lambda default off); CLI: --caller-decides's default
 	EnvTrustedClients    = "PML_TRUSTED_CLIENTS"        // principal patterns whose MCP clients' form-mode elicitation answers count as their user's decision; CLI too
 	EnvSelfApproval      = "PML_SELF_APPROVAL"          // on: a person signed in on the approval page may decide their own principal's executions (off by default); CLI too
+	EnvMaxGrant          = "PML_MAX_GRANT_CALLS"        // the most calls one grant (a call site approved for N calls) may cover (default 100); CLI too
 	EnvApprovalKeyFile   = "PML_APPROVAL_KEY_FILE"      // the key sealing elicitation state (default in the user's data directory); CLI too
 	EnvApprovalKeySecret = "PML_APPROVAL_KEY_SECRET"    // the Secrets Manager secret holding that key (the deployment)
 	EnvApprovalBus       = "PML_APPROVAL_BUS"           // the EventBridge bus suspension notices go to
@@ -594,7 +595,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
-		Answerer: cfg.Answerer, Journal: a.Journal})
+		Answerer: cfg.Answerer, Journal: a.Journal, MaxGrant: cfg.Approval.MaxGrant})
 	a.runner.Executor = a.Service
 	return a, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,10 @@ type ApprovalConfig struct {
 	Bus string
 	// Page configures the approval page.
 	Page PageConfig
+	// MaxGrant is the most calls one grant may cover (a person approving
+	// a call site for N calls chooses N up to it): PML_MAX_GRANT_CALLS,
+	// default execution.DefaultMaxGrant.
+	MaxGrant int
 	// OnSuspend, when set, is told of every suspension besides the log
 	// and the bus (pml serve prints a sign-in link); OnDraft likewise of
 	// every new capability draft.
@@ -113,7 +118,31 @@ func ApprovalFromEnv(callerDecidesByDefault bool) (ApprovalConfig, error) {
 	if err != nil {
 		return ApprovalConfig{}, err
 	}
-	return ApprovalConfig{Policy: policy, KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus), Page: page}, nil
+	maxGrant, err := MaxGrantOf(os.Getenv(EnvMaxGrant))
+	if err != nil {
+		return ApprovalConfig{}, err
+	}
+	return ApprovalConfig{Policy: policy, KeySecret: os.Getenv(EnvApprovalKeySecret), KeyFile: ApprovalKeyFile(), Bus: os.Getenv(EnvApprovalBus), Page: page,
+		MaxGrant: maxGrant}, nil
+}
+
+// maxGrantBound is the most a deployment may let one grant cover: a
+// grant past the tool-call limit of any execution could never be used
+// up, and one that large is no longer a person reading a plan.
+const maxGrantBound = 10000
+
+// MaxGrantOf reads PML_MAX_GRANT_CALLS: empty is the default
+// (execution.DefaultMaxGrant), else a whole number from 1 to 10000.
+func MaxGrantOf(v string) (int, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return execution.DefaultMaxGrant, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxGrantBound {
+		return 0, fault.New(fault.InvalidRequest, "%s must be a whole number of calls from 1 to %d, not %q", EnvMaxGrant, maxGrantBound, v)
+	}
+	return n, nil
 }
 
 // PolicyOf reads the principal lists of a policy: approvers and trusted

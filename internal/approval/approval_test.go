@@ -265,6 +265,11 @@ func TestMayAnswer(t *testing.T) {
 			if got := tc.p.MayAnswer(Decider{Principal: tc.principal, Channel: tc.channel}, owner); got != tc.want {
 				t.Errorf("MayAnswer = %v; want %v", got, tc.want)
 			}
+			// A grant approves calls not made yet: it is exactly as
+			// much anyone's to give as an approval.
+			if got := tc.p.MayGrant(Decider{Principal: tc.principal, Channel: tc.channel}, owner); got != tc.want {
+				t.Errorf("MayGrant = %v; want %v", got, tc.want)
+			}
 		})
 	}
 }

@@ -155,6 +155,13 @@ func (p Policy) MayApprove(d Decider, asker string) bool {
 // for the agent's client.
 func (p Policy) MayAnswer(d Decider, asker string) bool { return p.MayApprove(d, asker) }
 
+// MayGrant reports whether d may grant calls of asker's execution: approve
+// a call site for more than one call, or every pending call at once. A
+// grant approves calls that have not been made yet, so it belongs to
+// exactly those who may approve one (MayApprove): never to the agent, nor
+// to whatever answers for its client unless the deployment trusts it.
+func (p Policy) MayGrant(d Decider, asker string) bool { return p.MayApprove(d, asker) }
+
 // MayReject reports whether d may reject what asker's execution asks: the
 // asker itself (refusing is always safe), or anyone who may approve it.
 func (p Policy) MayReject(d Decider, asker string) bool {

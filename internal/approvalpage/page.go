@@ -601,6 +601,9 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 		p.decideDraft(w, r, s, id)
 		return
 	}
+	if p.scoped(w, r, s, id) {
+		return // a decision that covers more than one call (plan.go)
+	}
 	call, err1 := strconv.Atoi(r.PostFormValue("call"))
 	version, err2 := strconv.Atoi(r.PostFormValue("version"))
 	word, reason := r.PostFormValue("decision"), strings.TrimSpace(r.PostFormValue("reason"))

@@ -176,9 +176,17 @@ type callView struct {
 	Args      string
 	ArgsBytes int
 	Keys      []argKey
+	// Endpoint is what the call reaches (an HTTP operation, a Lambda
+	// function), where its tool's kind says; Line is its line in the
+	// script (0 when it came from no line of it).
+	Endpoint string
+	Line     int
 	// Excerpt is the script around the lines that name the tool.
 	Excerpt    [][]sourceLine
 	MayApprove bool
+	// Grant is the form that approves the call's site for more than one
+	// call (plan.go), when the person may.
+	Grant *siteForm
 	// Question: the call was sent, and its remote server asked Questions
 	// before it would answer; MayAnswer is whether the person's answer
 	// counts (else they may only decline). Problems are why the person's
@@ -221,7 +229,9 @@ func (p *Page) executionView(ctx context.Context, s session, doc *execution.Resp
 			MayApprove: p.opts.Policy.MayApprove(d, doc.Owner)}
 		if t, ok := tools[pc.Server+":"+pc.Tool]; ok {
 			cv.Known, cv.Title, cv.Description, cv.Annotations = true, t.Title, t.Description, annotations(t)
+			cv.Endpoint = t.Endpoint.String()
 		}
+		cv.Line = pc.Line
 		cv.Args, cv.Keys = renderArgs(pc.Args)
 		cv.Excerpt = excerpt(lines, pc.Tool)
 		if pc.Reason == execution.PendingQuestion {
@@ -236,6 +246,10 @@ func (p *Page) executionView(ctx context.Context, s session, doc *execution.Resp
 			ev.Approvals++
 		}
 		ev.Calls = append(ev.Calls, cv)
+	}
+	ev.Plan = p.planOf(doc, s, d, tools, ev)
+	for i, pc := range doc.Pending {
+		ev.Calls[i].Grant = grantForm(pc, ev.Plan)
 	}
 	return pageData{Title: "Execution " + doc.ExecutionID, Session: &s, Exec: ev}
 }

@@ -37,6 +37,34 @@ type Tool struct {
 	// it honours idempotency keys (idempotency_keys: true): a call sent
 	// again with the same key is applied once.
 	IdempotencyKeys bool `json:"idempotency_keys,omitempty"`
+	// Endpoint says what a call reaches, where the tool's kind knows it:
+	// shown to whoever decides a call (and in the declarations), so that
+	// "delete" reads as the request it makes. Nil for MCP tools and
+	// capabilities.
+	Endpoint *Endpoint `json:"endpoint,omitempty"`
+}
+
+// Endpoint is what a call of a tool reaches: an HTTP operation (Method,
+// the Path template and Host it is sent to), or a Lambda function.
+type Endpoint struct {
+	Method   string `json:"method,omitempty"`
+	Path     string `json:"path,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Function string `json:"function,omitempty"`
+}
+
+// String is the endpoint in a line: "DELETE /pets/{petId} on
+// api.example.com", "Lambda function orders-cancel".
+func (e *Endpoint) String() string {
+	switch {
+	case e == nil:
+		return ""
+	case e.Function != "":
+		return "Lambda function " + e.Function
+	case e.Host != "":
+		return e.Method + " " + e.Path + " on " + e.Host
+	}
+	return e.Method + " " + e.Path
 }
 
 // FullName is "server:name".

@@ -222,9 +222,9 @@ type serviceFlags struct {
 	// approvers and callerDecides say who decides what needs approval;
 	// callerAuto is what --caller-decides auto means for the command: the
 	// caller decides where it is the person at the keyboard.
-	approvers, trustedClients, selfApproval, callerDecides string
-	callerAuto                                             bool
-	login                                                  string
+	approvers, trustedClients, selfApproval, callerDecides, maxGrant string
+	callerAuto                                                       bool
+	login                                                            string
 	// oneShot: the command runs one execution and exits (withService),
 	// and turns the garbage collector back on only after it, not once
 	// the service is built: the first cycle would mark the whole
@@ -256,6 +256,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.approvers, "approvers", os.Getenv(app.EnvApprovers), "principals that may decide any execution's pending calls: comma-separated IAM ARNs and jwt:<issuer>#<subject> patterns, * matching within one part of a principal (a role, a session, a subject), never across : / or # (default $"+app.EnvApprovers+")")
 	fs.StringVar(&f.trustedClients, "trusted-clients", os.Getenv(app.EnvTrustedClients), "principals whose MCP clients show a person a real dialog: their form-mode elicitation answers decide (default $"+app.EnvTrustedClients+")")
 	fs.StringVar(&f.selfApproval, "self-approval", cmp.Or(os.Getenv(app.EnvSelfApproval), "off"), "may a person signed in on the approval page decide their own principal's executions: on or off (default $"+app.EnvSelfApproval+", else off)")
+	fs.StringVar(&f.maxGrant, "max-grant-calls", os.Getenv(app.EnvMaxGrant), "the most calls a person may approve a call site for at once, on the approval page or through a trusted MCP client (default $"+app.EnvMaxGrant+", else 100)")
 	fs.StringVar(&f.callerDecides, "caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "auto"), "may the caller set allow_destructive and approve its own suspended calls: on, off, or auto (on for pml run; for pml serve, on when it listens on loopback only) (default $"+app.EnvCallerDecides+", else auto)")
 }
 
@@ -279,7 +280,11 @@ func (f *serviceFlags) approvalConfig() (app.ApprovalConfig, error) {
 		// is the person at its keyboard: they approve here.
 		policy.Approvers = append(policy.Approvers, approvalpage.LocalPrincipal)
 	}
-	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile(), Page: f.page, OnSuspend: f.onSuspend, OnDraft: f.onDraft}, nil
+	maxGrant, err := app.MaxGrantOf(f.maxGrant)
+	if err != nil {
+		return app.ApprovalConfig{}, usageError{err}
+	}
+	return app.ApprovalConfig{Policy: policy, KeyFile: app.ApprovalKeyFile(), Page: f.page, OnSuspend: f.onSuspend, OnDraft: f.onDraft, MaxGrant: maxGrant}, nil
 }
 
 // appConfig is the wiring the flags ask for. Its errors are usage errors.

@@ -52,6 +52,19 @@ var demoCatalog = sync.OnceValue(func() []catalog.Tool {
 	return out
 })
 
+// Precheck implements execution.Prechecker: the arguments against the
+// tool's input schema, as Call checks them first.
+func (Source) Precheck(_ context.Context, t catalog.Tool, args json.RawMessage, _ execution.CallOptions) error {
+	v := demoValidators()[t.Name]
+	if v == nil || t.Server != Name {
+		return fault.New(fault.ToolNotFound, "the demo tools have no %s", t.FullName()).WithTool(t.FullName())
+	}
+	if _, ferr := v.Check(args); ferr != nil {
+		return ferr.WithTool(t.FullName())
+	}
+	return nil
+}
+
 // Call implements execution.ToolSource. Arguments are checked against the tool's
 // input schema first, as MCP tools' and capabilities' are, so a bad one is
 // the same INVALID_ARGUMENTS naming the failing field rather than whatever

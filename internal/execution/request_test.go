@@ -70,7 +70,7 @@ func TestDecode(t *testing.T) {
 		{name: "a ttl without a new session", body: `{"code": "x", "session_id": "ss_a", "session_ttl_s": 60}`, src: SourceHTTP, err: "session_ttl_s"},
 		{name: "a new session nobody is told of", body: `{"code": "x", "session": "new"}`, src: SourceEventBridge, err: "needs a caller that reads the answer"},
 		{name: "a new session started asynchronously", body: `{"code": "x", "session": "new", "async": true}`, src: SourceHTTP, err: "needs a caller that reads the answer"},
-		{name: "a session's execution may not suspend", body: `{"code": "x", "session_id": "ss_a", "approval": "suspend"}`, src: SourceHTTP, err: "cannot suspend"},
+		{name: "a session's execution may wait for a person", body: `{"code": "x", "session_id": "ss_a", "approval": "suspend"}`, src: SourceHTTP, want: Request{Code: "x", SessionID: "ss_a", Approval: ApprovalSuspend, Source: SourceHTTP}},
 
 		{name: "no code", body: `{"lang": "js"}`, src: SourceHTTP, err: "code is missing"},
 		{name: "blank code", body: `{"code": " \n "}`, src: SourceHTTP, err: "code is missing"},

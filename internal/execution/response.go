@@ -87,6 +87,9 @@ type Response struct {
 
 	// Session is the session the execution ran in, when it ran in one.
 	Session *ResponseSession `json:"session,omitempty"`
+	// Plan is, for a suspended execution, its script's plan: the call
+	// sites of tools that need a person, and the grants in force.
+	Plan *Plan `json:"plan,omitempty"`
 
 	// Effects are the execution's effects — its calls of tools that are
 	// not read-only — in call order, as its journal records them
@@ -195,6 +198,11 @@ type Pending struct {
 	Tool   string          `json:"tool"`
 	Args   json.RawMessage `json:"args"`
 	Reason string          `json:"reason"` // PendingApproval or PendingQuestion
+	// Site is the call's call site ("line:column" in the code that runs,
+	// as Plan's sites name them; empty when it has none), Line its line
+	// in the script as written.
+	Site string `json:"site,omitempty"`
+	Line int    `json:"line,omitempty"`
 	// Questions, for PendingQuestion, are what the server asked: its
 	// elicitation requests' params (message, requestedSchema; mode and url
 	// for a URL-mode one), by the server's keys, as it sent them. What the

@@ -23,19 +23,55 @@ const (
 	DecisionAnswer = "answer"
 )
 
+// The scopes of a decision (its "scope"): the call alone, or a grant
+// over the call's site; and what a decision on every pending call is to
+// an MCP client's form (a resume request says AllCalls instead).
+const (
+	ScopeCall = "call"
+	ScopeSite = "site"
+	ScopeAll  = "all"
+)
+
+// AllCalls is the key of a decision on every pending call that no other
+// decision names ({"*": "approve"}): approving so leaves the calls that
+// wait for an answer to their server's question waiting, rejecting
+// rejects them too.
+const AllCalls = "*"
+
+// MaxGrantPins bounds the argument keys a grant pins.
+const MaxGrantPins = 16
+
+// DefaultMaxGrant is the most calls one grant may cover unless the
+// deployment says otherwise (PML_MAX_GRANT_CALLS).
+const DefaultMaxGrant = 100
+
 // Decision is what someone decided about a parked call. Its JSON is
 // "approve", "reject", {"decision": "reject", "reason": "…"}, or, for a
 // call parked on a remote server's question, {"decision": "answer",
 // "answers": {KEY: {"action": "accept", "content": {…}}}} with one
 // elicitation result per question, by the server's keys (a decline or
 // cancel there rejects the call); a reason reaches the script in a
-// rejection's message, and the trace either way.
+// rejection's message, and the trace either way. An approval may cover
+// more than its call: {"decision": "approve", "scope": "site", "count":
+// 20, "pin": ["table"]} approves the call and grants up to count calls of
+// its call site, this one included, while the pinned arguments keep the
+// values this call has (see Grant).
 type Decision struct {
 	Approve bool
 	Reason  string
 	// Answers, on an answer (Approve is set), are the elicitation results
 	// by question key, as the remote server will receive them.
 	Answers map[string]json.RawMessage
+	// Site, on an approval, makes it a grant over the call's site.
+	Site *SiteScope
+}
+
+// SiteScope is what an approval with scope "site" grants: up to Count
+// calls of the approved call's site (it included), while the arguments
+// Pin names keep the values it has.
+type SiteScope struct {
+	Count int
+	Pin   []string
 }
 
 // decisionObject is a decision's object form.
@@ -43,6 +79,9 @@ type decisionObject struct {
 	Decision string                     `json:"decision"`
 	Reason   string                     `json:"reason,omitempty"`
 	Answers  map[string]json.RawMessage `json:"answers,omitempty"`
+	Scope    string                     `json:"scope,omitempty"`
+	Count    *int                       `json:"count,omitempty"`
+	Pin      []string                   `json:"pin,omitempty"`
 }
 
 // UnmarshalJSON implements json.Unmarshaler, as strictly as the requests
@@ -66,6 +105,33 @@ func (d *Decision) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf(`answers go with "decision": "answer", not %q`, obj.Decision)
 	}
 	d.Answers = obj.Answers
+	return d.setScope(obj)
+}
+
+// setScope reads an object's scope: "site" (with count, and pin) on an
+// approval only.
+func (d *Decision) setScope(obj decisionObject) error {
+	switch obj.Scope {
+	case "", ScopeCall:
+		if obj.Count != nil || obj.Pin != nil {
+			return fmt.Errorf(`count and pin go with "scope": "site"`)
+		}
+		return nil
+	case ScopeSite:
+	default:
+		return fmt.Errorf(`a decision's scope is "call" or "site", not %q (decide every pending call with the key %q)`, obj.Scope, AllCalls)
+	}
+	switch {
+	case obj.Decision != DecisionApprove:
+		return fmt.Errorf(`"scope": "site" goes with "decision": "approve": a grant approves calls`)
+	case obj.Count == nil:
+		return fmt.Errorf(`"scope": "site" needs "count": how many calls of the site the grant covers, this one included`)
+	case *obj.Count < 1:
+		return fmt.Errorf("a grant's count is at least 1, not %d", *obj.Count)
+	case len(obj.Pin) > MaxGrantPins:
+		return fmt.Errorf("a grant pins at most %d arguments (got %d)", MaxGrantPins, len(obj.Pin))
+	}
+	d.Site = &SiteScope{Count: *obj.Count, Pin: obj.Pin}
 	return nil
 }
 
@@ -89,10 +155,15 @@ func (d *Decision) set(word, reason string) error {
 // MarshalJSON implements json.Marshaler: the word alone, or the object
 // form when there is a reason.
 func (d Decision) MarshalJSON() ([]byte, error) {
-	if d.Reason == "" && d.Answers == nil {
+	if d.Reason == "" && d.Answers == nil && d.Site == nil {
 		return json.Marshal(d.Word())
 	}
-	return json.Marshal(decisionObject{Decision: d.Word(), Reason: d.Reason, Answers: d.Answers})
+	obj := decisionObject{Decision: d.Word(), Reason: d.Reason, Answers: d.Answers}
+	if d.Site != nil {
+		count := d.Site.Count
+		obj.Scope, obj.Count, obj.Pin = ScopeSite, &count, d.Site.Pin
+	}
+	return json.Marshal(obj)
 }
 
 // Word is "approve", "reject" or "answer".
@@ -135,7 +206,8 @@ const (
 // all of its pending calls (an undecided call stays parked).
 type ResumeRequest struct {
 	ExecutionID string `json:"execution_id"`
-	// Decisions by call id ("2": "approve").
+	// Decisions by call id ("2": "approve"), and AllCalls ("*") for
+	// every pending call no other key names.
 	Decisions map[string]Decision `json:"decisions"`
 	// CallDetail is how much of the calls the response carries, as
 	// Request.CallDetail.
@@ -193,13 +265,20 @@ func DecodeResume(data []byte, pathID string) (ResumeRequest, *fault.Error) {
 	return rr, nil
 }
 
-// CallDecisions checks the decisions' keys and returns them by call id.
+// CallDecisions checks the decisions' keys and returns them by call id
+// (without the AllCalls decision: see All).
 func (r *ResumeRequest) CallDecisions() (map[int]Decision, *fault.Error) {
 	if len(r.Decisions) == 0 {
-		return nil, fault.New(fault.InvalidRequest, `decisions is missing or empty: give one per call to decide, e.g. {"2": "approve", "3": {"decision": "reject", "reason": "…"}}`)
+		return nil, fault.New(fault.InvalidRequest, `decisions is missing or empty: give one per call to decide, e.g. {"2": "approve", "3": {"decision": "reject", "reason": "…"}}, or {"*": "approve"} for every pending call`)
 	}
 	out := make(map[int]Decision, len(r.Decisions))
 	for k, d := range r.Decisions {
+		if k == AllCalls {
+			if d.Site != nil || d.Answers != nil {
+				return nil, fault.New(fault.InvalidRequest, `the decision on every pending call (%q) approves or rejects: it grants nothing and answers no question`, AllCalls)
+			}
+			continue
+		}
 		id, err := strconv.Atoi(k)
 		if err != nil || id < 1 {
 			return nil, fault.New(fault.InvalidRequest, "decisions are keyed by call id (a positive integer), not %q", k)
@@ -207,6 +286,13 @@ func (r *ResumeRequest) CallDecisions() (map[int]Decision, *fault.Error) {
 		out[id] = d
 	}
 	return out, nil
+}
+
+// All is the decision on every pending call no other key names, when the
+// request makes one.
+func (r *ResumeRequest) All() (Decision, bool) {
+	d, ok := r.Decisions[AllCalls]
+	return d, ok
 }
 
 // CancelRequest asks to cancel an execution (DELETE /executions/{id},

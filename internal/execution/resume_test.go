@@ -32,6 +32,19 @@ func TestDecodeResume(t *testing.T) {
 		{name: "a bad call id", body: `{"decisions": {"two": "approve"}}`, pathID: "ex_1", err: "keyed by call id"},
 		{name: "a bad call detail", body: `{"decisions": {"2": "approve"}, "call_detail": "all"}`, pathID: "ex_1", err: "call_detail"},
 		{name: "not an object", body: `[]`, pathID: "ex_1", err: "is not a resume request"},
+		{name: "a grant", body: `{"decisions": {"2": {"decision": "approve", "scope": "site", "count": 20, "pin": ["owner"]}}}`, pathID: "ex_1",
+			want: ResumeRequest{ExecutionID: "ex_1", Decisions: map[string]Decision{"2": {Approve: true, Site: &SiteScope{Count: 20, Pin: []string{"owner"}}}}}},
+		{name: "scope call", body: `{"decisions": {"2": {"decision": "approve", "scope": "call"}}}`, pathID: "ex_1",
+			want: ResumeRequest{ExecutionID: "ex_1", Decisions: map[string]Decision{"2": {Approve: true}}}},
+		{name: "every pending call", body: `{"decisions": {"*": "approve", "3": {"decision": "reject", "reason": "no"}}}`, pathID: "ex_1",
+			want: ResumeRequest{ExecutionID: "ex_1", Decisions: map[string]Decision{"*": {Approve: true}, "3": {Reason: "no"}}}},
+		{name: "a grant over every call", body: `{"decisions": {"*": {"decision": "approve", "scope": "site", "count": 2}}}`, pathID: "ex_1", err: "grants nothing"},
+		{name: "a grant without a count", body: `{"decisions": {"2": {"decision": "approve", "scope": "site"}}}`, pathID: "ex_1", err: "needs \"count\""},
+		{name: "a grant of no call", body: `{"decisions": {"2": {"decision": "approve", "scope": "site", "count": 0}}}`, pathID: "ex_1", err: "at least 1"},
+		{name: "a rejecting grant", body: `{"decisions": {"2": {"decision": "reject", "scope": "site", "count": 2}}}`, pathID: "ex_1", err: "goes with"},
+		{name: "a count without a scope", body: `{"decisions": {"2": {"decision": "approve", "count": 2}}}`, pathID: "ex_1", err: "go with"},
+		{name: "scope all in a decision", body: `{"decisions": {"2": {"decision": "approve", "scope": "all"}}}`, pathID: "ex_1", err: `with the key "*"`},
+		{name: "too many pins", body: `{"decisions": {"2": {"decision": "approve", "scope": "site", "count": 2, "pin": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}}}`, pathID: "ex_1", err: "at most 16"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

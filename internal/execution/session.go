@@ -73,8 +73,6 @@ func (r *Request) checkSession() *fault.Error {
 		return fault.New(fault.InvalidRequest, "a capability run cannot be a session's execution")
 	case r.Session == SessionNew && (r.Async || r.Source.Queued()):
 		return fault.New(fault.InvalidRequest, `session "new" needs a caller that reads the answer, which names the session: start it with a synchronous request, then continue it (session_id) from %s`, sourceOr(r.Source, "anywhere"))
-	case r.Approval == ApprovalSuspend:
-		return fault.New(fault.InvalidRequest, `a session's execution cannot suspend (approval "suspend"): a call that needs approval fails FORBIDDEN in it; run such calls outside the session`)
 	}
 	return nil
 }

@@ -150,6 +150,19 @@ func (q *Question) Error() string {
 	return fmt.Sprintf("%s:%s asked a question before it would answer", q.Server, q.Tool)
 }
 
+// Prechecker is a ToolSource that can tell, without sending anything,
+// that a call would be refused (toolsource.Set: the tool missing, its
+// configuration not letting it run at all, its arguments not matching its
+// input schema). The service asks it before a call waits for a person, so
+// that no one is asked about a call that can never run: opt is the
+// call's options as if the person had approved it. nil means nothing
+// refuses it now (a source that cannot tell yet, a server not loaded,
+// answers nil); an error is the refusal the call would get, and the call
+// fails with it at once.
+type Prechecker interface {
+	Precheck(ctx context.Context, t catalog.Tool, args json.RawMessage, opt CallOptions) error
+}
+
 // PinChecker is a ResolvingSource whose tools have versions a request
 // may pin (capabilities): the service asks it whether a request's pins
 // all exist before the sandbox starts.

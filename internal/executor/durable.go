@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,12 @@ type durableState struct {
 	// arguments (what a suspension notice tells): an approval page lists
 	// it from the record alone, without reading its image.
 	Waits []execution.PendingTool `json:"waits,omitempty"`
+	// Plan is the script's plan: its call sites of tools that need a
+	// person, and the grants in force (plan.go).
+	Plan *planState `json:"plan,omitempty"`
+	// Session is the session the execution holds while it waits
+	// (sessionwait.go).
+	Session *heldSession `json:"session,omitempty"`
 }
 
 // encode is st as Record.Bridge. Its oldest events go when there are too
@@ -78,20 +85,25 @@ const storeTimeout = 10 * time.Second
 
 // suspended saves the first run of req, which has suspended, and makes
 // resp its StatusSuspended answer.
-func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
+func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time, out runOut) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source), Capabilities: req.Capabilities,
-		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes}
+		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes,
+		Plan: out.plan, Session: heldOf(out.sess)}
 	// The code goes with the image (user data, like it), never into the
 	// record's metadata: whoever decides reads the calls in their context.
 	susp.Source = req.Code
-	s.park(ctx, &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}, st, susp, resp, ex)
+	rec := &suspend.Record{ID: req.ExecutionID, Principal: req.Principal}
+	s.park(ctx, rec, st, susp, resp, ex)
+	if out.sess != nil {
+		s.holdSession(ctx, out.sess, rec, resp)
+	}
 }
 
 // park saves a suspended run as rec (new, or the claimed record of a
 // resumed run) and answers resp with its pending calls. When the state
 // cannot be saved the execution fails: its parked calls will never run.
 func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableState, susp *guest.Suspension, resp *execution.Response, ex *trace.Execution) {
-	pending := pendingOf(susp.Parked)
+	pending := pendingOf(susp.Parked, st.Plan)
 	ids := make([]int, len(susp.Parked))
 	for i, p := range susp.Parked {
 		ids[i] = p.CallID
@@ -131,6 +143,7 @@ func (s *Service) park(ctx context.Context, rec *suspend.Record, st *durableStat
 	ex.Events = st.Events
 	resp.Status, resp.Pending, resp.ExpiresAt = execution.StatusSuspended, pending, rec.ExpiresAt
 	resp.StateVersion, resp.Owner, resp.Approvers = rec.Version, rec.Principal, s.policy.Deciders()
+	resp.Plan = st.Plan.doc(s.maxGrant)
 	if s.notify != nil {
 		n := execution.SuspensionNotice{ExecutionID: rec.ID, Principal: rec.Principal, Source: execution.Source(st.Source), ExpiresAt: rec.ExpiresAt}
 		for _, p := range pending {
@@ -169,11 +182,14 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	}
 	// Who decides first: nothing about another's execution is told to
 	// someone who may not decide it.
-	if ferr := s.mayDecide(rr, rec.Principal, decisions); ferr != nil {
+	if ferr := s.mayDecide(rr, rec.Principal, withAll(rr, decisions)); ferr != nil {
 		return nil, ferr
 	}
 	if rec.State != suspend.Suspended {
 		return nil, notWaiting(rec)
+	}
+	if decisions, ferr = expandAll(rr, decisions, rec.Suspension.Parked); ferr != nil {
+		return nil, ferr
 	}
 	if rr.Version != 0 && rr.Version != rec.Version {
 		return nil, &fault.Error{Code: fault.Conflict, Details: map[string]any{"state": rec.State, "version": rec.Version},
@@ -194,6 +210,10 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	if ferr != nil {
 		return nil, ferr
 	}
+	approvals, grants, ferr := s.grant(rr, rec.Principal, decisions, rec.Suspension.Parked, st, start)
+	if ferr != nil {
+		return nil, ferr
+	}
 	// The store checks the claim against the owner: who may decide for
 	// the owner was settled above.
 	claimed, err := s.store.Claim(ctx, id, rec.Version, rec.Principal)
@@ -202,7 +222,28 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	}
 	// The execution is ours now: from here on, it is finished or saved
 	// whatever happens.
-	return s.resumeClaimed(ctx, rr, claimed, st, decisions, start), nil
+	return s.resumeClaimed(ctx, rr, claimed, st, resumed{decisions: decisions, approvals: approvals, grants: grants}, start), nil
+}
+
+// withAll is decisions with the decision on every pending call, if rr
+// makes one, under call id 0: what the policy weighs.
+func withAll(rr execution.ResumeRequest, decisions map[int]execution.Decision) map[int]execution.Decision {
+	all, ok := rr.All()
+	if !ok {
+		return decisions
+	}
+	out := maps.Clone(decisions)
+	out[0] = all
+	return out
+}
+
+// resumed is what a resumption decided: the decisions by call id (the
+// decision on all of them, and grants, extended to the calls they
+// cover), who approved each call approved, and the grants it made.
+type resumed struct {
+	decisions map[int]execution.Decision
+	approvals map[int]*trace.Approval
+	grants    []trace.Grant
 }
 
 // mayDecide refuses decisions the deployment's policy does not let rr's
@@ -216,12 +257,16 @@ func (s *Service) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 func (s *Service) mayDecide(rr execution.ResumeRequest, owner string, decisions map[int]execution.Decision) *fault.Error {
 	approve, answer, reject := decisionKinds(decisions)
 	d := approval.Decider{Principal: rr.Principal, Channel: rr.Channel}
-	may := (!approve || s.policy.MayApprove(d, owner)) && (!answer || s.policy.MayAnswer(d, owner)) && (!reject || s.policy.MayReject(d, owner))
+	grant := granting(decisions)
+	may := (!approve || s.policy.MayApprove(d, owner)) && (!answer || s.policy.MayAnswer(d, owner)) && (!reject || s.policy.MayReject(d, owner)) &&
+		(!grant || s.policy.MayGrant(d, owner))
 	switch {
 	case may:
 		return nil
 	case !s.policy.MayAccess(rr.Principal, owner):
 		return storeFault(rr.ExecutionID, suspend.ErrForbidden)
+	case grant && !s.policy.MayGrant(d, owner):
+		return s.grantRefusal(rr.ExecutionID)
 	case answer && !approve:
 		return &fault.Error{Code: fault.Forbidden, Details: map[string]any{"reason": "policy"},
 			Message: fmt.Sprintf("answering the questions execution %s waits for is not the caller's to do here: they are its user's, "+
@@ -245,17 +290,19 @@ func (s *Service) Waiting(ctx context.Context, id string) (*execution.Response, 
 	if rec.State != suspend.Suspended {
 		return nil, notWaiting(rec)
 	}
-	doc := waitingDoc(rec, s.policy)
+	doc := waitingDoc(rec, s.policy, s.maxGrant)
 	doc.Effects = s.effectsOf(ctx, id, false)
 	return doc, nil
 }
 
 // waitingDoc is the suspended document of rec, loaded with its
 // suspension.
-func waitingDoc(rec *suspend.Record, policy approval.Policy) *execution.Response {
+func waitingDoc(rec *suspend.Record, policy approval.Policy, maxGrant int) *execution.Response {
+	var st durableState
+	_ = json.Unmarshal(rec.Bridge, &st) // without it, the document lacks the plan
 	return &execution.Response{ExecutionID: rec.ID, Status: execution.StatusSuspended, ExpiresAt: rec.ExpiresAt, CreatedAt: rec.CreatedAt,
 		UpdatedAt: rec.UpdatedAt, StateVersion: rec.Version, Owner: rec.Principal, Approvers: policy.Deciders(), Logs: []trace.LogEntry{},
-		Pending: pendingOf(rec.Suspension.Parked), Code: rec.Suspension.Source}
+		Pending: pendingOf(rec.Suspension.Parked, st.Plan), Code: rec.Suspension.Source, Plan: st.Plan.doc(maxGrant)}
 }
 
 // maxOwnerScans bounds the pages of the store's owners WaitingOwners
@@ -342,10 +389,11 @@ func cutText(s string, n int) string {
 
 // pendingOf is how a suspended execution's answer names the calls it
 // waits for.
-func pendingOf(parked []guest.ParkedCall) []execution.Pending {
+func pendingOf(parked []guest.ParkedCall, plan *planState) []execution.Pending {
 	pending := make([]execution.Pending, len(parked))
 	for i, p := range parked {
-		pending[i] = execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval}
+		pending[i] = execution.Pending{CallID: p.CallID, Server: p.Server, Tool: p.Tool, Args: p.Args, Reason: execution.PendingApproval,
+			Site: siteKey(p.Line, p.Column), Line: plan.line(p.Server, p.Tool, p.Line, p.Column)}
 		if len(p.Question) > 0 {
 			// What the server asked, never its state.
 			if q, err := readQuestion(p.Question); err == nil {
@@ -414,6 +462,11 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 		// claim's lease ends, and its calls never run either way.
 		s.log.ErrorContext(ctx, "cancelled execution not recorded as finished", "execution_id", id, "err", err)
 	}
+	if st.Session != nil {
+		// The session it held goes back as the execution before it left
+		// it.
+		s.releaseHeld(sctx, id, claimed.Principal, st.Session)
+	}
 	now := time.Now().UTC()
 	who := cr.Principal
 	if who == "" {
@@ -474,7 +527,7 @@ func joinInts(ns []int) string {
 }
 
 // resumeClaimed runs a claimed execution on, then saves or finishes it.
-func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest, claimed *suspend.Record, st *durableState, decisions map[int]execution.Decision, start time.Time) *execution.Response {
+func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest, claimed *suspend.Record, st *durableState, dec resumed, start time.Time) *execution.Response {
 	id := claimed.ID
 	// The request as it was, but for its code: the image holds what the
 	// run needs of it. It belongs to the principal that suspended it,
@@ -485,16 +538,26 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	ctx = s.startSpan(ctx, &req, start)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
 		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities}
-	st.Events = append(st.Events, resumeEvent(decisions, rr, claimed.Principal, s.policy, start))
+	ev := resumeEvent(dec.decisions, rr, claimed.Principal, s.policy, start)
+	ev.Grants = dec.grants
+	st.Events = append(st.Events, ev)
 
 	var resp *execution.Response
 	var res *guest.Result
 	ferr := req.SetTools(st.Tools)
-	gd, err := engineDecisions(decisions, claimed.Suspension.Parked)
+	gd, err := engineDecisions(dec.decisions, claimed.Suspension.Parked)
 	if err != nil && ferr == nil {
 		// Checked before the claim (checkAnswers): the store's copy
 		// cannot be read.
 		ferr = fault.Wrap(fault.Internal, err, "reading the answers")
+	}
+	var sess *sessionRun
+	lost := false
+	if ferr == nil && st.Session != nil {
+		// Before anything runs: the session must still be this
+		// execution's.
+		sess, ferr = s.resumeSession(ctx, id, claimed.Principal, st.Session)
+		lost = ferr != nil
 	}
 	var ts *toolSet
 	if ferr == nil {
@@ -509,13 +572,20 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		resp = execution.Failed(id, ferr)
 	} else {
 		approved := map[int]bool{}
-		for cid, d := range decisions {
+		for cid, d := range dec.decisions {
 			approved[cid] = d.Approve
+			if g, ok := gd[cid]; ok && g.Approve {
+				g.Approval = dec.approvals[cid]
+				gd[cid] = g
+			}
 		}
-
+		if st.Plan == nil {
+			st.Plan = &planState{}
+		}
 		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
-			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved, effects: s.newEffectLog(&req, false)}
-		s.settleRejected(ctx, id, rejectedQuestions(decisions, claimed.Suspension.Parked),
+			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved, effects: s.newEffectLog(&req, false),
+			gate: newGate(st.Plan)}
+		s.settleRejected(ctx, id, rejectedQuestions(dec.decisions, claimed.Suspension.Parked),
 			fault.New(fault.Rejected, "the server's question was declined or rejected"))
 		greq := guest.Request{ExecutionID: id, Host: host}
 		s.hook(ctx, &greq, &req, host)
@@ -535,40 +605,48 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	if res != nil && res.Suspended != nil {
 		res.Suspended.Source = claimed.Suspension.Source
 		s.park(ctx, claimed, st, res.Suspended, resp, &ex)
+		if sess != nil {
+			s.holdSession(ctx, sess, claimed, resp)
+		}
 	} else {
-		ex.Events = st.Events
-		state, code := suspend.Done, fault.Code("")
-		if resp.Error != nil && (resp.Error.Code == fault.SandboxError || resp.Error.Code == fault.Internal) {
-			// The sandbox or the host failed, not the script.
-			state, code = suspend.Failed, resp.Error.Code
+		s.finishResumed(ctx, claimed, st, resp, &ex, lost)
+		if sess != nil {
+			s.closeSession(ctx, sess, resp, res)
+		} else if st.Session != nil {
+			s.lostSession(ctx, st.Session, resp)
 		}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		if err := s.store.Finish(sctx, id, claimed.Version, state, code); err != nil {
-			// The calls have run and the answer stands; the record is
-			// left claimed, and fails as abandoned when its lease ends.
-			s.log.ErrorContext(ctx, "resumed execution not recorded as finished", "execution_id", id, "err", err)
+		if st.Session != nil {
+			ex.SessionID = st.Session.ID
 		}
-		cancel()
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(rr.CallDetail)
 	return resp
 }
 
+// finishResumed records a resumed execution that ended (or never ran on:
+// lost, when the session it held had moved on).
+func (s *Service) finishResumed(ctx context.Context, claimed *suspend.Record, st *durableState, resp *execution.Response, ex *trace.Execution, lost bool) {
+	ex.Events = st.Events
+	state, code := suspend.Done, fault.Code("")
+	if resp.Error != nil && (lost || resp.Error.Code == fault.SandboxError || resp.Error.Code == fault.Internal) {
+		// The sandbox or the host failed, or the session moved on: not
+		// the script.
+		state, code = suspend.Failed, resp.Error.Code
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := s.store.Finish(sctx, claimed.ID, claimed.Version, state, code); err != nil {
+		// The calls have run and the answer stands; the record is
+		// left claimed, and fails as abandoned when its lease ends.
+		s.log.ErrorContext(ctx, "resumed execution not recorded as finished", "execution_id", claimed.ID, "err", err)
+	}
+}
+
 // resumeEvent records a resumption's decisions, in call order, who made
 // them and as what.
 func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeRequest, owner string, policy approval.Policy, at time.Time) trace.Event {
-	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: rr.Principal}
-	switch {
-	case rr.Channel == execution.ChannelClient:
-		ev.Via = trace.ViaElicitation
-	case rr.Channel == execution.ChannelPage:
-		ev.Via = trace.ViaPage
-	case policy.IsApprover(rr.Principal):
-		ev.Via = trace.ViaApprover
-	case rr.Principal == owner:
-		ev.Via = trace.ViaCaller
-	}
+	ev := trace.Event{Type: trace.EventResume, At: at.UTC(), Principal: rr.Principal, Via: via(rr, owner, policy)}
 	for cid, d := range decisions {
 		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.Word(), Reason: d.Reason})
 	}

@@ -90,6 +90,10 @@ type Options struct {
 	// memory: its document still lists its effects, and nothing of them
 	// outlives the process.
 	Journal journal.Store
+	// MaxGrant is the most calls one grant may cover (default
+	// execution.DefaultMaxGrant): a person approving a call site for N
+	// calls chooses N up to it.
+	MaxGrant int
 	// Answerer, when set, answers a remote server's question in line in
 	// an execution that cannot suspend, where Policy lets the caller
 	// answer (question.go): the front end's caller is the person at the
@@ -123,13 +127,17 @@ type Service struct {
 	sessionTTL time.Duration
 	sessionMax int
 	journal    journal.Store
+	maxGrant   int
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
 		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
-		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal}
+		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal, maxGrant: opts.MaxGrant}
+	if s.maxGrant <= 0 {
+		s.maxGrant = execution.DefaultMaxGrant
+	}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL
 	}
@@ -371,17 +379,19 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 		req.ExecutionID = trace.NewExecutionID()
 	}
 	ctx = s.startSpan(ctx, &req, start)
-	var sess *sessionRun
-	resp, res, shape := s.execute(ctx, &req, start, &sess)
-	if sess != nil {
+	var out runOut
+	resp, res, shape := s.execute(ctx, &req, start, &out)
+	sess := out.sess
+	waits := res != nil && res.Suspended != nil
+	if sess != nil && !waits {
 		s.closeSession(ctx, sess, resp, res)
 	}
 	ex := s.execRecord(ctx, &req, resp, res, start)
 	if sess != nil {
 		ex.SessionID, ex.SessionStep = sess.claim.ID, sess.data.Steps
 	}
-	if res != nil && res.Suspended != nil {
-		s.suspended(ctx, &req, resp, res.Suspended, &ex, start)
+	if waits {
+		s.suspended(ctx, &req, resp, res.Suspended, &ex, start, out)
 	}
 	if shape != nil && resp.OK && !resp.Suspended() {
 		// A pattern for the learning loop; it travels in the trace record.
@@ -459,9 +469,9 @@ func refNames(refs analysis.Refs) []string {
 
 // execute runs req; shape is its code's shape when the run is one the
 // learning loop reads (a root execution, learning on, code that names a
-// tool or reaches them dynamically). A session's run is left in *sess for
-// the caller to close.
-func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time, sess **sessionRun) (resp *execution.Response, res *guest.Result, shape *learn.Shape) {
+// tool or reaches them dynamically). A session's run, and the plan of a
+// run that may wait for a person, are left in out for the caller.
+func (s *Service) execute(ctx context.Context, req *execution.Request, start time.Time, out *runOut) (resp *execution.Response, res *guest.Result, shape *learn.Shape) {
 	fail := func(err *fault.Error) (*execution.Response, *guest.Result, *learn.Shape) {
 		resp := execution.Failed(req.ExecutionID, err)
 		resp.DurationMS = ms(time.Since(start))
@@ -507,7 +517,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 			resp.Refused = true
 			return resp, res, nil
 		}
-		*sess = run
+		out.sess = run
 	}
 
 	// The tool set is built from the names the code references (MCP
@@ -568,14 +578,32 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		Limits:       limits,
 		ArgsDeclared: prep.Top.ArgsDeclared,
 	}
-	if run := *sess; run != nil {
+	if run := out.sess; run != nil {
 		run.kept, run.checked = prep.Persist(), prep.Checked
 		greq.Code, greq.Session, greq.From = prep.Code, true, run.claim.Sandbox
+	}
+	if mayPark(req) {
+		// After Persist: the sites are keyed in the code that runs.
+		out.plan = newPlan(prep.CallSites(), ts.entries)
+		host.gate = newGate(out.plan)
 	}
 	s.hook(ctx, &greq, req, host)
 	res = s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
 	return s.response(ctx, res, req, host, start), res, shape
+}
+
+// runOut is what a first run leaves for Execute besides its answer: the
+// session it holds, and the plan of a run that may wait for a person.
+type runOut struct {
+	sess *sessionRun
+	plan *planState
+}
+
+// mayPark reports whether req's calls that need a person wait for one: a
+// root execution asking to suspend, without consent given up front.
+func mayPark(req *execution.Request) bool {
+	return req.Approval == execution.ApprovalSuspend && req.Parent == nil && !req.AllowDestructive
 }
 
 // checkPins asks the sources that version their tools whether a root
@@ -603,11 +631,8 @@ func (s *Service) checkPins(ctx context.Context, req *execution.Request) *fault.
 // receive as they happen.
 func (s *Service) hook(ctx context.Context, greq *guest.Request, req *execution.Request, host *toolHost) {
 	entries := host.entries
-	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && !req.AllowDestructive {
-		greq.Park = func(c guest.Call) bool {
-			e, ok := entries[c.Server+":"+c.Tool]
-			return ok && e.tool.NeedsApproval()
-		}
+	if host.gate != nil {
+		greq.Park = func(c guest.Call) guest.Gate { return host.park(ctx, c) }
 	}
 	rec, _ := s.sink.(trace.CallRecorder)
 	if rec != nil || req.OnEvent != nil {

@@ -35,6 +35,9 @@ type toolHost struct {
 	// they run although they need approval. Set before the run starts,
 	// read-only after.
 	approved map[int]bool
+	// gate parks the calls that wait for a person and lets through those
+	// a grant covers (plan.go); nil when the run cannot park.
+	gate *gate
 
 	mu       sync.Mutex
 	children map[int]child // call id → the capability run it started
@@ -86,10 +89,14 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		}
 		e = r.entry
 	}
-	// A call that needs approval and reaches here unparked either was
-	// approved, or cannot wait for a decision.
-	approved := h.approved[c.ID] && e.tool.NeedsApproval()
+	// A call that needs approval and reaches here unparked was approved
+	// (on its own, or under a grant), or would be refused whatever a
+	// person said, or cannot wait for a decision.
+	approved := (h.approved[c.ID] || h.gate.covers(c.ID)) && e.tool.NeedsApproval()
 	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
+		if ferr := h.precheck(ctx, e, c); ferr != nil {
+			return nil, ferr
+		}
 		return nil, needsApproval(full, e.tool, h.req)
 	}
 	retry, err := retryOf(c)

@@ -29,6 +29,14 @@ type Call struct {
 	Tool   string
 	// Args is the JSON the script passed ("{}" when it passed nothing).
 	Args json.RawMessage
+	// Line and Column are the call's site: where in the script (1-based,
+	// columns in characters, as QuickJS counts them: lines end at \n
+	// only) the call expression's opening parenthesis is, in the frame of
+	// the script's own code that made it; 0 when the call came from no
+	// such frame (eval'd code, a promise job) — see glue.c's call_site.
+	// The engine reports it; the script cannot choose it but by where it
+	// writes the call.
+	Line, Column int
 	// Question and Answer are set on the retry of a call that parked on
 	// a question its tool asked (Asked): the host's record of the
 	// question, and what was answered (Decision.Answer). Both are opaque
@@ -81,6 +89,20 @@ type Resolver interface {
 	Resolve(ctx context.Context, server, tool string) (Tool, bool)
 }
 
+// Gate is what Request.Park says of a call.
+type Gate struct {
+	// Park: the call waits for a decision instead of running.
+	Park bool
+	// Approval, for a call that runs, is the decision made ahead of time
+	// that lets it (a person's grant), for its trace record.
+	Approval *trace.Approval
+}
+
+// ParkAll is a Park hook that parks every call that matches.
+func ParkAll(match func(Call) bool) func(Call) Gate {
+	return func(c Call) Gate { return Gate{Park: match(c)} }
+}
+
 // MaxResolveName bounds the names a run asks its Resolver about.
 const MaxResolveName = 1024
 
@@ -103,11 +125,12 @@ type Request struct {
 	// (e.g. the catalog for tools.search). Optional.
 	Globals map[string]json.RawMessage
 	// Park, when set, is asked about every tool call before it runs; a
-	// call it returns true for waits for a decision instead of running,
+	// call it parks (Gate.Park) waits for a decision instead of running,
 	// and when every call the script waits for is parked the run suspends
-	// (Result.Suspended). It runs on the execution's goroutine and must
-	// not block.
-	Park func(Call) bool
+	// (Result.Suspended). A call it lets run with an Approval carries it
+	// in its record. It runs on the execution's goroutine and must not
+	// block.
+	Park func(Call) Gate
 	// OnCall, when set, receives each call's record as soon as the call
 	// ends, so traces can be written while the script still runs. It is
 	// called from the goroutine that served the call and must not block.

@@ -53,7 +53,7 @@ func (x *execution) resolve(server, tool string) int32 {
 
 // startCall begins one call and returns its id. It never blocks: refusals
 // complete at once and are collected through next like any answer.
-func (x *execution) startCall(index int32, args []byte) int32 {
+func (x *execution) startCall(index int32, args []byte, line, col int) int32 {
 	x.nextID++
 	id := x.nextID
 	if index == builtinSleep {
@@ -120,10 +120,18 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 		return refuse(fault.New(fault.ToolNotFound, "no tool host serves %q", full).WithTool(full))
 	}
 
-	call := Call{ID: rec.CallID, Server: server, Tool: tool, Args: append(json.RawMessage(nil), args...)}
-	if kind == trace.KindMCP && x.req.Park != nil && x.req.Park(call) {
-		x.park(id, idx, call)
-		return id
+	call := Call{ID: rec.CallID, Server: server, Tool: tool, Args: append(json.RawMessage(nil), args...), Line: line, Column: col}
+	if kind == trace.KindMCP && x.req.Park != nil {
+		switch g := x.req.Park(call); {
+		case g.Park:
+			x.park(id, idx, call)
+			return id
+		case g.Approval != nil:
+			// Approved ahead of time (a grant): its record says by whom.
+			x.mu.Lock()
+			x.calls[idx].Approval = g.Approval
+			x.mu.Unlock()
+		}
 	}
 	if ih, ok := x.req.Host.(ImmediateHost); ok {
 		if data, handled, err := ih.CallImmediate(call); handled {
@@ -138,7 +146,8 @@ func (x *execution) startCall(index int32, args []byte) int32 {
 // park keeps a call that waits for a decision: it does not run, and the
 // script's promise for it stays pending.
 func (x *execution) park(id int32, idx int, call Call) {
-	x.parked = append(x.parked, ParkedCall{CallID: call.ID, Server: call.Server, Tool: call.Tool, Args: call.Args, GuestID: id})
+	x.parked = append(x.parked, ParkedCall{CallID: call.ID, Server: call.Server, Tool: call.Tool, Args: call.Args, GuestID: id,
+		Line: call.Line, Column: call.Column})
 	x.mu.Lock()
 	x.calls[idx].Status = trace.StatusParked
 	x.mu.Unlock()
@@ -259,7 +268,7 @@ func (x *execution) served(p pendingCall, data json.RawMessage, err error) compl
 	x.calls[p.idx].Status = trace.StatusParked
 	x.mu.Unlock()
 	return completion{id: p.id, park: &ParkedCall{CallID: p.call.ID, Server: p.call.Server, Tool: p.call.Tool,
-		Args: p.call.Args, GuestID: p.id, Question: asked.Question}}
+		Args: p.call.Args, GuestID: p.id, Question: asked.Question, Line: p.call.Line, Column: p.call.Column}}
 }
 
 // traceCalls returns the call records once every call has ended: calls

@@ -17,7 +17,7 @@ func TestGuestValuesAreUntrusted(t *testing.T) {
 	}
 	for _, index := range []int32{4, 999, -5, -1 << 31} {
 		x := newX()
-		id := x.startCall(index, []byte("{}"))
+		id := x.startCall(index, []byte("{}"), 0, 0)
 		if len(x.ready) != 1 || x.ready[0].id != id || x.ready[0].ok || x.ready[0].fault.Code != fault.ToolNotFound {
 			t.Fatalf("tool %d: %+v", index, x.ready)
 		}

@@ -31,7 +31,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
 		pml.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
 	}
-	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
+	fn("start_call", hostStartCall, []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32})
 	fn("log", hostLog, []api.ValueType{i32, i32, i32}, []api.ValueType{i32})
 	fn("fault", hostFault, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn("poll", hostPoll, nil, []api.ValueType{i32})
@@ -93,7 +93,25 @@ func hostStartCall(ctx context.Context, m api.Module, st []uint64) {
 	if !ok {
 		x.abort("start_call with arguments out of range")
 	}
-	st[0] = uint64(uint32(x.startCall(int32(st[0]), args)))
+	line, col := userSite(int32(st[3]), int32(st[4]))
+	st[0] = uint64(uint32(x.startCall(int32(st[0]), args, line, col)))
+}
+
+// wrapCols is how many columns the guest's wrapper takes before the
+// script's first line (glue.c's heads, prelude.js's WRAP_COLS).
+const wrapCols = 24
+
+// userSite turns a call site as QuickJS reports it (1-based line and
+// column, in characters, of the wrapped script) into the script's own
+// coordinates; 0, 0 when unknown.
+func userSite(line, col int32) (int, int) {
+	if line == 1 {
+		col -= wrapCols
+	}
+	if line < 1 || col < 1 {
+		return 0, 0
+	}
+	return int(line), int(col)
 }
 
 func hostLog(ctx context.Context, m api.Module, st []uint64) {

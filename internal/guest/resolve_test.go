@@ -117,7 +117,7 @@ func TestResolvedToolsAreSuspended(t *testing.T) {
 	h := &resolvingHost{}
 	r := run(t, `return await mcp["extra"].tpark({})`, func(r *guest.Request) {
 		r.Host = h
-		r.Park = func(c guest.Call) bool { return c.Server == "extra" }
+		r.Park = guest.ParkAll(func(c guest.Call) bool { return c.Server == "extra" })
 	})
 	if r.Suspended == nil {
 		t.Fatalf("not suspended: %+v", r.Err)

@@ -35,6 +35,9 @@ type ParkedCall struct {
 	// call parked on a question (Asked); empty for one waiting for
 	// approval.
 	Question json.RawMessage `json:"question,omitempty"`
+	// Line and Column are the call's site (Call.Line).
+	Line   int `json:"line,omitempty"`
+	Column int `json:"column,omitempty"`
 }
 
 // Decision is what was decided about a parked call.
@@ -44,6 +47,9 @@ type Decision struct {
 	// Answer is what was answered to a call parked on a question, handed
 	// to the host with the call's retry (Call.Answer).
 	Answer json.RawMessage `json:"answer,omitempty"`
+	// Approval, on an approval, is who approved the call, for its trace
+	// record.
+	Approval *trace.Approval `json:"approval,omitempty"`
 }
 
 // Suspension is a suspended run: everything Engine.Resume needs to
@@ -75,6 +81,9 @@ type Suspension struct {
 	Limits Limits        `json:"limits"`
 	// Suspends counts the times this run has been suspended.
 	Suspends int `json:"suspends"`
+	// Session: the run is an execution of a session (Request.Session):
+	// once it ends, its Result carries the sandbox's State.
+	Session bool `json:"session,omitempty"`
 	// Source is the script as its caller wrote it, kept by the host for
 	// whoever decides the parked calls (the approval page shows it); the
 	// engine never reads it.
@@ -116,6 +125,7 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 		Used:          x.used + time.Since(x.start),
 		Limits:        x.limits,
 		Suspends:      x.suspends + 1,
+		Session:       x.req.Session,
 	}, nil
 }
 
@@ -224,6 +234,9 @@ func (x *execution) decide(decisions map[int]Decision) {
 		x.mu.Lock()
 		x.calls[idx].Status = ""
 		x.calls[idx].StartedAt = now
+		if d.Approve {
+			x.calls[idx].Approval = d.Approval
+		}
 		x.mu.Unlock()
 		if d.Approve {
 			x.pending = append(x.pending, pendingCall{id: p.GuestID, idx: idx, full: full,
@@ -241,7 +254,8 @@ func (x *execution) decide(decisions map[int]Decision) {
 
 // Resume continues a suspended run: decisions (by trace call id) approve or
 // reject its parked calls, and the script goes on from where it waited, in
-// a fresh instance restored from s. It may suspend again. req supplies the
+// a fresh instance restored from s. It may suspend again. A session's run
+// (Suspension.Session) ends with its State as Run's does, saved whole. req supplies the
 // host side (Host, Park, OnCall, ExecutionID); the code, tools and limits
 // are the suspended run's own. A suspension from another guest build is
 // refused with RESUME_INCOMPATIBLE.
@@ -276,6 +290,7 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 	}
 	req.Tools = s.Tools
 	req.Code = ""
+	req.Session = s.Session
 	x := newExecution(ctx, e, req, s.Limits, res, start)
 	x.restore(s)
 	x.shortenDeadline()

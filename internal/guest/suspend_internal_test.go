@@ -24,7 +24,7 @@ return keep.length`
 	var size int
 	for b.Loop() {
 		b.StopTimer()
-		req := Request{Code: code, Tools: DemoTools(), Host: DemoHost{}, Park: func(c Call) bool { return c.Tool == "add" }}
+		req := Request{Code: code, Tools: DemoTools(), Host: DemoHost{}, Park: ParkAll(func(c Call) bool { return c.Tool == "add" })}
 		limits := e.defaults
 		cfg, _ := encodeConfig(req, limits)
 		in, err := e.instance(ctx)

@@ -12,7 +12,7 @@ import (
 )
 
 // parkAdd parks every call to demo:add.
-func parkAdd(c guest.Call) bool { return c.Tool == "add" }
+func parkAdd(c guest.Call) guest.Gate { return guest.Gate{Park: c.Tool == "add"} }
 
 // roundTrip stores and loads a suspension the way the stores do (JSON), so
 // nothing reaches Resume that would not survive a process boundary.

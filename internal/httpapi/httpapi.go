@@ -431,6 +431,9 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		// their arguments, which traces never keep.
 		if waiting, ferr := a.Service.Waiting(r.Context(), id); ferr == nil {
 			doc["pending"], doc["expires_at"], doc["approvers"] = waiting.Pending, waiting.ExpiresAt, waiting.Approvers
+			if waiting.Plan != nil {
+				doc["plan"] = waiting.Plan
+			}
 			if waiting.ApprovalURL != "" {
 				doc["approval_url"] = waiting.ApprovalURL
 			}

@@ -175,7 +175,7 @@ func TestResumeRoute(t *testing.T) {
 		{name: "reject with a reason", id: rejectMe, body: `{"decisions": {"2": {"decision": "reject", "reason": "not today"}}, "call_detail": "none"}`, status: 200,
 			contains: []string{`"ok":true`, `"code":"REJECTED"`, "not today", `"kept":"set before suspending"`}},
 		{name: "suspends again", id: twice, body: `{"decisions": {"1": "approve"}}`, status: 202,
-			contains: []string{`"status":"suspended"`, `"pending":[{"call_id":2,"server":"demo","tool":"kv_delete","args":{"key":"b"},"reason":"approval"}]`}},
+			contains: []string{`"status":"suspended"`, `"pending":[{"call_id":2,"server":"demo","tool":"kv_delete","args":{"key":"b"},"reason":"approval","site":"1:63","line":1}]`}},
 		{name: "and ends", id: twice, body: `{"decisions": {"2": "approve"}}`, status: 200, contains: []string{`"result":"both"`}},
 		{name: "unknown id", id: "ex_000000000000000000000000", body: `{"decisions": {"2": "approve"}}`, status: 404, contains: []string{`"NOT_FOUND"`}},
 		{name: "malformed id", id: "..%2f..%2fetc", body: `{"decisions": {"2": "approve"}}`, status: 404, contains: []string{`"NOT_FOUND"`}},

@@ -161,7 +161,7 @@ func (s *Server) answeredDraft(ctx context.Context, r mcp.CallToolRequest) *mcp.
 		out, _ := structured(capability.Outcome{Status: capability.OutcomeDraft, Draft: &d, Message: "the question could not be asked again: the draft waits"})
 		return out
 	}
-	decision := decisionOf(res)
+	decision, _ := decisionOf(res) // a draft is one decision: no scope
 	var form struct {
 		Decision string `json:"decision"`
 	}

@@ -41,16 +41,27 @@ const maxQuestionArgs = 600
 // not shown, and the question says so.
 const maxQuestionText = 8192
 
-// decisionSchema is what an elicitation asks the user for.
-var decisionSchema = map[string]any{
-	"type": "object",
-	"properties": map[string]any{
-		"decision": map[string]any{"type": "string", "title": "Decision", "enum": []string{execution.DecisionApprove, execution.DecisionReject},
-			"description": "approve runs the call; reject makes it fail in the script with REJECTED"},
-		"reason": map[string]any{"type": "string", "title": "Reason (optional)", "maxLength": execution.MaxReasonBytes,
-			"description": "told to the script with a rejection, and kept in the trace"},
-	},
-	"required": []string{"decision"},
+// decisionSchema is what an elicitation asks the user for about a call:
+// approve or reject, and how far the decision reaches — this call, its
+// call site for up to count calls (at most max: the deployment's bound),
+// or every pending call.
+func decisionSchema(max int) map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"decision": map[string]any{"type": "string", "title": "Decision", "enum": []string{execution.DecisionApprove, execution.DecisionReject},
+				"description": "approve runs the call; reject makes it fail in the script with REJECTED"},
+			"reason": map[string]any{"type": "string", "title": "Reason (optional)", "maxLength": execution.MaxReasonBytes,
+				"description": "told to the script with a rejection, and kept in the trace"},
+			"scope": map[string]any{"type": "string", "title": "Scope", "enum": []string{execution.ScopeCall, execution.ScopeSite, execution.ScopeAll},
+				"enumNames": []string{"this call", "this call site, up to count calls", "every pending call"}, "default": execution.ScopeCall,
+				"description": "call: this call alone; site: approve this call and the next calls made at the same place in the script " +
+					"(same tool), up to count calls of this execution; all: the same decision for every call that waits now"},
+			"count": map[string]any{"type": "integer", "title": "Calls (with scope site)", "minimum": 1, "maximum": max,
+				"description": fmt.Sprintf("how many calls of this call site the approval covers, this one included (at most %d)", max)},
+		},
+		"required": []string{"decision"},
+	}
 }
 
 // canAsk reports whether this request's suspended calls can be put to the
@@ -81,7 +92,7 @@ func (s *Server) ask(ctx context.Context, resp *execution.Response, budget int) 
 			forwardQuestions(b, p)
 			continue
 		}
-		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, resp), RequestedSchema: decisionSchema})
+		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, resp), RequestedSchema: decisionSchema(maxGrantOf(resp))})
 	}
 	token, err := s.opts.StateKey.Seal(st)
 	if err != nil {
@@ -89,6 +100,14 @@ func (s *Server) ask(ctx context.Context, resp *execution.Response, budget int) 
 		return s.executionResult(resp, budget)
 	}
 	return b.RequestState(token).ToolResult()
+}
+
+// maxGrantOf is the most calls a grant may cover in resp's execution.
+func maxGrantOf(resp *execution.Response) int {
+	if resp.Plan != nil && resp.Plan.MaxGrant > 0 {
+		return resp.Plan.MaxGrant
+	}
+	return execution.DefaultMaxGrant
 }
 
 // question is what the user is asked about one pending call.
@@ -144,7 +163,7 @@ func (s *Server) answered(ctx context.Context, r mcp.CallToolRequest, callDetail
 	decisions := map[string]execution.Decision{}
 	for _, id := range st.Calls {
 		if res := server.ElicitationResponse(r.Params.InputResponses, elicitID(id)); res != nil {
-			decisions[strconv.Itoa(id)] = decisionOf(res)
+			addAnswer(decisions, id, res)
 		} else if d, ok := answersOf(r.Params.InputResponses, id); ok {
 			decisions[strconv.Itoa(id)] = d
 		}
@@ -173,35 +192,63 @@ func (s *Server) answered(ctx context.Context, r mcp.CallToolRequest, callDetail
 	return s.executionResult(resp, budget)
 }
 
+// addAnswer adds to decisions what the answer res about call id decides:
+// that call, or (scope all) every pending call no answer names on its own
+// — the first such answer stands.
+func addAnswer(decisions map[string]execution.Decision, id int, res *mcp.ElicitationResult) {
+	d, all := decisionOf(res)
+	key := strconv.Itoa(id)
+	if all {
+		if _, taken := decisions[execution.AllCalls]; taken {
+			return
+		}
+		key = execution.AllCalls
+	}
+	decisions[key] = d
+}
+
 // decisionOf reads one answer: only an accepted form that says approve
-// approves; a decline, a cancel, or anything unreadable rejects, and the
-// script is told why.
-func decisionOf(res *mcp.ElicitationResult) execution.Decision {
+// approves; a decision, a cancel, or anything unreadable rejects, and the
+// script is told why. all reports that the answer decides every pending
+// call (scope all); scope site with a count makes the approval a grant
+// over the call's site (the executor bounds the count and asks the policy).
+func decisionOf(res *mcp.ElicitationResult) (d execution.Decision, all bool) {
 	switch res.Action {
 	case mcp.ElicitationResponseActionDecline:
-		return execution.Decision{Reason: "declined by the user"}
+		return execution.Decision{Reason: "declined by the user"}, false
 	case mcp.ElicitationResponseActionCancel:
-		return execution.Decision{Reason: "the user cancelled the question"}
+		return execution.Decision{Reason: "the user cancelled the question"}, false
 	case mcp.ElicitationResponseActionAccept:
 	default:
-		return execution.Decision{Reason: "the user's answer could not be read"}
+		return execution.Decision{Reason: "the user's answer could not be read"}, false
 	}
 	var form struct {
 		Decision string `json:"decision"`
 		Reason   string `json:"reason"`
+		Scope    string `json:"scope"`
+		Count    *int   `json:"count"`
 	}
 	raw, err := json.Marshal(res.Content)
 	if err != nil || json.Unmarshal(raw, &form) != nil {
-		return execution.Decision{Reason: "the user's answer could not be read"}
+		return execution.Decision{Reason: "the user's answer could not be read"}, false
 	}
 	reason := truncateUTF8(strings.TrimSpace(form.Reason), execution.MaxReasonBytes)
+	all = form.Scope == execution.ScopeAll
 	if form.Decision == execution.DecisionApprove {
-		return execution.Decision{Approve: true, Reason: reason}
+		d = execution.Decision{Approve: true, Reason: reason}
+		if form.Scope == execution.ScopeSite {
+			count := 0
+			if form.Count != nil {
+				count = *form.Count
+			}
+			d.Site = &execution.SiteScope{Count: count}
+		}
+		return d, all
 	}
 	if reason == "" {
 		reason = "rejected by the user"
 	}
-	return execution.Decision{Reason: reason}
+	return execution.Decision{Reason: reason}, all
 }
 
 // refusal is a refused resume for the model: nothing ran.

@@ -219,3 +219,53 @@ func TestTheAgentCancelsItsExecution(t *testing.T) {
 		}
 	}
 }
+
+// TestElicitationScopes: the client's user (the deployment trusts the
+// client) is offered a scope; "site" with a count approves a loop's calls
+// on one answer, and asks again past the count; "all" decides every
+// pending call at once. Each covered call is traced as approved by the
+// user, under the grant.
+func TestElicitationScopes(t *testing.T) {
+	srv, _ := elicitServer(t, false)
+	const loop = `const out = []
+for (const key of ["s0", "s1", "s2", "s3"]) { await mcp.demo.kv_set({key, value: 1}); out.push(await mcp.demo.kv_delete({key})) }
+return out`
+	answers := 0
+	person := &fronttest.Person{Answer: func(p mcp.ElicitationParams) *mcp.ElicitationResult {
+		answers++
+		content := map[string]any{"decision": "approve", "scope": "site", "count": 3}
+		if answers > 1 {
+			content = map[string]any{"decision": "approve"}
+		}
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: content}}
+	}}
+	res, doc := fronttest.CallTool(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", person, nil), "execute_code",
+		map[string]any{"code": loop, "call_detail": "full"})
+	if res.IsError || doc["ok"] != true || answers != 2 {
+		t.Fatalf("after %d answers: %+v", answers, doc)
+	}
+	schema, _ := json.Marshal(person.Asked[0].RequestedSchema)
+	if !strings.Contains(string(schema), `"scope"`) || !strings.Contains(string(schema), `"maximum":100`) {
+		t.Fatalf("the form offers no scope: %s", schema)
+	}
+	granted := 0
+	for _, c := range doc["calls"].([]any) {
+		if a, ok := c.(map[string]any)["approval"].(map[string]any); ok && a["grant"] == "g1" && a["via"] == "elicitation" {
+			granted++
+		}
+	}
+	if granted != 3 {
+		t.Fatalf("%d calls under the grant: %+v", granted, doc["calls"])
+	}
+
+	all := &fronttest.Person{Answer: func(mcp.ElicitationParams) *mcp.ElicitationResult {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+			Content: map[string]any{"decision": "approve", "scope": "all"}}}
+	}}
+	res, doc = fronttest.ExecuteCode(t, fronttest.ElicitingClient(t, srv.URL+"/mcp", "", all, nil),
+		`await Promise.all(["t0", "t1", "t2"].map((key) => mcp.demo.kv_set({key, value: 1})))
+return await Promise.all(["t0", "t1", "t2"].map((key) => mcp.demo.kv_delete({key})))`)
+	if res.IsError || doc["ok"] != true || len(all.Asked) != 3 {
+		t.Fatalf("approve all: asked %d, %+v", len(all.Asked), doc)
+	}
+}

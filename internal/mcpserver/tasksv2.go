@@ -242,7 +242,7 @@ func (s *Server) taskQuestions(ctx context.Context, id string) (mcp.InputRequest
 			forwardQuestions(b, p)
 			continue
 		}
-		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, waiting), RequestedSchema: decisionSchema})
+		b.Elicit(elicitID(p.CallID), mcp.ElicitationParams{Message: question(p, waiting), RequestedSchema: decisionSchema(maxGrantOf(waiting))})
 	}
 	return b.ToolResult().InputRequests, nil
 }
@@ -270,7 +270,7 @@ func (s *Server) updateTask(ctx context.Context, params json.RawMessage) any {
 	decisions := map[string]execution.Decision{}
 	for _, pc := range waiting.Pending {
 		if res := server.ElicitationResponse(p.InputResponses, elicitID(pc.CallID)); res != nil {
-			decisions[strconv.Itoa(pc.CallID)] = decisionOf(res)
+			addAnswer(decisions, pc.CallID, res)
 		} else if d, ok := answersOf(p.InputResponses, pc.CallID); ok {
 			decisions[strconv.Itoa(pc.CallID)] = d
 		}

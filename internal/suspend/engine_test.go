@@ -42,7 +42,7 @@ func TestRealSuspensionResumes(t *testing.T) {
 	res := engine.Run(ctx, guest.Request{
 		Code: bigHeapScript, Tools: tools, Host: addHost{},
 		Limits: guest.Limits{Timeout: 10 * time.Second},
-		Park:   func(c guest.Call) bool { return c.Tool == "add" },
+		Park:   guest.ParkAll(func(c guest.Call) bool { return c.Tool == "add" }),
 	})
 	if res.Suspended == nil {
 		t.Fatalf("the run did not suspend: ok=%v err=%+v", res.OK, res.Err)

@@ -331,7 +331,7 @@ func (r *running) waitFirst(ctx context.Context) {
 // call checks one call and hands it to the server. A call refused by the
 // checks was never sent, and says so (CallOptions.Refused).
 func (r *running) call(ctx context.Context, name string, args json.RawMessage, opt execution.CallOptions) (json.RawMessage, error) {
-	c, ferr := r.check(ctx, name, args, opt)
+	c, ferr := r.prepare(ctx, name, args, opt)
 	if ferr != nil {
 		opt.Refused()
 		return nil, ferr
@@ -339,9 +339,9 @@ func (r *running) call(ctx context.Context, name string, args json.RawMessage, o
 	return r.srv.Call(ctx, c)
 }
 
-// check is everything before a call is sent: the Set open, the server
-// ready, the tool listed and allowed, its arguments valid.
-func (r *running) check(ctx context.Context, name string, args json.RawMessage, opt execution.CallOptions) (Call, *fault.Error) {
+// prepare is everything before a call is sent: the Set open, the server
+// ready, the tool listed and allowed (check), its arguments valid.
+func (r *running) prepare(ctx context.Context, name string, args json.RawMessage, opt execution.CallOptions) (Call, *fault.Error) {
 	full := r.cfg.Name + ":" + name
 	if r.set.isClosed() {
 		return Call{}, fault.Wrap(fault.Unavailable, errClosed, "").WithTool(full)
@@ -353,21 +353,44 @@ func (r *running) check(ctx context.Context, name string, args json.RawMessage, 
 			return Call{}, r.unavailable(full)
 		}
 	}
-	e := r.cat.Load().lookup(name)
-	if e == nil {
-		return Call{}, fault.New(fault.ToolNotFound, "%s %q has no %s %q", r.info.Noun, r.cfg.Name, r.info.ToolNoun, name).WithTool(full)
-	}
-	if ferr := r.allowed(e, opt); ferr != nil {
-		return Call{}, ferr.WithTool(full)
-	}
-	checked, ferr := e.input.Check(args)
+	e, checked, ferr := r.check(name, args, opt)
 	if ferr != nil {
-		return Call{}, ferr.WithTool(full)
+		return Call{}, ferr
 	}
 	if f, ok := r.srv.(Freshener); ok {
 		f.Freshen()
 	}
 	return Call{Tool: e.tool, Ref: e.ref, Args: checked, Timeout: r.cfg.Timeout(), Options: opt}, nil
+}
+
+// check is what is checked of a call before anything is sent: the tool
+// exists, the lists and the destructive policy let it run, its arguments
+// match its input schema (which returns them as sent: an absent object
+// reads {}).
+func (r *running) check(name string, args json.RawMessage, opt execution.CallOptions) (*entry, json.RawMessage, *fault.Error) {
+	full := r.cfg.Name + ":" + name
+	e := r.cat.Load().lookup(name)
+	if e == nil {
+		return nil, nil, fault.New(fault.ToolNotFound, "%s %q has no %s %q", r.info.Noun, r.cfg.Name, r.info.ToolNoun, name).WithTool(full)
+	}
+	if ferr := r.allowed(e, opt); ferr != nil {
+		return nil, nil, ferr.WithTool(full)
+	}
+	checked, ferr := e.input.Check(args)
+	if ferr != nil {
+		return nil, nil, ferr.WithTool(full)
+	}
+	return e, checked, nil
+}
+
+// precheck is check without waiting and without sending: nil while the
+// server is not loaded (nothing can be told yet).
+func (r *running) precheck(name string, args json.RawMessage, opt execution.CallOptions) *fault.Error {
+	if r.set.isClosed() || !r.ready.Load() {
+		return nil
+	}
+	_, _, ferr := r.check(name, args, opt)
+	return ferr
 }
 
 // allowed applies the allow and deny lists and the destructive policy.
@@ -380,14 +403,19 @@ func (r *running) allowed(e *entry, opt execution.CallOptions) *fault.Error {
 	case !r.cfg.AllowDestructive && e.tool.DestructiveByDefault():
 		return fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools, and this one does not say it is "+
 			"read-only or not destructive (MCP's defaults make it destructive; a deployment whose server under-annotates sets "+
-			"assume_not_destructive in its configuration)", r.cfg.Name)
+			"assume_not_destructive in its configuration). %s", r.cfg.Name, letDecide)
 	case !r.cfg.AllowDestructive:
-		return fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools", r.cfg.Name)
+		return fault.New(fault.Forbidden, "destructive tool: server %q does not allow destructive tools. %s", r.cfg.Name, letDecide)
 	case !opt.AllowDestructive:
 		return fault.New(fault.Forbidden, "destructive tool: the request does not allow destructive tools")
 	}
 	return nil
 }
+
+// letDecide says how a deployment lets a person decide the destructive
+// calls of a server that refuses them all.
+const letDecide = "No call of it can run, so none is put to a person: to let a person decide each call, the deployment sets " +
+	"allow_destructive: true in the server's configuration (a call then still needs a person's approval, or the request's allow_destructive)"
 
 // unavailable is the error of a call to a server that cannot serve now:
 // retryable, unless its last load failed permanently (retrying will not

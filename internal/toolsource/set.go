@@ -252,6 +252,21 @@ func (s *Set) Call(ctx context.Context, t catalog.Tool, args json.RawMessage, op
 	return r.red.JSON(out), nil
 }
 
+// Precheck implements execution.Prechecker: Call's checks (the tool, the
+// lists and the destructive policy under opt, the input schema), without
+// sending anything and without waiting for a server to load (one not
+// loaded yet is not refused here).
+func (s *Set) Precheck(_ context.Context, t catalog.Tool, args json.RawMessage, opt execution.CallOptions) error {
+	r := s.byName[t.Server]
+	if r == nil {
+		return fault.New(fault.ToolNotFound, "no server named %q", t.Server).WithTool(t.FullName())
+	}
+	if ferr := r.precheck(t.Name, args, opt); ferr != nil {
+		return s.scrub(ferr)
+	}
+	return nil
+}
+
 // scrub masks every known secret in an error's message.
 func (s *Set) scrub(fe *fault.Error) *fault.Error {
 	fe.Message = s.red.String(fe.Message)
@@ -301,4 +316,7 @@ func (s *Set) Close() error {
 	return errors.Join(errs...)
 }
 
-var _ execution.ServerSource = (*Set)(nil)
+var (
+	_ execution.ServerSource = (*Set)(nil)
+	_ execution.Prechecker   = (*Set)(nil)
+)

@@ -56,6 +56,21 @@ type Call struct {
 	// calls refused past the tool_calls limit are summarised in a single
 	// record (Tool "*", ErrorCode LIMIT_EXCEEDED) instead of one each.
 	Count int `json:"count,omitempty"`
+	// Approval is who approved a call that needed a person and was let
+	// run: by a decision on the call itself, or under a grant that
+	// covered it.
+	Approval *Approval `json:"approval,omitempty"`
+}
+
+// Approval is a person's approval of one call.
+type Approval struct {
+	// By is who approved it (a principal; empty where auth is off), and
+	// Via as what (ViaPage, ViaElicitation, ViaApprover, ViaCaller).
+	By  string `json:"by,omitempty"`
+	Via string `json:"via,omitempty"`
+	// Grant names the grant that covered the call (Event.Grants), empty
+	// for a call approved on its own.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Call statuses.
@@ -198,6 +213,23 @@ type Event struct {
 	// Via is what the decider was allowed to decide as: ViaElicitation,
 	// ViaPage, ViaApprover or ViaCaller.
 	Via string `json:"via,omitempty"`
+	// Grants are the grants a resumption made: decisions that cover more
+	// than one call of one call site (each covered call's record names
+	// its grant in its Approval).
+	Grants []Grant `json:"grants,omitempty"`
+}
+
+// Grant is a person's approval of up to Max calls of one call site of one
+// tool in one execution, while the Pinned arguments keep their values.
+type Grant struct {
+	ID   string `json:"id"`
+	Tool string `json:"tool"` // server:tool
+	// Site is the call site ("line:column" in the code that runs), Line
+	// its line in the script as written.
+	Site   string   `json:"site"`
+	Line   int      `json:"line,omitempty"`
+	Max    int      `json:"max"`
+	Pinned []string `json:"pinned,omitempty"`
 }
 
 // Event types.

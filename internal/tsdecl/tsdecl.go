@@ -120,6 +120,9 @@ func writeMethod(b *strings.Builder, t catalog.Tool, ind string) {
 	if t.Title != "" && t.Title != t.Description {
 		doc = strings.TrimSpace(t.Title + "\n\n" + t.Description)
 	}
+	if tags := toolTags(t); tags != "" {
+		doc = strings.TrimSpace(doc + "\n\n" + tags)
+	}
 	writeDoc(b, ind, doc, nil)
 
 	g := &generator{budget: nodeBudget}
@@ -143,6 +146,27 @@ func writeMethod(b *strings.Builder, t catalog.Tool, ind string) {
 		q = "?"
 	}
 	b.WriteString(ind + name + "(args" + q + ": " + param + "): Promise<" + result + ">;\n")
+}
+
+// toolTags are the JSDoc lines that say what a call does besides its
+// description: the request or function it reaches, and whether it needs a
+// person's approval — so that an agent tells a read from a delete before
+// it asks, and writes the calls a person must approve where that person
+// can read them.
+func toolTags(t catalog.Tool) string {
+	var lines []string
+	if e := t.Endpoint.String(); e != "" {
+		lines = append(lines, "@endpoint "+e)
+	}
+	switch {
+	case t.IsDestructive() && t.DestructiveByDefault():
+		lines = append(lines, `@destructive (it does not say otherwise: MCP's defaults) runs only with allow_destructive or a person's approval (approval "suspend")`)
+	case t.IsDestructive():
+		lines = append(lines, `@destructive runs only with allow_destructive or a person's approval (approval "suspend")`)
+	case t.RequireApproval:
+		lines = append(lines, `@approval its server asks a person to approve every call: runs only with allow_destructive or a person's approval (approval "suspend")`)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // hasRequired reports whether an input schema requires any property, which

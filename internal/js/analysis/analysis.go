@@ -124,6 +124,9 @@ type Parsed struct {
 	Refs Refs
 	// Top is what its top level declares (what a session keeps).
 	Top TopLevel
+	// Sites are where the code calls the tools it names statically, in
+	// the order of the code (at most maxSites of them).
+	Sites []Site
 	// AST is the wrapped program: one expression statement holding the
 	// async function (Body) whose body is the user's code.
 	AST *js.AST
@@ -188,7 +191,8 @@ func Parse(code string) (*Parsed, error) {
 	slices.SortFunc(refs.Tools, func(a, b Ref) int {
 		return cmp.Or(cmp.Compare(a.Server, b.Server), cmp.Compare(a.Tool, b.Tool))
 	})
-	return &Parsed{Refs: refs, Top: w.topLevel(body), AST: ast, src: src}, nil
+	slices.SortFunc(w.sites, func(a, b Site) int { return a.Offset - b.Offset })
+	return &Parsed{Refs: refs, Top: w.topLevel(body), Sites: w.sites, AST: ast, src: src}, nil
 }
 
 // wrapperBody returns the wrapper function when the whole program is that
@@ -224,10 +228,17 @@ type walker struct {
 	lines   lineIndex
 	seen    map[[2]string]Ref
 	dynamic bool
+	// sites are the calls of tools named statically; loops counts the
+	// loops around the node being walked.
+	sites []Site
+	loops int
 }
 
 // Enter implements js.IVisitor.
 func (w *walker) Enter(n js.INode) js.IVisitor {
+	if w.enterLoop(n) {
+		return nil
+	}
 	switch n := n.(type) {
 	case *js.Var:
 		if name, global := globalName(n); global {

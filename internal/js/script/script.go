@@ -71,9 +71,10 @@ type Prepared struct {
 	// it declares its own `args`, and the names a session keeps.
 	Top analysis.TopLevel
 
-	ts     *stripped    // nil for JavaScript
-	unread *fault.Error // the analysis parser's error, when it failed
-	added  *insertion   // what Persist added to Code, nil until then
+	sites  []analysis.Site // where Code calls its tools, positions as written
+	ts     *stripped       // nil for JavaScript
+	unread *fault.Error    // the analysis parser's error, when it failed
+	added  *insertion      // what Persist added to Code, nil until then
 	parsed *analysis.Parsed
 }
 
@@ -183,11 +184,15 @@ func analyse(js string, ts *stripped, keep bool) (*Prepared, error) {
 	if keep {
 		p.parsed = parsed
 	}
+	p.sites = parsed.Sites
 	if ts != nil {
 		for i, r := range refs.Tools {
 			if r.Line > 0 {
 				refs.Tools[i].Line, refs.Tools[i].Column = ts.position(r.Line, r.Column)
 			}
+		}
+		for i, s := range p.sites {
+			p.sites[i].Line, p.sites[i].Column = ts.position(s.Line, s.Column)
 		}
 	}
 	p.Refs, p.Top, p.Checked = refs, parsed.Top, true

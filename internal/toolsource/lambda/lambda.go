@@ -126,7 +126,7 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 			}
 		}
 		tool := catalog.Tool{Name: fn.Tool, Description: fn.Description, InputSchema: fn.InputSchema,
-			OutputSchema: fn.OutputSchema, Kind: trace.KindMCP}
+			OutputSchema: fn.OutputSchema, Kind: trace.KindMCP, Endpoint: &catalog.Endpoint{Function: fn.Function}}
 		switch {
 		case fn.ReadOnly:
 			tool.Annotations = catalog.Annotations{ReadOnly: &t, Destructive: &f}

@@ -187,9 +187,23 @@ func (sv *server) tools(doc *Document) []toolsource.Tool {
 		case catalog.MatchAnyGlob(sv.cfg.ReadOnly, tool.Name):
 			tool.Annotations.ReadOnly, tool.Annotations.Destructive = &t, &f
 		}
+		tool.Endpoint = endpointOf(op, doc.Base)
 		out = append(out, toolsource.Tool{Tool: tool, Ref: target{op: op, base: doc.Base}})
 	}
 	return out
+}
+
+// endpointOf is what a call of op reaches: its method, its path template
+// under the base URL's path, and the host (as newRequest builds them).
+func endpointOf(op *Operation, base *url.URL) *catalog.Endpoint {
+	if op.Server != nil {
+		base = op.Server
+	}
+	e := &catalog.Endpoint{Method: op.Method, Path: op.Path}
+	if base != nil {
+		e.Path, e.Host = strings.TrimSuffix(base.Path, "/")+op.Path, base.Host
+	}
+	return e
 }
 
 // Describe implements toolsource.Describer: the URL is where requests go
