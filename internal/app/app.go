@@ -594,7 +594,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
-		Answerer: cfg.Answerer, Journal: a.Journal})
+		Answerer: cfg.Answerer, Journal: a.Journal, Traces: store})
 	a.runner.Executor = a.Service
 	return a, nil
 }

@@ -56,6 +56,10 @@ type durableState struct {
 	// arguments (what a suspension notice tells): an approval page lists
 	// it from the record alone, without reading its image.
 	Waits []execution.PendingTool `json:"waits,omitempty"`
+	// RollbackOf is, for a rollback's own execution, the execution it
+	// rolls back: whoever ends it (a resume, a cancel) records its
+	// compensations there (finishRollback).
+	RollbackOf string `json:"rollback_of,omitempty"`
 }
 
 // encode is st as Record.Bridge. Its oldest events go when there are too
@@ -80,7 +84,8 @@ const storeTimeout = 10 * time.Second
 // resp its StatusSuspended answer.
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source), Capabilities: req.Capabilities,
-		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes}
+		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes,
+		RollbackOf: req.RollbackOf}
 	// The code goes with the image (user data, like it), never into the
 	// record's metadata: whoever decides reads the calls in their context.
 	susp.Source = req.Code
@@ -437,8 +442,12 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	}
 	resp.Effects = s.effectsOf(ctx, id, true)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities,
+		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities, RollbackOf: st.RollbackOf,
 		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
+	if st.RollbackOf != "" {
+		resp.RollbackOf = st.RollbackOf
+		s.finishRollback(ctx, st.RollbackOf, id, resp)
+	}
 	s.record(ctx, ex, resp)
 	return resp, nil
 }
@@ -481,10 +490,11 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	// whoever decides.
 	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend, Capabilities: st.Capabilities,
 		CallDetail: rr.CallDetail, ExecutionID: id, Principal: claimed.Principal, Source: execution.Source(st.Source),
-		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
+		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent, RollbackOf: st.RollbackOf}
 	ctx = s.startSpan(ctx, &req, start)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities}
+		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities,
+		RollbackOf: st.RollbackOf}
 	st.Events = append(st.Events, resumeEvent(decisions, rr, claimed.Principal, s.policy, start))
 
 	var resp *execution.Response
@@ -549,6 +559,10 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 			s.log.ErrorContext(ctx, "resumed execution not recorded as finished", "execution_id", id, "err", err)
 		}
 		cancel()
+		if st.RollbackOf != "" {
+			resp.RollbackOf = st.RollbackOf
+			s.finishRollback(ctx, st.RollbackOf, id, resp)
+		}
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(rr.CallDetail)

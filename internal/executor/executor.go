@@ -90,6 +90,10 @@ type Options struct {
 	// memory: its document still lists its effects, and nothing of them
 	// outlives the process.
 	Journal journal.Store
+	// Traces, when set, reads stored executions: a rollback tells a known
+	// execution that made no effect from an unknown id by them, and one
+	// that has ended from one still running.
+	Traces TraceReader
 	// Answerer, when set, answers a remote server's question in line in
 	// an execution that cannot suspend, where Policy lets the caller
 	// answer (question.go): the front end's caller is the person at the
@@ -123,13 +127,14 @@ type Service struct {
 	sessionTTL time.Duration
 	sessionMax int
 	journal    journal.Store
+	traces     TraceReader
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
 		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
-		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal}
+		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal, traces: opts.Traces}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL
 	}
@@ -769,6 +774,7 @@ func (s *Service) execRecord(ctx context.Context, req *execution.Request, resp *
 		ex.Depth = p.Depth()
 	}
 	ex.Pins = req.Pins()
+	ex.RollbackOf = req.RollbackOf
 	return ex
 }
 
