@@ -569,7 +569,13 @@ func (p *Page) execution(w http.ResponseWriter, r *http.Request) {
 	}
 	d := p.decider(s)
 	doc, ferr := p.opts.Service.Waiting(r.Context(), id)
-	if ferr != nil || !p.mayDecide(d, doc.Owner) {
+	switch {
+	case ferr != nil && ferr.Code != fault.Unavailable:
+		// It waits no more (or never did): what it did, and its undo
+		// (effects.go), for whom may roll it back.
+		p.ended(w, r, s, id)
+		return
+	case ferr != nil || !p.mayDecide(d, doc.Owner):
 		p.notWaiting(w, r)
 		return
 	}
@@ -599,6 +605,10 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if isDraftID(id) {
 		p.decideDraft(w, r, s, id)
+		return
+	}
+	if r.PostFormValue("decision") == formRollback {
+		p.rollBack(w, r, s, id)
 		return
 	}
 	call, err1 := strconv.Atoi(r.PostFormValue("call"))

@@ -162,7 +162,9 @@ type Rollback struct {
 	ExecutionID string `json:"execution_id"`
 	// Status is the execution's rollback state after this rollback
 	// (RolledBack, PartiallyRolledBack, NotRolledBack, RollingBack while
-	// the rollback waits for a person), or NothingToRollBack.
+	// the rollback waits for a person), or NothingToRollBack. A dry run's
+	// is OutcomePlanned when something would run, else the state as it
+	// stands.
 	Status  string `json:"status"`
 	Message string `json:"message"`
 	DryRun  bool   `json:"dry_run,omitempty"`
@@ -172,6 +174,9 @@ type Rollback struct {
 	RollbackID string           `json:"rollback_execution_id,omitempty"`
 	Effects    []RollbackEffect `json:"effects"`
 	Execution  *Response        `json:"execution,omitempty"`
+	// Owner is whose the execution rolled back is (set by the host, never
+	// sent): the approval page names it.
+	Owner string `json:"-"`
 }
 
 // The outcomes of one effect in a rollback (RollbackEffect.Outcome): a

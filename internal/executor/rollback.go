@@ -92,6 +92,14 @@ func (s *Service) Rollback(ctx context.Context, rr execution.RollbackRequest) (*
 	if !orig.known || !s.policy.MayReject(approval.Decider{Principal: rr.Principal, Channel: rr.Channel}, orig.owner) {
 		return nil, fault.New(fault.NotFound, "no execution %q", id)
 	}
+	if rr.DryRun {
+		// What would run, whatever the execution is doing now: the page
+		// shows it beside a waiting execution's pending calls. Nothing
+		// is refused, settled or recorded.
+		out := s.planRollback(ctx, entries).answer(id, true)
+		out.Owner = orig.owner
+		return out, nil
+	}
 	if orig.busy != nil {
 		return nil, orig.busy
 	}
@@ -102,12 +110,11 @@ func (s *Service) Rollback(ctx context.Context, rr execution.RollbackRequest) (*
 	if ferr := plan.refusal(id); ferr != nil {
 		return nil, ferr
 	}
-	if rr.DryRun {
-		return plan.answer(id, true), nil
-	}
 	s.recordSkips(ctx, id, plan)
 	if len(plan.run) == 0 {
-		return s.rollbackAnswer(ctx, id, "", nil, plan), nil
+		out := s.rollbackAnswer(ctx, id, "", nil, plan)
+		out.Owner = orig.owner
+		return out, nil
 	}
 	rbID := trace.NewExecutionID()
 	if ferr := s.claim(ctx, id, rbID, plan); ferr != nil {
@@ -117,7 +124,9 @@ func (s *Service) Rollback(ctx context.Context, rr execution.RollbackRequest) (*
 	if !resp.Suspended() {
 		s.finishRollback(ctx, id, rbID, resp)
 	}
-	return s.rollbackAnswer(ctx, id, rbID, resp, plan), nil
+	out := s.rollbackAnswer(ctx, id, rbID, resp, plan)
+	out.Owner = orig.owner
+	return out, nil
 }
 
 // readJournal is id's journal, or a retryable UNAVAILABLE.
@@ -298,6 +307,9 @@ func settledAlready(e journal.Entry) (reason, outcome string) {
 	case c.Status == execution.CompensationUnknown:
 		return fmt.Sprintf("its compensation (call %d of rollback %s) has no recorded outcome: it may have happened, so it is not sent again; check with the server",
 			c.CallID, c.ExecutionID), execution.CompensationUnknown
+	case c.Status == execution.CompensationRunning:
+		// Only a dry run meets one: a rollback settles or refuses first.
+		return fmt.Sprintf("rollback %s is compensating it (call %d)", c.ExecutionID, c.CallID), execution.OutcomePending
 	}
 	return "", ""
 }

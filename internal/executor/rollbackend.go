@@ -214,9 +214,16 @@ func (p *rollbackPlan) answer(id string, dry bool) *execution.Rollback {
 		out.Effects[i] = re
 	}
 	if dry {
-		out.Status = execution.NothingToRollBack
-		if len(p.run) > 0 {
+		entries := make([]journal.Entry, len(p.items))
+		for i, it := range p.items {
+			entries[i] = it.e
+		}
+		out.Status = execution.RollbackState(journal.Effects(entries, true))
+		switch {
+		case len(p.run) > 0:
 			out.Status = execution.OutcomePlanned
+		case out.Status == "":
+			out.Status = execution.NothingToRollBack
 		}
 		out.Message = rollbackMessage(id, out, nil)
 	}
