@@ -244,7 +244,7 @@ func (p *Page) rollBack(w http.ResponseWriter, r *http.Request, s session, id st
 		}
 	}
 	rb, ferr := p.opts.Service.Rollback(ctx, execution.RollbackRequest{ExecutionID: id, Principal: s.Principal, Channel: execution.ChannelPage,
-		Source: execution.SourceHTTP, AllowDestructive: p.opts.Policy.MayConsent(s.Principal), Approval: execution.ApprovalSuspend})
+		Source: execution.SourceHTTP, AllowDestructive: p.opts.Policy.MayConsent(s.Principal)})
 	p.flush(ctx)
 	if ferr != nil {
 		p.log.InfoContext(ctx, "rollback refused", "execution_id", id, "principal", s.Principal, "code", string(ferr.Code))

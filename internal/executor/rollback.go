@@ -79,6 +79,9 @@ func (s *Service) Rollback(ctx context.Context, rr execution.RollbackRequest) (*
 	if ferr := execution.CheckApproval(rr.Approval); ferr != nil {
 		return nil, ferr
 	}
+	if rr.Approval == execution.ApprovalSuspend && s.store == nil {
+		return nil, fault.New(fault.InvalidRequest, `approval "suspend" is not available here: this service keeps no suspended executions`)
+	}
 	entries, ferr := s.readJournal(ctx, id)
 	if ferr != nil {
 		return nil, ferr

@@ -606,6 +606,10 @@ func (s *Service) refreshSuspended(ctx context.Context, doc *execution.Response)
 // unknown, by the executor); any other is the executor's to roll back.
 func (s *Service) Rollback(ctx context.Context, rr execution.RollbackRequest) (*execution.Rollback, *fault.Error) {
 	id := rr.ExecutionID
+	if rr.DryRun {
+		// What would run, whatever the execution is doing now.
+		return s.Executor.Rollback(ctx, rr)
+	}
 	busy := fault.New(fault.Conflict, "execution %s is running: roll it back once it has ended (cancel it first to stop it: DELETE /executions/%s)", id, id)
 	if l := s.liveRun(id); l != nil && s.opts.Policy.MayAccess(rr.Principal, l.principal) {
 		return nil, busy
