@@ -7,6 +7,7 @@ package catalog
 import (
 	"encoding/json"
 
+	"github.com/pml-sandbox/pml/internal/compensate"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -37,6 +38,12 @@ type Tool struct {
 	// it honours idempotency keys (idempotency_keys: true): a call sent
 	// again with the same key is applied once.
 	IdempotencyKeys bool `json:"idempotency_keys,omitempty"`
+	// Compensate is the call that undoes a call of the tool, as its
+	// server's configuration declares it (compensate): a tool of the same
+	// server that the server exposes, checked when its tools are listed.
+	// Nil: a rollback skips its effects. Not listed to callers: it is the
+	// deployment's, read by a rollback.
+	Compensate *compensate.Template `json:"-"`
 	// Endpoint says what a call reaches, where the tool's kind knows it:
 	// shown to whoever decides a call (and in the declarations), so that
 	// "delete" reads as the request it makes. Nil for MCP tools and

@@ -57,6 +57,7 @@ func commands() []command {
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
 		{"session", "a session's runs and state: pml session list | show ID | rm ID", sessionCmd},
 		{"resume", "decide on a suspended execution's pending calls and run it on: pml resume ID --approve 2 --reject 3", resumeCmd},
+		{"rollback", "undo an execution's applied effects with the compensations its servers declare: pml rollback ID", rollbackCmd},
 		{"status", "show an asynchronous execution (pml run --async): pml status ID [--wait] [--cancel]", statusCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},

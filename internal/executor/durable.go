@@ -63,6 +63,10 @@ type durableState struct {
 	// Session is the session the execution holds while it waits
 	// (sessionwait.go).
 	Session *heldSession `json:"session,omitempty"`
+	// RollbackOf is, for a rollback's own execution, the execution it
+	// rolls back: whoever ends it (a resume, a cancel) records its
+	// compensations there (finishRollback).
+	RollbackOf string `json:"rollback_of,omitempty"`
 }
 
 // encode is st as Record.Bridge. Its oldest events go when there are too
@@ -88,7 +92,7 @@ const storeTimeout = 10 * time.Second
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time, out runOut) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source), Capabilities: req.Capabilities,
 		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes,
-		Plan: out.plan, Session: heldOf(out.sess)}
+		Plan: out.plan, Session: heldOf(out.sess), RollbackOf: req.RollbackOf}
 	// The code goes with the image (user data, like it), never into the
 	// record's metadata: whoever decides reads the calls in their context.
 	susp.Source = req.Code
@@ -490,8 +494,12 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	}
 	resp.Effects = s.effectsOf(ctx, id, true)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities,
+		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities, RollbackOf: st.RollbackOf,
 		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
+	if st.RollbackOf != "" {
+		resp.RollbackOf = st.RollbackOf
+		s.finishRollback(ctx, st.RollbackOf, id, resp)
+	}
 	s.record(ctx, ex, resp)
 	return resp, nil
 }
@@ -534,10 +542,11 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	// whoever decides.
 	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend, Capabilities: st.Capabilities,
 		CallDetail: rr.CallDetail, ExecutionID: id, Principal: claimed.Principal, Source: execution.Source(st.Source),
-		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
+		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent, RollbackOf: st.RollbackOf}
 	ctx = s.startSpan(ctx, &req, start)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities}
+		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities,
+		RollbackOf: st.RollbackOf}
 	ev := resumeEvent(dec.decisions, rr, claimed.Principal, s.policy, start)
 	ev.Grants = dec.grants
 	st.Events = append(st.Events, ev)
@@ -617,6 +626,10 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		}
 		if st.Session != nil {
 			ex.SessionID = st.Session.ID
+		}
+		if st.RollbackOf != "" {
+			resp.RollbackOf = st.RollbackOf
+			s.finishRollback(ctx, st.RollbackOf, id, resp)
 		}
 	}
 	s.record(ctx, ex, resp)

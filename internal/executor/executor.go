@@ -94,6 +94,10 @@ type Options struct {
 	// execution.DefaultMaxGrant): a person approving a call site for N
 	// calls chooses N up to it.
 	MaxGrant int
+	// Traces, when set, reads stored executions: a rollback tells a known
+	// execution that made no effect from an unknown id by them, and one
+	// that has ended from one still running.
+	Traces TraceReader
 	// Answerer, when set, answers a remote server's question in line in
 	// an execution that cannot suspend, where Policy lets the caller
 	// answer (question.go): the front end's caller is the person at the
@@ -128,13 +132,15 @@ type Service struct {
 	sessionMax int
 	journal    journal.Store
 	maxGrant   int
+	traces     TraceReader
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
 		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
-		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal, maxGrant: opts.MaxGrant}
+		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal, maxGrant: opts.MaxGrant,
+		traces: opts.Traces}
 	if s.maxGrant <= 0 {
 		s.maxGrant = execution.DefaultMaxGrant
 	}
@@ -794,6 +800,7 @@ func (s *Service) execRecord(ctx context.Context, req *execution.Request, resp *
 		ex.Depth = p.Depth()
 	}
 	ex.Pins = req.Pins()
+	ex.RollbackOf = req.RollbackOf
 	return ex
 }
 

@@ -124,6 +124,9 @@ type Execution struct {
 	// traces read in order.
 	SessionID   string `json:"session_id,omitempty"`
 	SessionStep int    `json:"session_step,omitempty"`
+	// RollbackOf is, for a rollback's own execution, the execution whose
+	// effects it compensates.
+	RollbackOf string `json:"rollback_of,omitempty"`
 	// Pattern is what the learning loop keeps of an execution that
 	// succeeded and called tools (nil otherwise). The stores write it
 	// beside the record, for the candidates they count; it is not part of
