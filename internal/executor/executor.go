@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/js/script"
 	"github.com/pml-sandbox/pml/internal/learn"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/ranking"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -95,6 +96,10 @@ type Options struct {
 	// answer (question.go): the front end's caller is the person at the
 	// keyboard (pml run). Without it such a question fails the call.
 	Answerer elicit.Answerer
+	// Counter counts the calls (and sums) the policy set's limits bound
+	// (internal/policy/usage); without it a call a limit applies to is
+	// refused.
+	Counter policy.Counter
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -119,6 +124,9 @@ type Service struct {
 	ranker    *ranking.Ranker
 	asker     elicit.Answerer
 
+	// gate decides every tool call by the policy set (gate.go).
+	gate *policy.Gate
+
 	sessions   suspend.Sessions
 	sessionTTL time.Duration
 	sessionMax int
@@ -130,6 +138,12 @@ func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
 		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
 		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal}
+	if compiled, err := s.policy.Compile(); err == nil {
+		// Compiled once: a Policy built without its rules would generate
+		// the default set for every decision.
+		s.policy = compiled
+	}
+	s.gate = &policy.Gate{Rules: s.policy.Authorizer(), Counter: opts.Counter}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL
 	}
@@ -569,6 +583,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		ArgsDeclared: prep.Top.ArgsDeclared,
 	}
 	if run := *sess; run != nil {
+		host.session = run.claim.ID
 		run.kept, run.checked = prep.Persist(), prep.Checked
 		greq.Code, greq.Session, greq.From = prep.Code, true, run.claim.Sandbox
 	}
@@ -603,10 +618,12 @@ func (s *Service) checkPins(ctx context.Context, req *execution.Request) *fault.
 // receive as they happen.
 func (s *Service) hook(ctx context.Context, greq *guest.Request, req *execution.Request, host *toolHost) {
 	entries := host.entries
-	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && !req.AllowDestructive {
+	if req.Approval == execution.ApprovalSuspend && req.Parent == nil {
+		// A call the policy set would let a person approve is parked
+		// (gate.go): its verdict is kept for the call.
 		greq.Park = func(c guest.Call) bool {
 			e, ok := entries[c.Server+":"+c.Tool]
-			return ok && e.tool.NeedsApproval()
+			return ok && host.verdict(ctx, c, e, false).Verdict == policy.Ask
 		}
 	}
 	rec, _ := s.sink.(trace.CallRecorder)
@@ -670,6 +687,7 @@ func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, 
 	if req.Parent != nil {
 		c.ParentCallID = req.Parent.CallID
 	}
+	c.Policies = host.policiesOf(c.CallID)
 	ch := host.childOf(c.CallID)
 	c.ChildExecutionID, c.Version = ch.executionID, ch.version
 	return c

@@ -10,6 +10,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
@@ -54,6 +55,13 @@ type toolHost struct {
 
 	// effects is the execution's journal of effects (effects.go).
 	effects *effectLog
+
+	// session is the session the run belongs to ("" outside one).
+	session string
+	vmu     sync.Mutex
+	// verdicts are the policy set's outcomes of the run's calls, by call
+	// id (gate.go).
+	verdicts map[int]policy.Outcome
 }
 
 // resolvedEntry is a tool resolved at run time, or the refusal its calls
@@ -86,15 +94,17 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		}
 		e = r.entry
 	}
-	// A call that needs approval and reaches here unparked either was
-	// approved, or cannot wait for a decision.
-	approved := h.approved[c.ID] && e.tool.NeedsApproval()
-	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
-		return nil, needsApproval(full, e.tool, h.req)
-	}
 	retry, err := retryOf(c)
 	if err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "").WithTool(full)
+	}
+	// The policy set decides every call (gate.go): a call that needs a
+	// person and reaches here unparked either was approved, or cannot
+	// wait for a decision.
+	approved := h.approved[c.ID] && e.tool.NeedsApproval()
+	decided := h.verdict(ctx, c, e, retry != nil)
+	if ferr := refusal(full, decided, h, e); ferr != nil {
+		return nil, ferr
 	}
 	if sp, ok := h.service.sink.(trace.Spans); ok {
 		ctx = sp.StartCall(ctx, trace.Call{ExecutionID: h.req.ExecutionID, CallID: c.ID, Server: c.Server, Tool: c.Tool, Kind: e.tool.Kind})
@@ -104,7 +114,7 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		// the source's own check (the MCP pool's) must let it through.
 		// So was one sent again with the answers to its server's
 		// question: it was let through before it asked.
-		Lineage:       h.req.CallLineage(c.ID, approved || retry != nil),
+		Lineage:       h.req.CallLineage(c.ID, consentedFor(e, decided, approved, retry != nil)),
 		ParseJSONText: h.req.ParseJSONText,
 		Sandboxes:     h.budget,
 		OnChild:       func(id string, version int, calls []trace.Call) { h.setChild(c.ID, id, version, calls) },
