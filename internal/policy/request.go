@@ -234,7 +234,10 @@ func CallInput(c Call, withArgs bool) (Input, error) {
 // the host reads them (catalog.Tool).
 func toolAttrs(t catalog.Tool) types.Record {
 	a := t.Annotations
-	kind := string(t.Kind)
+	kind := t.SourceKind
+	if kind == "" {
+		kind = string(t.Kind) // a capability, a built-in
+	}
 	return types.NewRecord(types.RecordMap{
 		"server":          types.String(t.Server),
 		"name":            types.String(t.Name),
@@ -267,19 +270,20 @@ func argValues(raw json.RawMessage) (types.RecordMap, error) {
 		return out, nil // not an object: nothing by name
 	}
 	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
+		tok, err := dec.ReadToken()
 		if err != nil {
 			return nil, fmt.Errorf("the arguments are not JSON: %w", err)
 		}
+		name := tok.String() // the token is void after the next read
 		if dec.PeekKind() == '{' || dec.PeekKind() == '[' {
 			v, err := dec.ReadValue()
 			if err != nil {
 				return nil, fmt.Errorf("the arguments are not JSON: %w", err)
 			}
-			if err := put(out, name.String(), types.NewRecord(types.RecordMap{"text": types.String(v)})); err != nil {
+			if err := put(out, name, types.NewRecord(types.RecordMap{"text": types.String(v)})); err != nil {
 				return nil, err
 			}
-			if err := flatten(out, name.String(), v); err != nil {
+			if err := flatten(out, name, v); err != nil {
 				return nil, err
 			}
 			continue
@@ -288,7 +292,7 @@ func argValues(raw json.RawMessage) (types.RecordMap, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the arguments are not JSON: %w", err)
 		}
-		if err := put(out, name.String(), scalar(v)); err != nil {
+		if err := put(out, name, scalar(v)); err != nil {
 			return nil, err
 		}
 	}
