@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	pol "github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -438,7 +439,8 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	resp.Effects = s.effectsOf(ctx, id, true)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
 		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities,
-		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
+		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal,
+			Policies: s.policy.Decide(ctx, pol.ActionRead, approval.Decider{Principal: cr.Principal}, id, rec.Principal).Policies})}
 	s.record(ctx, ex, resp)
 	return resp, nil
 }
@@ -572,8 +574,32 @@ func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeReques
 	for cid, d := range decisions {
 		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.Word(), Reason: d.Reason})
 	}
+	ev.Policies = decisionPolicies(decisions, rr, owner, policy)
 	slices.SortFunc(ev.Decisions, func(a, b trace.Decision) int { return a.CallID - b.CallID })
 	return ev
+}
+
+// decisionPolicies are the ids of the policies that let rr's decider make
+// these decisions on owner's execution (each kind asked as mayDecide
+// asked it), each once.
+func decisionPolicies(decisions map[int]execution.Decision, rr execution.ResumeRequest, owner string, p approval.Policy) []string {
+	approve, answer, reject := decisionKinds(decisions)
+	d := approval.Decider{Principal: rr.Principal, Channel: rr.Channel}
+	var out []string
+	for _, k := range []struct {
+		asked  bool
+		action pol.Action
+	}{{approve, pol.ActionApprove}, {answer, pol.ActionAnswer}, {reject, pol.ActionReject}} {
+		if !k.asked {
+			continue
+		}
+		for _, id := range p.Decide(context.Background(), k.action, d, rr.ExecutionID, owner).Policies {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 // loadFault is storeFault for a record principal could not load: an

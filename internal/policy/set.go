@@ -147,6 +147,45 @@ func (s *Set) read(i int, p *cedar.Policy) (*entry, []error) {
 	return e, errs
 }
 
+// Info is one policy of a set, as an operator reads it.
+type Info struct {
+	ID       string   `json:"id"`
+	Effect   string   `json:"effect"`
+	Position string   `json:"position"`
+	Limits   []string `json:"limits,omitempty"`
+	// Text is the policy in Cedar, as cedar-go writes it back.
+	Text string `json:"text"`
+}
+
+// Policies describes the set's policies, in the order written.
+func (s *Set) Policies() []Info {
+	out := make([]Info, len(s.policies))
+	for i, e := range s.policies {
+		out[i] = e.info()
+	}
+	return out
+}
+
+// Policy describes the policy id, false when the set has none of it.
+func (s *Set) Policy(id string) (Info, bool) {
+	e := s.byID[id]
+	if e == nil {
+		return Info{}, false
+	}
+	return e.info(), true
+}
+
+func (e *entry) info() Info {
+	in := Info{ID: e.id, Effect: "forbid", Position: e.pos, Text: string(e.policy.MarshalCedar())}
+	if e.permit {
+		in.Effect = "permit"
+	}
+	for _, l := range e.limits {
+		in.Limits = append(in.Limits, l.String())
+	}
+	return in
+}
+
 // Origin is where the set came from.
 func (s *Set) Origin() string { return s.origin }
 

@@ -202,6 +202,9 @@ type Event struct {
 	// Via is what the decider was allowed to decide as: ViaElicitation,
 	// ViaPage, ViaApprover or ViaCaller.
 	Via string `json:"via,omitempty"`
+	// Policies are the ids of the policies that let the decider decide
+	// (internal/policy).
+	Policies []string `json:"policies,omitempty"`
 }
 
 // Event types.
