@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
@@ -120,7 +121,15 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		OnChild:       func(id string, version int, calls []trace.Call) { h.setChild(c.ID, id, version, calls) },
 		Retry:         retry,
 	}
+	var notSent atomic.Bool
+	if len(decided.Charged) > 0 {
+		opts.NotSent = func() { notSent.Store(true) }
+	}
 	out, err := h.send(ctx, e, c, opts)
+	if notSent.Load() {
+		// Nothing of the call left the host: it counts against no limit.
+		h.service.gate.Refund(ctx, decided.Charged)
+	}
 	if q, ok := isQuestion(err); ok {
 		if h.answersInLine() {
 			out, err = h.answerInLine(ctx, e, c, opts, q)

@@ -43,6 +43,15 @@ type Outcome struct {
 	Reason string
 	// WindowEnds is when the limit's window ends (OverLimit).
 	WindowEnds time.Time
+	// Charged are the counts an allowed call added (Gate.Refund gives
+	// them back when nothing of the call was sent).
+	Charged []Charge
+}
+
+// Charge is what one call added to one count.
+type Charge struct {
+	Key CountKey
+	N   int64
 }
 
 // ArgsReader is an Authorizer that says whether its policies read a
@@ -146,18 +155,8 @@ func (g *Gate) charge(ctx context.Context, c Call, d Decision) Outcome {
 	if g.Now != nil {
 		now = g.Now()
 	}
-	type added struct {
-		k CountKey
-		n int64
-	}
-	var done []added
-	refund := func() {
-		for _, a := range done {
-			// Best effort: a refund lost leaves the count high, which
-			// refuses sooner, never later.
-			_, _, _ = g.Counter.Add(context.WithoutCancel(ctx), a.k, -a.n, -1)
-		}
-	}
+	var done []Charge
+	refund := func() { g.Refund(ctx, done) }
 	for i := range d.Limits {
 		l := d.Limits[i]
 		n, err := l.amount(c.Args)
@@ -190,9 +189,19 @@ func (g *Gate) charge(ctx context.Context, c Call, d Decision) Outcome {
 			refund()
 			return g.over(c, d, l, start)
 		}
-		done = append(done, added{k, n})
+		done = append(done, Charge{k, n})
 	}
-	return Outcome{Verdict: Allow, Decision: d}
+	return Outcome{Verdict: Allow, Decision: d, Charged: done}
+}
+
+// Refund gives back what a call added to its counts: the call was not
+// sent after all (its source refused it: arguments its schema rejects, a
+// server that is down). Best effort: a refund lost leaves a count high,
+// which refuses sooner, never later.
+func (g *Gate) Refund(ctx context.Context, charged []Charge) {
+	for _, c := range charged {
+		_, _, _ = g.Counter.Add(context.WithoutCancel(ctx), c.Key, -c.N, -1)
+	}
 }
 
 // over is the outcome of a call past limit l.
