@@ -101,6 +101,8 @@ type Gate struct {
 	// refusal per process.
 	mu   sync.Mutex
 	full map[string]fullCount
+	// entities are the principals' and tools' entities built so far.
+	entities entityCache
 }
 
 type fullCount struct {
@@ -117,7 +119,7 @@ func (g *Gate) Check(ctx context.Context, c Call) Outcome {
 	if ar, ok := g.Rules.(ArgsReader); ok {
 		withArgs = ar.ReadsArgs()
 	}
-	in, err := CallInput(c, withArgs)
+	in, err := callInput(c, withArgs, &g.entities)
 	if err != nil {
 		return Outcome{Verdict: Forbid, Reason: err.Error()}
 	}
@@ -132,7 +134,7 @@ func (g *Gate) Check(ctx context.Context, c Call) Outcome {
 		// Would a person's approval let it through?
 		approved := c
 		approved.Approved = true
-		in2, _ := CallInput(approved, withArgs)
+		in2, _ := callInput(approved, withArgs, &g.entities)
 		if d2, err := g.Rules.Authorize(ctx, in2); err == nil && d2.Allowed {
 			return Outcome{Verdict: Ask, Decision: d}
 		}

@@ -1,11 +1,13 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cedar-policy/cedar-go/types"
 	"github.com/go-json-experiment/json/jsontext"
@@ -192,13 +194,24 @@ const maxArgValues = 1024
 // withArgs (the set mentions them): else context.args has no tags. An
 // error is arguments the set cannot read whole (more than maxArgValues
 // values, a name given twice, not JSON): the call is to be refused.
-func CallInput(c Call, withArgs bool) (Input, error) {
+func CallInput(c Call, withArgs bool) (Input, error) { return callInput(c, withArgs, nil) }
+
+// callInput is CallInput, taking the principal's and the tool's entities
+// from cache when it has them (a Gate's: they are the same for every call
+// of an execution, and building them is most of a request's cost).
+func callInput(c Call, withArgs bool, cache *entityCache) (Input, error) {
 	tool := types.NewEntityUID(typeTool, types.String(c.Tool.FullName()))
 	server := types.NewEntityUID(typeServer, types.String(c.Tool.Server))
 	args := types.NewEntityUID(typeArguments, "call")
-	em := entities(c.Principal)
-	em[server] = types.Entity{UID: server, Attributes: types.NewRecord(types.RecordMap{"name": types.String(c.Tool.Server)})}
-	em[tool] = types.Entity{UID: tool, Parents: types.NewEntityUIDSet(server), Attributes: toolAttrs(c.Tool)}
+	em := make(types.EntityMap, 4)
+	pe := cache.get("p\x00"+c.Principal, func() types.Entity { return principalEntity(c.Principal) })
+	em[pe.UID] = pe
+	em[server] = cache.get("s\x00"+c.Tool.Server, func() types.Entity {
+		return types.Entity{UID: server, Attributes: types.NewRecord(types.RecordMap{"name": types.String(c.Tool.Server)})}
+	})
+	em[tool] = cache.get(toolKey(c.Tool), func() types.Entity {
+		return types.Entity{UID: tool, Parents: types.NewEntityUIDSet(server), Attributes: toolAttrs(c.Tool)}
+	})
 	var tags types.Record
 	if withArgs {
 		m, err := argValues(c.Args)
@@ -208,6 +221,15 @@ func CallInput(c Call, withArgs bool) (Input, error) {
 		tags = types.NewRecord(m)
 	}
 	em[args] = types.Entity{UID: args, Tags: tags}
+	// The context is the same for every call of a run (the arguments are
+	// an entity of their own): kept in the cache as the entities are.
+	ctxKey := strings.Join(append([]string{"c", c.Source, c.ExecutionID, c.Session, strconv.FormatBool(c.Consent), strconv.FormatBool(c.Approved)}, c.Chain...), "\x00")
+	ctx := cache.get(ctxKey, func() types.Entity { return types.Entity{Attributes: callContext(c, args)} }).Attributes
+	return Input{Principal: pe.UID, Action: ActionCall.UID(), Resource: tool, Context: ctx, Entities: em}, nil
+}
+
+// callContext is a call's context record; args is its arguments' entity.
+func callContext(c Call, args types.EntityUID) types.Record {
 	chain := make([]types.Value, len(c.Chain))
 	for i, name := range c.Chain {
 		chain[i] = types.String(name)
@@ -216,7 +238,7 @@ func CallInput(c Call, withArgs bool) (Input, error) {
 	if len(c.Chain) > 0 {
 		capability = c.Chain[len(c.Chain)-1]
 	}
-	ctx := types.NewRecord(types.RecordMap{
+	return types.NewRecord(types.RecordMap{
 		"args":       args,
 		"source":     types.String(c.Source),
 		"consent":    types.Boolean(c.Consent),
@@ -227,7 +249,53 @@ func CallInput(c Call, withArgs bool) (Input, error) {
 		"chain":      types.NewSet(chain...),
 		"depth":      types.Long(len(c.Chain)),
 	})
-	return Input{Principal: principalUID(c.Principal), Action: ActionCall.UID(), Resource: tool, Context: ctx, Entities: em}, nil
+}
+
+// toolKey names a tool's entity in a cache: everything toolAttrs reads.
+func toolKey(t catalog.Tool) string {
+	a := t.Annotations
+	flag := func(b *bool) byte {
+		switch {
+		case b == nil:
+			return '-'
+		case *b:
+			return '1'
+		}
+		return '0'
+	}
+	req := flag(&t.RequireApproval)
+	return "t\x00" + t.FullName() + "\x00" + t.SourceKind + "\x00" + string(t.Kind) + "\x00" +
+		string([]byte{flag(a.ReadOnly), flag(a.Destructive), flag(a.Idempotent), flag(a.OpenWorld), req})
+}
+
+// entityCache keeps entities built for requests, by key; bounded (it
+// starts over when full). The nil cache builds every time.
+type entityCache struct {
+	mu sync.Mutex
+	m  map[string]types.Entity
+}
+
+// maxCached bounds an entityCache.
+const maxCached = 4096
+
+func (c *entityCache) get(key string, build func() types.Entity) types.Entity {
+	if c == nil {
+		return build()
+	}
+	c.mu.Lock()
+	e, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return e
+	}
+	e = build()
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCached {
+		c.m = make(map[string]types.Entity)
+	}
+	c.m[key] = e
+	c.mu.Unlock()
+	return e
 }
 
 // toolAttrs are a tool's attributes: what it is, by its annotations as
@@ -261,7 +329,7 @@ func argValues(raw json.RawMessage) (types.RecordMap, error) {
 	if len(raw) == 0 {
 		return out, nil
 	}
-	dec := jsontext.NewDecoder(strings.NewReader(string(raw)))
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.ReadToken()
 	if err != nil {
 		return nil, fmt.Errorf("the arguments are not JSON: %w", err)
@@ -301,7 +369,7 @@ func argValues(raw json.RawMessage) (types.RecordMap, error) {
 
 // flatten adds the scalars inside the object or array v under prefix.
 func flatten(out types.RecordMap, prefix string, v jsontext.Value) error {
-	dec := jsontext.NewDecoder(strings.NewReader(string(v)))
+	dec := jsontext.NewDecoder(bytes.NewReader(v))
 	var walk func(path string) error
 	walk = func(path string) error {
 		switch dec.PeekKind() {
@@ -359,8 +427,8 @@ func scalar(v jsontext.Value) types.Record {
 	m := types.RecordMap{}
 	switch v.Kind() {
 	case '"':
-		var s string
-		_ = json.Unmarshal(v, &s)
+		b, _ := jsontext.AppendUnquote(nil, v)
+		s := string(b)
 		m["text"] = types.String(s)
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			m["long"] = types.Long(n)

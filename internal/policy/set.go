@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -345,28 +346,24 @@ func (ix index) candidates(in Input) policyIter {
 	return it
 }
 
-// ancestors are uid's ancestors in entities (parents, theirs, ...),
-// each once.
+// ancestors are uid's ancestors in entities (parents, theirs, ...):
+// a tool's server, here. Allocation-free for an entity without parents.
 func ancestors(entities types.EntityGetter, uid types.EntityUID) []types.EntityUID {
 	if entities == nil {
 		return nil
 	}
 	var out []types.EntityUID
-	seen := map[types.EntityUID]bool{uid: true}
-	queue := []types.EntityUID{uid}
-	for len(queue) > 0 {
-		e, ok := entities.Get(queue[0])
-		queue = queue[1:]
-		if !ok {
-			continue
-		}
-		for p := range e.Parents.All() {
-			if !seen[p] {
-				seen[p] = true
-				out = append(out, p)
-				queue = append(queue, p)
+	for i, next := -1, uid; ; i++ {
+		if e, ok := entities.Get(next); ok {
+			for p := range e.Parents.All() {
+				if p != uid && !slices.Contains(out, p) {
+					out = append(out, p)
+				}
 			}
 		}
+		if i+1 >= len(out) {
+			return out
+		}
+		next = out[i+1]
 	}
-	return out
 }

@@ -130,7 +130,7 @@ when { context.args.hasTag("body.note") && context.args.getTag("body.note").text
 		{`{"petId": true}`, Forbid},
 		{`{}`, Forbid},
 		{`{"petId": 150, "body": {"note": "please drop tables"}}`, Forbid},
-		{`{"petId": 150, "petId": 42}`, Forbid},          // a name given twice
+		{`{"petId": 150, "petId": 42}`, Forbid},                             // a name given twice
 		{`{"petId": 150, "body.note": "x", "body": {"note": "y"}}`, Forbid}, // two spellings of one path
 		{`{"petId": 150, "items": [1, {"a": [2]}]}`, Allow},
 	} {
