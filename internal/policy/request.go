@@ -422,6 +422,24 @@ func put(out types.RecordMap, path string, v types.Record) error {
 	return nil
 }
 
+// looksInteger reports whether s is a sign and digits only (what
+// strconv.ParseInt reads in base 10), so that text that is not a number
+// costs no parse error.
+func looksInteger(s string) bool {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // scalar is the Value of one JSON scalar.
 func scalar(v jsontext.Value) types.Record {
 	m := types.RecordMap{}
@@ -430,13 +448,17 @@ func scalar(v jsontext.Value) types.Record {
 		b, _ := jsontext.AppendUnquote(nil, v)
 		s := string(b)
 		m["text"] = types.String(s)
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			m["long"] = types.Long(n)
+		if looksInteger(s) {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				m["long"] = types.Long(n)
+			}
 		}
 	case '0':
 		m["text"] = types.String(v)
-		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
-			m["long"] = types.Long(n)
+		if looksInteger(string(v)) {
+			if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+				m["long"] = types.Long(n)
+			}
 		} else if f, err := strconv.ParseFloat(string(v), 64); err == nil && f == float64(int64(f)) && f >= -1<<63 && f < 1<<63 {
 			m["long"] = types.Long(int64(f))
 		}
