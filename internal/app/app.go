@@ -38,6 +38,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/ranking"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
@@ -502,7 +503,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	// One policy set decides every call and decision from here on.
-	if cfg.Approval.Policy, err = a.openPolicy(ctx, cfg.Policy, cfg.Approval.Policy, log); err != nil {
+	var counter policy.Counter
+	if cfg.Approval.Policy, counter, err = a.openPolicy(ctx, cfg, log); err != nil {
 		return fail(err)
 	}
 	if cfg.Answerer != nil && !cfg.Approval.Policy.MayAnswer(approval.Decider{Channel: execution.ChannelCaller}, "") {
@@ -603,10 +605,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
-	counter, err := a.aws.openCounter(ctx, cfg.Policy, cfg.Suspensions)
-	if err != nil {
-		return fail(err)
-	}
 	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions, Counter: counter,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,

@@ -64,11 +64,22 @@ func PolicyFromEnv() (PolicyConfig, error) {
 	return pc, nil
 }
 
-// openPolicy sets p's rules: Verified Permissions, the set cfg names
+// openPolicy returns cfg's approval policy with its rules set, and where
+// its limits are counted (openCounter).
+func (a *App) openPolicy(ctx context.Context, cfg Config, log *slog.Logger) (approval.Policy, policy.Counter, error) {
+	p, err := a.openRules(ctx, cfg.Policy, cfg.Approval.Policy, log)
+	if err != nil {
+		return p, nil, err
+	}
+	counter, err := a.aws.openCounter(ctx, cfg.Policy, cfg.Suspensions)
+	return p, counter, err
+}
+
+// openRules sets p's rules: Verified Permissions, the set cfg names
 // (watched for new versions), else the default set generated from p's
 // switches. A set that cannot be loaded fails the start: a service never
 // runs under a policy other than the one its operator named.
-func (a *App) openPolicy(ctx context.Context, cfg PolicyConfig, p approval.Policy, log *slog.Logger) (approval.Policy, error) {
+func (a *App) openRules(ctx context.Context, cfg PolicyConfig, p approval.Policy, log *slog.Logger) (approval.Policy, error) {
 	switch {
 	case cfg.AVPStore != "":
 		awsCfg, err := a.aws.load(ctx)

@@ -183,8 +183,6 @@ type oprincipal struct {
 	names []string
 }
 
-// The parts of an ARN's authority, as messages name them.
-var oArnAuthority = []string{"partition", "service", "region", "account", "resource type"}
 
 // oParsePrincipal splits s into its parts. An ARN lacking any of its six
 // fields, or its resource, is of no known shape: matched exactly.

@@ -248,7 +248,7 @@ func TestIndexChangesNothing(t *testing.T) {
 				in = ExecutionInput(Action(actions[1+r.IntN(2)]), Decider{Principal: who}, "e1", "jwt:https://idp#u0")
 			}
 			d, _ := s.Authorize(context.Background(), in)
-			want, _ := whole.IsAuthorized(in.Entities, cedar.Request{Principal: in.Principal, Action: in.Action, Resource: in.Resource, Context: in.Context})
+			want, _ := cedar.Authorize(whole, in.Entities, cedar.Request{Principal: in.Principal, Action: in.Action, Resource: in.Resource, Context: in.Context})
 			if d.Allowed != (want == cedar.Allow) {
 				t.Fatalf("round %d: %v on %v %v: indexed %v, whole set %v\n%s", round, in.Principal, in.Action, in.Resource, d.Allowed, want, b.String())
 			}

@@ -48,7 +48,9 @@ func TestPolicySetPolicies(t *testing.T) {
 				t.Errorf("%s: IsAuthorized on %s; want the one store", st.fn, st.resource)
 			}
 		default:
-			if slices.ContainsFunc(st.actions, func(a string) bool { return strings.HasPrefix(a, "s3:") || strings.HasPrefix(a, "verifiedpermissions:") }) {
+			if slices.ContainsFunc(st.actions, func(a string) bool {
+				return strings.HasPrefix(a, "s3:") || strings.HasPrefix(a, "verifiedpermissions:")
+			}) {
 				t.Errorf("%s: %v on %s", st.fn, st.actions, st.resource)
 			}
 			continue
