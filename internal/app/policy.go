@@ -75,6 +75,12 @@ func (a *App) openPolicy(ctx context.Context, cfg Config, log *slog.Logger) (app
 	return p, counter, err
 }
 
+// LoadPolicy returns p with the rules cfg names set, as an App does, for
+// commands that decide without running anything (pml capability).
+func LoadPolicy(ctx context.Context, cfg PolicyConfig, p approval.Policy, log *slog.Logger) (approval.Policy, error) {
+	return (&App{}).openRules(ctx, cfg, p, log)
+}
+
 // openRules sets p's rules: Verified Permissions, the set cfg names
 // (watched for new versions), else the default set generated from p's
 // switches. A set that cannot be loaded fails the start: a service never
