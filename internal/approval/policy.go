@@ -104,6 +104,7 @@ func (p Policy) rules() policy.Authorizer {
 // denyAll refuses everything: a set that could not be built.
 type denyAll struct{ err error }
 
+// Authorize implements policy.Authorizer: every request refused, with why.
 func (d denyAll) Authorize(context.Context, policy.Input) (policy.Decision, error) {
 	return policy.Decision{}, d.err
 }

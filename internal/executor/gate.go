@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/policy"
@@ -59,10 +60,17 @@ func refusal(full string, out policy.Outcome, h *toolHost, e entry) *fault.Error
 		return nil
 	case policy.Ask:
 		if out.Limit != nil {
-			return overLimit(full, out, h.req.Approval != "suspend").WithTool(full)
+			return overLimit(full, out, h.req.Approval != execution.ApprovalSuspend).WithTool(full)
 		}
 		fe := needsApproval(full, e.tool, h.req)
-		if len(out.Decision.Policies) > 0 && !isDefaultAsk(out.Decision) {
+		inCapability := h.req.Approval == execution.ApprovalSuspend && h.req.Parent != nil
+		switch {
+		case !e.tool.NeedsApproval() && !inCapability:
+			// The set asks for a person where the tool does not say it
+			// needs one: say so, in the set's words.
+			fe = fault.New(fault.Forbidden, "%s needs a person's approval under this deployment's policy set (%s): "+
+				`send approval "suspend" to ask for it`, full, out.Decision.Why()).WithTool(full)
+		case len(out.Decision.Policies) > 0 && !isDefaultAsk(out.Decision):
 			fe.Message += " (" + out.Decision.Why() + ")"
 		}
 		return withPolicies(fe, out.Decision)

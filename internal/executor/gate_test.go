@@ -74,7 +74,8 @@ func TestGate(t *testing.T) {
 	// Without waiting, a call a person would decide is refused, naming
 	// the forbid that asks.
 	r = run(`return await mcp.demo.kv_set({key: "a", value: 2})`, "")
-	if r.Error == nil || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, `"writes-need-a-person"`) {
+	if r.Error == nil || r.Error.Code != fault.Forbidden || !strings.Contains(r.Error.Message, `policy "writes-need-a-person"`) ||
+		!strings.Contains(r.Error.Message, `approval "suspend"`) || strings.Contains(r.Error.Message, "require_approval") {
 		t.Fatalf("a write without waiting: %+v", r.Error)
 	}
 	// Waiting, it parks; the operator approves; it runs, and the trace

@@ -93,8 +93,11 @@ func File(path string) Fetcher { return fileFetcher(path) }
 
 type fileFetcher string
 
+// Name implements Fetcher: the path.
 func (f fileFetcher) Name() string { return string(f) }
 
+// Fetch implements Fetcher: the file read whole (within the set's
+// bound), its version its digest.
 func (f fileFetcher) Fetch(_ context.Context, since string) ([]byte, string, bool, error) {
 	b, err := readBounded(string(f))
 	if err != nil {
@@ -122,6 +125,7 @@ type s3Fetcher struct {
 	name        string
 }
 
+// Name implements Fetcher: s3://bucket/key.
 func (f *s3Fetcher) Name() string { return f.name }
 
 // Fetch reads the object unless its ETag is still since (a conditional
@@ -157,6 +161,7 @@ type ssmFetcher struct {
 	name  string
 }
 
+// Name implements Fetcher: ssm:name.
 func (f *ssmFetcher) Name() string { return f.name }
 
 // Fetch reads the parameter (decrypted, for a SecureString); its version
