@@ -183,7 +183,6 @@ type oprincipal struct {
 	names []string
 }
 
-
 // oParsePrincipal splits s into its parts. An ARN lacking any of its six
 // fields, or its resource, is of no known shape: matched exactly.
 func oParsePrincipal(s string) oprincipal {
