@@ -34,6 +34,11 @@ type Tool struct {
 	// require_approval: like a destructive one, it runs only when the
 	// request allows it or a person approves the call.
 	RequireApproval bool `json:"require_approval,omitempty"`
+	// SourceKind is the kind of source that serves the tool ("mcp",
+	// "openapi", "lambda"), set by the tool source; empty elsewhere
+	// (Kind then says: a capability, a built-in). The policy set reads it
+	// (resource.kind); it never leaves the process.
+	SourceKind string `json:"-"`
 	// IdempotencyKeys is set on a tool whose server's configuration says
 	// it honours idempotency keys (idempotency_keys: true): a call sent
 	// again with the same key is applied once.

@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	pol "github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -495,7 +496,8 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	resp.Effects = s.effectsOf(ctx, id, true)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
 		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities, RollbackOf: st.RollbackOf,
-		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
+		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal,
+			Policies: s.policy.Decide(ctx, pol.ActionRead, approval.Decider{Principal: cr.Principal}, id, rec.Principal).Policies})}
 	if st.RollbackOf != "" {
 		resp.RollbackOf = st.RollbackOf
 		s.finishRollback(ctx, st.RollbackOf, id, resp)
@@ -594,6 +596,9 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved, effects: s.newEffectLog(&req, false),
 			gate: newGate(st.Plan)}
+		if st.Session != nil {
+			host.session = st.Session.ID
+		}
 		s.settleRejected(ctx, id, rejectedQuestions(dec.decisions, claimed.Suspension.Parked),
 			fault.New(fault.Rejected, "the server's question was declined or rejected"))
 		greq := guest.Request{ExecutionID: id, Host: host}
@@ -663,8 +668,33 @@ func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeReques
 	for cid, d := range decisions {
 		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.Word(), Reason: d.Reason})
 	}
+	ev.Policies = decisionPolicies(decisions, rr, owner, policy)
 	slices.SortFunc(ev.Decisions, func(a, b trace.Decision) int { return a.CallID - b.CallID })
 	return ev
+}
+
+// decisionPolicies are the ids of the policies that let rr's decider make
+// these decisions on owner's execution (each kind asked as mayDecide
+// asked it), each once.
+func decisionPolicies(decisions map[int]execution.Decision, rr execution.ResumeRequest, owner string, p approval.Policy) []string {
+	approve, answer, reject := decisionKinds(decisions)
+	grant := granting(decisions)
+	d := approval.Decider{Principal: rr.Principal, Channel: rr.Channel}
+	var out []string
+	for _, k := range []struct {
+		asked  bool
+		action pol.Action
+	}{{approve, pol.ActionApprove}, {grant, pol.ActionGrant}, {answer, pol.ActionAnswer}, {reject, pol.ActionReject}} {
+		if !k.asked {
+			continue
+		}
+		for _, id := range p.Decide(context.Background(), k.action, d, rr.ExecutionID, owner).Policies {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 // loadFault is storeFault for a record principal could not load: an

@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/js/script"
 	"github.com/pml-sandbox/pml/internal/learn"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/ranking"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -103,6 +104,10 @@ type Options struct {
 	// answer (question.go): the front end's caller is the person at the
 	// keyboard (pml run). Without it such a question fails the call.
 	Answerer elicit.Answerer
+	// Counter counts the calls (and sums) the policy set's limits bound
+	// (internal/policy/usage); without it a call a limit applies to is
+	// refused.
+	Counter policy.Counter
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -127,6 +132,9 @@ type Service struct {
 	ranker    *ranking.Ranker
 	asker     elicit.Answerer
 
+	// gate decides every tool call by the policy set (gate.go).
+	gate *policy.Gate
+
 	sessions   suspend.Sessions
 	sessionTTL time.Duration
 	sessionMax int
@@ -144,6 +152,12 @@ func New(engine *guest.Engine, opts Options) *Service {
 	if s.maxGrant <= 0 {
 		s.maxGrant = execution.DefaultMaxGrant
 	}
+	if compiled, err := s.policy.Compile(); err == nil {
+		// Compiled once: a Policy built without its rules would generate
+		// the default set for every decision.
+		s.policy = compiled
+	}
+	s.gate = &policy.Gate{Rules: s.policy.Authorizer(), Counter: opts.Counter}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL
 	}
@@ -585,6 +599,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		ArgsDeclared: prep.Top.ArgsDeclared,
 	}
 	if run := out.sess; run != nil {
+		host.session = run.claim.ID
 		run.kept, run.checked = prep.Persist(), prep.Checked
 		greq.Code, greq.Session, greq.From = prep.Code, true, run.claim.Sandbox
 	}
@@ -701,6 +716,7 @@ func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, 
 	if req.Parent != nil {
 		c.ParentCallID = req.Parent.CallID
 	}
+	c.Policies = host.policiesOf(c.CallID)
 	ch := host.childOf(c.CallID)
 	c.ChildExecutionID, c.Version = ch.executionID, ch.version
 	return c

@@ -284,7 +284,7 @@ func (r *running) install(tools []Tool) {
 			r.drops.Drop(ctx, r.cfg.Name, name, "the server lists the name twice")
 			continue
 		}
-		t.Server = r.cfg.Name
+		t.Server, t.SourceKind = r.cfg.Name, r.info.Type
 		if t.Kind == "" {
 			// A server's tool, whatever protocol reaches it: traces tell
 			// them from capabilities.

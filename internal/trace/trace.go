@@ -52,6 +52,10 @@ type Call struct {
 	// Status is empty for a call that ran, StatusParked for one waiting
 	// for a decision, StatusNotRun for one the script ended without.
 	Status string `json:"status,omitempty"`
+	// Policies are the ids of the policies that decided the call (the
+	// permits that let it run, or the forbids that refused it or asked a
+	// person): internal/policy.
+	Policies []string `json:"policies,omitempty"`
 	// Count, when above 1, is how many calls this one record stands for:
 	// calls refused past the tool_calls limit are summarised in a single
 	// record (Tool "*", ErrorCode LIMIT_EXCEEDED) instead of one each.
@@ -220,6 +224,9 @@ type Event struct {
 	// than one call of one call site (each covered call's record names
 	// its grant in its Approval).
 	Grants []Grant `json:"grants,omitempty"`
+	// Policies are the ids of the policies that let the decider decide
+	// (internal/policy).
+	Policies []string `json:"policies,omitempty"`
 }
 
 // Grant is a person's approval of up to Max calls of one call site of one
