@@ -56,6 +56,11 @@ type Kind struct {
 	// Resolver, when set, resolves the names requests go to (tests: a
 	// fake DNS server); net.DefaultResolver by default.
 	Resolver *net.Resolver
+	// CacheDir, when set, is where documents are kept as Parse made them,
+	// keyed by their digest (see cache), so that a process reads a
+	// document it has seen back instead of parsing it again; "" parses
+	// every time. CacheDir(the compiled guest's cache) is the usual one.
+	CacheDir string
 }
 
 // Info implements toolsource.Kind. OpenAPI servers are eager: a document
@@ -77,7 +82,7 @@ func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle
 		return nil, err
 	}
 	h.Learn(c.literals()...)
-	sv := &server{cfg: c, h: h, base: k.Transport, authBase: k.Transport}
+	sv := &server{cfg: c, h: h, base: k.Transport, authBase: k.Transport, cache: newCache(k.CacheDir)}
 	if sv.base == nil {
 		guard := newDialGuard(c, os.Getenv("AWS_LAMBDA_RUNTIME_API"), httpproxy.FromEnvironment(), k.Resolver)
 		sv.tr = http.DefaultTransport.(*http.Transport).Clone()
@@ -106,6 +111,8 @@ type server struct {
 	client func() (*http.Client, error)
 	// doc is the document last loaded, nil before.
 	doc atomic.Pointer[Document]
+	// cache keeps parsed documents between processes; nil for none.
+	cache *cache
 }
 
 // target is a tool's handle: its operation and the base URL of the
@@ -154,18 +161,53 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 		}
 		return nil, toolsource.Permanent(err)
 	}
-	doc, err := Parse(data, loc, sv.cfg.BaseURL)
+	doc, from, err := sv.parse(data, loc)
 	if err != nil {
 		return nil, toolsource.Permanent(err)
 	}
 	tools := sv.tools(doc)
 	sv.doc.Store(doc)
 	sv.h.Logger().Info("openapi service loaded", "title", doc.Title, "version", doc.Version, "base", doc.Base.Redacted(),
-		"operations", len(doc.Operations), "dropped", len(doc.Drops))
+		"operations", len(doc.Operations), "dropped", len(doc.Drops), "cache", from)
 	for _, d := range doc.Drops {
 		sv.h.Drop(d.Operation, d.Reason)
 	}
 	return tools, nil
+}
+
+// What the log says of the cache when a document is loaded.
+const (
+	cacheOff  = "off"  // no cache directory
+	cacheHit  = "hit"  // read back, not parsed
+	cacheMiss = "miss" // parsed (and written, unless the log says otherwise)
+)
+
+// parse is Parse through the cache: the document read back when an entry
+// of these very bytes, location, base URL and build holds (and passes
+// every check of cache.get), else parsed and written for the next process.
+// A cache that cannot be read or written only costs the parse: a
+// read-only directory (a Lambda function's artifact) is as good as none.
+func (sv *server) parse(data []byte, loc *url.URL) (*Document, string, error) {
+	if sv.cache == nil {
+		doc, err := Parse(data, loc, sv.cfg.BaseURL)
+		return doc, cacheOff, err
+	}
+	in := inputsOf(data, loc, sv.cfg.BaseURL)
+	doc, err := sv.cache.get(in, loc)
+	if err == nil {
+		return doc, cacheHit, nil
+	}
+	log := sv.h.Logger()
+	if !errors.Is(err, errCacheMiss) {
+		log.Warn("openapi cache entry not used; parsing the document", "dir", sv.cache.dir, "err", err)
+	}
+	if doc, err = Parse(data, loc, sv.cfg.BaseURL); err != nil {
+		return nil, cacheMiss, err
+	}
+	if err := sv.cache.put(in, doc); err != nil {
+		log.Info("openapi cache not written; the next process parses the document again", "dir", sv.cache.dir, "err", err)
+	}
+	return doc, cacheMiss, nil
 }
 
 // tools are the document's operations as this server's tools, with the

@@ -1,0 +1,312 @@
+package openapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+)
+
+// cacheFormat names the entry layout and the conversion's rules: change it
+// whenever either changes in a way a build's version does not show (a
+// development build without version control information).
+const cacheFormat = "pml-openapi-cache/1"
+
+// entryMagic opens every entry.
+var entryMagic = []byte("PMLOAPI1")
+
+// Bounds of the cache directory.
+const (
+	// maxEntryBytes bounds an entry read back: a document's text and its
+	// schemas can be no larger (Parse's bounds), and a larger file is
+	// not read at all.
+	maxEntryBytes = MaxDocumentBytes + MaxSchemaBytes + 1<<20
+	// maxEntries is how many entries the directory keeps: the oldest go
+	// when a new one is written.
+	maxEntries = 32
+	// staleTemp is the age past which a temporary file is a dead
+	// writer's, and removed.
+	staleTemp = 10 * time.Minute
+)
+
+// Why a document was not read from the cache (cache.get), for the log.
+var (
+	errCacheMiss     = errors.New("no entry")
+	errCacheUnsafe   = errors.New("the cache directory is writable by others")
+	errCacheMismatch = errors.New("the entry is of another document, configuration or build")
+)
+
+// castagnoli is CRC-32C, which amd64 and arm64 compute in hardware: an
+// entry's checksum catches a torn or damaged file at a fraction of a
+// millisecond. It is no defence against someone who can write the
+// directory (they could write a correct checksum): that is what
+// decodeDocument's bounds and checkDecoded are for.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// cache keeps documents as Parse made them, so that a process whose
+// configuration names a document it has seen reads its tools back instead
+// of parsing it again: GitHub's REST document takes seconds of CPU and
+// hundreds of megabytes to parse, and tens of milliseconds to read back.
+// An entry is keyed by the SHA-256 digest of the document's bytes, where
+// it was read from, the configured base URL and the build (cacheKey), and
+// is never trusted: see get.
+type cache struct {
+	dir string
+	// build is what else the outcome of Parse depends on: the entry
+	// format, the module's version and its dependencies'.
+	build string
+}
+
+// newCache is the cache in dir; nil when dir is "".
+func newCache(dir string) *cache {
+	if dir == "" {
+		return nil
+	}
+	return &cache{dir: dir, build: buildKey()}
+}
+
+// CacheDir is where the documents' cache lives for a compiled-guest cache
+// in guestDir: beside it, never inside, so that the guest cache's own
+// accounting (internal/guestcache counts its files) never sees these. ""
+// (no cache) for "".
+func CacheDir(guestDir string) string {
+	if guestDir == "" {
+		return ""
+	}
+	return filepath.Clean(guestDir) + "-openapi"
+}
+
+// buildKey is what makes one build's conversion another's: the entry
+// format, the Go version, the main module's version and revision and
+// every dependency's version; for a build without a revision, or from a
+// modified tree, the executable's size and time too, so that rebuilding
+// changed code never reads an entry the old code wrote.
+func buildKey() string {
+	var b strings.Builder
+	b.WriteString(cacheFormat)
+	bi, ok := debug.ReadBuildInfo()
+	dev := !ok
+	if ok {
+		fmt.Fprintf(&b, "\n%s %s %s", bi.GoVersion, bi.Main.Path, bi.Main.Version)
+		revision := ""
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				dev = dev || s.Value == "true"
+			}
+		}
+		dev = dev || revision == ""
+		fmt.Fprintf(&b, " %s", revision)
+		for _, d := range bi.Deps {
+			fmt.Fprintf(&b, "\n%s %s", d.Path, d.Version)
+			if d.Replace != nil {
+				fmt.Fprintf(&b, " => %s %s", d.Replace.Path, d.Replace.Version)
+			}
+		}
+	}
+	if dev {
+		if exe, err := os.Executable(); err == nil {
+			if fi, err := os.Stat(exe); err == nil {
+				fmt.Fprintf(&b, "\nexe %d %d", fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+// inputs is what an entry is the outcome of.
+type inputs struct {
+	digest [sha256.Size]byte
+	docURL string
+	base   string
+}
+
+func inputsOf(data []byte, docURL *url.URL, base string) inputs {
+	return inputs{digest: sha256.Sum256(data), docURL: urlString(docURL), base: base}
+}
+
+// name is the entry's file name: a digest of everything it is keyed by.
+func (c *cache) name(in inputs) string {
+	h := sha256.New()
+	for _, s := range []string{c.build, string(in.digest[:]), in.docURL, in.base} {
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:20]) + ".doc"
+}
+
+// safeDir reports whether the directory may be used: it is a directory,
+// not a link, and no one but its owner may write it (a directory others
+// can write is one whose entries anyone could have put there).
+func (c *cache) safeDir() error {
+	fi, err := os.Lstat(c.dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", c.dir)
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o022 != 0 {
+		return errCacheUnsafe
+	}
+	return nil
+}
+
+// get reads back the document of in, checked: the file within
+// maxEntryBytes, its checksum, magic and the inputs it records equal to
+// in's, its body decoded within the document bounds (decodeDocument), its
+// hosts held to the configuration (checkDecoded). Any failure is an error
+// and the caller parses the document instead.
+func (c *cache) get(in inputs, docURL *url.URL) (*Document, error) {
+	if err := c.safeDir(); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errCacheMiss
+		}
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(c.dir, c.name(in)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errCacheMiss
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxEntryBytes {
+		return nil, fmt.Errorf("%w: not a regular file within %d bytes", errBadEntry, maxEntryBytes)
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadEntry, err)
+	}
+	body, err := c.open(data, in)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := decodeDocument(body)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDecoded(doc, docURL, in.base); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// open checks an entry's frame and returns its body.
+func (c *cache) open(data []byte, in inputs) ([]byte, error) {
+	if len(data) < len(entryMagic)+crc32.Size || !bytes.Equal(data[:len(entryMagic)], entryMagic) {
+		return nil, fmt.Errorf("%w: not an entry", errBadEntry)
+	}
+	payload, sum := data[:len(data)-crc32.Size], data[len(data)-crc32.Size:]
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(sum) {
+		return nil, fmt.Errorf("%w: checksum mismatch", errBadEntry)
+	}
+	d := &decoder{b: payload[len(entryMagic):]}
+	build, digest, docURL, base := d.string(), d.bytes(), d.string(), d.string()
+	body := d.bytes()
+	switch {
+	case d.err != nil:
+		return nil, d.err
+	case len(d.b) != 0:
+		return nil, fmt.Errorf("%w: bytes after the body", errBadEntry)
+	case build != c.build || !bytes.Equal(digest, in.digest[:]) || docURL != in.docURL || base != in.base:
+		return nil, errCacheMismatch
+	}
+	return body, nil
+}
+
+// put writes the entry of in: to a temporary file in the directory, then
+// renamed over the entry's name, so that a reader, and a process writing
+// the same entry at the same time, only ever sees a whole entry.
+func (c *cache) put(in inputs, doc *Document) error {
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	if err := c.safeDir(); err != nil {
+		return err
+	}
+	e := &encoder{b: append([]byte(nil), entryMagic...)}
+	e.string(c.build)
+	e.bytes(in.digest[:])
+	e.string(in.docURL)
+	e.string(in.base)
+	e.bytes(encodeDocument(nil, doc))
+	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, castagnoli))
+
+	f, err := os.CreateTemp(c.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(e.b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(c.dir, c.name(in)))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	c.prune()
+	return nil
+}
+
+// prune removes dead writers' temporary files and all but the newest
+// maxEntries entries. Errors are ignored: another process may be pruning
+// too.
+func (c *cache) prune() {
+	des, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	type entry struct {
+		name string
+		mod  time.Time
+	}
+	var entries []entry
+	for _, de := range des {
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		switch name := de.Name(); {
+		case strings.HasPrefix(name, ".tmp-"):
+			if time.Since(fi.ModTime()) > staleTemp {
+				_ = os.Remove(filepath.Join(c.dir, name))
+			}
+		case strings.HasSuffix(name, ".doc"):
+			entries = append(entries, entry{name, fi.ModTime()})
+		}
+	}
+	if len(entries) <= maxEntries {
+		return
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return b.mod.Compare(a.mod) })
+	for _, e := range entries[maxEntries:] {
+		_ = os.Remove(filepath.Join(c.dir, e.name))
+	}
+}

@@ -1,0 +1,362 @@
+package openapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
+	"github.com/pml-sandbox/pml/internal/toolsource"
+)
+
+// shopDoc is the shop document as a Set's server reads it: its bytes, its
+// location, the base URL configured.
+func shopDoc(t testing.TB) ([]byte, *url.URL, string) {
+	t.Helper()
+	data, err := os.ReadFile("testdata/shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, &url.URL{Scheme: "file", Path: "testdata/shop.yaml"}, "http://shop.test/api"
+}
+
+// sameDocument reports whether two documents are the same tools making the
+// same requests: their binary forms and every tool's annotations agree.
+func sameDocument(a, b *Document) bool {
+	if !bytes.Equal(encodeDocument(nil, a), encodeDocument(nil, b)) || len(a.Operations) != len(b.Operations) {
+		return false
+	}
+	for i := range a.Operations {
+		if !reflect.DeepEqual(a.Operations[i].Tool, b.Operations[i].Tool) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	for _, name := range []string{"shop.yaml", "trains31.json"} {
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := Parse(data, nil, "http://x.test/v1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := decodeDocument(encodeDocument(nil, doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameDocument(doc, back) {
+				t.Fatal("the decoded document differs from the parsed one")
+			}
+			if err := checkDecoded(back, nil, "http://x.test/v1"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestCacheEntries: what get makes of the entry in the directory. Every
+// case but the hit must fall back (an error), never hand back a document
+// the configuration would not have made.
+func TestCacheEntries(t *testing.T) {
+	data, loc, base := shopDoc(t)
+	parsed, err := Parse(data, loc, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputsOf(data, loc, base)
+	// rewrite edits the entry file's bytes.
+	rewrite := func(f func([]byte) []byte) func(t *testing.T, c *cache) {
+		return func(t *testing.T, c *cache) {
+			path := filepath.Join(c.dir, c.name(in))
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, f(b), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// hostile writes an entry with a correct frame and checksum of a
+	// document edited by f: what someone who can write the directory
+	// could leave there.
+	hostile := func(f func(d *Document)) func(t *testing.T, c *cache) {
+		return func(t *testing.T, c *cache) {
+			d, err := Parse(data, loc, base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(d)
+			if err := c.put(in, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	evil, _ := url.Parse("http://evil.test/api")
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, c *cache)
+		// get is asked for these inputs (in when zero) by a cache of
+		// this build ("" for c's own).
+		in    inputs
+		build string
+		want  error // nil: a hit equal to the parsed document
+	}{
+		{name: "hit", setup: func(t *testing.T, c *cache) {}},
+		{name: "miss: empty directory", setup: func(t *testing.T, c *cache) { _ = os.Remove(filepath.Join(c.dir, c.name(in))) }, want: errCacheMiss},
+		{name: "miss: other document", in: inputsOf(append(data, '\n'), loc, base), want: errCacheMiss},
+		{name: "miss: other base URL", in: inputsOf(data, loc, "http://other.test/api"), want: errCacheMiss},
+		{name: "miss: other build", build: "another build", want: errCacheMiss},
+		{name: "corrupted: a byte flipped", setup: rewrite(func(b []byte) []byte { b[len(b)/2] ^= 0x20; return b }), want: errBadEntry},
+		{name: "corrupted: truncated", setup: rewrite(func(b []byte) []byte { return b[:len(b)-100] }), want: errBadEntry},
+		{name: "corrupted: empty", setup: rewrite(func([]byte) []byte { return nil }), want: errBadEntry},
+		{name: "corrupted: not an entry", setup: rewrite(func(b []byte) []byte { return bytes.Repeat([]byte("x"), len(b)) }), want: errBadEntry},
+		{name: "hostile: base on another host", setup: hostile(func(d *Document) { d.Base = evil }), want: errBadEntry},
+		{name: "hostile: operation on another host", setup: hostile(func(d *Document) { d.Operations[0].Server = evil }), want: errBadEntry},
+		{name: "hostile: method unknown", setup: hostile(func(d *Document) { d.Operations[0].Method = "BREW" }), want: errBadEntry},
+		{name: "hostile: Authorization as an argument", setup: hostile(func(d *Document) {
+			d.Operations[0].params = append(d.Operations[0].params, param{name: "Authorization", in: inHeader, key: "auth"})
+		}), want: errBadEntry},
+		{name: "hostile: schemas past the bound", setup: hostile(func(d *Document) {
+			d.Operations[0].Tool.InputSchema = bytes.Repeat([]byte(" "), MaxSchemaBytes+1)
+		}), want: errBadEntry},
+		{name: "hostile: invalid tool name", setup: hostile(func(d *Document) { d.Operations[0].Tool.Name = "a:b" }), want: errBadEntry},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCache(t.TempDir())
+			if err := c.put(in, parsed); err != nil {
+				t.Fatal(err)
+			}
+			if tc.setup != nil {
+				tc.setup(t, c)
+			}
+			if tc.build != "" {
+				c = &cache{dir: c.dir, build: tc.build}
+			}
+			ask := in
+			if tc.in != (inputs{}) {
+				ask = tc.in
+			}
+			got, err := c.get(ask, loc)
+			switch {
+			case tc.want == nil && err != nil:
+				t.Fatalf("want a hit, got %v", err)
+			case tc.want == nil && !sameDocument(got, parsed):
+				t.Fatal("the hit differs from the parsed document")
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("want %v, got %v (document %v)", tc.want, err, got != nil)
+			}
+		})
+	}
+}
+
+// TestCacheDecodeBounded: no prefix or bit flip of an entry's body makes
+// decoding panic, and every count is checked before it allocates.
+func TestCacheDecodeBounded(t *testing.T) {
+	data, loc, base := shopDoc(t)
+	doc, err := Parse(data, loc, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := encodeDocument(nil, doc)
+	for i := range body {
+		_, _ = decodeDocument(body[:i])
+		flipped := bytes.Clone(body)
+		flipped[i] ^= 0xff
+		_, _ = decodeDocument(flipped)
+	}
+	// A count of a billion operations in a few bytes is refused, not
+	// allocated for.
+	e := &encoder{}
+	e.string("t")
+	e.string("v")
+	e.string("http://x.test")
+	e.uint(1 << 30)
+	if _, err := decodeDocument(e.b); !errors.Is(err, errBadEntry) {
+		t.Fatalf("want a bad entry, got %v", err)
+	}
+}
+
+// TestCacheUnsafeDirectory: a directory others may write is neither read
+// nor written.
+func TestCacheUnsafeDirectory(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("permission bits")
+	}
+	data, loc, base := shopDoc(t)
+	doc, err := Parse(data, loc, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputsOf(data, loc, base)
+	c := newCache(t.TempDir())
+	if err := c.put(in, doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(c.dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.get(in, loc); !errors.Is(err, errCacheUnsafe) {
+		t.Fatalf("get: want %v, got %v", errCacheUnsafe, err)
+	}
+	if err := c.put(in, doc); !errors.Is(err, errCacheUnsafe) {
+		t.Fatalf("put: want %v, got %v", errCacheUnsafe, err)
+	}
+}
+
+// TestCacheConcurrentWriters: processes writing the same entry at once
+// (goroutines here: each put is its own temporary file and rename) leave
+// a whole entry, and a reader meanwhile sees a whole entry or none.
+func TestCacheConcurrentWriters(t *testing.T) {
+	data, loc, base := shopDoc(t)
+	doc, err := Parse(data, loc, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputsOf(data, loc, base)
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 8 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				if err := newCache(dir).put(in, doc); err != nil {
+					errs <- err
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				got, err := newCache(dir).get(in, loc)
+				switch {
+				case errors.Is(err, errCacheMiss):
+				case err != nil:
+					errs <- err
+				case !sameDocument(got, doc):
+					errs <- errors.New("a reader saw another document")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got, err := newCache(dir).get(in, loc)
+	if err != nil || !sameDocument(got, doc) {
+		t.Fatalf("after the writers: %v", err)
+	}
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), ".tmp-") {
+			t.Errorf("temporary file left: %s", de.Name())
+		}
+	}
+}
+
+// TestCachePrune: the directory keeps the newest maxEntries entries.
+func TestCachePrune(t *testing.T) {
+	data, loc, base := shopDoc(t)
+	doc, err := Parse(data, loc, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(t.TempDir())
+	for i := range maxEntries + 5 {
+		if err := c.put(inputsOf(append(bytes.Clone(data), bytes.Repeat([]byte("\n"), i)...), loc, base), doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	des, _ := os.ReadDir(c.dir)
+	if len(des) != maxEntries {
+		t.Fatalf("%d entries, want %d", len(des), maxEntries)
+	}
+}
+
+// loadOutcomes opens a Set of the shop document with the cache in dir
+// and returns what its load logged of the cache, and its tools' names.
+func loadOutcome(t *testing.T, dir string) (string, []string) {
+	t.Helper()
+	var logs syncbuf.Buffer
+	env := toolsource.Env{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	_, loc, base := shopDoc(t)
+	cfg := Config{Config: toolsource.Config{Name: "shop", Type: Type}, Spec: loc.Path, BaseURL: base}
+	specs := []toolsource.Spec{cfg}
+	set, err := toolsource.New(context.Background(), toolsource.NewRegistry(Kind{CacheDir: dir}), specs, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	tools, err := set.Tools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools {
+		names = append(names, tool.Name+" "+tool.Endpoint.String())
+	}
+	i := strings.Index(logs.String(), `"cache":"`)
+	if i < 0 {
+		t.Fatalf("no cache outcome logged: %s", logs.String())
+	}
+	outcome, _, _ := strings.Cut(logs.String()[i+len(`"cache":"`):], `"`)
+	return outcome, names
+}
+
+// TestLoadThroughCache: the first process parses and writes, the next
+// reads back the same tools without parsing; a directory that cannot be
+// written costs only the parse.
+func TestLoadThroughCache(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pml-cache-openapi")
+	first, want := loadOutcome(t, dir)
+	second, got := loadOutcome(t, dir)
+	if first != cacheMiss || second != cacheHit {
+		t.Fatalf("outcomes %q then %q, want %q then %q", first, second, cacheMiss, cacheHit)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("tools read back differ:\n%v\n%v", got, want)
+	}
+	if off, _ := loadOutcome(t, ""); off != cacheOff {
+		t.Fatalf("no directory: outcome %q", off)
+	}
+	if runtime.GOOS != "windows" && os.Geteuid() != 0 {
+		ro := filepath.Join(t.TempDir(), "ro")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if got, _ := loadOutcome(t, filepath.Join(ro, "cache")); got != cacheMiss {
+				t.Fatalf("read-only: outcome %q", got)
+			}
+		}
+	}
+	// A file where the directory should be (an unwritable place, even
+	// for root): parsed each time, never an error.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, _ := loadOutcome(t, filepath.Join(file, "cache")); got != cacheMiss {
+			t.Fatalf("unwritable: outcome %q", got)
+		}
+	}
+}
