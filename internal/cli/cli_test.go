@@ -264,6 +264,22 @@ func TestRunAgainstMCPServer(t *testing.T) {
 		!strings.Contains(out.String(), "word_count(args: {") {
 		t.Fatalf("pml tools --dts: %d %s %s", code, out.String(), errOut.String())
 	}
+	// One server's declarations, and a search's: only what they name.
+	for _, tc := range []struct {
+		args        []string
+		has, hasNot string
+	}{
+		{[]string{"--server", "demo"}, "word_count(args: {", ""},
+		{[]string{"--server", "other"}, "declare const mcp: {}", "word_count"},
+		{[]string{"--search", "count the words"}, "word_count(args: {", "add(args"},
+	} {
+		out.Reset()
+		args := append([]string{"tools", "--mcp", "demo=" + ds.StreamableURL(), "--dts"}, tc.args...)
+		if code := cli.Main(context.Background(), args, &out, &errOut); code != 0 || !strings.Contains(out.String(), tc.has) ||
+			(tc.hasNot != "" && strings.Contains(out.String(), tc.hasNot)) {
+			t.Fatalf("pml %v: %d %s %s", args, code, out.String(), errOut.String())
+		}
+	}
 }
 
 // serving is a `pml serve` running in the background on Main.

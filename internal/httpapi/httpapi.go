@@ -25,6 +25,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/approval"
@@ -460,9 +462,47 @@ func (a *api) journalOf(r *http.Request, id string) []journal.Entry {
 	return entries
 }
 
+// maxToolHits bounds GET /tools?q=.
+const maxToolHits = 100
+
+// tools answers GET /tools: the catalog, or only the servers ?server=
+// names (repeated, or comma-separated), or only the tools that best match
+// ?q= (at most ?limit=, default 10), as JSON or, with ?format=dts, as
+// TypeScript declarations: a catalog of thousands of operations need not
+// be read whole to call one.
 func (a *api) tools(w http.ResponseWriter, r *http.Request) {
-	tools := a.Service.Catalog(r.Context())
-	switch r.URL.Query().Get("format") {
+	q := r.URL.Query()
+	var servers []string
+	for _, v := range q["server"] {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				servers = append(servers, s)
+			}
+		}
+	}
+	tools := tsdecl.OfServers(a.Service.Catalog(r.Context()), servers)
+	if query := q.Get("q"); query != "" {
+		limit := 10
+		if l := q.Get("limit"); l != "" {
+			n, err := strconv.Atoi(l)
+			if err != nil || n <= 0 {
+				httpjson.WriteError(w, http.StatusBadRequest, fault.New(fault.InvalidRequest, "limit must be a positive integer"))
+				return
+			}
+			limit = min(n, maxToolHits)
+		}
+		var hits []catalog.Hit
+		if a.Ranker != nil {
+			hits = a.Ranker.Search(r.Context(), tools, query, limit)
+		} else {
+			hits = catalog.Search(tools, query, limit)
+		}
+		tools = make([]catalog.Tool, len(hits))
+		for i, h := range hits {
+			tools[i] = h.Tool
+		}
+	}
+	switch q.Get("format") {
 	case "dts":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusOK)

@@ -272,3 +272,29 @@ func TestExecutionsAnswerOnlyTheirPrincipal(t *testing.T) {
 		}
 	}
 }
+
+// TestToolsNarrowed: GET /tools answers for the servers ?server= names and
+// the tools ?q= finds, so that one server's declarations, or a search
+// hit's, are served without the whole catalog's.
+func TestToolsNarrowed(t *testing.T) {
+	srv := newServer(t)
+	for _, tt := range []struct {
+		name, path  string
+		status      int
+		has, hasNot string
+	}{
+		{"a server's declarations", "/tools?format=dts&server=demo", 200, "demo: {", ""},
+		{"another server's: none", "/tools?format=dts&server=elsewhere", 200, "declare const mcp: {}", "demo: {"},
+		{"servers comma-separated", "/tools?server=elsewhere,demo", 200, `"name":"echo"`, ""},
+		{"a search hit's declarations", "/tools?format=dts&q=echo&limit=1", 200, "echo(args", "add(args"},
+		{"a search as JSON", "/tools?q=add&limit=1", 200, `"name":"add"`, `"name":"echo"`},
+		{"bad limit", "/tools?q=add&limit=x", 400, "INVALID_REQUEST", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := send(t, "GET", srv.URL+tt.path, "")
+			if status != tt.status || !strings.Contains(body, tt.has) || (tt.hasNot != "" && strings.Contains(body, tt.hasNot)) {
+				t.Fatalf("status %d (want %d), body %.600s: want %q and not %q", status, tt.status, body, tt.has, tt.hasNot)
+			}
+		})
+	}
+}

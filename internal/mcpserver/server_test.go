@@ -177,3 +177,29 @@ func TestMCPResultListsEffects(t *testing.T) {
 		t.Fatalf("effect %+v", e)
 	}
 }
+
+// TestMCPSearchHitDeclarations: each search_tools hit carries its own
+// declaration, the types of the call it names, not the catalog's.
+func TestMCPSearchHitDeclarations(t *testing.T) {
+	srv := progressServer(t)
+	c := mcptest.Streamable(t, srv.URL+"/mcp", mcpkind.ProtocolVersion)
+	var req mcp.CallToolRequest
+	req.Params.Name = "search_tools"
+	req.Params.Arguments = map[string]any{"query": "add two numbers", "limit": 1}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil || res.IsError {
+		t.Fatalf("%+v %v", res, err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var got struct {
+		Tools []struct{ Call, Declaration string }
+	}
+	if err := json.Unmarshal(raw, &got); err != nil || len(got.Tools) != 1 {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	h := got.Tools[0]
+	if !strings.HasPrefix(h.Call, "mcp.demo.add") || !strings.Contains(h.Declaration, "add(args") || !strings.Contains(h.Declaration, "): Promise<") ||
+		strings.Contains(h.Declaration, "declare const") {
+		t.Fatalf("hit %+v", h)
+	}
+}

@@ -99,7 +99,7 @@ func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 	s.addRollbackTool(ms)
 	s.addSessionTools(ms)
 	ms.AddTool(mcp.NewTool("search_tools",
-		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each."),
+		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each, with its TypeScript declaration (the types of its arguments and result)."),
 		mcp.WithString("query", mcp.Required()),
 		mcp.WithNumber("limit", mcp.Description("at most this many (default 10)")),
 		mcp.WithReadOnlyHintAnnotation(true),
@@ -283,15 +283,19 @@ func (s *Server) mcpSearch(ctx context.Context, r mcp.CallToolRequest) (*mcp.Cal
 		limit = 10
 	}
 	hits := s.search(ctx, s.opts.Service.Catalog(ctx), r.GetString("query", ""), limit)
+	// Each hit carries its own declaration (tsdecl.Signature): the types
+	// of the call it names, without the whole catalog's declarations.
 	type hit struct {
 		Call        string          `json:"call"`
 		Description string          `json:"description,omitempty"`
 		InputSchema json.RawMessage `json:"input_schema,omitempty"`
+		Declaration string          `json:"declaration"`
 		Score       float64         `json:"score"`
 	}
 	out := make([]hit, len(hits))
 	for i, h := range hits {
-		out[i] = hit{Call: tsdecl.CallExpr(h.Tool), Description: h.Tool.Description, InputSchema: h.Tool.InputSchema, Score: h.Score}
+		out[i] = hit{Call: tsdecl.CallExpr(h.Tool), Description: h.Tool.Description, InputSchema: h.Tool.InputSchema,
+			Declaration: tsdecl.Signature(h.Tool), Score: h.Score}
 	}
 	return structured(map[string]any{"tools": out})
 }

@@ -73,6 +73,32 @@ func Declarations(tools []catalog.Tool) string {
 	return b.String()
 }
 
+// Signature is one tool's declaration: its JSDoc and its method
+// signature as it appears inside `mcp.<server>` (Declarations' own), so
+// that a search hit carries the types of the call it names without the
+// whole catalog's declarations.
+func Signature(t catalog.Tool) string {
+	var b strings.Builder
+	writeMethod(&b, t, "")
+	return b.String()
+}
+
+// OfServers narrows tools to those of the named servers (all of them when
+// servers is empty): the declarations of one server of a large catalog
+// rather than every server's.
+func OfServers(tools []catalog.Tool, servers []string) []catalog.Tool {
+	if len(servers) == 0 {
+		return tools
+	}
+	out := make([]catalog.Tool, 0, len(tools))
+	for _, t := range tools {
+		if slices.Contains(servers, t.Server) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // helperDeclarations describe the globals the prelude defines besides mcp;
 // the executor's tools.* built-ins answer them.
 const helperDeclarations = `/** The JSON value passed as this execution's arguments (null when none). */

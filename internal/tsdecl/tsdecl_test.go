@@ -305,3 +305,30 @@ func BenchmarkDeclarations(b *testing.B) {
 		Declarations(tools)
 	}
 }
+
+func TestSignatureAndOfServers(t *testing.T) {
+	tools := []catalog.Tool{
+		{Server: "gh", Name: "repos_get", Description: "Get a repository.", InputSchema: json.RawMessage(`{"type":"object","properties":{"owner":{"type":"string"}},"required":["owner"]}`)},
+		{Server: "kv", Name: "get", InputSchema: json.RawMessage(`{"type":"object"}`)},
+	}
+	sig := Signature(tools[0])
+	for _, want := range []string{"Get a repository.", "repos_get(args: {", "owner: string;", "}): Promise<unknown>;"} {
+		if !strings.Contains(sig, want) {
+			t.Errorf("signature lacks %q:\n%s", want, sig)
+		}
+	}
+	if !strings.Contains(Declarations(tools), sig[strings.Index(sig, "repos_get"):strings.Index(sig, "{")]) {
+		t.Error("the signature is not the declarations' own")
+	}
+	for _, tc := range []struct {
+		servers []string
+		want    int
+	}{{nil, 2}, {[]string{"gh"}, 1}, {[]string{"gh", "kv"}, 2}, {[]string{"none"}, 0}} {
+		if got := OfServers(tools, tc.servers); len(got) != tc.want {
+			t.Errorf("OfServers(%v): %d tools, want %d", tc.servers, len(got), tc.want)
+		}
+	}
+	if d := Declarations(OfServers(tools, []string{"kv"})); strings.Contains(d, "repos_get") || !strings.Contains(d, "kv: {") {
+		t.Errorf("kv's declarations:\n%s", d)
+	}
+}

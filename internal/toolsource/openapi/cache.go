@@ -141,6 +141,27 @@ func inputsOf(data []byte, docURL *url.URL, base string) inputs {
 	return inputs{digest: sha256.Sum256(data), docURL: urlString(docURL), base: base}
 }
 
+// digestFile is the SHA-256 digest of the file at path, read in pieces;
+// a file over MaxDocumentBytes is an error, as Fetch would refuse it.
+func digestFile(path string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, io.LimitReader(f, MaxDocumentBytes+1), make([]byte, 256<<10))
+	switch {
+	case err != nil:
+		return sum, err
+	case n > MaxDocumentBytes:
+		return sum, ErrTooLarge
+	}
+	h.Sum(sum[:0])
+	return sum, nil
+}
+
 // name is the entry's file name: a digest of everything it is keyed by.
 func (c *cache) name(in inputs) string {
 	h := sha256.New()

@@ -154,6 +154,9 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	if err != nil {
 		return nil, toolsource.Permanent(err)
 	}
+	if doc := sv.cachedFile(); doc != nil {
+		return sv.loaded(doc, cacheHit), nil
+	}
 	data, loc, err := Fetch(ctx, &http.Client{Transport: client.Transport}, sv.cfg.Spec, sv.cfg.FetchTimeout)
 	if err != nil {
 		if isURL(sv.cfg.Spec) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, errCrossHostRedirect) && !errors.Is(err, ErrRefusedAddress) {
@@ -165,6 +168,12 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	if err != nil {
 		return nil, toolsource.Permanent(err)
 	}
+	return sv.loaded(doc, from), nil
+}
+
+// loaded makes doc the server's document and returns its tools; from is
+// what the cache did.
+func (sv *server) loaded(doc *Document, from string) []toolsource.Tool {
 	tools := sv.tools(doc)
 	sv.doc.Store(doc)
 	sv.h.Logger().Info("openapi service loaded", "title", doc.Title, "version", doc.Version, "base", doc.Base.Redacted(),
@@ -172,7 +181,30 @@ func (sv *server) Load(ctx context.Context) ([]toolsource.Tool, error) {
 	for _, d := range doc.Drops {
 		sv.h.Drop(d.Operation, d.Reason)
 	}
-	return tools, nil
+	return tools
+}
+
+// cachedFile is the document of a file spec read back from the cache,
+// nil when there is none to read. The file's digest is taken as it is
+// read, in pieces, within MaxDocumentBytes: a hit never holds the whole
+// document in memory. Anything else (no cache, a URL, a file that cannot
+// be read, a miss) is left to Fetch and parse, which read the file again
+// and key what they parse by the bytes they parsed.
+func (sv *server) cachedFile() *Document {
+	if sv.cache == nil || isURL(sv.cfg.Spec) {
+		return nil
+	}
+	digest, err := digestFile(sv.cfg.Spec)
+	if err != nil {
+		return nil
+	}
+	loc := fileURL(sv.cfg.Spec)
+	in := inputs{digest: digest, docURL: urlString(loc), base: sv.cfg.BaseURL}
+	doc, err := sv.cache.get(in, loc)
+	if err != nil && !errors.Is(err, errCacheMiss) {
+		sv.h.Logger().Warn("openapi cache entry not used; parsing the document", "dir", sv.cache.dir, "err", err)
+	}
+	return doc
 }
 
 // What the log says of the cache when a document is loaded.
@@ -193,15 +225,19 @@ func (sv *server) parse(data []byte, loc *url.URL) (*Document, string, error) {
 		return doc, cacheOff, err
 	}
 	in := inputsOf(data, loc, sv.cfg.BaseURL)
-	doc, err := sv.cache.get(in, loc)
-	if err == nil {
-		return doc, cacheHit, nil
-	}
 	log := sv.h.Logger()
-	if !errors.Is(err, errCacheMiss) {
-		log.Warn("openapi cache entry not used; parsing the document", "dir", sv.cache.dir, "err", err)
+	if isURL(sv.cfg.Spec) {
+		// A file's entry was looked for already (cachedFile).
+		doc, err := sv.cache.get(in, loc)
+		if err == nil {
+			return doc, cacheHit, nil
+		}
+		if !errors.Is(err, errCacheMiss) {
+			log.Warn("openapi cache entry not used; parsing the document", "dir", sv.cache.dir, "err", err)
+		}
 	}
-	if doc, err = Parse(data, loc, sv.cfg.BaseURL); err != nil {
+	doc, err := Parse(data, loc, sv.cfg.BaseURL)
+	if err != nil {
 		return nil, cacheMiss, err
 	}
 	if err := sv.cache.put(in, doc); err != nil {
