@@ -3,6 +3,7 @@ package openapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/testutil/syncbuf"
 	"github.com/pml-sandbox/pml/internal/toolsource"
@@ -359,4 +361,85 @@ func TestLoadThroughCache(t *testing.T) {
 			t.Fatalf("unwritable: outcome %q", got)
 		}
 	}
+}
+
+// TestCacheFileDigest: a file's digest is read back from its stat record
+// while the file is unchanged, taken again once it changes, and not
+// recorded while the file is too fresh for its times to tell.
+func TestCacheFileDigest(t *testing.T) {
+	if _, ok := fingerprintOf(mustStat(t, "testdata/shop.yaml")); !ok {
+		t.Skip("no fingerprints on this system: every digest is taken by reading")
+	}
+	data, _, base := shopDoc(t)
+	digest := inputsOf(data, nil, "").digest
+	for _, tc := range []struct {
+		name string
+		racy time.Duration
+		// change edits the file after the first digest; record whether
+		// a record was expected to be written.
+		change func(t *testing.T, path string)
+		record bool
+	}{
+		{name: "unchanged: read back", record: true},
+		{name: "fresh file: not recorded", racy: time.Hour},
+		{name: "rewritten, same size: taken again", record: true, change: func(t *testing.T, path string) {
+			b := bytes.Clone(data)
+			b[len(b)-2] ^= 0x20
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// Within one tick of the kernel's clock the times could stay
+			// as they were (the racy case racyWindow is for): set apart.
+			later := time.Now().Add(time.Hour)
+			if err := os.Chtimes(path, later, later); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "doc.yaml")
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := newCache(t.TempDir())
+			c.racy = tc.racy
+			in := inputs{docURL: urlString(fileURL(path)), base: base}
+			got, err := c.fileDigest(path, in)
+			if err != nil || got != digest {
+				t.Fatalf("first digest: %x, %v", got, err)
+			}
+			record := filepath.Join(c.dir, c.statName(in.docURL, in.base))
+			if _, err := os.Stat(record); (err == nil) != tc.record {
+				t.Fatalf("record written: %v, want %v", err == nil, tc.record)
+			}
+			if !tc.record {
+				return
+			}
+			// A record that says another digest for this very file is
+			// believed: proof that the file is not read again.
+			planted := sha256.Sum256([]byte("planted"))
+			fp, _ := fingerprintOf(mustStat(t, path))
+			if err := c.writeStat(record, fp, planted); err != nil {
+				t.Fatal(err)
+			}
+			want := planted
+			if tc.change != nil {
+				tc.change(t, path)
+				b, _ := os.ReadFile(path)
+				want = sha256.Sum256(b)
+			}
+			if got, err := c.fileDigest(path, in); err != nil || got != want {
+				t.Fatalf("second digest: %x, %v; want %x", got, err, want)
+			}
+		})
+	}
+}
+
+func mustStat(t *testing.T, path string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
 }

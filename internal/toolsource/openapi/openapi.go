@@ -185,8 +185,9 @@ func (sv *server) loaded(doc *Document, from string) []toolsource.Tool {
 }
 
 // cachedFile is the document of a file spec read back from the cache,
-// nil when there is none to read. The file's digest is taken as it is
-// read, in pieces, within MaxDocumentBytes: a hit never holds the whole
+// nil when there is none to read. The file's digest is read back from its
+// stat record, or taken as the file is read, in pieces, within
+// MaxDocumentBytes (cache.fileDigest): a hit never holds the whole
 // document in memory. Anything else (no cache, a URL, a file that cannot
 // be read, a miss) is left to Fetch and parse, which read the file again
 // and key what they parse by the bytes they parsed.
@@ -194,12 +195,13 @@ func (sv *server) cachedFile() *Document {
 	if sv.cache == nil || isURL(sv.cfg.Spec) {
 		return nil
 	}
-	digest, err := digestFile(sv.cfg.Spec)
+	loc := fileURL(sv.cfg.Spec)
+	in := inputs{docURL: urlString(loc), base: sv.cfg.BaseURL}
+	digest, err := sv.cache.fileDigest(sv.cfg.Spec, in)
 	if err != nil {
 		return nil
 	}
-	loc := fileURL(sv.cfg.Spec)
-	in := inputs{digest: digest, docURL: urlString(loc), base: sv.cfg.BaseURL}
+	in.digest = digest
 	doc, err := sv.cache.get(in, loc)
 	if err != nil && !errors.Is(err, errCacheMiss) {
 		sv.h.Logger().Warn("openapi cache entry not used; parsing the document", "dir", sv.cache.dir, "err", err)
