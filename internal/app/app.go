@@ -511,7 +511,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if cfg.Answerer != nil && !cfg.Approval.Policy.MayAnswer(approval.Decider{Channel: execution.ChannelCaller}, "") {
 		return fail(fault.New(fault.InvalidRequest, "remote servers' questions can be answered in line only where the caller decides (the caller's answer is weighed as an approval)"))
 	}
-	sources, err := a.openSources(ctx, servers, cfg.CacheDir, cfg.Kinds, cfg.MCPAuth, cfg.Answerer, log)
+	sources, err := a.openSources(ctx, servers, cfg.CacheDir, cfg.ShippedCacheDir, cfg.Kinds, cfg.MCPAuth, cfg.Answerer, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -26,7 +26,7 @@ func Kinds(more ...toolsource.Kind) *toolsource.Registry {
 
 // openSources starts the tool sources of the server list: one
 // toolsource.Set of every configured server, each owning its name.
-func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, cacheDir string, kinds []toolsource.Kind, auth MCPAuthConfig,
+func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, cacheDir, shippedDir string, kinds []toolsource.Kind, auth MCPAuthConfig,
 	answerer elicit.Answerer, log *slog.Logger) ([]execution.ToolSource, error) {
 	if len(servers) == 0 {
 		return nil, nil
@@ -36,8 +36,9 @@ func (a *App) openSources(ctx context.Context, servers serverconfig.Servers, cac
 	// app's one client.
 	refs := secretref.New(func(ctx context.Context) (secretref.API, error) { return a.aws.secrets(ctx) }, secretref.Options{})
 	a.MCP = &mcpkind.Kind{Answerer: answerer}
-	// OpenAPI documents are kept parsed beside the compiled guest.
-	reg := toolsource.NewRegistry(a.MCP, openapi.Kind{CacheDir: openapi.CacheDir(cacheDir)}, lambdakind.Kind{}).With(kinds...)
+	// OpenAPI documents are kept parsed beside the compiled guest, and
+	// read from beside the shipped one.
+	reg := toolsource.NewRegistry(a.MCP, openapi.Kind{CacheDir: openapi.CacheDir(cacheDir), ShippedCacheDir: openapi.CacheDir(shippedDir)}, lambdakind.Kind{}).With(kinds...)
 	set, err := toolsource.New(ctx, reg, servers, toolsource.Env{Logger: log, Refs: refs, AWS: a.aws.load, OAuth: auth.oauth(&a.aws)})
 	if err != nil {
 		return nil, fmt.Errorf("tool sources: %w", err)

@@ -71,14 +71,18 @@ type cache struct {
 	// racy is how recently a file may have changed for its fingerprint
 	// not to be recorded (racyWindow; tests shorten it).
 	racy time.Duration
+	// shipped, when set, is a directory of entries read after dir's and
+	// never written: a Lambda artifact's, pre-warmed by its build.
+	shipped string
 }
 
-// newCache is the cache in dir; nil when dir is "".
-func newCache(dir string) *cache {
+// newCache is the cache in dir, with the read-only entries of shipped;
+// nil when dir is "" (no cache at all: what --no-cache asks for).
+func newCache(dir, shipped string) *cache {
 	if dir == "" {
 		return nil
 	}
-	return &cache{dir: dir, build: buildKey(), racy: racyWindow}
+	return &cache{dir: dir, build: buildKey(), racy: racyWindow, shipped: shipped}
 }
 
 // CacheDir is where the documents' cache lives for a compiled-guest cache
@@ -116,6 +120,9 @@ func buildKey() string {
 		dev = dev || revision == ""
 		fmt.Fprintf(&b, " %s", revision)
 		for _, d := range bi.Deps {
+			if !conversionDep(d.Path) {
+				continue
+			}
 			fmt.Fprintf(&b, "\n%s %s", d.Path, d.Version)
 			if d.Replace != nil {
 				fmt.Fprintf(&b, " => %s %s", d.Replace.Path, d.Replace.Version)
@@ -133,15 +140,43 @@ func buildKey() string {
 	return hex.EncodeToString(sum[:])
 }
 
+// conversionDeps are the module path prefixes of the libraries Parse's
+// outcome depends on: kin-openapi and what it reads JSON and YAML with,
+// the JSON Schema compiler (a schema it refuses drops its operation),
+// yaml.v3. Only they are in the build key, so that every binary of one
+// release (pml, the Lambda functions: each links other libraries) reads
+// the entries another wrote.
+var conversionDeps = []string{"github.com/getkin/", "github.com/go-openapi/", "github.com/oasdiff/", "github.com/perimeterx/",
+	"github.com/mohae/", "github.com/woodsbury/", "github.com/santhosh-tekuri/", "gopkg.in/yaml.", "golang.org/x/text"}
+
+func conversionDep(path string) bool {
+	return slices.ContainsFunc(conversionDeps, func(p string) bool { return strings.HasPrefix(path, p) })
+}
+
 // inputs is what an entry is the outcome of.
 type inputs struct {
 	digest [sha256.Size]byte
+	// docURL is where the document came from as far as Parse can tell
+	// (keyLocation).
 	docURL string
 	base   string
 }
 
 func inputsOf(data []byte, docURL *url.URL, base string) inputs {
-	return inputs{digest: sha256.Sum256(data), docURL: urlString(docURL), base: base}
+	return inputs{digest: sha256.Sum256(data), docURL: keyLocation(docURL), base: base}
+}
+
+// keyLocation is the part of a document's location that Parse's outcome
+// depends on: a URL's whole (relative servers resolve against it, and
+// the servers must be on its host), but of a file only that it is one (a
+// file's relative servers are refused wherever it is). So an entry made
+// from a copy of the document elsewhere (a build's staging directory)
+// serves the file the deployment names.
+func keyLocation(u *url.URL) string {
+	if u != nil && u.Scheme == "file" {
+		return "file:"
+	}
+	return urlString(u)
 }
 
 // fingerprint identifies a version of a file by what stat says of it.
@@ -159,11 +194,14 @@ var statMagic = []byte("PMLOSTA1")
 // written once the file has been still for longer than any tick.
 const racyWindow = 2 * time.Second
 
-// statName is the file name of the stat record of the document at docURL
-// with base URL base.
-func (c *cache) statName(docURL, base string) string {
+// statName is the file name of the stat record of the document file at
+// path.
+func (c *cache) statName(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
 	h := sha256.New()
-	for _, s := range []string{"stat", c.build, docURL, base} {
+	for _, s := range []string{"stat", c.build, path} {
 		var n [binary.MaxVarintLen64]byte
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 		h.Write([]byte(s))
@@ -179,14 +217,14 @@ func (c *cache) statName(docURL, base string) string {
 // record is as untrusted as an entry: at worst it names the digest of an
 // earlier version of the same file, whose entry still passes every check
 // of get against this configuration.
-func (c *cache) fileDigest(path string, in inputs) ([sha256.Size]byte, error) {
+func (c *cache) fileDigest(path string) ([sha256.Size]byte, error) {
 	var none [sha256.Size]byte
 	fi, err := os.Stat(path)
 	if err != nil {
 		return none, err
 	}
 	fp, ok := fingerprintOf(fi)
-	record := filepath.Join(c.dir, c.statName(in.docURL, in.base))
+	record := filepath.Join(c.dir, c.statName(path))
 	if ok {
 		if d, found := c.readStat(record, fp); found {
 			return d, nil
@@ -208,7 +246,7 @@ func (c *cache) fileDigest(path string, in inputs) ([sha256.Size]byte, error) {
 // record is absent, damaged or of another fingerprint.
 func (c *cache) readStat(path string, fp fingerprint) ([sha256.Size]byte, bool) {
 	var d [sha256.Size]byte
-	if c.safeDir() != nil {
+	if safeDir(c.dir) != nil {
 		return d, false
 	}
 	b, err := os.ReadFile(path)
@@ -277,13 +315,13 @@ func (c *cache) name(in inputs) string {
 // safeDir reports whether the directory may be used: it is a directory,
 // not a link, and no one but its owner may write it (a directory others
 // can write is one whose entries anyone could have put there).
-func (c *cache) safeDir() error {
-	fi, err := os.Lstat(c.dir)
+func safeDir(dir string) error {
+	fi, err := os.Lstat(dir)
 	if err != nil {
 		return err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", c.dir)
+		return fmt.Errorf("%s is not a directory", dir)
 	}
 	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o022 != 0 {
 		return errCacheUnsafe
@@ -296,14 +334,25 @@ func (c *cache) safeDir() error {
 // in's, its body decoded within the document bounds (decodeDocument), its
 // hosts held to the configuration (checkDecoded). Any failure is an error
 // and the caller parses the document instead.
+//
+// The shipped directory, when there is one, is looked in after the
+// cache's own: read only, it is what a build put beside the binary.
 func (c *cache) get(in inputs, docURL *url.URL) (*Document, error) {
-	if err := c.safeDir(); err != nil {
+	doc, err := c.getFrom(c.dir, in, docURL)
+	if errors.Is(err, errCacheMiss) && c.shipped != "" {
+		return c.getFrom(c.shipped, in, docURL)
+	}
+	return doc, err
+}
+
+func (c *cache) getFrom(dir string, in inputs, docURL *url.URL) (*Document, error) {
+	if err := safeDir(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, errCacheMiss
 		}
 		return nil, err
 	}
-	f, err := os.Open(filepath.Join(c.dir, c.name(in)))
+	f, err := os.Open(filepath.Join(dir, c.name(in)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errCacheMiss
 	}
@@ -383,7 +432,7 @@ func (c *cache) writeFile(path string, data []byte) error {
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return err
 	}
-	if err := c.safeDir(); err != nil {
+	if err := safeDir(c.dir); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(c.dir, ".tmp-*")

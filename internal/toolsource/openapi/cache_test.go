@@ -139,7 +139,7 @@ func TestCacheEntries(t *testing.T) {
 		{name: "hostile: invalid tool name", setup: hostile(func(d *Document) { d.Operations[0].Tool.Name = "a:b" }), want: errBadEntry},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCache(t.TempDir())
+			c := newCache(t.TempDir(), "")
 			if err := c.put(in, parsed); err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +205,7 @@ func TestCacheUnsafeDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := inputsOf(data, loc, base)
-	c := newCache(t.TempDir())
+	c := newCache(t.TempDir(), "")
 	if err := c.put(in, doc); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestCacheConcurrentWriters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				if err := newCache(dir).put(in, doc); err != nil {
+				if err := newCache(dir, "").put(in, doc); err != nil {
 					errs <- err
 				}
 			}
@@ -246,7 +246,7 @@ func TestCacheConcurrentWriters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				got, err := newCache(dir).get(in, loc)
+				got, err := newCache(dir, "").get(in, loc)
 				switch {
 				case errors.Is(err, errCacheMiss):
 				case err != nil:
@@ -262,7 +262,7 @@ func TestCacheConcurrentWriters(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	got, err := newCache(dir).get(in, loc)
+	got, err := newCache(dir, "").get(in, loc)
 	if err != nil || !sameDocument(got, doc) {
 		t.Fatalf("after the writers: %v", err)
 	}
@@ -281,7 +281,7 @@ func TestCachePrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCache(t.TempDir())
+	c := newCache(t.TempDir(), "")
 	for i := range maxEntries + 5 {
 		if err := c.put(inputsOf(append(bytes.Clone(data), bytes.Repeat([]byte("\n"), i)...), loc, base), doc); err != nil {
 			t.Fatal(err)
@@ -297,12 +297,19 @@ func TestCachePrune(t *testing.T) {
 // and returns what its load logged of the cache, and its tools' names.
 func loadOutcome(t *testing.T, dir string) (string, []string) {
 	t.Helper()
+	_, loc, _ := shopDoc(t)
+	return loadOutcomeOf(t, Kind{CacheDir: dir}, loc.Path)
+}
+
+// loadOutcomeOf is loadOutcome of the shop document at spec through k.
+func loadOutcomeOf(t *testing.T, k Kind, spec string) (string, []string) {
+	t.Helper()
 	var logs syncbuf.Buffer
 	env := toolsource.Env{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-	_, loc, base := shopDoc(t)
-	cfg := Config{Config: toolsource.Config{Name: "shop", Type: Type}, Spec: loc.Path, BaseURL: base}
+	_, _, base := shopDoc(t)
+	cfg := Config{Config: toolsource.Config{Name: "shop", Type: Type}, Spec: spec, BaseURL: base}
 	specs := []toolsource.Spec{cfg}
-	set, err := toolsource.New(context.Background(), toolsource.NewRegistry(Kind{CacheDir: dir}), specs, env)
+	set, err := toolsource.New(context.Background(), toolsource.NewRegistry(k), specs, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +377,7 @@ func TestCacheFileDigest(t *testing.T) {
 	if _, ok := fingerprintOf(mustStat(t, "testdata/shop.yaml")); !ok {
 		t.Skip("no fingerprints on this system: every digest is taken by reading")
 	}
-	data, _, base := shopDoc(t)
+	data, _, _ := shopDoc(t)
 	digest := inputsOf(data, nil, "").digest
 	for _, tc := range []struct {
 		name string
@@ -401,14 +408,13 @@ func TestCacheFileDigest(t *testing.T) {
 			if err := os.WriteFile(path, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c := newCache(t.TempDir())
+			c := newCache(t.TempDir(), "")
 			c.racy = tc.racy
-			in := inputs{docURL: urlString(fileURL(path)), base: base}
-			got, err := c.fileDigest(path, in)
+			got, err := c.fileDigest(path)
 			if err != nil || got != digest {
 				t.Fatalf("first digest: %x, %v", got, err)
 			}
-			record := filepath.Join(c.dir, c.statName(in.docURL, in.base))
+			record := filepath.Join(c.dir, c.statName(path))
 			if _, err := os.Stat(record); (err == nil) != tc.record {
 				t.Fatalf("record written: %v, want %v", err == nil, tc.record)
 			}
@@ -428,7 +434,7 @@ func TestCacheFileDigest(t *testing.T) {
 				b, _ := os.ReadFile(path)
 				want = sha256.Sum256(b)
 			}
-			if got, err := c.fileDigest(path, in); err != nil || got != want {
+			if got, err := c.fileDigest(path); err != nil || got != want {
 				t.Fatalf("second digest: %x, %v; want %x", got, err, want)
 			}
 		})
@@ -442,4 +448,37 @@ func mustStat(t *testing.T, path string) os.FileInfo {
 		t.Fatal(err)
 	}
 	return fi
+}
+
+// TestLoadShippedAndMoved: an entry a build made (its own copy of the
+// document elsewhere, CacheDir of its own) serves the deployment from the
+// read-only shipped directory, which is never written; an entry serves
+// any copy of the same document file.
+func TestLoadShippedAndMoved(t *testing.T) {
+	data, _, _ := shopDoc(t)
+	staged := filepath.Join(t.TempDir(), "staging", "shop.yaml")
+	deployed := filepath.Join(t.TempDir(), "task", "shop.yaml")
+	for _, p := range []string{staged, deployed} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shipped := filepath.Join(t.TempDir(), "guest-cache-openapi")
+	if got, _ := loadOutcomeOf(t, Kind{CacheDir: shipped}, staged); got != cacheMiss {
+		t.Fatalf("build: outcome %q", got)
+	}
+	before, _ := os.ReadDir(shipped)
+	own := filepath.Join(t.TempDir(), "pml-cache-openapi")
+	if got, _ := loadOutcomeOf(t, Kind{CacheDir: own, ShippedCacheDir: shipped}, deployed); got != cacheHit {
+		t.Fatalf("deployed, from the shipped entry: outcome %q", got)
+	}
+	if after, _ := os.ReadDir(shipped); len(after) != len(before) {
+		t.Fatalf("the shipped directory was written: %v then %v", before, after)
+	}
+	if got, _ := loadOutcomeOf(t, Kind{CacheDir: shipped}, deployed); got != cacheHit {
+		t.Fatalf("a copy elsewhere: outcome %q", got)
+	}
 }

@@ -61,6 +61,10 @@ type Kind struct {
 	// document it has seen back instead of parsing it again; "" parses
 	// every time. CacheDir(the compiled guest's cache) is the usual one.
 	CacheDir string
+	// ShippedCacheDir, when set, holds entries read after CacheDir's and
+	// never written: a Lambda artifact's (CacheDir of its shipped guest
+	// cache), which a build may pre-warm.
+	ShippedCacheDir string
 }
 
 // Info implements toolsource.Kind. OpenAPI servers are eager: a document
@@ -82,7 +86,7 @@ func (k Kind) Open(_ context.Context, spec toolsource.Spec, h *toolsource.Handle
 		return nil, err
 	}
 	h.Learn(c.literals()...)
-	sv := &server{cfg: c, h: h, base: k.Transport, authBase: k.Transport, cache: newCache(k.CacheDir)}
+	sv := &server{cfg: c, h: h, base: k.Transport, authBase: k.Transport, cache: newCache(k.CacheDir, k.ShippedCacheDir)}
 	if sv.base == nil {
 		guard := newDialGuard(c, os.Getenv("AWS_LAMBDA_RUNTIME_API"), httpproxy.FromEnvironment(), k.Resolver)
 		sv.tr = http.DefaultTransport.(*http.Transport).Clone()
@@ -196,8 +200,8 @@ func (sv *server) cachedFile() *Document {
 		return nil
 	}
 	loc := fileURL(sv.cfg.Spec)
-	in := inputs{docURL: urlString(loc), base: sv.cfg.BaseURL}
-	digest, err := sv.cache.fileDigest(sv.cfg.Spec, in)
+	in := inputs{docURL: keyLocation(loc), base: sv.cfg.BaseURL}
+	digest, err := sv.cache.fileDigest(sv.cfg.Spec)
 	if err != nil {
 		return nil
 	}
