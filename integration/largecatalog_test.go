@@ -143,16 +143,17 @@ func resultOf(t *testing.T, out string) string {
 
 // TestLargeCatalogColdContainer: the execute function's container start
 // with GitHub's document configured parses it once per cache directory
-// (/tmp/pml-cache on Lambda): a later container that finds the entry reads
-// it back.
+// (/tmp/pml-cache on Lambda): a later process that finds the entry reads
+// it back, and so does a new container whose artifact ships the entry
+// beside its guest cache.
 func TestLargeCatalogColdContainer(t *testing.T) {
 	servers := githubServers(t)
 	cacheDir := filepath.Join(t.TempDir(), "pml-cache")
-	start := func() string {
+	start := func(cacheDir, shipped string) string {
 		t.Helper()
 		logs := &syncbuf.Buffer{}
 		emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bins.execute, Stderr: logs,
-			Env: []string{app.EnvCompileCache + "=" + cacheDir, app.EnvShippedCache + "=off", app.EnvLogLevel + "=info",
+			Env: []string{app.EnvCompileCache + "=" + cacheDir, app.EnvShippedCache + "=" + shipped, app.EnvLogLevel + "=info",
 				app.EnvCapFile + "=" + filepath.Join(t.TempDir(), "caps.json"), app.EnvMCPServers + "=" + servers}})
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +165,13 @@ func TestLargeCatalogColdContainer(t *testing.T) {
 		}
 		return cacheOutcome(t, logs.String())
 	}
-	if first, second := start(), start(); first != "miss" || second != "hit" {
+	if first, second := start(cacheDir, "off"), start(cacheDir, "off"); first != "miss" || second != "hit" {
 		t.Fatalf("container starts: cache %q then %q, want miss then hit", first, second)
+	}
+	// A new container (an empty /tmp) whose artifact ships the entry
+	// beside its guest cache, as a build that knows the document would
+	// pre-warm it: read back, not parsed.
+	if got := start(filepath.Join(t.TempDir(), "pml-cache"), cacheDir); got != "hit" {
+		t.Fatalf("a new container with the entry shipped: cache %q, want hit", got)
 	}
 }
