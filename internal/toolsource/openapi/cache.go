@@ -371,6 +371,11 @@ func (c *cache) getFrom(dir string, in inputs, docURL *url.URL) (*Document, erro
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadEntry, err)
 	}
+	return c.decodeEntry(data, in, docURL)
+}
+
+// decodeEntry is the document of an entry's bytes, checked (see get).
+func (c *cache) decodeEntry(data []byte, in inputs, docURL *url.URL) (*Document, error) {
 	body, err := c.open(data, in)
 	if err != nil {
 		return nil, err

@@ -482,3 +482,38 @@ func TestLoadShippedAndMoved(t *testing.T) {
 		t.Fatalf("a copy elsewhere: outcome %q", got)
 	}
 }
+
+// FuzzCacheEntry: whatever bytes stand in an entry's place, reading them
+// back gives a document the configuration would have made or an error,
+// without panicking or allocating past their size.
+func FuzzCacheEntry(f *testing.F) {
+	data, loc, base := shopDoc(f)
+	doc, err := Parse(data, loc, base)
+	if err != nil {
+		f.Fatal(err)
+	}
+	in := inputsOf(data, loc, base)
+	seed := newCache(f.TempDir(), "")
+	if err := seed.put(in, doc); err != nil {
+		f.Fatal(err)
+	}
+	entry, err := os.ReadFile(filepath.Join(seed.dir, seed.name(in)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(entry)
+	f.Add(entry[:len(entry)/2])
+	f.Add([]byte("PMLOAPI1"))
+	f.Add(encodeDocument(nil, doc))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// The body alone, as if its frame and checksum held: what
+		// someone who can write the directory could leave.
+		if got, err := decodeDocument(b); err == nil {
+			_ = checkDecoded(got, loc, base)
+		}
+		got, err := seed.decodeEntry(b, in, loc)
+		if err == nil && checkDecoded(got, loc, base) != nil {
+			t.Fatal("an entry read back is one the checks refuse")
+		}
+	})
+}
