@@ -133,6 +133,16 @@ type Request struct {
 	// filter and its callers' (a session's filter, fixed when the session
 	// was created): inherited like theirs by everything the request starts.
 	Narrowing Narrowing `json:"-"`
+	// Checkpoints, when set, keeps the execution's checkpoints: the host
+	// that runs it under a claim (internal/runs) sets it, and the
+	// service checkpoints the run before each effect it sends (see
+	// Checkpointer).
+	Checkpoints Checkpointer `json:"-"`
+	// Checkpoint, when set, is the execution's last checkpoint, as the
+	// service handed it to Checkpoints: the service continues the run
+	// from it instead of starting the code (a runner taking over a run
+	// whose runner died).
+	Checkpoint []byte `json:"-"`
 
 	// filter is Tools parsed, by Validate: the service and everything the
 	// request starts use it, never the patterns again.

@@ -191,7 +191,7 @@ func (c *core) loadBody(ctx context.Context, m *meta, r *Record) error {
 	if err != nil || blob == nil {
 		return err
 	}
-	s, err := decodeSuspension(blob)
+	s, err := DecodeSuspension(blob)
 	if err != nil {
 		return fmt.Errorf("suspend: %s: %w", m.ID, err)
 	}
@@ -286,7 +286,7 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	case len(r.Bridge) > 0 && !json.Valid(r.Bridge):
 		return fmt.Errorf("suspend: %s: bridge data is not JSON: %w", r.ID, ErrInvalid)
 	}
-	blob, err := encodeSuspension(r.Suspension)
+	blob, err := EncodeSuspension(r.Suspension)
 	if err != nil {
 		return fmt.Errorf("suspend: %s: %w", r.ID, err)
 	}
