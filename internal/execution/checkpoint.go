@@ -1,6 +1,14 @@
 package execution
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrClaimLost is what a Checkpointer's error wraps when the execution
+// was taken over by another runner: this one must stop, and write nothing
+// more of it (the journal included).
+var ErrClaimLost = errors.New("the execution was taken over by another runner")
 
 // Checkpointer keeps the checkpoints of an execution that runs under a
 // claim (internal/runs): the service hands it one before each effect the

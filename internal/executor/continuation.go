@@ -169,6 +169,11 @@ func (c *checkpointing) keep(ctx context.Context, susp *guest.Suspension) error 
 		return nil
 	}
 	c.s.log.ErrorContext(ctx, "checkpoint not kept: the effects waiting for it are not sent", "execution_id", c.req.ExecutionID, "err", err)
+	if errors.Is(err, execution.ErrClaimLost) {
+		// Another runner goes on with the execution: this one writes
+		// nothing more of it, the journal included.
+		return fault.Wrap(fault.Conflict, err, "not sent: another runner took the execution over")
+	}
 	var sending []guest.InFlightCall
 	for _, f := range susp.InFlight {
 		if f.Sending {
