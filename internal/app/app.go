@@ -91,6 +91,8 @@ const (
 	EnvStreamREST        = "PML_STREAM_REST_API"        // on: REST API events are answered as streamed responses (the template's REST API streams)
 	EnvTracing           = "PML_TRACING"                // xray, otel or off (default xray where the X-Ray daemon is, else off); CLI too
 	EnvMetrics           = "PML_METRICS"                // emf, prometheus or off (default emf in Lambda, else off; pml serve: prometheus)
+	EnvRunLease          = "PML_RUN_LEASE"              // an asynchronous run's lease, a Go duration (default 30s): how long after its runner died it is taken over; CLI too
+	EnvSweepEvery        = "PML_SWEEP_EVERY"            // pml serve: how often it looks for runs whose runner died, a Go duration (default 10s)
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -116,7 +118,7 @@ var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvSh
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvTrustedClients, EnvSelfApproval, EnvApprovalKeyFile,
 	EnvApprovalKeySecret, EnvApprovalBus, EnvApprovalURL, EnvOIDCIssuer, EnvOIDCClientID, EnvOIDCClientSecret, EnvOIDCSecretARN, EnvOIDCRedirectURL, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
-	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics, EnvLearn, EnvSuggestMinRuns}
+	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics, EnvLearn, EnvSuggestMinRuns, EnvRunLease, EnvSweepEvery}
 
 // Where traces go (TraceConfig.Store).
 const (

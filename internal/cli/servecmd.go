@@ -133,6 +133,15 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	// Asynchronous executions run on goroutines of this process, each
 	// within the budget as any execution.
 	exec := a.Executor(budget.Admit(a.Service), nil)
+	// Runs whose runner died (a pml serve killed before this one, over
+	// the same stores) are taken over and continued: now, and whenever
+	// their lease lapses.
+	sweepEvery, err := app.SweepEvery()
+	if err != nil {
+		return ExitUsage, usageError{err}
+	}
+	defer exec.Close(context.Background())
+	exec.StartSweeper(sweepEvery)
 	page = a.ApprovalPage(exec, log)
 	api := a.HTTPHandler(httpapi.Options{
 		Approvals: page,
