@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -182,4 +185,124 @@ func TestContinuedAfterServeKilled(t *testing.T) {
 		t.Fatalf("document: %s %s %+v", doc.Status, doc.Result, doc.Error)
 	}
 	checkLedger(t, l, prefix, d.ExecutionID, doc, 0)
+}
+
+// TestSIGKILLAtManyPointsOfRuns kills `pml serve` (SIGKILL) at random
+// points, 20 of them while it runs one of its asynchronous executions of 10 writes between reads
+// against a server that honours Idempotency-Key; each time a new `pml
+// serve` over the same stores takes over what the last one ran (a 1 s
+// lease, a sweep every 300 ms). After every kill: no write was applied
+// twice, every write the server applied is in the journal under its key
+// (applied, or pending for the one in flight), and every write the journal
+// says applied the server applied. At the end every execution has ended:
+// completed with every write applied once and listed applied, or failed
+// with its reason.
+func TestSIGKILLAtManyPointsOfRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dozens of servers")
+	}
+	l := startLedger(t, true)
+	shared := t.TempDir()
+	env := []string{app.EnvSuspDir + "=" + filepath.Join(shared, "suspensions"), app.EnvMCPServers + `={"servers": [` + l.config("ledger") + `]}`,
+		app.EnvRunLease + "=1s", app.EnvSweepEvery + "=300ms", app.EnvLogLevel + "=warn"}
+	cache := []string{"--cache-dir", filepath.Join(shared, "cache")}
+	j := journal.NewFile(filepath.Join(shared, "suspensions", "journal"), journal.Options{})
+	prefixes := map[string]string{} // execution id → its keys' prefix
+	var latest string
+	srv := startServe(t, env, cache...)
+	// Killed at random, until 20 of the kills found an execution running.
+	kills, midRun := 0, 0
+	for point := 0; midRun < 20; point++ {
+		if point == 80 {
+			t.Fatalf("only %d of %d kills found an execution running", midRun, point)
+		}
+		if latest == "" || !runningDoc(srv.base, latest) {
+			prefix := fmt.Sprintf("many-%d-%d-", point, time.Now().UnixNano())
+			d := decodeDoc(t, post(t, context.Background(), srv.base+"/execute",
+				fmt.Sprintf(`{"code": %q, "async": true, "timeout_ms": 60000}`, ledgerScript("ledger", prefix, 300))))
+			if d.Status != "running" {
+				t.Fatalf("POST async: %+v", d)
+			}
+			latest, prefixes[d.ExecutionID] = d.ExecutionID, prefix
+		}
+		time.Sleep(time.Duration(100+rand.N(2400)) * time.Millisecond)
+		if runningDoc(srv.base, latest) {
+			midRun++
+		}
+		if err := srv.proc.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-srv.exited
+		kills++
+		checkKillInvariants(t, l, j, prefixes, point)
+		srv = startServe(t, env, cache...)
+	}
+	completed, failed := 0, 0
+	for id, prefix := range prefixes {
+		doc := waitEnded(t, srv.base, id, 90*time.Second)
+		switch {
+		case doc.Status == "completed" && string(doc.Result) == `["ok","ok","ok","ok","ok","ok","ok","ok","ok","ok"]`:
+			completed++
+			checkLedger(t, l, prefix, id, doc, 0)
+		case doc.Status == "failed" && doc.Error != nil && doc.Error.Message != "":
+			failed++
+			t.Logf("%s failed: %s", id, doc.Error.Message)
+		default:
+			t.Errorf("%s ended %s %s %+v", id, doc.Status, doc.Result, doc.Error)
+		}
+	}
+	checkKillInvariants(t, l, j, prefixes, kills)
+	t.Logf("%d kills (%d with an execution running) over %d executions: %d completed, %d failed", kills, midRun, len(prefixes), completed, failed)
+}
+
+// runningDoc reports whether execution id reads running on base.
+func runningDoc(base, id string) bool {
+	resp, err := http.Get(base + "/executions/" + id)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var d contDoc
+	return json.NewDecoder(resp.Body).Decode(&d) == nil && d.Status == "running"
+}
+
+// checkKillInvariants holds the server and the journal to each other
+// after a kill: nothing applied twice, nothing applied missing from the
+// record, nothing recorded applied that the server never applied, and at
+// most one write of an execution pending.
+func checkKillInvariants(t *testing.T, l *ledger, j journal.Reader, prefixes map[string]string, point int) {
+	t.Helper()
+	if twice := l.twice(); len(twice) > 0 {
+		t.Fatalf("point %d: applied more than once: %v", point, twice)
+	}
+	recorded := map[string]journal.Entry{}
+	for id := range prefixes {
+		entries, err := j.List(context.Background(), id)
+		if err != nil {
+			t.Fatalf("point %d: %v", point, err)
+		}
+		pending := 0
+		for _, e := range entries {
+			recorded[e.Key] = e
+			switch e.Status {
+			case journal.Applied:
+				if !l.appliedIdem(e.Key) {
+					t.Fatalf("point %d: %s call %d is journalled applied, and the server never applied it", point, id, e.CallID)
+				}
+			case journal.Pending:
+				pending++
+			}
+		}
+		if pending > 1 {
+			t.Fatalf("point %d: %s has %d writes pending", point, id, pending)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for idem, key := range l.keys {
+		e, ok := recorded[idem]
+		if !ok || (e.Status != journal.Applied && e.Status != journal.Pending) {
+			t.Fatalf("point %d: the server applied %s (key %s) and the journal has %+v: lost from the record", point, key, idem, e)
+		}
+	}
 }

@@ -15,9 +15,10 @@ import (
 // record pointing at it, conditioned on the claim). A claim whose lease
 // lapsed — its runner died — is taken over (Takeover, conditioned on the
 // version read) by another runner, which continues the run from that
-// checkpoint. Running runs are listed in an index beside the records (the
-// hints of waiting.go under the owner runningOwner), so a sweeper finds
-// the lapsed ones (Lapsed) without reading every record.
+// checkpoint. Runs that have not ended are listed in an index beside the
+// records (the hints of waiting.go under the owner runningOwner), so a
+// sweeper finds the lapsed ones, and the queued ones whose launcher died
+// with its process (Lapsed), without reading every record.
 
 // MaxTakeovers bounds the runners that may take a run over without it
 // keeping a new checkpoint in between: a run whose continuation kills its
@@ -29,6 +30,11 @@ const MaxTakeovers = 5
 // taken over: past it, nothing will (no sweeper runs over the store), and
 // a reader fails it CodeRunAbandoned.
 const TakeoverWindow = 10 * time.Minute
+
+// StrandedAfter is how long a queued run waits for its launcher before a
+// sweeper launches it again: a pml serve killed between recording a run
+// and starting it leaves it queued, with nothing else to start it.
+const StrandedAfter = 10 * time.Second
 
 // MaxCheckpointBytes bounds a checkpoint. A run whose state outgrows it
 // goes on without being continued should its runner die (DropCheckpoint).
@@ -244,9 +250,9 @@ func (rc *runCore) Takeover(ctx context.Context, id string, version int, lease t
 	return nil, fmt.Errorf("suspend: taking over run %s: it kept changing: %w", id, ErrConflict)
 }
 
-// Lapsed implements Runs: it reads the index of running runs, and the
-// records of its hints; a hint whose run is not running (any more) is
-// removed as it is met.
+// Lapsed implements Runs: it reads the index of runs that have not ended
+// (queued or running), and the records of its hints; a hint whose run has
+// ended is removed as it is met.
 func (rc *runCore) Lapsed(ctx context.Context, limit int) ([]*Run, error) {
 	if limit <= 0 || limit > maxListPage {
 		limit = maxListPage
@@ -267,9 +273,10 @@ func (rc *runCore) Lapsed(ctx context.Context, limit int) ([]*Run, error) {
 				return nil, fmt.Errorf("suspend: reading run %s: %w", h.ID, err)
 			}
 			switch {
-			case m == nil || m.State != RunRunning || m.RunKey != h.Key:
+			case m == nil || (m.State != RunRunning && m.State != RunQueued) || m.RunKey != h.Key:
 				_ = rc.c.b.unmarkWaiting(ctx, h)
-			case m.lapsed(now) && len(out) < limit:
+			case len(out) == limit:
+			case m.lapsed(now), m.State == RunQueued && now.Sub(m.CreatedAt) > StrandedAfter:
 				out = append(out, m.run())
 			}
 		}

@@ -144,8 +144,9 @@ type Runs interface {
 	// run that cannot be continued is failed (CodeRunAbandoned) instead,
 	// and the caller gets a conflict finding it failed.
 	Takeover(ctx context.Context, id string, version int, lease time.Duration) (*Run, error)
-	// Lapsed lists running runs whose lease has lapsed (at most limit),
-	// for a sweeper to take over.
+	// Lapsed lists running runs whose lease has lapsed, and queued runs
+	// nothing started within StrandedAfter (at most limit in all), for a
+	// sweeper to launch again.
 	Lapsed(ctx context.Context, limit int) ([]*Run, error)
 }
 
@@ -189,6 +190,7 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	}
 	now := c.now()
 	next := &meta{ID: r.ID, Version: 1, State: RunQueued, Principal: r.Principal, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(c.opts.TTL)}
+	next.RunKey = waitKey(next.ExpiresAt, r.ID)
 	ref, err := c.writeChecked(ctx, r.ID, 1, r.Body, next.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("suspend: writing run %s: %w", r.ID, err)
@@ -200,6 +202,9 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	} else if err != nil {
 		return fmt.Errorf("suspend: recording run %s: %w", r.ID, err)
 	}
+	// Listed from the start: a queued run whose launcher died with it
+	// (a pml serve killed) is started by a sweeper.
+	rc.markRunning(ctx, next)
 	if sw, ok := c.b.(sweeper); ok {
 		sw.sweep(ctx, now)
 	}
@@ -328,13 +333,18 @@ func (rc *runCore) Claim(ctx context.Context, id string, version int, lease time
 		next.LeaseMS = lease.Milliseconds()
 		next.Runner = rand.Text()
 		next.ExpiresAt = maxTime(m.ExpiresAt, now.Add(lease))
-		next.RunKey = waitKey(next.ExpiresAt, id)
+		unlisted := next.RunKey == ""
+		if unlisted {
+			next.RunKey = waitKey(next.ExpiresAt, id)
+		}
 		if err := c.b.put(ctx, &next, m.Version); errors.Is(err, errStale) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("suspend: claiming run %s: %w", id, err)
 		}
-		rc.markRunning(ctx, &next)
+		if unlisted {
+			rc.markRunning(ctx, &next)
+		}
 		r := next.run()
 		r.Body = b
 		return r, nil
