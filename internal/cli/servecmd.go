@@ -149,6 +149,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Logger:    log,
 		Guard:     guard,
 		Streaming: true,
+		EarlyID:   true,
 		MCP:       mcpserver.Settings{Sessions: true, TextBytes: *textBytes},
 		Clients:   &clients,
 		Metrics:   a.MetricsHandler(),

@@ -138,6 +138,12 @@ type Request struct {
 	// service checkpoints the run before each effect it sends (see
 	// Checkpointer).
 	Checkpoints Checkpointer `json:"-"`
+	// Durable asks the host that keeps runs (internal/runs) to record the
+	// execution as a run while its caller follows it (a streamed
+	// execution, whose id went out first): should its process die, it
+	// is taken over and continued like an asynchronous one, and its
+	// caller finds its document by id.
+	Durable bool `json:"-"`
 	// Checkpoint, when set, is the execution's last checkpoint, as the
 	// service handed it to Checkpoints: the service continues the run
 	// from it instead of starting the code (a runner taking over a run

@@ -250,3 +250,44 @@ func abandoned(id string, run *suspend.Run) *fault.Error {
 func running(id string, run *suspend.Run) *execution.Response {
 	return &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: run.CancelRequested}
 }
+
+// attached runs req, which its caller follows (Request.Durable), as a run
+// of this process: recorded and claimed at once, checkpointed and
+// heartbeaten as any, and answered to its caller when it ends. Should
+// this process die meanwhile, the run is taken over and continued like an
+// asynchronous one, and its caller, who has its id, reads its document.
+// A run the store cannot record runs unrecorded, as before.
+func (s *Service) attached(ctx context.Context, req execution.Request) *execution.Response {
+	id := req.ExecutionID
+	body, err := encodeRequest(req)
+	run := &suspend.Run{ID: id, Principal: req.Principal, Body: body}
+	if err == nil {
+		err = s.opts.Store.Create(ctx, run)
+	}
+	var claimed *suspend.Run
+	if err == nil {
+		claimed, err = s.opts.Store.Claim(ctx, id, run.Version, s.opts.Lease)
+		if err != nil {
+			// Recorded and not claimed: a sweeper would start it. It is
+			// failed instead, and nothing of it runs.
+			s.log.ErrorContext(ctx, "followed run not claimed", "execution_id", id, "err", err)
+			resp := execution.Failed(id, retryable(fault.Wrap(fault.Unavailable, err, "the execution could not be started")))
+			resp.Status = execution.StatusFailed
+			_ = s.settle(ctx, run, suspend.Failed, resp)
+			return resp
+		}
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "followed run not recorded: it runs without continuation", "execution_id", id, "err", err)
+		req.Durable = false
+		return s.Execute(ctx, req)
+	}
+	resp, cause, lost := s.runRequest(ctx, claimed, req)
+	if !lost {
+		// The run's document says how it ended (completed, cancelled);
+		// its caller's answer stays what it would have been unrecorded.
+		doc := *resp
+		_ = s.finish(ctx, claimed, &doc, cause)
+	}
+	return resp
+}

@@ -163,6 +163,9 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	if req.Async {
 		return s.start(ctx, req)
 	}
+	if req.Durable && s.opts.Store != nil && req.Parent == nil && !req.InSession() {
+		return s.attached(ctx, req)
+	}
 	ctx, done := s.track(ctx, req.ExecutionID, req.Principal)
 	defer done()
 	resp := s.Executor.Execute(ctx, req)
@@ -336,6 +339,12 @@ func (s *Service) Run(ctx context.Context, id string) error {
 		s.log.WarnContext(ctx, "run lost to another runner: its document is that runner's to record", "execution_id", id, "cause", cause)
 		return nil
 	}
+	return s.finish(ctx, claimed, resp, cause)
+}
+
+// finish ends claimed, the claim on a run that ran, with resp.
+func (s *Service) finish(ctx context.Context, claimed *suspend.Run, resp *execution.Response, cause error) error {
+	id := claimed.ID
 	state, expires := outcome(resp, cause)
 	doc, err := json.Marshal(resp)
 	if err != nil {
@@ -343,7 +352,7 @@ func (s *Service) Run(ctx context.Context, id string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	if err := store.Finish(sctx, id, claimed.Runner, state, doc, expires); err != nil {
+	if err := s.opts.Store.Finish(sctx, id, claimed.Runner, state, doc, expires); err != nil {
 		// The script has run: trying again would not run it twice (the
 		// claim is spent), and only its document is lost.
 		s.log.ErrorContext(ctx, "run's document not recorded", "execution_id", id, "err", err)
@@ -396,6 +405,13 @@ func (s *Service) runClaimed(ctx context.Context, claimed *suspend.Run) (resp *e
 		return execution.Failed(id, fault.Wrap(fault.Internal, err, "reading the recorded request")), nil, false
 	}
 	req.ExecutionID = id
+	return s.runRequest(ctx, claimed, req)
+}
+
+// runRequest runs req under claimed, the claim on its run (see
+// runClaimed).
+func (s *Service) runRequest(ctx context.Context, claimed *suspend.Run, req execution.Request) (resp *execution.Response, cause error, lost bool) {
+	id := claimed.ID
 	if claimed.Takeovers > 0 {
 		if resp, stop := s.takenOver(ctx, claimed, &req); stop {
 			return resp, nil, false
