@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/suspend"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 )
 
 // claimRun creates and claims run id, leased for lease.
@@ -191,5 +192,43 @@ func TestLapsedListed(t *testing.T) {
 		if err != nil || strings.Join(ids, ",") != dead.ID+",ex_queued" {
 			t.Fatalf("lapsed: %v %v", ids, err)
 		}
+	})
+}
+
+// BenchmarkRunRenew is the heartbeat's cost: one renewal of a claim's
+// lease (a read of the record and a write conditioned on its version),
+// every Lease/3 (10 s by default) while a run lives.
+//
+//	go test -run '^$' -bench RunRenew -benchtime 500x ./internal/suspend/
+func BenchmarkRunRenew(b *testing.B) {
+	bench := func(b *testing.B, runs suspend.Runs) {
+		ctx := context.Background()
+		if err := runs.Create(ctx, &suspend.Run{ID: "ex_beat", Body: []byte(`{}`)}); err != nil {
+			b.Fatal(err)
+		}
+		r, err := runs.Claim(ctx, "ex_beat", 1, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		took := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			if _, err := runs.Renew(ctx, "ex_beat", r.Runner, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+		}
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-µs")
+	}
+	b.Run("file", func(b *testing.B) { bench(b, suspend.NewFileRuns(b.TempDir(), suspend.Options{})) })
+	b.Run("dynamodb-local", func(b *testing.B) {
+		db := dynamolocal.Start(b).Client()
+		table := dynamolocal.TableName(b)
+		if err := suspend.CreateTable(context.Background(), db, table); err != nil {
+			b.Fatal(err)
+		}
+		bench(b, suspend.NewDynamoRuns(db, table, suspend.Options{}))
 	})
 }
