@@ -308,3 +308,49 @@ func TestCheckpointUnreadable(t *testing.T) {
 		t.Fatalf("%+v", resp.Error)
 	}
 }
+
+// capSource is one capability, cap:do, counting its runs.
+type capSource struct{ runs atomic.Int32 }
+
+func (c *capSource) Tools(context.Context) ([]catalog.Tool, error) {
+	return []catalog.Tool{{Server: "cap", Name: "do", Kind: trace.KindCapability}}, nil
+}
+
+func (c *capSource) Call(ctx context.Context, _ catalog.Tool, _ json.RawMessage, _ execution.CallOptions) (json.RawMessage, error) {
+	c.runs.Add(1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestCapabilityInFlightNotRunAgain: a capability call running when the
+// runner died is not run again by the continuation (its run may have made
+// effects of its own): its await rejects OUTCOME_UNKNOWN.
+func TestCapabilityInFlightNotRunAgain(t *testing.T) {
+	kv := newKV(true)
+	kv.hangTool, kv.hangKey, kv.hung = "put", "a", make(chan struct{})
+	c := &capSource{}
+	j := journal.NewFile(t.TempDir(), journal.Options{})
+	code := `const c = mcp.cap.do({})
+await mcp.kv.put({key: "a", value: 1})
+try { await c; return "ran" } catch (e) { return [e.code, e.details.call_id] }`
+	m := &mortal{Store: j}
+	svc := executor.New(engine, executor.Options{Sources: []execution.ToolSource{kv, c}, Journal: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *execution.Response, 1)
+	go func() {
+		done <- svc.Execute(ctx, execution.Request{Code: code, ExecutionID: "exec-cap", Checkpoints: m, TimeoutMS: 20000})
+	}()
+	<-kv.hung
+	m.dead.Store(true)
+	cancel()
+	<-done
+	m2 := &mortal{Store: j}
+	kv.mu.Lock()
+	kv.hung = nil
+	kv.mu.Unlock()
+	svc2 := executor.New(engine, executor.Options{Sources: []execution.ToolSource{kv, c}, Journal: m2})
+	resp := svc2.Execute(context.Background(), execution.Request{Code: code, ExecutionID: "exec-cap", Checkpoints: m2, Checkpoint: m.last(t), TimeoutMS: 20000})
+	if !resp.OK || string(resp.Result) != `["OUTCOME_UNKNOWN",1]` || c.runs.Load() != 1 || kv.times("a") != 1 {
+		t.Fatalf("continued: %s %+v; the capability ran %d times", resp.Result, resp.Error, c.runs.Load())
+	}
+}
