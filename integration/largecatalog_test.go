@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/testutil/lambdaemu"
@@ -20,7 +23,7 @@ import (
 // githubServers is a server list of GitHub's REST document (1,222
 // operations), its requests sent to api.github.com (the document's
 // uploads.github.com operations are then on the configured base).
-func githubServers(t *testing.T) string {
+func githubServers(t testing.TB) string {
 	t.Helper()
 	doc := octokit.Document(t)
 	return fmt.Sprintf("servers:\n  - name: gh\n    type: openapi\n    spec: %q\n    base_url: https://api.github.com\n", doc)
@@ -176,4 +179,77 @@ func TestLargeCatalogColdContainer(t *testing.T) {
 	if got := start(filepath.Join(t.TempDir(), "pml-cache"), cacheDir); got != "hit" {
 		t.Fatalf("a new container with the entry shipped: cache %q, want hit", got)
 	}
+}
+
+// BenchmarkLargeCatalogContainer: a new execute-function container's start
+// and first response (a warm compiled guest in its cache directory), with
+// no server ("none"), with GitHub's document parsed at the start ("parse":
+// no entry anywhere, as before the cache), and with its entry shipped
+// beside the guest cache ("shipped"), as medians of wall time and of the
+// process's CPU time. The cases take turns in each iteration, so that the
+// load of a shared machine weighs on them alike.
+//
+//	go test -run '^$' -bench LargeCatalogContainer -benchtime 3x ./integration/
+func BenchmarkLargeCatalogContainer(b *testing.B) {
+	servers := githubServers(b)
+	warm := filepath.Join(b.TempDir(), "pml-cache")
+	// The process's own entries cannot be written (a file stands where
+	// their directory would be): every start without a shipped entry
+	// parses, as a new container does.
+	if err := os.WriteFile(openapi.CacheDir(warm), nil, 0o400); err != nil {
+		b.Fatal(err)
+	}
+	shipped := filepath.Join(b.TempDir(), "guest-cache")
+	empty := filepath.Join(b.TempDir(), "no-guest-cache")
+	start := func(cacheDir, shippedDir, servers string) (time.Duration, time.Duration) {
+		env := []string{app.EnvCompileCache + "=" + cacheDir, app.EnvShippedCache + "=" + shippedDir, app.EnvLogLevel + "=error",
+			app.EnvCapFile + "=" + filepath.Join(b.TempDir(), "caps.json")}
+		if servers != "" {
+			env = append(env, app.EnvMCPServers+"="+servers)
+		}
+		emu, err := lambdaemu.Start(lambdaemu.Function{Name: "execute", Binary: bins.execute, Stderr: io.Discard, Env: env})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		out, fnErr, err := emu.Invoke(context.Background(), "execute", []byte(`{"code": "return 1+1"}`))
+		took := time.Since(t0)
+		emu.Close()
+		if err != nil || fnErr || !bytes.Contains(out, []byte(`"result":2`)) {
+			b.Fatalf("%s %v %v", out, fnErr, err)
+		}
+		return took, emu.CPUTime()
+	}
+	// The shipped entry: what a start with a writable cache writes,
+	// moved beside the shipped guest cache. The warm guest cache too.
+	scratch := filepath.Join(b.TempDir(), "pml-cache")
+	start(scratch, "off", servers)
+	if err := os.Rename(openapi.CacheDir(scratch), openapi.CacheDir(shipped)); err != nil {
+		b.Fatal(err)
+	}
+	start(warm, "off", "")
+	cases := []struct {
+		name, shipped, servers string
+	}{
+		{"none", empty, ""},
+		{"parse", empty, servers},
+		{"shipped", shipped, servers},
+	}
+	took := make([][]time.Duration, len(cases))
+	cpu := make([][]time.Duration, len(cases))
+	for b.Loop() {
+		for i, c := range cases {
+			w, u := start(warm, c.shipped, c.servers)
+			took[i], cpu[i] = append(took[i], w), append(cpu[i], u)
+		}
+	}
+	median := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1000
+	}
+	for i, c := range cases {
+		b.ReportMetric(median(took[i]), c.name+"-ms/first-response")
+		b.ReportMetric(median(cpu[i]), c.name+"-cpu-ms")
+	}
+	b.ReportMetric(0, "ns/op")
 }

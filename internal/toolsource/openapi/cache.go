@@ -47,6 +47,7 @@ var (
 	errCacheMiss     = errors.New("no entry")
 	errCacheUnsafe   = errors.New("the cache directory is writable by others")
 	errCacheMismatch = errors.New("the entry is of another document, configuration or build")
+	errNotDir        = errors.New("not a directory")
 )
 
 // castagnoli is CRC-32C, which amd64 and arm64 compute in hardware: an
@@ -321,7 +322,7 @@ func safeDir(dir string) error {
 		return err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
+		return fmt.Errorf("%s: %w", dir, errNotDir)
 	}
 	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o022 != 0 {
 		return errCacheUnsafe
@@ -339,15 +340,24 @@ func safeDir(dir string) error {
 // cache's own: read only, it is what a build put beside the binary.
 func (c *cache) get(in inputs, docURL *url.URL) (*Document, error) {
 	doc, err := c.getFrom(c.dir, in, docURL)
-	if errors.Is(err, errCacheMiss) && c.shipped != "" {
-		return c.getFrom(c.shipped, in, docURL)
+	if err == nil || c.shipped == "" {
+		return doc, err
 	}
-	return doc, err
+	shipped, serr := c.getFrom(c.shipped, in, docURL)
+	switch {
+	case serr == nil:
+		return shipped, nil
+	case errors.Is(err, errCacheMiss):
+		return nil, serr
+	}
+	return nil, err
 }
 
 func (c *cache) getFrom(dir string, in inputs, docURL *url.URL) (*Document, error) {
 	if err := safeDir(dir); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNotDir) {
+			// Nothing there: a directory not made yet, or a file in its
+			// place (where no cache can be written, as a miss).
 			return nil, errCacheMiss
 		}
 		return nil, err

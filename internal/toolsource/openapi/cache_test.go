@@ -517,3 +517,39 @@ func FuzzCacheEntry(f *testing.F) {
 		}
 	})
 }
+
+// TestCacheShippedBehindUnusable: the shipped entry serves when the
+// process's own directory cannot hold one (a file in its place) or holds
+// a damaged one.
+func TestCacheShippedBehindUnusable(t *testing.T) {
+	data, loc, base := shopDoc(t)
+	doc, err := Parse(data, loc, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputsOf(data, loc, base)
+	shipped := newCache(filepath.Join(t.TempDir(), "shipped"), "")
+	if err := shipped.put(in, doc); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	damaged := newCache(t.TempDir(), "")
+	if err := damaged.put(in, doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged.dir, damaged.name(in)), []byte("PMLOAPI1xxxxxxxx"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, own := range []string{file, damaged.dir, filepath.Join(t.TempDir(), "absent")} {
+		c := newCache(own, shipped.dir)
+		if got, err := c.get(in, loc); err != nil || !sameDocument(got, doc) {
+			t.Errorf("own directory %s: %v", own, err)
+		}
+		if _, err := newCache(own, "").get(in, loc); err == nil {
+			t.Errorf("own directory %s without the shipped one: a hit", own)
+		}
+	}
+}
