@@ -224,6 +224,10 @@ func (c *cache) fileDigest(path string) ([sha256.Size]byte, error) {
 	if err != nil {
 		return none, err
 	}
+	if fi.Size() > MaxDocumentBytes {
+		// Refused as Fetch would, whatever a record says.
+		return none, ErrTooLarge
+	}
 	fp, ok := fingerprintOf(fi)
 	record := filepath.Join(c.dir, c.statName(path))
 	if ok {

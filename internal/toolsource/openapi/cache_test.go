@@ -441,6 +441,24 @@ func TestCacheFileDigest(t *testing.T) {
 	}
 }
 
+// TestCacheFileDigestBounded: a document over the size bound is refused
+// before any record is read, as Fetch refuses it.
+func TestCacheFileDigestBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(path, bytes.Repeat([]byte(" "), MaxDocumentBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(t.TempDir(), "")
+	if fp, ok := fingerprintOf(mustStat(t, path)); ok {
+		if err := c.writeStat(filepath.Join(c.dir, c.statName(path)), fp, sha256.Sum256(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.fileDigest(path); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("want %v, got %v", ErrTooLarge, err)
+	}
+}
+
 func mustStat(t *testing.T, path string) os.FileInfo {
 	t.Helper()
 	fi, err := os.Stat(path)
