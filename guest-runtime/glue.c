@@ -77,6 +77,19 @@ int32_t host_resolve(const char *server, int32_t server_len, const char *tool, i
 IMPORT("out_of_memory")
 void host_out_of_memory(int32_t size);
 
+/* A profiling build (build.sh with PML_GUEST_PROFILE=1) marks where each
+ * phase of a run begins, for the host to count them apart
+ * (internal/guest/profile.go numbers them); the shipped guest has no such
+ * import and no marks. */
+#ifdef PML_PROFILE
+IMPORT("mark")
+void host_mark(int32_t phase);
+#define PML_MARK(phase) host_mark(phase)
+#else
+#define PML_MARK(phase) ((void)0)
+#endif
+enum { PHASE_GUEST_SETUP = 3, PHASE_COMPILE, PHASE_RUN, PHASE_GUEST_RESULT };
+
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
 
@@ -939,6 +952,7 @@ static int64_t step(void) {
     JSPromiseStateEnum st = JS_PromiseState(ctx, script_promise);
     if (st == JS_PROMISE_PENDING)
         return PML_WAITING;
+    PML_MARK(PHASE_GUEST_RESULT);
     JSValue v = JS_PromiseResult(ctx, script_promise);
     /* Give the reporting code room even if the script exhausted its heap. */
     if (script_mem_limit > 0)
@@ -967,6 +981,7 @@ static int64_t step(void) {
 __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t cfg_len, const char *code,
                                                          int32_t code_len, int64_t seed, int32_t mem_limit,
                                                          int32_t stack_size, int32_t flags) {
+    PML_MARK(PHASE_GUEST_SETUP);
     /* A session's next execution runs in the realm the previous one left
      * (restored by the host): its promise goes. */
     JS_FreeValue(ctx, script_promise);
@@ -1018,8 +1033,10 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
         free(src);
         return emit_exception();
     }
+    PML_MARK(PHASE_COMPILE);
     JSValue fn = JS_Eval(ctx, src, src_len, "main.js", JS_EVAL_TYPE_GLOBAL);
     free(src);
+    PML_MARK(PHASE_RUN);
     if (JS_IsException(fn)) {
         JS_FreeValue(ctx, args);
         return emit_exception();
@@ -1054,6 +1071,7 @@ __attribute__((export_name("pml_inbox"))) char *pml_inbox(int32_t len) {
  * in the inbox: the static one when shorter than it), runs what it
  * unblocked and returns like pml_run. */
 __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_t ok, int32_t len) {
+    PML_MARK(PHASE_RUN);
     char *in = len < (int32_t)sizeof(inbox_small) ? inbox_small : inbox;
     if (!in)
         return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");

@@ -46,6 +46,7 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 	ret, err := in.run.Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), flags)
+	mark(phaseHostResult)
 	if err != nil {
 		return nil, x.trapError(err)
 	}
