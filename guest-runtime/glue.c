@@ -216,6 +216,12 @@ static JSValue fn_host_error, fn_bad_args;
 static JSValue empty_args;
 /* The run's mcp object, read by the global `mcp` getter. */
 static JSValue mcp_object;
+/* What mcp_object is built from when the script first reads `mcp`
+ * (native_mcp): the run's tool list and whether the host resolves misses.
+ * Most scripts of a fresh sandbox that never read it pay nothing for the
+ * proxies and closures of its servers. */
+static JSValue mcp_tools, fn_build_mcp;
+static int mcp_resolving;
 
 static uint32_t slot_hash(int32_t id) { return (uint32_t)id * 2654435761u; }
 
@@ -757,15 +763,29 @@ static JSValue native_timer(JSContext *c, JSValueConst this_val, int argc, JSVal
     return JS_UNDEFINED;
 }
 
-/* The global `mcp`'s getter: the run's tools. */
-static JSValue native_mcp(JSContext *c, JSValueConst this_val) { return JS_DupValue(c, mcp_object); }
+/* The global `mcp`'s getter: the run's tools, built on the first read. */
+static JSValue native_mcp(JSContext *c, JSValueConst this_val) {
+    if (JS_IsUndefined(mcp_object)) {
+        JSValue a[2] = {mcp_tools, JS_NewBool(c, mcp_resolving)};
+        JSValue o = JS_Call(c, fn_build_mcp, JS_UNDEFINED, 2, (JSValueConst *)a);
+        if (JS_IsException(o))
+            return o;
+        mcp_object = o;
+        JS_FreeValue(c, mcp_tools);
+        mcp_tools = JS_UNDEFINED;
+    }
+    return JS_DupValue(c, mcp_object);
+}
 
-/* native.setup(mcp, cap, hostError, badArgs): what this run's calls need. */
+/* native.setup(tools, resolving, cap): what this run's calls need; the mcp
+ * object itself waits for its first read. */
 static JSValue native_setup(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     int32_t cap;
-    if (JS_ToInt32(c, &cap, argv[1]))
+    if (JS_ToInt32(c, &cap, argv[2]))
         return JS_EXCEPTION;
-    set_value(c, &mcp_object, JS_DupValue(c, argv[0]));
+    set_value(c, &mcp_object, JS_UNDEFINED);
+    set_value(c, &mcp_tools, JS_DupValue(c, argv[0]));
+    mcp_resolving = JS_ToBool(c, argv[1]);
     if (cap > 0)
         inflight_cap = cap;
     return JS_UNDEFINED;
@@ -863,7 +883,7 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     JS_SetPropertyStr(ctx, native, "tool", JS_NewCFunction(ctx, native_tool, "tool", 2));
     JS_SetPropertyStr(ctx, native, "builtin", JS_NewCFunction(ctx, native_builtin, "builtin", 2));
     JS_SetPropertyStr(ctx, native, "timer", JS_NewCFunction(ctx, native_timer, "timer", 3));
-    JS_SetPropertyStr(ctx, native, "setup", JS_NewCFunction(ctx, native_setup, "setup", 2));
+    JS_SetPropertyStr(ctx, native, "setup", JS_NewCFunction(ctx, native_setup, "setup", 3));
     JS_SetPropertyStr(ctx, native, "mcp", JS_NewCFunction2(ctx, (JSCFunction *)native_mcp, "get mcp", 0, JS_CFUNC_getter, 0));
     JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
     JS_SetPropertyStr(ctx, native, "fault", JS_NewCFunction(ctx, native_fault, "fault", 1));
@@ -878,6 +898,8 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     fn_fail = JS_GetPropertyStr(ctx, api, "fail");
     fn_host_error = JS_GetPropertyStr(ctx, api, "hostError");
     fn_bad_args = JS_GetPropertyStr(ctx, api, "badArgs");
+    fn_build_mcp = JS_GetPropertyStr(ctx, api, "buildMCP");
+    mcp_tools = JS_UNDEFINED;
     empty_args = JS_NewString(ctx, "{}");
     mcp_object = JS_UNDEFINED;
     JS_FreeValue(ctx, api);
@@ -921,6 +943,27 @@ static int64_t emit_static(const char *s) {
     return pack(out, len);
 }
 
+/* emit_value writes {"ok":true,"value":v} when json_fast can write v:
+ * the packed document, 0 when out of memory, PML_NOT_FAST when v needs
+ * finish() (undefined, functions, getters, toJSON...). */
+#define PML_NOT_FAST (-2)
+static int64_t emit_value(JSValueConst v) {
+    static const char head[] = "{\"ok\":true,\"value\":";
+    int r = json_fast(v);
+    if (r || jbuf_putc('}')) {
+        jbuf_trim();
+        return PML_NOT_FAST;
+    }
+    size_t n = sizeof(head) - 1 + jbuf_len;
+    char *out = malloc(n);
+    if (out) {
+        memcpy(out, head, sizeof(head) - 1);
+        memcpy(out + sizeof(head) - 1, jbuf, jbuf_len);
+    }
+    jbuf_trim();
+    return out ? pack(out, n) : 0;
+}
+
 /* Turn the pending exception into the output document via the prelude. */
 static int64_t emit_exception(void) {
     JSValue exc = JS_GetException(ctx);
@@ -957,6 +1000,17 @@ static int64_t step(void) {
     /* Give the reporting code room even if the script exhausted its heap. */
     if (script_mem_limit > 0)
         JS_SetMemoryLimit(rt, (size_t)script_mem_limit + (1 << 20));
+    /* A value json_fast writes (plain data, nothing a script could
+     * observe, and so nothing finish() would refuse) needs no JavaScript:
+     * the document is written here, as finish() would write it. A
+     * session's run goes through finish(), which keeps its bindings. */
+    if (st == JS_PROMISE_FULFILLED && !(run_flags & PML_SESSION)) {
+        int64_t out = emit_value(v);
+        if (out != PML_NOT_FAST) {
+            JS_FreeValue(ctx, v);
+            return out;
+        }
+    }
     JSValue doc = JS_Call(ctx, st == JS_PROMISE_FULFILLED ? fn_finish : fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&v);
     JS_FreeValue(ctx, v);
     if (JS_IsException(doc))
