@@ -222,6 +222,8 @@ static JSValue mcp_object;
  * proxies and closures of its servers. */
 static JSValue mcp_tools, fn_build_mcp;
 static int mcp_resolving;
+/* A script ran in this realm (a session's next execution finds it set). */
+static int realm_used;
 
 static uint32_t slot_hash(int32_t id) { return (uint32_t)id * 2654435761u; }
 
@@ -1051,9 +1053,22 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     if (!(flags & 1))
         JS_SetInterruptHandler(rt, interrupt_handler, NULL);
 
-    JSValue conf = JS_ParseJSON(ctx, cfg, cfg_len, "config.json");
-    if (JS_IsException(conf))
-        return emit_exception();
+    /* No configuration: the request asks for nothing but the snapshot's
+     * defaults (internal/guest's encodeConfig), which is what setup() would
+     * leave in a realm that never ran a script: no tools, args null, the
+     * default caps. A realm that ran one (a session's) goes through
+     * setup() as ever. */
+    int defaults = cfg_len == 0 && !realm_used;
+    realm_used = 1;
+    JSValue conf = JS_UNDEFINED;
+    if (defaults) {
+        set_value(ctx, &mcp_tools, JS_NewArray(ctx));
+        mcp_resolving = 0;
+    } else {
+        conf = cfg_len == 0 ? JS_NewObject(ctx) : JS_ParseJSON(ctx, cfg, cfg_len, "config.json");
+        if (JS_IsException(conf))
+            return emit_exception();
+    }
     /* Memory limit after the config is in, so a tool list never counts
      * against the script; it is set before any user code is parsed. */
     script_mem_limit = mem_limit;
@@ -1081,7 +1096,7 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     /* Every value is freed once used: a fresh sandbox is thrown away
      * whole, but a session's realm lives on, and what one execution leaks
      * the next would carry. */
-    JSValue args = JS_Call(ctx, fn_setup, JS_UNDEFINED, 1, (JSValueConst *)&conf);
+    JSValue args = defaults ? JS_NULL : JS_Call(ctx, fn_setup, JS_UNDEFINED, 1, (JSValueConst *)&conf);
     JS_FreeValue(ctx, conf);
     if (JS_IsException(args)) {
         free(src);

@@ -113,8 +113,21 @@ func (x *execution) shutdown() {
 	x.wg.Wait()
 }
 
-// encodeConfig prepares the JSON document the guest's setup() reads.
+// guestInFlight is the cap on calls in flight the guest's snapshot holds
+// before any configuration (glue.c's inflight_cap); maxTimers is the
+// prelude's own default likewise.
+const guestInFlight = 16
+
+// encodeConfig prepares the JSON document the guest's setup() reads. A
+// request that asks nothing but the snapshot's defaults (no tools, input,
+// globals or session; the default caps) gets none: the guest then skips
+// parsing it and the prelude's setup, a third of a fresh `return 1+1`'s
+// set-up.
 func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
+	if _, resolves := req.Host.(Resolver); len(req.Tools) == 0 && !resolves && len(req.Args) == 0 &&
+		len(req.Globals) == 0 && !req.Session && limits.InFlight == guestInFlight {
+		return nil, nil
+	}
 	doc := struct {
 		// Tools are [server, name, server, name, …]: a flat list of
 		// strings is the cheapest JSON for the guest to read, and building
