@@ -28,18 +28,28 @@ func BenchmarkFreshSandbox(b *testing.B) {
 // warm service runs one: it takes a reset instance from the pool, and the
 // retire loop resets it after, before the next run starts (untimed), so no
 // run instantiates. Each run's work is then the same, which is what an
-// instruction count of it wants (docs/BENCHMARKS.md, "Half the guest's
-// work per fresh execution": the difference of two runs under callgrind,
-// or one phase of it with the callgrind build tag). The benchmark's
-// goroutine keeps its thread: callgrind counts a phase per thread.
+// instruction count of it wants (docs/BENCHMARKS.md, "Guest instructions
+// per fresh execution and fib(25)": a run under callgrind with the
+// callgrind build tag counts each phase). The benchmark's goroutine keeps
+// its thread: callgrind counts a phase per thread.
 func BenchmarkFreshSandboxSteady(b *testing.B) {
+	steady(b, guest.Request{Code: "return 1+1"})
+}
+
+// BenchmarkFreshSandboxSteadyDemoTools is BenchmarkFreshSandboxSteady with
+// the demo tools in the request, as pml bench's fresh sandbox runs it.
+func BenchmarkFreshSandboxSteadyDemoTools(b *testing.B) {
+	steady(b, guest.Request{Code: "return 1+1", Tools: guest.DemoTools(), Host: guest.DemoHost{}})
+}
+
+func steady(b *testing.B, req guest.Request) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	ctx := context.Background()
 	created := engine.Stats().Created
 	for b.Loop() {
 		before := engine.Stats()
-		r := engine.Run(ctx, guest.Request{Code: "return 1+1"})
+		r := engine.Run(ctx, req)
 		if !r.OK {
 			b.Fatal(r.Err)
 		}

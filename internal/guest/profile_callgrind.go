@@ -20,7 +20,13 @@ import (
 // runs it: callgrind's collection state is per thread, so the benchmark
 // locks its goroutine to one (the run's phases), and the retire loop
 // brackets its reset within one call.
+//
+// PML_CALLGRIND_PHASE=all counts every phase in one run instead: with
+// collection on from the start, each mark ends the phase before it in a
+// dump named for it (callgrind.DumpStatsAt), all threads' instructions in
+// it (the runs are one at a time, so little else runs meanwhile).
 var (
+	all      = os.Getenv("PML_CALLGRIND_PHASE") == "all"
 	profiled = func() phase {
 		n, _ := strconv.Atoi(os.Getenv("PML_CALLGRIND_PHASE"))
 		return phase(n)
@@ -31,6 +37,11 @@ var (
 
 // mark enters phase p on the run's goroutine.
 func mark(p phase) {
+	if all {
+		callgrind.DumpStatsAt(phaseNames[current])
+		current = p
+		return
+	}
 	if profiled == phaseNone {
 		return
 	}
@@ -44,6 +55,14 @@ func mark(p phase) {
 // begins, false once it is done. The goroutine keeps its thread between
 // the two, so both toggles reach the same thread's collection state.
 func markReset(begin bool) {
+	if all {
+		if begin {
+			callgrind.DumpStatsAt(phaseNames[phaseNone])
+		} else {
+			callgrind.DumpStatsAt(phaseNames[phaseReset])
+		}
+		return
+	}
 	if profiled != phaseReset {
 		return
 	}
