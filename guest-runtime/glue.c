@@ -222,6 +222,10 @@ static JSValue mcp_object;
  * proxies and closures of its servers. */
 static JSValue mcp_tools, fn_build_mcp;
 static int mcp_resolving;
+/* The run's tool list as the host wrote it (JSON), parsed into mcp_tools on
+ * the first read of `mcp`: a script that never reads it never parses it. */
+static char *mcp_tools_src;
+static size_t mcp_tools_src_len;
 /* A script ran in this realm (a session's next execution finds it set). */
 static int realm_used;
 
@@ -768,6 +772,14 @@ static JSValue native_timer(JSContext *c, JSValueConst this_val, int argc, JSVal
 /* The global `mcp`'s getter: the run's tools, built on the first read. */
 static JSValue native_mcp(JSContext *c, JSValueConst this_val) {
     if (JS_IsUndefined(mcp_object)) {
+        if (mcp_tools_src) {
+            JSValue t = JS_ParseJSON(c, mcp_tools_src, mcp_tools_src_len, "tools.json");
+            if (JS_IsException(t))
+                return t;
+            js_free(c, mcp_tools_src);
+            mcp_tools_src = NULL;
+            set_value(c, &mcp_tools, t);
+        }
         JSValue a[2] = {mcp_tools, JS_NewBool(c, mcp_resolving)};
         JSValue o = JS_Call(c, fn_build_mcp, JS_UNDEFINED, 2, (JSValueConst *)a);
         if (JS_IsException(o))
@@ -1058,6 +1070,14 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
      * leave in a realm that never ran a script: no tools, args null, the
      * default caps. A realm that ran one (a session's) goes through
      * setup() as ever. */
+    /* After the document, a NUL and the tool list (JSON holds no raw NUL). */
+    const char *tools = cfg_len > 0 ? memchr(cfg, 0, (size_t)cfg_len) : NULL;
+    int32_t tools_len = 0;
+    if (tools) {
+        tools_len = cfg_len - (int32_t)(tools - cfg) - 1;
+        cfg_len = (int32_t)(tools - cfg);
+        tools++;
+    }
     int defaults = cfg_len == 0 && !realm_used;
     realm_used = 1;
     JSValue conf = JS_UNDEFINED;
@@ -1068,6 +1088,20 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
         conf = cfg_len == 0 ? JS_NewObject(ctx) : JS_ParseJSON(ctx, cfg, cfg_len, "config.json");
         if (JS_IsException(conf))
             return emit_exception();
+    }
+    if (mcp_tools_src) {
+        js_free(ctx, mcp_tools_src);
+        mcp_tools_src = NULL;
+    }
+    if (tools_len > 0) {
+        mcp_tools_src = js_malloc(ctx, (size_t)tools_len + 1);
+        if (!mcp_tools_src) {
+            JS_FreeValue(ctx, conf);
+            return emit_exception();
+        }
+        memcpy(mcp_tools_src, tools, (size_t)tools_len);
+        mcp_tools_src[tools_len] = 0;
+        mcp_tools_src_len = (size_t)tools_len;
     }
     /* Memory limit after the config is in, so a tool list never counts
      * against the script; it is set before any user code is parsed. */

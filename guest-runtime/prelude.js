@@ -467,8 +467,9 @@
     ran = true;
     if (cfg.max_timers > 0) maxTimers = cfg.max_timers;
     session = cfg.session === true;
-    // The mcp object is built from these when the script first reads it.
-    native.setup(cfg.tools || [], cfg.resolve === true, cfg.in_flight > 0 ? cfg.in_flight : 0);
+    // The mcp object is built when the script first reads it, from the
+    // tool list the glue keeps (the host sends it beside this document).
+    native.setup([], cfg.resolve === true, cfg.in_flight > 0 ? cfg.in_flight : 0);
     if (cfg.globals) {
       for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });
     }
