@@ -1,7 +1,7 @@
 package guest
 
 // The stretches of a fresh execution a profiling build counts apart
-// (docs/BENCHMARKS.md, "Half the guest's work per fresh execution"). The
+// (docs/BENCHMARKS.md, "Guest instructions per fresh execution and fib(25)"). The
 // host marks where each begins; the guest marks its own through the
 // pml.mark import, which only a guest built with PML_GUEST_PROFILE=1
 // imports. Without the callgrind build tag mark does nothing and is
@@ -20,6 +20,3 @@ const (
 	phaseReset             // the retire loop turning the instance back into the image
 	phaseCount
 )
-
-// phaseNames name the phases in a profile's report.
-var phaseNames = [phaseCount]string{"none", "restore", "host set-up", "guest set-up", "compile", "run", "guest result", "host result", "reset"}

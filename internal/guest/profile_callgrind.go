@@ -35,6 +35,9 @@ var (
 	current phase
 )
 
+// phaseNames name the phases in the dumps.
+var phaseNames = [phaseCount]string{"none", "restore", "host set-up", "guest set-up", "compile", "run", "guest result", "host result", "reset"}
+
 // mark enters phase p on the run's goroutine.
 func mark(p phase) {
 	if all {
