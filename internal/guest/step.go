@@ -109,6 +109,7 @@ func (x *execution) release(ctx context.Context, in *instance, ptrs ...uint32) *
 // the script waits for is parked, and the run suspends (errSuspend).
 func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*outputDoc, *fault.Error) {
 	mod := in.mod
+	x.in = in
 	for ret == waiting {
 		c, ferr := x.next()
 		if ferr != nil {
@@ -218,6 +219,9 @@ func (x *execution) next() (completion, *fault.Error) {
 // nextAnswer is next's one step: the next completion, which may be a call
 // that parked (completion.park) rather than an answer.
 func (x *execution) nextAnswer() (completion, *fault.Error) {
+	// A wait point: the checkpoint due here is taken (and the effects
+	// held for it released) before anything starts.
+	x.checkpointAtWait()
 	x.startPending(true)
 	var c completion
 	switch {
@@ -239,6 +243,11 @@ func (x *execution) nextAnswer() (completion, *fault.Error) {
 			return c, x.timeoutError()
 		}
 		x.waited += time.Since(w)
+	}
+	if c.timer {
+		delete(x.timerDue, c.id)
+	} else {
+		delete(x.running, c.id)
 	}
 	if c.park != nil {
 		return c, nil
