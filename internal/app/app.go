@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
@@ -42,6 +41,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
+	"github.com/pml-sandbox/pml/internal/ssmparam"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
@@ -701,11 +701,11 @@ func (a *App) serversFromSSM(ctx context.Context, name string, kinds []toolsourc
 	if err != nil {
 		return nil, err
 	}
-	out, err := ssm.NewFromConfig(cfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
+	v, err := ssmparam.Get(ctx, cfg, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
 	}
-	return serverconfig.Parse(name, []byte(aws.ToString(out.Parameter.Value)), Kinds(kinds...))
+	return serverconfig.Parse(name, []byte(v), Kinds(kinds...))
 }
 
 // awsConfig loads the AWS SDK configuration once, when something first
