@@ -165,7 +165,7 @@ func TestMCPEndpointThroughAPIGateway(t *testing.T) {
 	defer cancel()
 	c := mcptest.Streamable(t, base+"/mcp", mcpkind.ProtocolVersion)
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil || len(list.Tools) != 7 { // execute_code, resume_execution, cancel_execution, end_session, search_tools, list_capabilities, save_capability
+	if err != nil || len(list.Tools) != 8 { // execute_code, resume_execution, cancel_execution, rollback_execution, end_session, search_tools, list_capabilities, save_capability
 		t.Fatalf("tools/list: %+v %v", list, err)
 	}
 	var req mcp.CallToolRequest

@@ -52,3 +52,22 @@ func (s admitted) Resume(ctx context.Context, rr execution.ResumeRequest) (*exec
 	}
 	return resp, ferr
 }
+
+func (s admitted) Rollback(ctx context.Context, rr execution.RollbackRequest) (*execution.Rollback, *fault.Error) {
+	if rr.DryRun {
+		return s.Executor.Rollback(ctx, rr)
+	}
+	t, ferr := s.budget.Acquire(ctx)
+	if ferr != nil {
+		return nil, ferr
+	}
+	defer t.Release()
+	ctx = t.Context(ctx)
+	rb, ferr := s.Executor.Rollback(ctx, rr)
+	if rb != nil && rb.Execution != nil {
+		if e := Explain(ctx, rb.Execution.Error); e != nil {
+			rb.Execution.Error = e
+		}
+	}
+	return rb, ferr
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/logging"
 	"github.com/pml-sandbox/pml/internal/metrics"
 	"github.com/pml-sandbox/pml/internal/oauthclient"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/ranking"
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
@@ -117,7 +118,8 @@ var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvSh
 	EnvCapTable, EnvCapFunction, EnvCapFile, EnvTracesTable, EnvTraceTTLDays, EnvTracesFile, EnvTracesKeep,
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvTrustedClients, EnvSelfApproval, EnvApprovalKeyFile,
 	EnvApprovalKeySecret, EnvApprovalBus, EnvApprovalURL, EnvOIDCIssuer, EnvOIDCClientID, EnvOIDCClientSecret, EnvOIDCSecretARN, EnvOIDCRedirectURL, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
-	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics, EnvLearn, EnvSuggestMinRuns}
+	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics, EnvLearn, EnvSuggestMinRuns,
+	EnvPolicy, EnvPolicyReload, EnvPolicyAVPStore, EnvLimitsTable, EnvLimitsDir}
 
 // Where traces go (TraceConfig.Store).
 const (
@@ -189,6 +191,10 @@ type Config struct {
 	// DraftLimits bound the capability drafts kept, per author and in
 	// all (zero: capability's defaults; DraftLimitsFromEnv reads them).
 	DraftLimits capability.DraftLimits
+
+	// Policy says which policy set decides every call and every decision
+	// (docs/POLICY.md), and where its limits are counted.
+	Policy PolicyConfig
 
 	// Answerer, when set, answers remote MCP servers' questions in line
 	// while the call is in flight: a 2025-11-25 server's
@@ -291,6 +297,9 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, err
 	}
 	if cfg.DraftLimits, err = DraftLimitsFromEnv(); err != nil {
+		return Config{}, err
+	}
+	if cfg.Policy, err = PolicyFromEnv(); err != nil {
 		return Config{}, err
 	}
 	// The deployment's caller is an agent: it decides nothing unless the
@@ -494,6 +503,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(err)
 		}
 	}
+	// One policy set decides every call and decision from here on.
+	var counter policy.Counter
+	if cfg.Approval.Policy, counter, err = a.openPolicy(ctx, cfg, log); err != nil {
+		return fail(err)
+	}
 	if cfg.Answerer != nil && !cfg.Approval.Policy.MayAnswer(approval.Decider{Channel: execution.ChannelCaller}, "") {
 		return fail(fault.New(fault.InvalidRequest, "remote servers' questions can be answered in line only where the caller decides (the caller's answer is weighed as an approval)"))
 	}
@@ -592,10 +606,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
-	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions,
+	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions, Counter: counter,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
-		Answerer: cfg.Answerer, Journal: a.Journal, MaxGrant: cfg.Approval.MaxGrant})
+		Answerer: cfg.Answerer, Journal: a.Journal, MaxGrant: cfg.Approval.MaxGrant, Traces: store})
 	a.runner.Executor = a.Service
 	return a, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/policy"
 )
 
 func TestParseApprovers(t *testing.T) {
@@ -429,5 +430,30 @@ func TestOwnersAreNoPatterns(t *testing.T) {
 	}
 	if !p.MayPublish(Decider{Principal: "jwt:https://idp#*", Channel: execution.ChannelPage}, "jwt:https://idp#agent-7", []string{"jwt:https://idp#*"}) {
 		t.Error("the owner itself")
+	}
+}
+
+// TestGrantIsItsOwnAction: a deployment may let a person approve one call
+// but not a loop of them; the grant is asked of the set apart.
+func TestGrantIsItsOwnAction(t *testing.T) {
+	const owner, ops = "jwt:https://idp#agent-7", "jwt:https://idp#ops"
+	set, err := policy.Parse("one-at-a-time.cedar", []byte(`
+@id("ops-approve-one")
+permit (principal, action == PML::Action::"approve", resource)
+when { principal.kind == "jwt" && principal.subject == "ops" && principal != resource.owner };
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Policy{Rules: set, Custom: true}.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Decider{Principal: ops, Channel: execution.ChannelPage}
+	if !p.MayApprove(d, owner) {
+		t.Fatal("the set permits ops to approve one call; MayApprove said no")
+	}
+	if p.MayGrant(d, owner) {
+		t.Fatal("the set permits no grant; MayGrant said yes")
 	}
 }

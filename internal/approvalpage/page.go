@@ -569,7 +569,13 @@ func (p *Page) execution(w http.ResponseWriter, r *http.Request) {
 	}
 	d := p.decider(s)
 	doc, ferr := p.opts.Service.Waiting(r.Context(), id)
-	if ferr != nil || !p.mayDecide(d, doc.Owner) {
+	switch {
+	case ferr != nil && ferr.Code != fault.Unavailable:
+		// It waits no more (or never did): what it did, and its undo
+		// (effects.go), for whom may roll it back.
+		p.ended(w, r, s, id)
+		return
+	case ferr != nil || !p.mayDecide(d, doc.Owner):
 		p.notWaiting(w, r)
 		return
 	}
@@ -579,6 +585,15 @@ func (p *Page) execution(w http.ResponseWriter, r *http.Request) {
 // flushTimeout bounds writing traces after a decision ran the execution
 // on.
 const flushTimeout = 5 * time.Second
+
+// flush writes the traces a decision made, before the answer goes out.
+func (p *Page) flush(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	defer cancel()
+	if err := p.opts.Service.Flush(fctx); err != nil {
+		p.log.WarnContext(ctx, "trace flush failed", "err", err)
+	}
+}
 
 // The words of the page's forms besides execution.DecisionApprove and
 // execution.DecisionReject: a remote server's question answered
@@ -599,6 +614,10 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if isDraftID(id) {
 		p.decideDraft(w, r, s, id)
+		return
+	}
+	if r.PostFormValue("decision") == formRollback {
+		p.rollBack(w, r, s, id)
 		return
 	}
 	if p.scoped(w, r, s, id) {
@@ -629,11 +648,7 @@ func (p *Page) decide(w http.ResponseWriter, r *http.Request) {
 	rr := execution.ResumeRequest{ExecutionID: id, Decisions: map[string]execution.Decision{strconv.Itoa(call): dec},
 		CallDetail: execution.CallDetailSummary, Principal: s.Principal, Channel: execution.ChannelPage, Version: version}
 	resp, ferr := p.opts.Service.Resume(r.Context(), rr)
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), flushTimeout)
-	if err := p.opts.Service.Flush(fctx); err != nil {
-		p.log.WarnContext(r.Context(), "trace flush failed", "err", err)
-	}
-	cancel()
+	p.flush(r.Context())
 	if ferr != nil {
 		p.log.InfoContext(r.Context(), "approval refused", "execution_id", id, "call_id", call, "decision", word, "principal", s.Principal, "code", string(ferr.Code))
 		status, msg := refusal(ferr)

@@ -94,7 +94,7 @@ func newEnv(t *testing.T, mutate func(*approval.Policy), sources ...execution.To
 		// The list's tests keep more suspended executions of one caller
 		// than the default quota lets one principal keep (50).
 		Sink: e.sink, Logger: log, Suspensions: suspend.NewFile(t.TempDir(), suspend.Options{Quota: suspend.Quota{Count: 100}}),
-		Journal: journal.NewFile(t.TempDir(), journal.Options{})})
+		Journal: journal.NewFile(t.TempDir(), journal.Options{}), Traces: e.sink})
 	key, err := approval.LoadKeyFile(t.TempDir() + "/key")
 	if err != nil {
 		t.Fatal(err)
@@ -302,13 +302,18 @@ func TestPageListsEffects(t *testing.T) {
 		t.Fatalf("page: %d %s", status, page)
 	}
 	for _, call := range []int{2, 3} {
-		want := fmt.Sprintf(`<tr id="effect-%d"><td>#%d</td><td>demo.kv_set</td><td class="effect-applied">applied</td><td><code>%s</code></td></tr>`, call, call, journal.Key(id, call))
+		want := fmt.Sprintf(`<tr id="effect-%d"><td>#%d</td><td>demo.kv_set</td><td class="effect-applied">applied</td><td><code>%s</code></td>`, call, call, journal.Key(id, call))
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s:\n%s", want, page)
 		}
 	}
 	if strings.Contains(page, `id="effect-1"`) || !strings.Contains(page, "2 applied") {
 		t.Errorf("the read is listed, or the count is wrong:\n%s", page)
+	}
+	// Nothing here declares an undo: each effect says so, and there is
+	// no rollback form.
+	if !strings.Contains(page, "not undone: no compensation is declared for demo:kv_set") || strings.Contains(page, `name="decision" value="rollback"`) {
+		t.Errorf("the undo column:\n%s", page)
 	}
 }
 

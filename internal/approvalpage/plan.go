@@ -2,7 +2,6 @@ package approvalpage
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -253,15 +252,6 @@ func grantUsed(resp *execution.Response) int {
 		}
 	}
 	return n
-}
-
-// flush writes the traces a decision made.
-func (p *Page) flush(ctx context.Context) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
-	defer cancel()
-	if err := p.opts.Service.Flush(fctx); err != nil {
-		p.log.WarnContext(ctx, "trace flush failed", "err", err)
-	}
 }
 
 // waitingAt lists the pending calls of a site, for a line of text.

@@ -91,6 +91,7 @@ type pageData struct {
 	Exec      *execView
 	Draft     *draftView
 	Decided   *decided
+	Rolled    *rolledView
 }
 
 // group is one provider's part of the list.
@@ -228,8 +229,13 @@ func (p *Page) executionView(ctx context.Context, s session, doc *execution.Resp
 	}
 	lines := splitLines(doc.Code)
 	ev := &execView{ID: doc.ExecutionID, Owner: doc.Owner, Asked: doc.CreatedAt, Expires: doc.ExpiresAt, Version: doc.StateVersion,
-		Action: p.path(Prefix + "/" + doc.ExecutionID), Source: lines, SourceLines: len(lines), Mine: doc.Owner == s.Principal,
-		Effects: newEffectsView(doc.Effects)}
+		Action: p.path(Prefix + "/" + doc.ExecutionID), Source: lines, SourceLines: len(lines), Mine: doc.Owner == s.Principal}
+	if len(doc.Effects) > 0 {
+		plan := p.plan(ctx, s, doc.ExecutionID)
+		ev.Effects = newEffectsView(doc.Effects, plan)
+		ev.Effects.Waiting = true
+		p.withRollbackForm(ev.Effects, s, doc.ExecutionID, doc.StateVersion, plan)
+	}
 	for _, pc := range doc.Pending {
 		cv := callView{CallID: pc.CallID, Server: pc.Server, Tool: pc.Tool, ArgsBytes: len(pc.Args),
 			MayApprove: p.opts.Policy.MayApprove(d, doc.Owner)}

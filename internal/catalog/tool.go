@@ -7,6 +7,7 @@ package catalog
 import (
 	"encoding/json"
 
+	"github.com/pml-sandbox/pml/internal/compensate"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -33,10 +34,21 @@ type Tool struct {
 	// require_approval: like a destructive one, it runs only when the
 	// request allows it or a person approves the call.
 	RequireApproval bool `json:"require_approval,omitempty"`
+	// SourceKind is the kind of source that serves the tool ("mcp",
+	// "openapi", "lambda"), set by the tool source; empty elsewhere
+	// (Kind then says: a capability, a built-in). The policy set reads it
+	// (resource.kind); it never leaves the process.
+	SourceKind string `json:"-"`
 	// IdempotencyKeys is set on a tool whose server's configuration says
 	// it honours idempotency keys (idempotency_keys: true): a call sent
 	// again with the same key is applied once.
 	IdempotencyKeys bool `json:"idempotency_keys,omitempty"`
+	// Compensate is the call that undoes a call of the tool, as its
+	// server's configuration declares it (compensate): a tool of the same
+	// server that the server exposes, checked when its tools are listed.
+	// Nil: a rollback skips its effects. Not listed to callers: it is the
+	// deployment's, read by a rollback.
+	Compensate *compensate.Template `json:"-"`
 	// Endpoint says what a call reaches, where the tool's kind knows it:
 	// shown to whoever decides a call (and in the declarations), so that
 	// "delete" reads as the request it makes. Nil for MCP tools and

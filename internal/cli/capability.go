@@ -185,6 +185,15 @@ func localGuard(ctx context.Context, callerDecides string, errOut io.Writer) (*c
 	}
 	file := app.CapabilitiesFile()
 	log := logger(errOut)
+	// Publishing is the policy set's decision, as in pml serve: the file
+	// PML_POLICY names, else the set the switches generate.
+	pc, err := app.PolicyFromEnv()
+	if err != nil {
+		return nil, "", usageError{err}
+	}
+	if cfg.Policy, err = app.LoadPolicy(ctx, pc, cfg.Policy, log); err != nil {
+		return nil, "", err
+	}
 	reg, err := app.OpenRegistry(ctx, app.Config{CapabilitiesFile: file}, log)
 	if err != nil {
 		return nil, "", err

@@ -57,9 +57,11 @@ func commands() []command {
 		{"tools", "list the tool catalog (--dts for TypeScript declarations)", toolsCmd},
 		{"session", "a session's runs and state: pml session list | show ID | rm ID", sessionCmd},
 		{"resume", "decide on a suspended execution's pending calls and run it on: pml resume ID --approve 2 --reject 3", resumeCmd},
+		{"rollback", "undo an execution's applied effects with the compensations its servers declare: pml rollback ID", rollbackCmd},
 		{"status", "show an asynchronous execution (pml run --async): pml status ID [--wait] [--cancel]", statusCmd},
 		{"trace", "show a recorded execution with its calls (pml trace EXECUTION_ID)", traceCmd},
 		{"capability", "save, list and show capabilities (learned programs called as mcp.ns.action())", capabilityCmd},
+		{"policy", "check, print, test and explain the policy set: pml policy check FILE | print | test FILE CASES | explain ID", policyCmd},
 		{"mcp", "log in to MCP servers that need OAuth and show their auth state: pml mcp login NAME | pml mcp status", mcpCmd},
 		{"demo-server", "serve the demo tools (echo, add, fail, sleep, key-value store, text tools, clock) as an MCP server on loopback", demoServerCmd},
 		{"bench", "run the benchmarks and print them beside the peer sandboxes'", benchCmd},
@@ -224,7 +226,9 @@ type serviceFlags struct {
 	// caller decides where it is the person at the keyboard.
 	approvers, trustedClients, selfApproval, callerDecides, maxGrant string
 	callerAuto                                                       bool
-	login                                                            string
+	// policy names the policy set that decides (--policy).
+	policy string
+	login  string
 	// oneShot: the command runs one execution and exits (withService),
 	// and turns the garbage collector back on only after it, not once
 	// the service is built: the first cycle would mark the whole
@@ -257,6 +261,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.trustedClients, "trusted-clients", os.Getenv(app.EnvTrustedClients), "principals whose MCP clients show a person a real dialog: their form-mode elicitation answers decide (default $"+app.EnvTrustedClients+")")
 	fs.StringVar(&f.selfApproval, "self-approval", cmp.Or(os.Getenv(app.EnvSelfApproval), "off"), "may a person signed in on the approval page decide their own principal's executions: on or off (default $"+app.EnvSelfApproval+", else off)")
 	fs.StringVar(&f.maxGrant, "max-grant-calls", os.Getenv(app.EnvMaxGrant), "the most calls a person may approve a call site for at once, on the approval page or through a trusted MCP client (default $"+app.EnvMaxGrant+", else 100)")
+	fs.StringVar(&f.policy, "policy", os.Getenv(app.EnvPolicy), "the policy set that decides every call and decision: a Cedar file, s3://bucket/key or ssm:/name, replacing the one the switches generate (pml policy print shows that) (default $"+app.EnvPolicy+")")
 	fs.StringVar(&f.callerDecides, "caller-decides", cmp.Or(os.Getenv(app.EnvCallerDecides), "auto"), "may the caller set allow_destructive and approve its own suspended calls: on, off, or auto (on for pml run; for pml serve, on when it listens on loopback only) (default $"+app.EnvCallerDecides+", else auto)")
 }
 
@@ -330,6 +335,11 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 	if err != nil {
 		return app.Config{}, usageError{err}
 	}
+	pol, err := app.PolicyFromEnv()
+	if err != nil {
+		return app.Config{}, usageError{err}
+	}
+	pol.Source = f.policy
 	return app.Config{
 		Tracing: tracing,
 		Metrics: metrics,
@@ -346,6 +356,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		MCPAuth:          auth,
 		Learn:            learning,
 		DraftLimits:      drafts,
+		Policy:           pol,
 		Answerer:         f.answerer,
 	}, nil
 }

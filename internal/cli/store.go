@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/app"
+	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/journal"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -97,6 +98,9 @@ func traceCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	doc := map[string]any{"execution": ex, "calls": calls}
 	if effects := journal.Effects(entries, ex.Status != trace.StatusSuspended); effects != nil {
 		doc["effects"] = effects
+		if state := execution.RollbackState(effects); state != "" {
+			doc["rollback"] = state
+		}
 	}
 	return ExitOK, writeJSON(out, doc)
 }

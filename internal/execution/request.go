@@ -133,6 +133,11 @@ type Request struct {
 	// filter and its callers' (a session's filter, fixed when the session
 	// was created): inherited like theirs by everything the request starts.
 	Narrowing Narrowing `json:"-"`
+	// RollbackOf is set on a rollback's own execution (Executor.Rollback):
+	// the execution whose effects it compensates. Its trace names it, and
+	// when it ends its compensations' outcomes are recorded on that
+	// execution's journal.
+	RollbackOf string `json:"-"`
 
 	// filter is Tools parsed, by Validate: the service and everything the
 	// request starts use it, never the patterns again.

@@ -96,6 +96,13 @@ type Response struct {
 	// (internal/journal, docs/EFFECTS.md); reads are never listed. Left
 	// out when it made none.
 	Effects []Effect `json:"effects,omitempty"`
+	// Rollback is the execution's rollback state (RollbackState of its
+	// effects: rolled_back, partially_rolled_back…), left out when no
+	// rollback has touched it.
+	Rollback string `json:"rollback,omitempty"`
+	// RollbackOf is, for a rollback's own execution, the execution it
+	// rolls back.
+	RollbackOf string `json:"rollback_of,omitempty"`
 
 	// StateVersion is the version of a suspended execution's stored state
 	// (set by the host, never sent): a question put to a person names it,
@@ -146,6 +153,8 @@ type Effect struct {
 	Status string `json:"status"`
 	// Error is why it failed, was not sent, or is unknown.
 	Error *fault.Error `json:"error,omitempty"`
+	// Compensation is what a rollback did about it, when one did.
+	Compensation *EffectCompensation `json:"compensation,omitempty"`
 }
 
 // SuspensionNotice announces that an execution waits for decisions, to

@@ -38,6 +38,14 @@ type Executor interface {
 	// document; the error a refusal: NOT_FOUND, CONFLICT (it ended
 	// already), FORBIDDEN, UNAVAILABLE.
 	Cancel(ctx context.Context, cr CancelRequest) (*Response, *fault.Error)
+	// Rollback runs the compensations of an execution's applied effects,
+	// newest first, as an execution of its own, for rr.Principal (its
+	// owner, or whoever the policy lets decide for the owner), and says
+	// what became of each effect. The error is a refusal, nothing ran:
+	// NOT_FOUND (unknown, or another principal's: told alike), CONFLICT
+	// (it runs or waits for decisions, a rollback of it is under way, or
+	// it was rolled back already), UNAVAILABLE.
+	Rollback(ctx context.Context, rr RollbackRequest) (*Rollback, *fault.Error)
 	// Session is a session as its owner may read it (never its state);
 	// EndSession deletes it and its state. NOT_FOUND for an unknown id
 	// and for another principal's alike; EXPIRED past its idle time.

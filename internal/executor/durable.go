@@ -16,6 +16,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	pol "github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tracectx"
@@ -63,6 +64,10 @@ type durableState struct {
 	// Session is the session the execution holds while it waits
 	// (sessionwait.go).
 	Session *heldSession `json:"session,omitempty"`
+	// RollbackOf is, for a rollback's own execution, the execution it
+	// rolls back: whoever ends it (a resume, a cancel) records its
+	// compensations there (finishRollback).
+	RollbackOf string `json:"rollback_of,omitempty"`
 }
 
 // encode is st as Record.Bridge. Its oldest events go when there are too
@@ -88,7 +93,7 @@ const storeTimeout = 10 * time.Second
 func (s *Service) suspended(ctx context.Context, req *execution.Request, resp *execution.Response, susp *guest.Suspension, ex *trace.Execution, start time.Time, out runOut) {
 	st := &durableState{Tools: req.Tools, ParseJSONText: req.ParseJSONText, Source: string(req.Source), Capabilities: req.Capabilities,
 		CodeHash: ex.CodeHash, CodeBytes: ex.CodeBytes, StartedAt: start, RunMS: resp.DurationMS, CPUMS: ex.CPUMS, Sandboxes: resp.Sandboxes,
-		Plan: out.plan, Session: heldOf(out.sess)}
+		Plan: out.plan, Session: heldOf(out.sess), RollbackOf: req.RollbackOf}
 	// The code goes with the image (user data, like it), never into the
 	// record's metadata: whoever decides reads the calls in their context.
 	susp.Source = req.Code
@@ -490,8 +495,13 @@ func (s *Service) Cancel(ctx context.Context, cr execution.CancelRequest) (*exec
 	}
 	resp.Effects = s.effectsOf(ctx, id, true)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities,
-		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal})}
+		Principal: rec.Principal, DurationMS: st.RunMS, Pins: st.Capabilities, RollbackOf: st.RollbackOf,
+		Events: append(st.Events, trace.Event{Type: trace.EventCancel, At: now, Principal: cr.Principal,
+			Policies: s.policy.Decide(ctx, pol.ActionRead, approval.Decider{Principal: cr.Principal}, id, rec.Principal).Policies})}
+	if st.RollbackOf != "" {
+		resp.RollbackOf = st.RollbackOf
+		s.finishRollback(ctx, st.RollbackOf, id, resp)
+	}
 	s.record(ctx, ex, resp)
 	return resp, nil
 }
@@ -534,10 +544,11 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 	// whoever decides.
 	req := execution.Request{ParseJSONText: st.ParseJSONText, Approval: execution.ApprovalSuspend, Capabilities: st.Capabilities,
 		CallDetail: rr.CallDetail, ExecutionID: id, Principal: claimed.Principal, Source: execution.Source(st.Source),
-		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent}
+		TraceHeader: rr.TraceHeader, OnEvent: rr.OnEvent, RollbackOf: st.RollbackOf}
 	ctx = s.startSpan(ctx, &req, start)
 	ex := trace.Execution{ID: id, CodeHash: st.CodeHash, CodeBytes: st.CodeBytes, StartedAt: st.StartedAt, Source: st.Source,
-		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities}
+		Principal: claimed.Principal, TraceID: tracectx.TraceID(ctx, rr.TraceHeader), TraceHeader: rr.TraceHeader, Pins: st.Capabilities,
+		RollbackOf: st.RollbackOf}
 	ev := resumeEvent(dec.decisions, rr, claimed.Principal, s.policy, start)
 	ev.Grants = dec.grants
 	st.Events = append(st.Events, ev)
@@ -585,6 +596,9 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		host := &toolHost{service: s, req: &req, entries: ts.entries, visible: ts.visible, forbidden: ts.forbidden,
 			budget: execution.NewBudget(s.sandbox - st.Sandboxes), approved: approved, effects: s.newEffectLog(&req, false),
 			gate: newGate(st.Plan)}
+		if st.Session != nil {
+			host.session = st.Session.ID
+		}
 		s.settleRejected(ctx, id, rejectedQuestions(dec.decisions, claimed.Suspension.Parked),
 			fault.New(fault.Rejected, "the server's question was declined or rejected"))
 		greq := guest.Request{ExecutionID: id, Host: host}
@@ -618,6 +632,10 @@ func (s *Service) resumeClaimed(ctx context.Context, rr execution.ResumeRequest,
 		if st.Session != nil {
 			ex.SessionID = st.Session.ID
 		}
+		if st.RollbackOf != "" {
+			resp.RollbackOf = st.RollbackOf
+			s.finishRollback(ctx, st.RollbackOf, id, resp)
+		}
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(rr.CallDetail)
@@ -650,8 +668,33 @@ func resumeEvent(decisions map[int]execution.Decision, rr execution.ResumeReques
 	for cid, d := range decisions {
 		ev.Decisions = append(ev.Decisions, trace.Decision{CallID: cid, Decision: d.Word(), Reason: d.Reason})
 	}
+	ev.Policies = decisionPolicies(decisions, rr, owner, policy)
 	slices.SortFunc(ev.Decisions, func(a, b trace.Decision) int { return a.CallID - b.CallID })
 	return ev
+}
+
+// decisionPolicies are the ids of the policies that let rr's decider make
+// these decisions on owner's execution (each kind asked as mayDecide
+// asked it), each once.
+func decisionPolicies(decisions map[int]execution.Decision, rr execution.ResumeRequest, owner string, p approval.Policy) []string {
+	approve, answer, reject := decisionKinds(decisions)
+	grant := granting(decisions)
+	d := approval.Decider{Principal: rr.Principal, Channel: rr.Channel}
+	var out []string
+	for _, k := range []struct {
+		asked  bool
+		action pol.Action
+	}{{approve, pol.ActionApprove}, {grant, pol.ActionGrant}, {answer, pol.ActionAnswer}, {reject, pol.ActionReject}} {
+		if !k.asked {
+			continue
+		}
+		for _, id := range p.Decide(context.Background(), k.action, d, rr.ExecutionID, owner).Policies {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 // loadFault is storeFault for a record principal could not load: an

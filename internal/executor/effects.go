@@ -110,7 +110,13 @@ func (l *effectLog) call(ctx context.Context, e entry, c guest.Call, opts execut
 	l.remember(sending)
 	opts.IdempotencyKey = sending.Key
 	var refused atomic.Bool
-	opts.NotSent = func() { refused.Store(true) }
+	notSent := opts.NotSent // the policy's counts are given back too (gate.go)
+	opts.NotSent = func() {
+		refused.Store(true)
+		if notSent != nil {
+			notSent()
+		}
+	}
 	out, err := e.source.Call(ctx, e.tool, c.Args, opts)
 	if _, asked := isQuestion(err); asked {
 		// The server asked before it would answer: the effect waits,

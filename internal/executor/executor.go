@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/js/analysis"
 	"github.com/pml-sandbox/pml/internal/js/script"
 	"github.com/pml-sandbox/pml/internal/learn"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/ranking"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -94,11 +95,19 @@ type Options struct {
 	// execution.DefaultMaxGrant): a person approving a call site for N
 	// calls chooses N up to it.
 	MaxGrant int
+	// Traces, when set, reads stored executions: a rollback tells a known
+	// execution that made no effect from an unknown id by them, and one
+	// that has ended from one still running.
+	Traces TraceReader
 	// Answerer, when set, answers a remote server's question in line in
 	// an execution that cannot suspend, where Policy lets the caller
 	// answer (question.go): the front end's caller is the person at the
 	// keyboard (pml run). Without it such a question fails the call.
 	Answerer elicit.Answerer
+	// Counter counts the calls (and sums) the policy set's limits bound
+	// (internal/policy/usage); without it a call a limit applies to is
+	// refused.
+	Counter policy.Counter
 }
 
 // Service runs executions. It is safe for concurrent use.
@@ -123,21 +132,32 @@ type Service struct {
 	ranker    *ranking.Ranker
 	asker     elicit.Answerer
 
+	// gate decides every tool call by the policy set (gate.go).
+	gate *policy.Gate
+
 	sessions   suspend.Sessions
 	sessionTTL time.Duration
 	sessionMax int
 	journal    journal.Store
 	maxGrant   int
+	traces     TraceReader
 }
 
 // New returns a Service running code on engine.
 func New(engine *guest.Engine, opts Options) *Service {
 	s := &Service{engine: engine, sources: opts.Sources, sink: opts.Sink, log: opts.Logger, maxTime: opts.MaxTimeout, limits: opts.Limits, sandbox: opts.Sandboxes, drops: opts.Drops, store: opts.Suspensions,
 		policy: opts.Policy, notify: opts.Notify, learner: opts.Learner, ranker: opts.Ranker, asker: opts.Answerer,
-		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal, maxGrant: opts.MaxGrant}
+		sessions: opts.Sessions, sessionTTL: opts.SessionTTL, sessionMax: opts.SessionMaxBytes, journal: opts.Journal, maxGrant: opts.MaxGrant,
+		traces: opts.Traces}
 	if s.maxGrant <= 0 {
 		s.maxGrant = execution.DefaultMaxGrant
 	}
+	if compiled, err := s.policy.Compile(); err == nil {
+		// Compiled once: a Policy built without its rules would generate
+		// the default set for every decision.
+		s.policy = compiled
+	}
+	s.gate = &policy.Gate{Rules: s.policy.Authorizer(), Counter: opts.Counter}
 	if s.sessionTTL <= 0 {
 		s.sessionTTL = execution.DefaultSessionTTL
 	}
@@ -579,6 +599,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		ArgsDeclared: prep.Top.ArgsDeclared,
 	}
 	if run := out.sess; run != nil {
+		host.session = run.claim.ID
 		run.kept, run.checked = prep.Persist(), prep.Checked
 		greq.Code, greq.Session, greq.From = prep.Code, true, run.claim.Sandbox
 	}
@@ -695,6 +716,7 @@ func finishCall(c trace.Call, entries map[string]entry, req *execution.Request, 
 	if req.Parent != nil {
 		c.ParentCallID = req.Parent.CallID
 	}
+	c.Policies = host.policiesOf(c.CallID)
 	ch := host.childOf(c.CallID)
 	c.ChildExecutionID, c.Version = ch.executionID, ch.version
 	return c
@@ -794,6 +816,7 @@ func (s *Service) execRecord(ctx context.Context, req *execution.Request, resp *
 		ex.Depth = p.Depth()
 	}
 	ex.Pins = req.Pins()
+	ex.RollbackOf = req.RollbackOf
 	return ex
 }
 

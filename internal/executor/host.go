@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/trace"
 	"github.com/pml-sandbox/pml/internal/tsdecl"
 )
@@ -57,6 +59,13 @@ type toolHost struct {
 
 	// effects is the execution's journal of effects (effects.go).
 	effects *effectLog
+
+	// session is the session the run belongs to ("" outside one).
+	session string
+	vmu     sync.Mutex
+	// verdicts are the policy set's outcomes of the run's calls, by call
+	// id (gate.go).
+	verdicts map[int]policy.Outcome
 }
 
 // resolvedEntry is a tool resolved at run time, or the refusal its calls
@@ -89,19 +98,24 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		}
 		e = r.entry
 	}
-	// A call that needs approval and reaches here unparked was approved
-	// (on its own, or under a grant), or would be refused whatever a
-	// person said, or cannot wait for a decision.
-	approved := (h.approved[c.ID] || h.gate.covers(c.ID)) && e.tool.NeedsApproval()
-	if e.tool.NeedsApproval() && !h.req.AllowDestructive && !approved {
-		if ferr := h.precheck(ctx, e, c); ferr != nil {
-			return nil, ferr
-		}
-		return nil, needsApproval(full, e.tool, h.req)
-	}
 	retry, err := retryOf(c)
 	if err != nil {
 		return nil, fault.Wrap(fault.Internal, err, "").WithTool(full)
+	}
+	// The policy set decides every call (gate.go): a call that needs a
+	// person and reaches here unparked was approved (on its own, or under
+	// a grant: plan.go), or would be refused whatever a person said, or
+	// cannot wait for a decision.
+	approved := (h.approved[c.ID] || h.gate.covers(c.ID)) && e.tool.NeedsApproval()
+	decided := h.verdict(ctx, c, e, retry != nil)
+	if ferr := refusal(full, decided, h, e); ferr != nil {
+		if decided.Verdict == policy.Ask {
+			// The one rule: a call no person could let run says why.
+			if pf := h.precheck(ctx, e, c); pf != nil {
+				return nil, pf
+			}
+		}
+		return nil, ferr
 	}
 	if sp, ok := h.service.sink.(trace.Spans); ok {
 		ctx = sp.StartCall(ctx, trace.Call{ExecutionID: h.req.ExecutionID, CallID: c.ID, Server: c.Server, Tool: c.Tool, Kind: e.tool.Kind})
@@ -111,13 +125,21 @@ func (h *toolHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage,
 		// the source's own check (the MCP pool's) must let it through.
 		// So was one sent again with the answers to its server's
 		// question: it was let through before it asked.
-		Lineage:       h.req.CallLineage(c.ID, approved || retry != nil),
+		Lineage:       h.req.CallLineage(c.ID, consentedFor(e, decided, approved, retry != nil)),
 		ParseJSONText: h.req.ParseJSONText,
 		Sandboxes:     h.budget,
 		OnChild:       func(id string, version int, calls []trace.Call) { h.setChild(c.ID, id, version, calls) },
 		Retry:         retry,
 	}
+	var notSent atomic.Bool
+	if len(decided.Charged) > 0 {
+		opts.NotSent = func() { notSent.Store(true) }
+	}
 	out, err := h.send(ctx, e, c, opts)
+	if notSent.Load() {
+		// Nothing of the call left the host: it counts against no limit.
+		h.service.gate.Refund(ctx, decided.Charged)
+	}
 	if q, ok := isQuestion(err); ok {
 		if h.answersInLine() {
 			out, err = h.answerInLine(ctx, e, c, opts, q)

@@ -15,6 +15,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/js/script"
+	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -176,7 +177,9 @@ func (p *planState) doc(maxGrant int) *execution.Plan {
 // grant covers it, and parked otherwise.
 func (h *toolHost) park(ctx context.Context, c guest.Call) guest.Gate {
 	e, ok := h.lookup(c.Server + ":" + c.Tool)
-	if !ok || !e.tool.NeedsApproval() {
+	if !ok || h.verdict(ctx, c, e, false).Verdict != policy.Ask {
+		// The policy set lets it run, or refuses it whatever a person
+		// said: CallTool says which.
 		return guest.Gate{}
 	}
 	h.gate.count(c)
@@ -184,6 +187,7 @@ func (h *toolHost) park(ctx context.Context, c guest.Call) guest.Gate {
 		return guest.Gate{}
 	}
 	if a := h.gate.cover(c); a != nil {
+		h.forget(c.ID) // decided again, as approved
 		return guest.Gate{Approval: a}
 	}
 	return guest.Gate{Park: true}

@@ -1,6 +1,6 @@
 // Package httpapi is PML Sandbox's HTTP interface: one http.Handler with the
 // REST routes POST /execute, GET and DELETE /executions/{id}, POST
-// /executions/{id}/resume, GET and DELETE /sessions/{id}, GET /tools, GET
+// /executions/{id}/resume and /executions/{id}/rollback, GET and DELETE /sessions/{id}, GET /tools, GET
 // and POST /capabilities, /capabilities/drafts (GET; GET, DELETE /{id};
 // POST /{id}/publish, /{id}/reject), GET /capabilities/suggestions and POST
 // /capabilities/suggestions/{id}/publish, GET /healthz, GET /metrics where
@@ -177,6 +177,7 @@ var routes = append([]route{
 	{"GET /executions/{id}", "GET /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getExecution) }},
 	{"DELETE /executions/{id}", "DELETE /executions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.cancelExecution) }},
 	{"POST /executions/{id}/resume", "POST /executions/{id}/resume", func(a *api) http.Handler { return httpjson.RequireJSON(http.HandlerFunc(a.resume)) }},
+	{"POST /executions/{id}/rollback", "POST /executions/{id}/rollback", func(a *api) http.Handler { return http.HandlerFunc(a.rollback) }},
 	{"GET /sessions/{id}", "GET /sessions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.getSession) }},
 	{"DELETE /sessions/{id}", "DELETE /sessions/{id}", func(a *api) http.Handler { return http.HandlerFunc(a.deleteSession) }},
 	{"GET /tools", "GET /tools", func(a *api) http.Handler { return http.HandlerFunc(a.tools) }},
@@ -425,7 +426,11 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	ended := ex.Status != trace.StatusSuspended && (ex.Status != "" || journal.Quiet(entries, time.Now()))
 	if effects := journal.Effects(entries, ended); effects != nil {
 		doc["effects"] = effects
+		if state := execution.RollbackState(effects); state != "" {
+			doc["rollback"] = state
+		}
 	}
+
 	if ex.Status == trace.StatusSuspended {
 		// Whoever decides sees what is asked: the pending calls with
 		// their arguments, which traces never keep.

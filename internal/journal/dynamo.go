@@ -85,7 +85,10 @@ type item struct {
 	SettledAt    time.Time `dynamodbav:"settled_at,omitempty"`
 	Attempts     int       `dynamodbav:"attempts"`
 	Compensation string    `dynamodbav:"compensation,omitempty"`
-	TTL          int64     `dynamodbav:"ttl"`
+	// CompensationTag is the compensation's claimTag, which
+	// SetCompensation's condition compares.
+	CompensationTag string `dynamodbav:"compensation_tag,omitempty"`
+	TTL             int64  `dynamodbav:"ttl"`
 }
 
 func (it *item) entry() (Entry, error) {
@@ -236,13 +239,25 @@ func (d *Dynamo) Settle(ctx context.Context, executionID string, callID int, o O
 }
 
 // SetCompensation implements Store.
-func (d *Dynamo) SetCompensation(ctx context.Context, executionID string, callID int, c Compensation) error {
-	js, err := jsonString(c)
-	if err != nil {
-		return err
+func (d *Dynamo) SetCompensation(ctx context.Context, executionID string, callID int, from, to *Compensation) error {
+	names := map[string]string{"#c": "compensation", "#ct": "compensation_tag"}
+	values := map[string]types.AttributeValue{}
+	cond := "attribute_not_exists(#ct)"
+	if from != nil {
+		cond, values[":from"] = "#ct = :from", str(claimTag(from))
 	}
-	return d.update(ctx, executionID, callID, "SET #c = :c", "attribute_exists(sk)",
-		map[string]string{"#c": "compensation"}, map[string]types.AttributeValue{":c": str(js)})
+	set := "REMOVE #c, #ct"
+	if to != nil {
+		js, err := jsonString(to)
+		if err != nil {
+			return err
+		}
+		set, values[":c"], values[":ct"] = "SET #c = :c, #ct = :ct", str(js), str(claimTag(to))
+	}
+	if len(values) == 0 {
+		values = nil
+	}
+	return d.update(ctx, executionID, callID, set, cond, names, values)
 }
 
 // List implements Store.

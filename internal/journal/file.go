@@ -111,6 +111,8 @@ func apply(entries map[int]*Entry, r *record) {
 			e.Status, e.Result, e.ResultBytes, e.Error, e.SettledAt = r.Status, r.Result, r.ResultBytes, r.Error, r.At
 		}
 	case opCompensation:
+		// A line without one clears it (a released claim).
+		e.Compensation = nil
 		if r.Compensation != nil {
 			c := *r.Compensation
 			e.Compensation = &c
@@ -191,12 +193,16 @@ func (f *File) Settle(ctx context.Context, executionID string, callID int, o Out
 }
 
 // SetCompensation implements Store.
-func (f *File) SetCompensation(ctx context.Context, executionID string, callID int, c Compensation) error {
+func (f *File) SetCompensation(ctx context.Context, executionID string, callID int, from, to *Compensation) error {
 	return f.write(ctx, executionID, false, func(entries map[int]*Entry) (*record, error) {
-		if entries[callID] == nil {
+		e := entries[callID]
+		switch {
+		case e == nil:
 			return nil, ErrNotFound
+		case !Claims(e.Compensation, from):
+			return nil, ErrConflict
 		}
-		return &record{Op: opCompensation, CallID: callID, Compensation: &c}, nil
+		return &record{Op: opCompensation, CallID: callID, Compensation: to}, nil
 	})
 }
 

@@ -20,8 +20,10 @@
 //   - Resend counts a new attempt only when the entry is still pending at
 //     the attempt the caller read;
 //   - Settle records the outcome only of a pending entry;
-//   - SetCompensation records what undoing the effect did, on an entry that
-//     exists.
+//   - SetCompensation records what undoing the effect did only when the
+//     entry's compensation is still the one its caller read (none, or the
+//     same status by the same rollback), so that two rollbacks never both
+//     claim one effect.
 //
 // Keys (Key) are derived from the execution id and the call id alone, so
 // they are the same across retries and continuations, and no script can
@@ -144,16 +146,43 @@ type Outcome struct {
 
 // Compensation is what undoing one effect did: the undo's own record on
 // the entry, which the journal keeps as it is given (SetCompensation
-// replaces it whole). The journal gives its fields no meaning.
+// replaces it whole, under its condition). The journal gives its fields no
+// meaning beyond that condition (Claims).
 type Compensation struct {
-	// Status is the undo's word for it ("applied", "failed", "skipped"…).
+	// Status is the undo's word for it (execution.CompensationRunning and
+	// its siblings).
 	Status string `json:"status"`
-	// ExecutionID and CallID name the call that compensated the effect
-	// (in the rollback's own execution).
-	ExecutionID string       `json:"execution_id,omitempty"`
-	CallID      int          `json:"call_id,omitempty"`
-	Error       *fault.Error `json:"error,omitempty"`
-	At          time.Time    `json:"at,omitzero"`
+	// ExecutionID and CallID name the call that compensates the effect
+	// (in the rollback's own execution); Server, Tool and ArgsDigest say
+	// what that call is, so that its own journal entry can be told to be
+	// it.
+	ExecutionID string `json:"execution_id,omitempty"`
+	CallID      int    `json:"call_id,omitempty"`
+	Server      string `json:"server,omitempty"`
+	Tool        string `json:"tool,omitempty"`
+	ArgsDigest  string `json:"args_digest,omitempty"`
+	// Reason says why the effect was not compensated (skipped).
+	Reason string       `json:"reason,omitempty"`
+	Error  *fault.Error `json:"error,omitempty"`
+	At     time.Time    `json:"at,omitzero"`
+}
+
+// Claims reports whether c is the compensation from names: both none, or
+// the same status by the same rollback execution and call. It is
+// SetCompensation's condition.
+func Claims(c, from *Compensation) bool {
+	if c == nil || from == nil {
+		return c == nil && from == nil
+	}
+	return c.Status == from.Status && c.ExecutionID == from.ExecutionID && c.CallID == from.CallID
+}
+
+// claimTag is what a store compares for Claims ("" for none).
+func claimTag(c *Compensation) string {
+	if c == nil {
+		return ""
+	}
+	return c.Status + "\x00" + c.ExecutionID + "\x00" + strconv.Itoa(c.CallID)
 }
 
 // Store is a journal of effects. Implementations are safe for concurrent
@@ -174,10 +203,11 @@ type Store interface {
 	// Settle records the outcome of a pending entry: ErrConflict when it
 	// is settled already, ErrNotFound when there is none.
 	Settle(ctx context.Context, executionID string, callID int, o Outcome) error
-	// SetCompensation records what undoing the entry's effect did,
-	// replacing what was recorded before: ErrNotFound when there is no
-	// entry.
-	SetCompensation(ctx context.Context, executionID string, callID int, c Compensation) error
+	// SetCompensation records what undoing the entry's effect did (to;
+	// nil clears it) if and only if what is recorded now is from
+	// (Claims): ErrConflict when it is not (another rollback got there
+	// first), ErrNotFound when there is no entry.
+	SetCompensation(ctx context.Context, executionID string, callID int, from, to *Compensation) error
 	// List returns the execution's entries in call order (none for an
 	// unknown execution).
 	List(ctx context.Context, executionID string) ([]Entry, error)
@@ -335,6 +365,12 @@ func (e Entry) Effect(ended bool) execution.Effect {
 	eff := execution.Effect{CallID: e.CallID, Server: e.Server, Tool: e.Tool, Key: e.Key, Status: string(e.UserStatus(ended)), Error: e.Error}
 	if eff.Status == execution.EffectUnknown && eff.Error == nil {
 		eff.Error = fault.New(fault.OutcomeUnknown, "no outcome was recorded: the run that sent it stopped before its answer (a crash, a recycled container)")
+	}
+	if c := e.Compensation; c != nil {
+		eff.Compensation = &execution.EffectCompensation{Status: c.Status, ExecutionID: c.ExecutionID, CallID: c.CallID, Reason: c.Reason, Error: c.Error}
+		if c.Tool != "" {
+			eff.Compensation.Tool = c.Server + ":" + c.Tool
+		}
 	}
 	return eff
 }

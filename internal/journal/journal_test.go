@@ -110,11 +110,34 @@ func TestStoreContract(t *testing.T) {
 			if err := s.Settle(ctx, exec, 2, journal.Outcome{Status: journal.Failed, Error: ferr}); err != nil {
 				t.Fatal(err)
 			}
-			comp := journal.Compensation{Status: "applied", ExecutionID: "rollback-1", CallID: 4}
-			if err := s.SetCompensation(ctx, exec, 1, comp); err != nil {
+			// A compensation is claimed only from what its claimer read:
+			// of two rollbacks, one claims; a claim is settled, or
+			// released, only by its own rollback.
+			claim := &journal.Compensation{Status: "running", ExecutionID: "rollback-1", CallID: 4, Server: "kv", Tool: "kv_delete"}
+			if err := s.SetCompensation(ctx, exec, 1, nil, claim); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.SetCompensation(ctx, exec, 8, comp); !errors.Is(err, journal.ErrNotFound) {
+			if err := s.SetCompensation(ctx, exec, 1, nil, &journal.Compensation{Status: "running", ExecutionID: "rollback-2", CallID: 1}); !errors.Is(err, journal.ErrConflict) {
+				t.Fatalf("a second claim: %v", err)
+			}
+			other := &journal.Compensation{Status: "running", ExecutionID: "rollback-2", CallID: 4}
+			if err := s.SetCompensation(ctx, exec, 1, other, nil); !errors.Is(err, journal.ErrConflict) {
+				t.Fatalf("another rollback's release: %v", err)
+			}
+			if err := s.SetCompensation(ctx, exec, 3, nil, claim); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetCompensation(ctx, exec, 3, claim, nil); err != nil {
+				t.Fatalf("releasing a claim: %v", err)
+			}
+			done := &journal.Compensation{Status: "compensated", ExecutionID: "rollback-1", CallID: 4}
+			if err := s.SetCompensation(ctx, exec, 1, claim, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetCompensation(ctx, exec, 1, claim, done); !errors.Is(err, journal.ErrConflict) {
+				t.Fatalf("a claim settled twice: %v", err)
+			}
+			if err := s.SetCompensation(ctx, exec, 8, nil, claim); !errors.Is(err, journal.ErrNotFound) {
 				t.Fatalf("a compensation of no entry: %v", err)
 			}
 
@@ -124,7 +147,7 @@ func TestStoreContract(t *testing.T) {
 			}
 			e1, e2, e3 := got[0], got[1], got[2]
 			if e1.CallID != 1 || e1.Status != journal.Applied || string(e1.Result) != `{"stored":true}` || e1.ResultBytes != 15 || e1.SettledAt.IsZero() ||
-				e1.Compensation == nil || e1.Compensation.ExecutionID != "rollback-1" || e1.Principal != "alice" || !e1.Honours {
+				e1.Compensation == nil || e1.Compensation.ExecutionID != "rollback-1" || e1.Compensation.Status != "compensated" || e1.Principal != "alice" || !e1.Honours {
 				t.Errorf("entry 1: %+v", e1)
 			}
 			if string(e1.Args) != `{"key":"k1","value":1}` || e1.ArgsDigest != journal.Digest(e1.Args) || e1.ArgsBytes != len(e1.Args) {
@@ -133,7 +156,7 @@ func TestStoreContract(t *testing.T) {
 			if e2.Status != journal.Failed || e2.Attempts != 2 || e2.Error == nil || e2.Error.Code != fault.ToolError || e2.Error.Message != "no such key" {
 				t.Errorf("entry 2: %+v %+v", e2, e2.Error)
 			}
-			if e3.Status != journal.Pending || e3.Attempts != 1 || e3.IntendedAt.IsZero() {
+			if e3.Status != journal.Pending || e3.Attempts != 1 || e3.IntendedAt.IsZero() || e3.Compensation != nil {
 				t.Errorf("entry 3: %+v", e3)
 			}
 			// A user reads pending as unknown once the run has ended.
@@ -212,6 +235,29 @@ func TestConcurrentIntent(t *testing.T) {
 			wg.Wait()
 			if won != 1 {
 				t.Fatalf("%d resends won", won)
+			}
+			// Of concurrent rollbacks claiming the entry's compensation,
+			// one claims it.
+			claimed := 0
+			for i := range 8 {
+				st := s
+				if i%2 == 1 {
+					st = other
+				}
+				wg.Go(func() {
+					c := &journal.Compensation{Status: "running", ExecutionID: fmt.Sprintf("rollback-%d", i), CallID: 1}
+					if err := st.SetCompensation(ctx, "race", 1, nil, c); err == nil {
+						mu.Lock()
+						claimed++
+						mu.Unlock()
+					} else if !errors.Is(err, journal.ErrConflict) {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			if claimed != 1 {
+				t.Fatalf("%d rollbacks claimed the compensation", claimed)
 			}
 		})
 	}

@@ -68,9 +68,16 @@ func (m *Memory) Settle(_ context.Context, executionID string, callID int, o Out
 }
 
 // SetCompensation implements Store.
-func (m *Memory) SetCompensation(_ context.Context, executionID string, callID int, c Compensation) error {
+func (m *Memory) SetCompensation(_ context.Context, executionID string, callID int, from, to *Compensation) error {
 	return m.update(executionID, callID, func(e *Entry) error {
-		e.Compensation = &c
+		if !Claims(e.Compensation, from) {
+			return ErrConflict
+		}
+		e.Compensation = nil
+		if to != nil {
+			c := *to
+			e.Compensation = &c
+		}
 		return nil
 	})
 }

@@ -6,7 +6,8 @@
 //
 // Its tools: execute_code (run a script; as a task, it runs on without the
 // call), resume_execution and cancel_execution (a suspended or running
-// execution), end_session (execute_code's sessions), search_tools,
+// execution), rollback_execution (its applied effects' compensations:
+// rollback.go), end_session (execute_code's sessions), search_tools,
 // list_capabilities and save_capability.
 //
 // Its HTTP surface (streamable HTTP): POST carries the JSON-RPC requests;

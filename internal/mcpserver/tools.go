@@ -96,6 +96,7 @@ func (s *Server) mcpHandler() *server.StreamableHTTPServer {
 		mcp.WithString("execution_id", mcp.Required(), mcp.Description("the execution's id (execution_id of execute_code's answer)")),
 		mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
 	), s.mcpCancel)
+	s.addRollbackTool(ms)
 	s.addSessionTools(ms)
 	ms.AddTool(mcp.NewTool("search_tools",
 		mcp.WithDescription("Find tools by what they do (lexical ranking over names and descriptions). Returns how to call each."),

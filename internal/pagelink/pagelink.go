@@ -78,3 +78,11 @@ func (l links) Status(ctx context.Context, id, principal string) (*execution.Res
 	resp, ferr := l.Executor.Status(ctx, id, principal)
 	return l.link(ctx, resp), ferr
 }
+
+func (l links) Rollback(ctx context.Context, rr execution.RollbackRequest) (*execution.Rollback, *fault.Error) {
+	rb, ferr := l.Executor.Rollback(ctx, rr)
+	if rb != nil {
+		l.link(ctx, rb.Execution)
+	}
+	return rb, ferr
+}

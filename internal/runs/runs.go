@@ -528,9 +528,17 @@ func (s *Service) document(ctx context.Context, run *suspend.Run) *execution.Res
 	if run.State == suspend.Suspended {
 		s.refreshSuspended(ctx, doc)
 	}
-	if doc.Running() || (run.State == suspend.Failed && doc.Effects == nil) {
+	switch {
+	case doc.Running() || (run.State == suspend.Failed && doc.Effects == nil):
 		doc.Effects = s.effects(ctx, id, !doc.Running())
+	case doc.Ended() && doc.Effects != nil:
+		// Read again: a rollback records on the journal what became of
+		// each effect's compensation since the document was written.
+		if now := s.effects(ctx, id, true); now != nil {
+			doc.Effects = now
+		}
 	}
+	doc.Rollback = execution.RollbackState(doc.Effects)
 	doc.ExecutionID, doc.CreatedAt, doc.UpdatedAt = id, run.CreatedAt, run.UpdatedAt
 	return doc
 }
@@ -590,6 +598,30 @@ func (s *Service) refreshSuspended(ctx context.Context, doc *execution.Response)
 	}
 	// Claimed by a resume (or done, and its document on its way here).
 	doc.Status, doc.Pending, doc.ExpiresAt, doc.Approvers = execution.StatusRunning, nil, time.Time{}, ""
+}
+
+// Rollback implements execution.Executor: an execution that runs — an
+// asynchronous one queued or running, or any running in this process — is
+// refused CONFLICT (to whom may see it: anyone else is told the id is
+// unknown, by the executor); any other is the executor's to roll back.
+func (s *Service) Rollback(ctx context.Context, rr execution.RollbackRequest) (*execution.Rollback, *fault.Error) {
+	id := rr.ExecutionID
+	if rr.DryRun {
+		// What would run, whatever the execution is doing now.
+		return s.Executor.Rollback(ctx, rr)
+	}
+	busy := fault.New(fault.Conflict, "execution %s is running: roll it back once it has ended (cancel it first to stop it: DELETE /executions/%s)", id, id)
+	if l := s.liveRun(id); l != nil && s.opts.Policy.MayAccess(rr.Principal, l.principal) {
+		return nil, busy
+	}
+	run, ferr := s.load(ctx, id, rr.Principal)
+	switch {
+	case ferr != nil && ferr.Code == fault.Unavailable:
+		return nil, ferr
+	case ferr == nil && s.opts.Policy.MayAccess(rr.Principal, run.Principal) && (run.State == suspend.RunQueued || run.State == suspend.RunRunning):
+		return nil, busy
+	}
+	return s.Executor.Rollback(ctx, rr)
 }
 
 // Cancel implements execution.Executor.

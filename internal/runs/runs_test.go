@@ -399,3 +399,23 @@ func TestNoStore(t *testing.T) {
 		t.Fatalf("status: %+v", ferr)
 	}
 }
+
+// TestRollbackWhileRunning: an asynchronous execution that runs is not
+// rolled back under its feet: CONFLICT to its owner, the answer for an
+// unknown id to a stranger.
+func TestRollbackWhileRunning(t *testing.T) {
+	d := newDeployment(t)
+	s := d.process(t, runs.Options{})
+	resp := s.Execute(context.Background(), async(`await mcp.demo.kv_set({key: "x", value: 1}); `+stepScript))
+	time.Sleep(250 * time.Millisecond)
+	if _, ferr := s.Rollback(context.Background(), execution.RollbackRequest{ExecutionID: resp.ExecutionID, Principal: owner}); ferr == nil || ferr.Code != fault.Conflict {
+		t.Fatalf("the owner: %+v", ferr)
+	}
+	if _, ferr := s.Rollback(context.Background(), execution.RollbackRequest{ExecutionID: resp.ExecutionID, Principal: stranger}); ferr == nil || ferr.Code != fault.NotFound {
+		t.Fatalf("a stranger: %+v", ferr)
+	}
+	if _, ferr := s.Cancel(context.Background(), execution.CancelRequest{ExecutionID: resp.ExecutionID, Principal: owner}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	waitFor(t, s, resp.ExecutionID, owner)
+}

@@ -1,6 +1,7 @@
 package toolsource
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/compensate"
 	"github.com/pml-sandbox/pml/internal/secretref"
 )
 
@@ -53,6 +55,12 @@ type Config struct {
 	// (docs/EFFECTS.md); tools annotated idempotentHint count as
 	// honouring keys whatever this says.
 	IdempotencyKeys bool
+	// Compensate declares, by tool, the call that undoes a call of it
+	// (internal/compensate): a tool of this server, and its arguments
+	// built from the call's arguments and result. The Set checks, each
+	// time the tools are listed, that both tools are listed and exposed,
+	// and sets catalog.Tool.Compensate on the tool.
+	Compensate map[string]*compensate.Template
 }
 
 // Base implements Spec: a kind's configuration embeds Config.
@@ -123,6 +131,33 @@ func (c Config) Validate() error {
 			return &FieldError{Server: c.Name, Path: []string{l.key, strconv.Itoa(i)}, Label: l.key, Err: errors.New("an empty pattern")}
 		}
 	}
+	return c.validateCompensate()
+}
+
+// validateCompensate checks the declared compensations against what the
+// configuration alone can tell: names that can be tools, and neither the
+// tool nor its undo hidden by allow and deny (a compensation cannot reach
+// what the deployment does not expose). That both exist is checked when
+// the server lists its tools.
+func (c Config) validateCompensate() error {
+	for _, tool := range slices.Sorted(maps.Keys(c.Compensate)) {
+		tpl := c.Compensate[tool]
+		fail := func(err error) error {
+			return &FieldError{Server: c.Name, Path: []string{"compensate", tool}, Label: "compensate." + tool, Err: err}
+		}
+		switch {
+		case tpl == nil:
+			return fail(errors.New("no compensation"))
+		case catalog.ValidName(tool) != nil:
+			return fail(catalog.ValidName(tool))
+		case catalog.ValidName(tpl.Tool) != nil:
+			return fail(fmt.Errorf("tool: %w", catalog.ValidName(tpl.Tool)))
+		case c.Refusal(tool) != "":
+			return fail(fmt.Errorf("%s is not exposed (%s): it can have no effect to undo", tool, c.Refusal(tool)))
+		case c.Refusal(tpl.Tool) != "":
+			return fail(fmt.Errorf("its undo %s is not exposed (%s): a compensation may only call a tool the deployment exposes", tpl.Tool, c.Refusal(tpl.Tool)))
+		}
+	}
 	return nil
 }
 
@@ -139,6 +174,9 @@ type Fields struct {
 	CallTimeout      string            `yaml:"call_timeout"`
 	Headers          map[string]string `yaml:"headers"`
 	IdempotencyKeys  bool              `yaml:"idempotency_keys"`
+	// Compensate is read by ParseCompensate: {TOOL: {tool: UNDO, args:
+	// {…}}}, strictly.
+	Compensate yaml.Node `yaml:"compensate"`
 }
 
 // Config converts the written block, and validates it.
@@ -149,7 +187,68 @@ func (f Fields) Config() (Config, error) {
 	if c.CallTimeout, err = Duration(f.Name, "call_timeout", f.CallTimeout); err != nil {
 		return Config{}, err
 	}
+	if c.Compensate, err = ParseCompensate(f.Name, &f.Compensate); err != nil {
+		return Config{}, err
+	}
 	return c, c.Validate()
+}
+
+// ParseCompensate reads a server's compensate block: by tool name, the
+// tool of the same server that undoes a call of it and its arguments, a
+// JSON template whose strings "$.args…" and "$.result…" are references
+// (internal/compensate). Every key is checked: a typo cannot silently
+// change what an undo does. A missing block is none.
+func ParseCompensate(server string, n *yaml.Node) (map[string]*compensate.Template, error) {
+	if n == nil || n.Kind == 0 || n.Tag == "!!null" {
+		return nil, nil
+	}
+	fail := func(line int, path []string, err error) error {
+		return &FieldError{Server: server, Path: path, Label: strings.Join(path, "."), Err: fmt.Errorf("line %d: %w", line, err)}
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, fail(n.Line, []string{"compensate"}, errors.New("want an object: {TOOL: {tool: UNDO, args: {…}}}"))
+	}
+	out := map[string]*compensate.Template{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := []string{"compensate", k.Value}
+		if _, dup := out[k.Value]; dup {
+			return nil, fail(k.Line, path, errors.New("declared twice"))
+		}
+		if v.Kind != yaml.MappingNode {
+			return nil, fail(v.Line, path, errors.New("want an object: {tool: UNDO, args: {…}}"))
+		}
+		var tool string
+		var args json.RawMessage
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			fk, fv := v.Content[j], v.Content[j+1]
+			switch fk.Value {
+			case "tool":
+				if fv.Kind != yaml.ScalarNode || fv.Tag != "!!str" {
+					return nil, fail(fv.Line, append(path, "tool"), errors.New("want the undoing tool's name"))
+				}
+				tool = fv.Value
+			case "args":
+				var a any
+				if err := fv.Decode(&a); err != nil {
+					return nil, fail(fv.Line, append(path, "args"), err)
+				}
+				b, err := json.Marshal(a)
+				if err != nil {
+					return nil, fail(fv.Line, append(path, "args"), fmt.Errorf("not JSON: %w", err))
+				}
+				args = b
+			default:
+				return nil, fail(fk.Line, path, fmt.Errorf("unknown field %q (a compensation has tool and args)", fk.Value))
+			}
+		}
+		tpl, err := compensate.Compile(tool, args)
+		if err != nil {
+			return nil, fail(v.Line, path, err)
+		}
+		out[k.Value] = tpl
+	}
+	return out, nil
 }
 
 // Duration reads one duration field ("" is zero), naming the server and

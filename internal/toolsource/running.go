@@ -14,6 +14,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/argcheck"
 	"github.com/pml-sandbox/pml/internal/catalog"
+	"github.com/pml-sandbox/pml/internal/compensate"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/redact"
@@ -272,6 +273,7 @@ func (r *running) install(tools []Tool) {
 	prev := r.cat.Load()
 	ts := &toolSet{byName: make(map[string]*entry, len(tools))}
 	ctx := context.Background()
+	undo := r.compensations(tools)
 	for _, t := range tools {
 		name := t.Name
 		if err := catalog.ValidName(name); err != nil {
@@ -282,7 +284,7 @@ func (r *running) install(tools []Tool) {
 			r.drops.Drop(ctx, r.cfg.Name, name, "the server lists the name twice")
 			continue
 		}
-		t.Server = r.cfg.Name
+		t.Server, t.SourceKind = r.cfg.Name, r.info.Type
 		if t.Kind == "" {
 			// A server's tool, whatever protocol reaches it: traces tell
 			// them from capabilities.
@@ -301,6 +303,7 @@ func (r *running) install(tools []Tool) {
 		// service sees it on the tool like an annotation.
 		t.RequireApproval = r.cfg.RequiresApproval(name)
 		t.IdempotencyKeys = r.cfg.IdempotencyKeys
+		t.Compensate = undo[name]
 		e := &entry{tool: t.Tool, ref: t.Ref}
 		if why := r.cfg.Refusal(name); why != "" {
 			e.denied = true
@@ -318,6 +321,40 @@ func (r *running) install(tools []Tool) {
 	}
 	sort.Slice(ts.visible, func(i, j int) bool { return ts.visible[i].Name < ts.visible[j].Name })
 	r.cat.Store(ts)
+}
+
+// compensations are the configured compensations that hold for this
+// listing: a tool it lists, undone by a tool it lists that the allow and
+// deny lists expose — never another server's, never a tool the
+// deployment hides. One that does not hold is left off (its effects are
+// then skipped by a rollback, which says there is no compensation), and
+// said once per listing.
+func (r *running) compensations(tools []Tool) map[string]*compensate.Template {
+	if len(r.cfg.Compensate) == 0 {
+		return nil
+	}
+	listed := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		listed[t.Name] = true
+	}
+	out := make(map[string]*compensate.Template, len(r.cfg.Compensate))
+	for name, tpl := range r.cfg.Compensate {
+		why := ""
+		switch {
+		case !listed[name]:
+			why = "the server does not list " + name
+		case !listed[tpl.Tool]:
+			why = "the server does not list its undo " + tpl.Tool
+		case r.cfg.Refusal(tpl.Tool) != "":
+			why = "its undo " + tpl.Tool + " is not exposed"
+		}
+		if why != "" {
+			r.log.Warn("compensation not in force", "tool", name, "undo", tpl.Tool, "why", why)
+			continue
+		}
+		out[name] = tpl
+	}
+	return out
 }
 
 // waitFirst waits for the first load to end, at most until ctx is done.

@@ -52,6 +52,10 @@ type Call struct {
 	// Status is empty for a call that ran, StatusParked for one waiting
 	// for a decision, StatusNotRun for one the script ended without.
 	Status string `json:"status,omitempty"`
+	// Policies are the ids of the policies that decided the call (the
+	// permits that let it run, or the forbids that refused it or asked a
+	// person): internal/policy.
+	Policies []string `json:"policies,omitempty"`
 	// Count, when above 1, is how many calls this one record stands for:
 	// calls refused past the tool_calls limit are summarised in a single
 	// record (Tool "*", ErrorCode LIMIT_EXCEEDED) instead of one each.
@@ -124,6 +128,9 @@ type Execution struct {
 	// traces read in order.
 	SessionID   string `json:"session_id,omitempty"`
 	SessionStep int    `json:"session_step,omitempty"`
+	// RollbackOf is, for a rollback's own execution, the execution whose
+	// effects it compensates.
+	RollbackOf string `json:"rollback_of,omitempty"`
 	// Pattern is what the learning loop keeps of an execution that
 	// succeeded and called tools (nil otherwise). The stores write it
 	// beside the record, for the candidates they count; it is not part of
@@ -217,6 +224,9 @@ type Event struct {
 	// than one call of one call site (each covered call's record names
 	// its grant in its Approval).
 	Grants []Grant `json:"grants,omitempty"`
+	// Policies are the ids of the policies that let the decider decide
+	// (internal/policy).
+	Policies []string `json:"policies,omitempty"`
 }
 
 // Grant is a person's approval of up to Max calls of one call site of one
