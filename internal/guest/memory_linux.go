@@ -37,6 +37,8 @@ const MemoryCharged = true
 type mappedMemory struct {
 	mapping []byte
 	image   int // bytes at the start that map the image (0: none)
+	// pending is the image mapImage will map (nil: none, or mapped).
+	pending *image
 	// size is the length Reallocate last returned. Growth past it is
 	// charged to budget, the run's (bind); charged is what budget granted
 	// and gets back when the mapping goes.
@@ -81,12 +83,28 @@ func allocateMapped(img *image, max uint64) *mappedMemory {
 	}
 	m := &mappedMemory{mapping: b}
 	if img != nil && uint64(img.size) <= max {
-		// The image replaces the start of the reservation in place.
-		if _, err := mmapFixed(b, img.fd, img.size); err == nil {
-			m.image = img.size
-		}
+		m.pending = img
 	}
 	return m
+}
+
+// mapImage maps the image (where allocateMapped was given one) over the
+// start of the reservation in place, replacing what is there. It runs once
+// the instance is made, not when the memory is: instantiating writes the
+// module's data segments into memory, and written into the image's
+// copy-on-write pages they would make ~28 of them (the guest's whole data
+// section, 112 KiB) private copies, held by every instance for its life —
+// over bytes the image has anyway, as pml_init left them. Written into the
+// bare reservation instead, they go with the pages this mapping replaces.
+func (m *mappedMemory) mapImage() {
+	img := m.pending
+	m.pending = nil
+	if img == nil || m.mapping == nil {
+		return
+	}
+	if _, err := mmapFixed(m.mapping, img.fd, img.size); err == nil {
+		m.image = img.size
+	}
 }
 
 // mmapFixed maps fd privately over the first n bytes of dst.

@@ -27,6 +27,8 @@ type mappedMemory struct{ image int }
 
 func (*mappedMemory) reset(int, *image) bool { return false }
 
+func (*mappedMemory) mapImage() {}
+
 func (*mappedMemory) bind(context.Context) {}
 
 func populate([]byte) {}
