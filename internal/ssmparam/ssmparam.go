@@ -44,15 +44,37 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("ssm: %s (HTTP %d): %s", e.Type, e.Status, e.Message)
 }
 
+// Parameter is a parameter's decrypted value and its version.
+type Parameter struct {
+	Value   string
+	Version int64
+}
+
+// Client reads parameters with Config's region, credentials and HTTP
+// client.
+type Client struct{ Config aws.Config }
+
+// GetParameter returns the parameter name, decrypted.
+func (c Client) GetParameter(ctx context.Context, name string) (Parameter, error) {
+	return GetParameter(ctx, c.Config, name)
+}
+
 // Get returns the decrypted value of the parameter name, with cfg's region,
 // credentials and HTTP client.
 func Get(ctx context.Context, cfg aws.Config, name string) (string, error) {
+	p, err := GetParameter(ctx, cfg, name)
+	return p.Value, err
+}
+
+// GetParameter returns the parameter name, decrypted, and its version, with
+// cfg's region, credentials and HTTP client.
+func GetParameter(ctx context.Context, cfg aws.Config, name string) (Parameter, error) {
 	if cfg.Credentials == nil {
-		return "", fmt.Errorf("ssm: no AWS credentials")
+		return Parameter{}, fmt.Errorf("ssm: no AWS credentials")
 	}
 	endpoint, err := Endpoint(cfg)
 	if err != nil {
-		return "", err
+		return Parameter{}, err
 	}
 	body, _ := json.Marshal(map[string]any{"Name": name, "WithDecryption": true})
 	var last error
@@ -61,33 +83,33 @@ func Get(ctx context.Context, cfg aws.Config, name string) (string, error) {
 			select {
 			case <-time.After(time.Duration(100<<i) * time.Millisecond):
 			case <-ctx.Done():
-				return "", ctx.Err()
+				return Parameter{}, ctx.Err()
 			}
 		}
-		v, retry, err := get(ctx, cfg, endpoint, body)
+		p, retry, err := get(ctx, cfg, endpoint, body)
 		if err == nil || !retry {
-			return v, err
+			return p, err
 		}
 		last = err
 	}
-	return "", last
+	return Parameter{}, last
 }
 
 // get makes one attempt; retry says whether another may succeed.
-func get(ctx context.Context, cfg aws.Config, endpoint string, body []byte) (value string, retry bool, err error) {
+func get(ctx context.Context, cfg aws.Config, endpoint string, body []byte) (p Parameter, retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+"/", bytes.NewReader(body))
 	if err != nil {
-		return "", false, err
+		return p, false, err
 	}
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
 	req.Header.Set("X-Amz-Target", "AmazonSSM.GetParameter")
 	creds, err := cfg.Credentials.Retrieve(ctx)
 	if err != nil {
-		return "", false, fmt.Errorf("ssm: credentials: %w", err)
+		return p, false, fmt.Errorf("ssm: credentials: %w", err)
 	}
 	sum := sha256.Sum256(body)
 	if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "ssm", cfg.Region, time.Now()); err != nil {
-		return "", false, err
+		return p, false, err
 	}
 	client := cfg.HTTPClient
 	if client == nil {
@@ -95,12 +117,12 @@ func get(ctx context.Context, cfg aws.Config, endpoint string, body []byte) (val
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", ctx.Err() == nil, fmt.Errorf("ssm: %w", err)
+		return p, ctx.Err() == nil, fmt.Errorf("ssm: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return "", true, fmt.Errorf("ssm: reading the answer: %w", err)
+		return p, true, fmt.Errorf("ssm: reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
@@ -113,17 +135,18 @@ func get(ctx context.Context, cfg aws.Config, endpoint string, body []byte) (val
 		typ := e.Type[strings.LastIndex(e.Type, "#")+1:]
 		msg := e.Message + e.Message2
 		retry := resp.StatusCode >= 500 || resp.StatusCode == 429 || strings.Contains(typ, "Throttl")
-		return "", retry, &Error{Status: resp.StatusCode, Type: typ, Message: msg}
+		return p, retry, &Error{Status: resp.StatusCode, Type: typ, Message: msg}
 	}
 	var out struct {
 		Parameter *struct {
-			Value *string `json:"Value"`
+			Value   *string `json:"Value"`
+			Version int64   `json:"Version"`
 		} `json:"Parameter"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil || out.Parameter == nil || out.Parameter.Value == nil {
-		return "", false, fmt.Errorf("ssm: an answer without the parameter's value")
+		return p, false, fmt.Errorf("ssm: an answer without the parameter's value")
 	}
-	return *out.Parameter.Value, false, nil
+	return Parameter{Value: *out.Parameter.Value, Version: out.Parameter.Version}, false, nil
 }
 
 // Endpoint is where SSM is asked: AWS_ENDPOINT_URL_SSM, else the
