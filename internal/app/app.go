@@ -468,7 +468,20 @@ func FunctionFromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 // INVALID_REQUEST.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a := &App{log: log}
+	// The engine loads (wazero decodes and validates the guest's code,
+	// ~20 ms of CPU even with its machine code cached) while the rest is
+	// built — a server list or a policy set fetched, clients made — on
+	// the other core; it is joined where the service needs it.
+	var opening *openingEngine
+	if cfg.Engine == nil {
+		opening = openEngineAsync(ctx, cfg, log)
+	}
 	fail := func(err error) (*App, error) {
+		if opening != nil {
+			if eng, _, err := opening.join(); err == nil {
+				_ = eng.Close(ctx)
+			}
+		}
 		a.Close(ctx)
 		return nil, err
 	}
@@ -481,21 +494,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return fail(err)
 	}
 	a.Metrics = rec
-	eng := cfg.Engine
-	if eng == nil {
-		opened, cached, err := openEngine(ctx, cfg, log)
-		if err != nil {
-			return fail(fmt.Errorf("guest engine: %w", err))
-		}
-		cached.log(log)
-		if rec != nil {
-			rec.ColdStart()
-			rec.GuestCache(cached.hit)
-		}
-		eng = opened
-		a.closers = append(a.closers, eng.Close)
-	}
-	a.Engine = eng
 
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.ServersParam != "" {
@@ -606,12 +604,38 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
+	eng, err := a.joinEngine(opening, cfg.Engine, rec)
+	opening = nil
+	if err != nil {
+		return fail(err)
+	}
 	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions, Counter: counter,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
 		Answerer: cfg.Answerer, Journal: a.Journal, MaxGrant: cfg.Approval.MaxGrant, Traces: store})
 	a.runner.Executor = a.Service
 	return a, nil
+}
+
+// joinEngine waits for the engine opening began (none: cfg.Engine, the
+// caller's) and makes it the app's.
+func (a *App) joinEngine(opening *openingEngine, given *guest.Engine, rec metrics.Recorder) (*guest.Engine, error) {
+	if opening == nil {
+		a.Engine = given
+		return given, nil
+	}
+	eng, cached, err := opening.join()
+	if err != nil {
+		return nil, fmt.Errorf("guest engine: %w", err)
+	}
+	cached.log(a.log)
+	if rec != nil {
+		rec.ColdStart()
+		rec.GuestCache(cached.hit)
+	}
+	a.closers = append(a.closers, eng.Close)
+	a.Engine = eng
+	return eng, nil
 }
 
 // related reads the trace store's co-occurrence for the ranker.
