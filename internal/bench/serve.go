@@ -350,7 +350,7 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (mem heldMemory,
 	if err == nil {
 		// Held is waiting long: the sample comes once each execution has
 		// waited for its sleep a while (the engine lets an instance's call
-		// stacks go after 2 ms of waiting), not in its first microseconds.
+		// stacks go after 10 ms of waiting), not in its first microseconds.
 		err = sleepCtx(hctx, heldSettle)
 	}
 	if err == nil {

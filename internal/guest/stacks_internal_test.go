@@ -61,9 +61,12 @@ func TestRunsAcrossLongWaits(t *testing.T) {
 	}
 	defer e.Close(ctx)
 	code := `let n = 0
-for (let i = 0; i < 3; i++) n += (await mcp.demo.sleep({ms: 10})).slept_ms > 0 ? 1 : 0
-const [a, b] = await Promise.all([mcp.demo.sleep({ms: 10}), mcp.demo.echo({x: 7})])
+for (let i = 0; i < 3; i++) n += (await mcp.demo.sleep({ms: 25})).slept_ms > 0 ? 1 : 0
+const [a, b] = await Promise.all([mcp.demo.sleep({ms: 25}), mcp.demo.echo({x: 7})])
 return [n, a.slept_ms > 0, b.x]`
+	if 25*time.Millisecond <= stacksReleasedAfter {
+		t.Fatalf("the script's calls (25 ms) must outlast stacksReleasedAfter (%v)", stacksReleasedAfter)
+	}
 	for range 3 { // the instance comes back reset, its stacks made anew
 		r := e.Run(ctx, Request{Code: code, Tools: DemoTools(), Host: DemoHost{}})
 		if !r.OK {

@@ -257,11 +257,13 @@ func (x *execution) nextAnswer(in *instance) (completion, *fault.Error) {
 }
 
 // stacksReleasedAfter is how long a run waits for an answer before its
-// instance's call stacks are released (instance.releaseStacks): far longer
-// than growing them again takes (~20 µs), far shorter than a wait on a
-// person or a slow tool; an answer from a quick tool comes before it, and
-// the stacks stay.
-const stacksReleasedAfter = 2 * time.Millisecond
+// instance's call stacks are released (instance.releaseStacks): growing
+// them again costs the next step ~150 KB of allocation and ~30 µs, a few
+// thousandths of a wait this long, while a wait on a person or a slow tool
+// lasts far longer; a tool that answers sooner (an MCP server on the same
+// network, under load too) leaves them, so the throughput paths grow
+// nothing again.
+const stacksReleasedAfter = 10 * time.Millisecond
 
 // whileWaiting is called as a run starts to wait for an answer, with its
 // instance; the function it returns, when the wait is over, before the
