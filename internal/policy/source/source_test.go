@@ -55,7 +55,7 @@ func TestReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.cedar")
 	clients := source.Clients{
-		S3:  func(context.Context) (source.S3API, error) { return s3c, nil },
+		S3: func(context.Context) (source.S3API, error) { return s3c, nil },
 		SSM: func(context.Context) (source.SSMAPI, error) {
 			c := cfg
 			c.BaseEndpoint = aws.String(m.Endpoint)
