@@ -93,6 +93,8 @@ const (
 	EnvStreamREST        = "PML_STREAM_REST_API"        // on: REST API events are answered as streamed responses (the template's REST API streams)
 	EnvTracing           = "PML_TRACING"                // xray, otel or off (default xray where the X-Ray daemon is, else off); CLI too
 	EnvMetrics           = "PML_METRICS"                // emf, prometheus or off (default emf in Lambda, else off; pml serve: prometheus)
+	EnvRunLease          = "PML_RUN_LEASE"              // an asynchronous run's lease, a Go duration (default 30s): how long after its runner died it is taken over; CLI too
+	EnvSweepEvery        = "PML_SWEEP_EVERY"            // pml serve: how often it looks for runs whose runner died, a Go duration (default 10s)
 
 	// Set by AWS: either means the X-Ray daemon is there to send to.
 	EnvLambdaTaskRoot = "LAMBDA_TASK_ROOT"
@@ -119,7 +121,7 @@ var EnvVars = []string{EnvMCPServers, EnvMCPServersParam, EnvCompileCache, EnvSh
 	EnvServeToken, EnvMCPTextBytes, EnvSuspTable, EnvSuspDir, EnvSuspTTL, EnvApprovers, EnvCallerDecides, EnvTrustedClients, EnvSelfApproval, EnvApprovalKeyFile,
 	EnvApprovalKeySecret, EnvApprovalBus, EnvApprovalURL, EnvOIDCIssuer, EnvOIDCClientID, EnvOIDCClientSecret, EnvOIDCSecretARN, EnvOIDCRedirectURL, EnvMCPCredsDir, EnvStreamREST, EnvLambdaTaskRoot, EnvXRayDaemon, EnvLambdaFunction,
 	EnvServeMemory, EnvServeExecutions, EnvServeQueueWait, EnvTracing, EnvMetrics, EnvLearn, EnvSuggestMinRuns,
-	EnvPolicy, EnvPolicyReload, EnvPolicyAVPStore, EnvLimitsTable, EnvLimitsDir}
+	EnvPolicy, EnvPolicyReload, EnvPolicyAVPStore, EnvLimitsTable, EnvLimitsDir, EnvRunLease, EnvSweepEvery}
 
 // Where traces go (TraceConfig.Store).
 const (

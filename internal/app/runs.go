@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
@@ -44,7 +46,30 @@ func (a *App) Executor(inner execution.Executor, launch runs.Launcher) *runs.Ser
 	if a.Journal != nil {
 		opts.Journal = a.Journal
 	}
+	if d, err := durationEnv(EnvRunLease); err != nil {
+		a.log.Warn("the run lease is the default", "err", err)
+	} else {
+		opts.Lease = d
+	}
 	return runs.New(inner, opts)
+}
+
+// SweepEvery is how often pml serve looks for runs whose runner died
+// (PML_SWEEP_EVERY; 0: runs.DefaultSweepEvery).
+func SweepEvery() (time.Duration, error) { return durationEnv(EnvSweepEvery) }
+
+// durationEnv reads a positive Go duration from the environment (0 when
+// unset).
+func durationEnv(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s must be a positive Go duration such as 30s, not %q", name, v)
+	}
+	return d, nil
 }
 
 // LambdaClient is a Lambda client with the app's AWS configuration (the

@@ -28,6 +28,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
+	"github.com/pml-sandbox/pml/internal/runs"
 )
 
 func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -133,6 +134,10 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	// Asynchronous executions run on goroutines of this process, each
 	// within the budget as any execution.
 	exec := a.Executor(budget.Admit(a.Service), nil)
+	defer exec.Close(context.Background())
+	if err := sweepRuns(exec); err != nil {
+		return ExitUsage, err
+	}
 	page = a.ApprovalPage(exec, log)
 	api := a.HTTPHandler(httpapi.Options{
 		Approvals: page,
@@ -140,6 +145,7 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 		Logger:    log,
 		Guard:     guard,
 		Streaming: true,
+		EarlyID:   true,
 		MCP:       mcpserver.Settings{Sessions: true, TextBytes: *textBytes},
 		Clients:   &clients,
 		Metrics:   a.MetricsHandler(),
@@ -174,6 +180,18 @@ func serveCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, e
 	_ = exec.Close(sctx)
 	fmt.Fprintln(errOut, "pml serve: stopped")
 	return ExitOK, nil
+}
+
+// sweepRuns takes over and continues the runs whose runner died (a pml
+// serve killed before this one, over the same stores): now, and whenever
+// their lease lapses (PML_SWEEP_EVERY).
+func sweepRuns(exec *runs.Service) error {
+	every, err := app.SweepEvery()
+	if err != nil {
+		return usageError{err}
+	}
+	exec.StartSweeper(every)
+	return nil
 }
 
 // printBanner shows how to call the server. With a token it shows the

@@ -138,6 +138,22 @@ type Request struct {
 	// when it ends its compensations' outcomes are recorded on that
 	// execution's journal.
 	RollbackOf string `json:"-"`
+	// Checkpoints, when set, keeps the execution's checkpoints: the host
+	// that runs it under a claim (internal/runs) sets it, and the
+	// service checkpoints the run before each effect it sends (see
+	// Checkpointer).
+	Checkpoints Checkpointer `json:"-"`
+	// Durable asks the host that keeps runs (internal/runs) to record the
+	// execution as a run while its caller follows it (a streamed
+	// execution, whose id went out first): should its process die, it
+	// is taken over and continued like an asynchronous one, and its
+	// caller finds its document by id.
+	Durable bool `json:"-"`
+	// Checkpoint, when set, is the execution's last checkpoint, as the
+	// service handed it to Checkpoints: the service continues the run
+	// from it instead of starting the code (a runner taking over a run
+	// whose runner died).
+	Checkpoint []byte `json:"-"`
 
 	// filter is Tools parsed, by Validate: the service and everything the
 	// request starts use it, never the patterns again.

@@ -127,6 +127,35 @@ func (l *effectLog) call(ctx context.Context, e entry, c guest.Call, opts execut
 	return out, err
 }
 
+// notSent records in the journal that the effect of call f, about to be
+// sent, was not (fe: its checkpoint was not kept). A call the journal has
+// already is left as it stands there.
+func (l *effectLog) notSent(ctx context.Context, h *toolHost, f guest.InFlightCall, fe *fault.Error) {
+	e, ok := h.lookup(f.Server + ":" + f.Tool)
+	want := journal.Entry{ExecutionID: l.execID, CallID: f.CallID, Principal: l.principal, Server: f.Server, Tool: f.Tool,
+		Key: journal.Key(l.execID, f.CallID), ArgsDigest: journal.Digest(f.Args), Args: f.Args, Honours: ok && e.tool.HonoursKeys(),
+		Status: journal.Pending, Attempts: 1, IntendedAt: time.Now().UTC()}
+	journal.Cap(&want)
+	if ferr := l.reserve(ctx, f.CallID); ferr != nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), journalTimeout)
+	defer cancel()
+	existing, err := l.store.Intend(wctx, &want)
+	if existing != nil {
+		return
+	}
+	if err == nil {
+		err = l.store.Settle(wctx, l.execID, f.CallID, journal.Outcome{Status: journal.NotSent, Error: fe})
+	}
+	if err != nil {
+		l.log.ErrorContext(ctx, "effect not sent, and not journalled so", "execution_id", l.execID, "call_id", f.CallID, "err", err)
+	}
+	want.Status, want.Error = journal.NotSent, fe
+	journal.Cap(&want)
+	l.remember(want)
+}
+
 // outcomeOf is what a call's answer says of its effect: applied when it
 // succeeded; not sent when its source said nothing left the host; failed
 // when its server answered with an error; unknown otherwise (a timeout, a

@@ -507,6 +507,12 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		// runs each while its caller waits.
 		return fail(fault.New(fault.InvalidRequest, "async is not available here: this service keeps no runs of asynchronous executions"))
 	}
+	if req.Checkpoint != nil {
+		// A runner took the execution over: it goes on from its last
+		// checkpoint, not from its code.
+		resp, res := s.continueRun(ctx, req, start)
+		return resp, res, nil
+	}
 	// A capability run never parks (its calls are refused instead), so
 	// only a root execution needs somewhere to suspend to.
 	if req.Approval == execution.ApprovalSuspend && req.Parent == nil && s.store == nil {
@@ -609,6 +615,7 @@ func (s *Service) execute(ctx context.Context, req *execution.Request, start tim
 		host.gate = newGate(out.plan)
 	}
 	s.hook(ctx, &greq, req, host)
+	s.checkpoint(&greq, req, host, runState{StartedAt: start.UTC()})
 	res = s.engine.Run(ctx, greq)
 	prep.MapError(res.Err)
 	return s.response(ctx, res, req, host, start), res, shape

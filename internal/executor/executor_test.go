@@ -22,6 +22,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/guest"
+	"github.com/pml-sandbox/pml/internal/testutil/dynamolocal"
 	"github.com/pml-sandbox/pml/internal/testutil/enginetest"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
@@ -31,7 +32,9 @@ import (
 var engine *guest.Engine
 
 func TestMain(m *testing.M) {
-	enginetest.Main(m, func(e *guest.Engine) { engine = e })
+	// The continuation benchmarks share DynamoDB Local: stopped before
+	// the leak check.
+	enginetest.Main(m, func(e *guest.Engine) { engine = e }, dynamolocal.StopAll)
 }
 
 // memSink keeps what it is given, for assertions.

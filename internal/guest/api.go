@@ -155,6 +155,22 @@ type Request struct {
 	// from (nil for the session's first: the post-init snapshot). Only
 	// with Session; another guest build's is RESUME_INCOMPATIBLE.
 	From *State
+	// Checkpoint, when set, is handed a checkpoint of the live run (a
+	// Suspension whose InFlight lists the calls not yet answered;
+	// checkpoint.go) at its wait points: before any call IsEffect says is
+	// an effect is sent, and at least every CheckpointEvery of running
+	// otherwise. It runs on the script's goroutine and the run waits for
+	// it. When it fails, the effects held for it are not sent: each fails
+	// with its error (a *fault.Error as it is, anything else a retryable
+	// UNAVAILABLE). Engine.Resume continues a run from one.
+	Checkpoint func(ctx context.Context, s *Suspension) error
+	// IsEffect says which calls are effects, held until a checkpoint is
+	// kept (only with Checkpoint). It runs on the script's goroutine and
+	// must not block.
+	IsEffect func(Call) bool
+	// CheckpointEvery is the longest a run goes without a checkpoint
+	// where it waits (default DefaultCheckpointEvery).
+	CheckpointEvery time.Duration
 }
 
 // State is a sandbox between two executions of a session: its linear
@@ -254,4 +270,6 @@ type Result struct {
 	Left Left `json:"-"`
 	// SaveTime is how long taking State took (part of Duration).
 	SaveTime time.Duration `json:"-"`
+	// checkpoints counts the checkpoints kept (Checkpoints).
+	checkpoints int
 }

@@ -133,13 +133,14 @@ func (x *execution) startCall(index int32, args []byte, line, col int) int32 {
 			x.mu.Unlock()
 		}
 	}
-	if ih, ok := x.req.Host.(ImmediateHost); ok {
+	held := x.holds(call)
+	if ih, ok := x.req.Host.(ImmediateHost); ok && !held {
 		if data, handled, err := ih.CallImmediate(call); handled {
 			x.ready = append(x.ready, x.complete(id, idx, full, data, err))
 			return id
 		}
 	}
-	x.pending = append(x.pending, pendingCall{id: id, idx: idx, full: full, call: call})
+	x.pending = append(x.pending, pendingCall{id: id, idx: idx, full: full, call: call, held: held})
 	return id
 }
 
@@ -219,6 +220,9 @@ type pendingCall struct {
 	idx  int // its trace record
 	full string
 	call Call
+	// held: an effect that waits for the next checkpoint (checkpoint.go)
+	// and is not started before it.
+	held bool
 }
 
 // startPending sets the calls the guest started to run. A call is not
@@ -247,7 +251,18 @@ func (x *execution) startPending(atWait bool, waiting *instance) {
 		x.ready = append(x.ready, x.served(p, data, err))
 		return
 	}
+	held := x.pending[:0]
 	for _, p := range x.pending {
+		if p.held {
+			// Mid-computation (a check-in): it waits for the script's
+			// next wait point and its checkpoint.
+			held = append(held, p)
+			continue
+		}
+		if x.running == nil {
+			x.running = map[int32]pendingCall{}
+		}
+		x.running[p.id] = p
 		x.wg.Add(1)
 		go func() {
 			defer x.wg.Done()
@@ -259,7 +274,7 @@ func (x *execution) startPending(atWait bool, waiting *instance) {
 			}
 		}()
 	}
-	x.pending = x.pending[:0]
+	x.pending = held
 }
 
 // served is the completion of a call its host answered: the answer, or
@@ -284,6 +299,11 @@ func (x *execution) traceCalls() []trace.Call {
 	x.cancel()
 	x.wg.Wait()
 	x.mu.Lock()
+	for _, p := range x.pending {
+		// Started by the script and never sent: it ended first (an effect
+		// held for a checkpoint at a wait point that never came).
+		x.calls[p.idx].Status = trace.StatusNotRun
+	}
 	calls := slices.Clone(x.calls)
 	over := x.over
 	x.mu.Unlock()

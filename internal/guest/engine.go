@@ -485,6 +485,7 @@ func (x *execution) reusable(res *Result) bool {
 // document, a failure, or a Suspension.
 func (e *Engine) finishRun(x *execution, in *instance, res *Result, doc *outputDoc, rerr *fault.Error, finish func(*fault.Error) *Result) *Result {
 	res.CPUTime = max(0, time.Since(res.StartedAt)-x.waited)
+	res.checkpoints = x.checkpoints
 	if rerr == errSuspend {
 		s, err := x.suspension(in)
 		res.Calls = x.traceCalls()

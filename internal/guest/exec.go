@@ -50,6 +50,16 @@ type execution struct {
 	pending  []pendingCall // started by the guest, not yet running (see startPending)
 	parked   []ParkedCall  // waiting for a decision (Request.Park)
 	wg       sync.WaitGroup
+	// running are the calls served on goroutines of their own whose
+	// answers the guest has not collected, and timerDue when each timer
+	// the script waits for fires: what a checkpoint records in flight
+	// (checkpoint.go). Guest goroutine only.
+	running  map[int32]pendingCall
+	timerDue map[int32]time.Time
+	// in is the instance the run steps (set by drive), for checkpoints.
+	in             *instance
+	lastCheckpoint time.Time
+	checkpoints    int
 
 	mu    sync.Mutex // guards calls: tool goroutines finish their records
 	calls []trace.Call
@@ -98,6 +108,8 @@ func newExecution(parent context.Context, e *Engine, req Request, limits Limits,
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan completion, 16),
+		// The first checkpoint for the interval is due one interval in.
+		lastCheckpoint: start,
 	}
 	x.req.ExecutionID = res.ExecutionID
 	// Every host call checks whether the run must stop; an atomic flag set

@@ -105,6 +105,7 @@ func (x *execution) release(ctx context.Context, in *instance, ptrs ...uint32) *
 // the script waits for is parked, and the run suspends (errSuspend).
 func (x *execution) drive(ctx context.Context, in *instance, ret int64) (*outputDoc, *fault.Error) {
 	mod := in.mod
+	x.in = in
 	for ret == waiting {
 		c, ferr := x.next(in)
 		if ferr != nil {
@@ -214,6 +215,9 @@ func (x *execution) next(in *instance) (completion, *fault.Error) {
 // nextAnswer is next's one step: the next completion, which may be a call
 // that parked (completion.park) rather than an answer.
 func (x *execution) nextAnswer(in *instance) (completion, *fault.Error) {
+	// A wait point: the checkpoint due here is taken (and the effects
+	// held for it released) before anything starts.
+	x.checkpointAtWait()
 	x.startPending(true, in)
 	var c completion
 	switch {
@@ -238,6 +242,11 @@ func (x *execution) nextAnswer(in *instance) (completion, *fault.Error) {
 		}
 		resumed()
 		x.waited += time.Since(w)
+	}
+	if c.timer {
+		delete(x.timerDue, c.id)
+	} else {
+		delete(x.running, c.id)
 	}
 	if c.park != nil {
 		return c, nil

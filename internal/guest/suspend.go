@@ -50,6 +50,11 @@ type Decision struct {
 	// Approval, on an approval, is who approved the call, for its trace
 	// record.
 	Approval *trace.Approval `json:"approval,omitempty"`
+	// Outcome, on a decision about a call in flight at a checkpoint
+	// (Suspension.InFlight), is handed to the script as the call's
+	// answer: the call is not made again. Without it such a call is made
+	// again through the host.
+	Outcome *Outcome `json:"outcome,omitempty"`
 }
 
 // Suspension is a suspended run: everything Engine.Resume needs to
@@ -88,6 +93,14 @@ type Suspension struct {
 	// whoever decides the parked calls (the approval page shows it); the
 	// engine never reads it.
 	Source string `json:"source,omitempty"`
+	// Live marks a checkpoint (checkpoint.go): a capture of a run that
+	// went on. Its calls in flight, answers made and timers follow.
+	Live     bool           `json:"live,omitempty"`
+	InFlight []InFlightCall `json:"in_flight,omitempty"`
+	Ready    []ReadyAnswer  `json:"ready,omitempty"`
+	Timers   []PendingTimer `json:"timers,omitempty"`
+	// TimersStarted counts the timers the run ever started (the bound).
+	TimersStarted int `json:"timers_started,omitempty"`
 }
 
 // Pending lists the parked calls, for the caller to decide on.
@@ -96,6 +109,19 @@ func (s *Suspension) Pending() []ParkedCall { return s.Parked }
 // suspension captures the run, which has just stopped at errSuspend (its
 // guest waiting, its wasm stack empty).
 func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
+	s, ferr := x.capture(in, false)
+	if ferr != nil {
+		return nil, ferr
+	}
+	x.suspended = true
+	s.Suspends++
+	return s, nil
+}
+
+// capture is the run as it stands at a wait point (its guest waiting,
+// its wasm stack empty): a suspension, or with live a checkpoint of a run
+// that goes on, its calls in flight and timers included.
+func (x *execution) capture(in *instance, live bool) (*Suspension, *fault.Error) {
 	diff, wasmPages, ferr := x.engine.memoryDiff(in)
 	if ferr != nil {
 		return nil, ferr
@@ -108,8 +134,7 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 		over = &o
 	}
 	x.mu.Unlock()
-	x.suspended = true
-	return &Suspension{
+	s := &Suspension{
 		GuestHash:     x.engine.wasmHash,
 		Pages:         wasmPages,
 		Memory:        diff,
@@ -124,9 +149,16 @@ func (x *execution) suspension(in *instance) (*Suspension, *fault.Error) {
 		Delivered:     maps.Clone(x.delivered),
 		Used:          x.used + time.Since(x.start),
 		Limits:        x.limits,
-		Suspends:      x.suspends + 1,
+		Suspends:      x.suspends,
 		Session:       x.req.Session,
-	}, nil
+		TimersStarted: x.timersN,
+	}
+	if live {
+		s.Live = true
+		s.InFlight, s.Ready = x.inFlight()
+		s.Timers = x.pendingTimers()
+	}
+	return s, nil
 }
 
 // memoryDiff is in's linear memory as what changed from the post-init
@@ -216,6 +248,7 @@ func (x *execution) restore(s *Suspension) {
 	x.inflight = len(s.Parked)
 	x.used = s.Used
 	x.suspends = s.Suspends
+	x.timersN = s.TimersStarted
 }
 
 // decide applies decisions to the parked calls: an approved call runs now,
@@ -255,10 +288,16 @@ func (x *execution) decide(decisions map[int]Decision) {
 // Resume continues a suspended run: decisions (by trace call id) approve or
 // reject its parked calls, and the script goes on from where it waited, in
 // a fresh instance restored from s. It may suspend again. A session's run
-// (Suspension.Session) ends with its State as Run's does, saved whole. req supplies the
-// host side (Host, Park, OnCall, ExecutionID); the code, tools and limits
-// are the suspended run's own. A suspension from another guest build is
-// refused with RESUME_INCOMPATIBLE.
+// (Suspension.Session) ends with its State as Run's does, saved whole. req
+// supplies the host side (Host, Park, OnCall, ExecutionID, Checkpoint);
+// the code, tools and limits are the suspended run's own. A suspension
+// from another guest build is refused with RESUME_INCOMPATIBLE.
+//
+// s may be a checkpoint (s.Live): its calls in flight are answered as
+// decisions say (Decision.Outcome) or made again through the host, the
+// answers it had made are handed in, and its timers run what was left of
+// them. Its running time so far counts against its deadline, as a
+// suspension's does.
 func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisions map[int]Decision) *Result {
 	start := time.Now()
 	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []trace.LogEntry{}}
@@ -298,6 +337,9 @@ func (e *Engine) Resume(ctx context.Context, s *Suspension, req Request, decisio
 	defer x.shutdown()
 	in.runs++
 	x.decide(decisions)
+	if s.Live {
+		x.restoreLive(s, decisions)
+	}
 	doc, rerr := x.drive(context.WithValue(x.ctx, execKey{}, x), in, waiting)
 	return e.finishRun(x, in, res, doc, rerr, finish)
 }

@@ -26,7 +26,16 @@ func (x *execution) startTimer(id int32, args []byte) int32 {
 		return id
 	}
 	_ = json.Unmarshal(args, &a)
-	d := time.Duration(a.MS * float64(time.Millisecond))
+	x.runTimer(id, time.Duration(a.MS*float64(time.Millisecond)))
+	return id
+}
+
+// runTimer fires timer id after d, unless the run ends first.
+func (x *execution) runTimer(id int32, d time.Duration) {
+	if x.timerDue == nil {
+		x.timerDue = map[int32]time.Time{}
+	}
+	x.timerDue[id] = time.Now().Add(d)
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
@@ -42,5 +51,4 @@ func (x *execution) startTimer(id int32, args []byte) int32 {
 		case <-x.ctx.Done():
 		}
 	}()
-	return id
 }

@@ -83,6 +83,11 @@ type Options struct {
 	// requests of a front that streams (WithStreaming: the REST API), and
 	// answers the HTTP API's buffered as before.
 	Streaming bool
+	// EarlyID sends a synchronous POST /execute's execution id in a 103
+	// (Early Hints) response before the run, X-Execution-Id, so that a
+	// caller whose connection drops mid-run can find it: `pml serve` sets
+	// it (API Gateway passes no 1xx).
+	EarlyID bool
 	// StreamHeartbeat is how long an event stream may stay silent before a
 	// comment line goes out to keep proxies and API Gateway (whose idle
 	// timeout is 5 minutes, 30 s for an edge-optimized endpoint) from
@@ -352,6 +357,14 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		a.executeStream(w, r, req)
 		return
 	}
+	if a.EarlyID && !req.Async {
+		// The id before the answer: a 103 (Early Hints) carrying it goes
+		// out at once, so a caller whose connection drops mid-run can
+		// still find its execution (GET /executions/{id}).
+		req.ExecutionID = trace.NewExecutionID()
+		w.Header().Set("X-Execution-Id", req.ExecutionID)
+		w.WriteHeader(http.StatusEarlyHints)
+	}
 	resp := a.Service.Execute(r.Context(), req)
 	a.flush(r.Context())
 	w.Header().Set("X-Execution-Id", resp.ExecutionID)
@@ -379,6 +392,9 @@ func limitStatus(e *fault.Error) int {
 
 func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if a.streams(r.Context()) && wantsEventStream(r) && a.followExecution(w, r, id) {
+		return
+	}
 	if a.asyncDocument(w, r, id) {
 		return
 	}

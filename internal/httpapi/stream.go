@@ -60,6 +60,11 @@ func wantsEventStream(r *http.Request) bool {
 // it happens (see stream).
 func (a *api) executeStream(w http.ResponseWriter, r *http.Request, req execution.Request) {
 	req.ExecutionID = trace.NewExecutionID() // the header goes out first
+	// Recorded as a run where the service keeps runs: should this process
+	// die mid-stream, the execution is continued, and its caller, who has
+	// its id, finds how it ended (GET /executions/{id}, followed as a
+	// stream too).
+	req.Durable = true
 	a.stream(w, r, req.ExecutionID, func(onEvent func(execution.Event)) (*execution.Response, int) {
 		req.OnEvent = onEvent
 		resp := a.Service.Execute(r.Context(), req)
@@ -155,6 +160,43 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, executionID string,
 		}
 	}
 }
+
+// followExecution serves GET /executions/{id} asked as an event stream
+// (Accept: text/event-stream): for a caller whose stream was cut (its
+// connection, or the process that ran it), with or without Last-Event-ID.
+// While the execution runs it sends keep-alives; once it has ended, the
+// result event with its document (every console line and call is in it),
+// and the status a plain GET would have had. An execution that is not
+// running is answered at once, as a plain GET.
+func (a *api) followExecution(w http.ResponseWriter, r *http.Request, id string) bool {
+	principal := execution.PrincipalFrom(r.Context())
+	doc, ferr := a.Service.Status(r.Context(), id, principal)
+	if ferr != nil || !doc.Running() {
+		return false
+	}
+	a.stream(w, r, id, func(func(execution.Event)) (*execution.Response, int) {
+		t := time.NewTicker(followEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.Context().Done():
+				return doc, http.StatusOK
+			case <-t.C:
+			}
+			next, ferr := a.Service.Status(r.Context(), id, principal)
+			if ferr != nil {
+				return execution.Failed(id, ferr), RefusalStatus(ferr)
+			}
+			if doc = next; !doc.Running() {
+				return doc, http.StatusOK
+			}
+		}
+	})
+	return true
+}
+
+// followEvery is how often a followed execution's document is read.
+const followEvery = 250 * time.Millisecond
 
 // EventDropped is the event sent in place of the events a client that
 // reads slowly missed.

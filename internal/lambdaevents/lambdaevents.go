@@ -18,7 +18,9 @@
 //     {"execution_id": …, "decisions": {…}}} a resume request (both answer
 //     the execution's document), {"run": {"execution_id": …}} the
 //     function's own asynchronous invocation (InvokeSelf) that runs an
-//     asynchronous execution.
+//     asynchronous execution (or takes over one whose runner died), and
+//     {"sweep": {}} the deployment's schedule, every minute, that finds
+//     the runs whose runner died and launches them to be continued.
 //
 // The capability function's handler (CapabilityHandler) takes an
 // execution.Invocation and answers the capability run's document.
@@ -82,9 +84,12 @@ type Options struct {
 	HTTPAPITimeout time.Duration
 }
 
-// Runner runs the queued asynchronous execution id (runs.Service.Run).
+// Runner runs the queued asynchronous execution id, or takes over one
+// whose runner died (runs.Service.Run), and launches those whose runner
+// died to be taken over (runs.Service.Sweep).
 type Runner interface {
 	Run(ctx context.Context, id string) error
+	Sweep(ctx context.Context) (int, error)
 }
 
 // Handler returns the function's handler for lambda.Start.
@@ -119,6 +124,7 @@ type probe struct {
 	Code           *string         `json:"code"`
 	Resume         json.RawMessage `json:"resume"`
 	Run            json.RawMessage `json:"run"`
+	Sweep          json.RawMessage `json:"sweep"`
 	RequestContext json.RawMessage `json:"requestContext"`
 }
 
@@ -165,6 +171,8 @@ func (a *adapter) handle(ctx context.Context, payload json.RawMessage) (any, err
 		return a.resume(ctx, payload), nil
 	case p.Run != nil:
 		return a.run(ctx, payload)
+	case p.Sweep != nil:
+		return a.sweep(ctx, payload)
 	case p.Code != nil:
 		return a.direct(ctx, payload, execution.SourceInvoke), nil
 	}

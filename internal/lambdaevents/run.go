@@ -73,3 +73,32 @@ func (a *adapter) run(ctx context.Context, payload []byte) (any, error) {
 	}
 	return ev.Run, nil
 }
+
+// SweepEvent is the payload of the deployment's schedule that continues
+// runs whose runner died: {"sweep": {}}.
+type SweepEvent struct {
+	Sweep struct{} `json:"sweep"`
+}
+
+// sweep launches the runs whose runner died to be taken over. An error
+// (the store could not be read) fails the invocation; the next minute's
+// sweeps again.
+func (a *adapter) sweep(ctx context.Context, payload []byte) (any, error) {
+	var ev SweepEvent
+	if err := jsonv2.Unmarshal(payload, &ev, jsonv2.RejectUnknownMembers(true)); err != nil {
+		a.Logger.WarnContext(ctx, "bad sweep event", "err", err)
+		return map[string]any{"error": fault.New(fault.InvalidRequest, `a sweep invocation is {"sweep": {}} and nothing else`)}, nil
+	}
+	if a.Runner == nil {
+		return map[string]any{"swept": 0}, nil
+	}
+	n, err := a.Runner.Sweep(ctx)
+	if err != nil {
+		a.Logger.ErrorContext(ctx, "sweep failed", "err", err)
+		return nil, err
+	}
+	if n > 0 {
+		a.Logger.InfoContext(ctx, "runs whose runner died launched to be continued", "runs", n)
+	}
+	return map[string]any{"swept": n}, nil
+}

@@ -145,6 +145,36 @@ func (r *runner) Run(_ context.Context, id string) error {
 	return r.err
 }
 
+func (r *runner) Sweep(context.Context) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = append(r.ids, "sweep")
+	return 2, r.err
+}
+
+// TestSweepEvent: the schedule's {"sweep": {}} reaches the runner's
+// sweep; anything more is answered INVALID_REQUEST, a store failure fails
+// the invocation.
+func TestSweepEvent(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	svc := executor.New(engine, executor.Options{Logger: log})
+	run := &runner{}
+	h := lambdaevents.Handler(lambdaevents.Options{HTTP: httpapi.New(httpapi.Options{Service: svc, Logger: log}), Service: svc, Logger: log, Runner: run})
+	if out, err := h(lambdaCtx(t), json.RawMessage(`{"sweep": {}}`)); err != nil || toJSON(out) != `{"swept":2}` {
+		t.Fatalf("%v %v", out, err)
+	}
+	if out, err := h(lambdaCtx(t), json.RawMessage(`{"sweep": {"all": true}}`)); err != nil || !strings.Contains(toJSON(out), "INVALID_REQUEST") {
+		t.Fatalf("%v %v", out, err)
+	}
+	run.err = fault.New(fault.Unavailable, "the store is down")
+	if _, err := h(lambdaCtx(t), json.RawMessage(`{"sweep": {}}`)); err == nil {
+		t.Fatal("a sweep that failed must fail the invocation")
+	}
+	if strings.Join(run.ids, ",") != "sweep,sweep" {
+		t.Fatalf("calls %v", run.ids)
+	}
+}
+
 // TestRunEvent: the function's own asynchronous invocations reach the
 // runner; a malformed one is answered (Lambda would retry a failure for
 // nothing), a store failure is failed (and retried).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,9 +47,17 @@ func TestAbandonedRunListsEffects(t *testing.T) {
 	if ferr != nil || doc.Status != execution.StatusRunning || len(doc.Effects) != 2 || doc.Effects[0].Status != "applied" || doc.Effects[1].Status != "pending" {
 		t.Fatalf("running: %+v %+v", doc, ferr)
 	}
+	// Its lease lapses and a runner takes it over: it has no checkpoint,
+	// which every effect waits for, and its journal shows effects that
+	// may have happened (impossible by construction): it is not started
+	// again from its code, and fails saying why.
 	now.Add(int64(2 * time.Minute))
+	if err := s.Run(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 	doc, ferr = s.Status(ctx, id, owner)
-	if ferr != nil || doc.Status != execution.StatusFailed || len(doc.Effects) != 2 || doc.Effects[1].Status != "unknown" || doc.Effects[1].Key != journal.Key(id, 2) {
+	if ferr != nil || doc.Status != execution.StatusFailed || len(doc.Effects) != 2 || doc.Effects[1].Status != "unknown" || doc.Effects[1].Key != journal.Key(id, 2) ||
+		!strings.Contains(doc.Error.Message, "not started again from its code") || d.executions.Load() != 0 {
 		t.Fatalf("lost: %+v %+v", doc, ferr)
 	}
 	if _, ferr := s.Status(ctx, id, stranger); ferr == nil {

@@ -7,7 +7,12 @@
 // caller polls the document (Status: running, the suspended document with
 // its pending calls, then the final one) and may cancel it: a queued or
 // suspended execution at once, a running one at its next step (the runner
-// polls for the request), ending CANCELLED.
+// polls for the request), ending CANCELLED. A runner holds its claim with
+// a short lease it renews while the run lives, and keeps the run's
+// checkpoints with it; when the runner dies, the next delivery of the
+// start, a sweeper (Sweep) or a reader finds the lease lapsed and another
+// runner takes the run over, continuing it from its last checkpoint
+// (continuation.go).
 //
 // Service wraps the execution service and is itself an
 // execution.Executor: synchronous requests pass through (and can be
@@ -53,9 +58,10 @@ type Options struct {
 	// cancelled (default 250 ms): a running execution ends at most this
 	// long after a cancel, plus the step it was in.
 	PollEvery time.Duration
-	// MaxRun bounds a run whose context has no deadline (in process), for
-	// its claim's lease (default 15 minutes, the longest a Lambda runs).
-	MaxRun time.Duration
+	// Lease is how long a runner's claim lasts unless it renews it
+	// (default DefaultLease); it renews it every Lease/3. A run whose
+	// runner died is taken over once its lease has lapsed.
+	Lease time.Duration
 	// Journal, when set, is the journal of effects: the document of an
 	// execution that runs, or whose runner was lost, lists the effects it
 	// journalled so far (a finished one's document has them already).
@@ -69,9 +75,10 @@ type Service struct {
 	opts Options
 	log  *slog.Logger
 
-	base   context.Context // in-process runs
+	base   context.Context // in-process runs, and the sweeper
 	stop   context.CancelCauseFunc
 	wg     sync.WaitGroup
+	sweeps sync.Once
 	mu     sync.Mutex
 	closed bool
 	live   map[string]*liveRun
@@ -93,8 +100,8 @@ func New(exec execution.Executor, opts Options) *Service {
 	if opts.PollEvery <= 0 {
 		opts.PollEvery = 250 * time.Millisecond
 	}
-	if opts.MaxRun <= 0 {
-		opts.MaxRun = 15 * time.Minute
+	if opts.Lease <= 0 {
+		opts.Lease = DefaultLease
 	}
 	s := &Service{Executor: exec, opts: opts, log: opts.Logger, live: map[string]*liveRun{}}
 	s.base, s.stop = context.WithCancelCause(context.Background())
@@ -155,6 +162,9 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	}
 	if req.Async {
 		return s.start(ctx, req)
+	}
+	if req.Durable && s.opts.Store != nil && req.Parent == nil && !req.InSession() {
+		return s.attached(ctx, req)
 	}
 	ctx, done := s.track(ctx, req.ExecutionID, req.Principal)
 	defer done()
@@ -308,52 +318,33 @@ func (s *Service) launchHere(_ context.Context, id string) error {
 }
 
 // Run runs the queued execution id, once however often it is called: the
-// launcher's end. A run already claimed (a second delivery of the start)
-// or gone is nothing to do; an error is one worth trying again (the store
-// could not be read), since nothing ran.
+// launcher's end. It also takes over a running one whose runner died (its
+// lease lapsed), and continues it (continuation.go). A run already claimed
+// and alive (a second delivery of the start) or gone is nothing to do; an
+// error is one worth trying again (the store could not be read), since
+// nothing ran.
 func (s *Service) Run(ctx context.Context, id string) error {
 	store := s.opts.Store
 	if store == nil {
 		return errors.New("runs: no store")
 	}
-	run, err := store.Load(ctx, id)
-	switch {
-	case errors.Is(err, suspend.ErrNotFound), errors.Is(err, suspend.ErrExpired):
-		s.log.WarnContext(ctx, "run not found", "execution_id", id, "err", err)
-		return nil
-	case err != nil:
-		return err
-	case run.State != suspend.RunQueued:
-		s.log.InfoContext(ctx, "run already started", "execution_id", id, "state", string(run.State))
-		return nil
-	}
-	claimed, err := store.Claim(ctx, id, run.Version, s.lease(ctx))
-	if errors.Is(err, suspend.ErrConflict) || errors.Is(err, suspend.ErrExpired) {
-		s.log.InfoContext(ctx, "run claimed elsewhere", "execution_id", id, "err", err)
-		return nil
-	} else if err != nil {
+	claimed, err := s.claim(ctx, id)
+	if err != nil || claimed == nil {
 		return err
 	}
 	// The run is ours: from here on it ends with a document, whatever
-	// happens.
-	var resp *execution.Response
-	var cause error
-	req, err := decodeRequest(claimed.Body)
-	if err != nil {
-		resp = execution.Failed(id, fault.Wrap(fault.Internal, err, "reading the recorded request"))
-	} else {
-		req.ExecutionID = id
-		rctx, done := s.track(ctx, id, claimed.Principal)
-		stopWatch := s.watch(rctx, id)
-		resp = s.Executor.Execute(rctx, req)
-		stopWatch()
-		cause = context.Cause(rctx)
-		done()
-		// A cancel that reached the run stopped it (cause); one that
-		// came after its last step found nothing left to stop, and the
-		// document says how the run ended: a cancel is never recorded
-		// for a run that went on.
+	// happens, unless another runner took it over meanwhile.
+	resp, cause, lost := s.runClaimed(ctx, claimed)
+	if lost {
+		s.log.WarnContext(ctx, "run lost to another runner: its document is that runner's to record", "execution_id", id, "cause", cause)
+		return nil
 	}
+	return s.finish(ctx, claimed, resp, cause)
+}
+
+// finish ends claimed, the claim on a run that ran, with resp.
+func (s *Service) finish(ctx context.Context, claimed *suspend.Run, resp *execution.Response, cause error) error {
+	id := claimed.ID
 	state, expires := outcome(resp, cause)
 	doc, err := json.Marshal(resp)
 	if err != nil {
@@ -361,7 +352,7 @@ func (s *Service) Run(ctx context.Context, id string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	if err := store.Finish(sctx, id, claimed.Runner, state, doc, expires); err != nil {
+	if err := s.opts.Store.Finish(sctx, id, claimed.Runner, state, doc, expires); err != nil {
 		// The script has run: trying again would not run it twice (the
 		// claim is spent), and only its document is lost.
 		s.log.ErrorContext(ctx, "run's document not recorded", "execution_id", id, "err", err)
@@ -369,45 +360,77 @@ func (s *Service) Run(ctx context.Context, id string) error {
 	return nil
 }
 
-// lease is how long a run may hold its claim: until ctx's deadline (the
-// Lambda's), else MaxRun, plus the margin a runner needs to record the end.
-func (s *Service) lease(ctx context.Context) time.Duration {
-	d := s.opts.MaxRun
-	if dl, ok := ctx.Deadline(); ok {
-		d = max(time.Until(dl), 0)
+// claim claims id's run: a queued one, or a running one whose lease
+// lapsed (Takeover). Nil, and no error, when there is nothing to run.
+func (s *Service) claim(ctx context.Context, id string) (*suspend.Run, error) {
+	store := s.opts.Store
+	run, err := store.Load(ctx, id)
+	switch {
+	case errors.Is(err, suspend.ErrNotFound), errors.Is(err, suspend.ErrExpired):
+		s.log.WarnContext(ctx, "run not found", "execution_id", id, "err", err)
+		return nil, nil
+	case err != nil:
+		return nil, err
 	}
-	return d + suspend.LeaseMargin
+	var claimed *suspend.Run
+	switch run.State {
+	case suspend.RunQueued:
+		claimed, err = store.Claim(ctx, id, run.Version, s.opts.Lease)
+	case suspend.RunRunning:
+		// The store decides whether its lease lapsed: a live runner's
+		// run is a conflict.
+		claimed, err = store.Takeover(ctx, id, run.Version, s.opts.Lease)
+		if err == nil {
+			s.log.WarnContext(ctx, "run taken over: its runner was lost", "execution_id", id, "takeovers", claimed.Takeovers,
+				"checkpoint", claimed.Checkpoint != nil)
+		}
+	default:
+		s.log.InfoContext(ctx, "run already ended", "execution_id", id, "state", string(run.State))
+		return nil, nil
+	}
+	if errors.Is(err, suspend.ErrConflict) || errors.Is(err, suspend.ErrExpired) {
+		s.log.InfoContext(ctx, "run claimed elsewhere", "execution_id", id, "err", err)
+		return nil, nil
+	}
+	return claimed, err
 }
 
-// watch polls the store for a cancel request while ctx lives, and cancels
-// the run's context (cause CANCELLED) when it finds one. The returned func
-// stops it.
-func (s *Service) watch(ctx context.Context, id string) func() {
-	ctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(s.opts.PollEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			yes, err := s.opts.Store.CancelRequested(ctx, id)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.WarnContext(ctx, "cancel check failed", "execution_id", id, "err", err)
-				}
-				continue
-			}
-			if yes {
-				s.cancelLive(id)
-				return
-			}
+// runClaimed runs claimed, ours now, and returns its document, why its
+// context ended if it did, and whether the claim was lost to another
+// runner meanwhile.
+func (s *Service) runClaimed(ctx context.Context, claimed *suspend.Run) (resp *execution.Response, cause error, lost bool) {
+	id := claimed.ID
+	req, err := decodeRequest(claimed.Body)
+	if err != nil {
+		return execution.Failed(id, fault.Wrap(fault.Internal, err, "reading the recorded request")), nil, false
+	}
+	req.ExecutionID = id
+	return s.runRequest(ctx, claimed, req)
+}
+
+// runRequest runs req under claimed, the claim on its run (see
+// runClaimed).
+func (s *Service) runRequest(ctx context.Context, claimed *suspend.Run, req execution.Request) (resp *execution.Response, cause error, lost bool) {
+	id := claimed.ID
+	if claimed.Takeovers > 0 {
+		if resp, stop := s.takenOver(ctx, claimed, &req); stop {
+			return resp, nil, false
 		}
-	})
-	return func() { stop(); wg.Wait() }
+	}
+	req.Checkpoints = &checkpointer{store: s.opts.Store, id: id, runner: claimed.Runner}
+	rctx, done := s.track(ctx, id, claimed.Principal)
+	rctx, lose := context.WithCancelCause(rctx)
+	stopWatch := s.watch(rctx, id, claimed.Runner, lose)
+	resp = s.Executor.Execute(rctx, req)
+	lost = stopWatch()
+	cause = context.Cause(rctx)
+	lose(nil)
+	done()
+	// A cancel that reached the run stopped it (cause); one that came
+	// after its last step found nothing left to stop, and the document
+	// says how the run ended: a cancel is never recorded for a run that
+	// went on.
+	return resp, cause, lost
 }
 
 // cancelLive stops id if it runs in this process, and reports whether it
@@ -443,6 +466,9 @@ func outcome(resp *execution.Response, cause error) (suspend.State, time.Time) {
 		return suspend.Failed, time.Time{}
 	case resp.Status == execution.StatusCancelled:
 		return suspend.RunCancelled, time.Time{}
+	case resp.Status == execution.StatusFailed:
+		// Failed before it ran (a run taken over that may not go on).
+		return suspend.Failed, time.Time{}
 	}
 	resp.Status = execution.StatusCompleted
 	return suspend.RunCompleted, time.Time{}
@@ -514,7 +540,7 @@ func (s *Service) document(ctx context.Context, run *suspend.Run) *execution.Res
 	var doc *execution.Response
 	switch run.State {
 	case suspend.RunQueued, suspend.RunRunning:
-		doc = &execution.Response{ExecutionID: id, Status: execution.StatusRunning, Logs: []trace.LogEntry{}, CancelRequested: run.CancelRequested}
+		doc = running(id, run)
 	case suspend.Failed:
 		doc = execution.Failed(id, lost(id, run))
 		doc.Status = execution.StatusFailed
@@ -566,8 +592,7 @@ func lost(id string, run *suspend.Run) *fault.Error {
 		}
 	}
 	if run.FailureCode == suspend.CodeRunAbandoned {
-		return &fault.Error{Code: fault.Unavailable, Details: map[string]any{"failure_code": run.FailureCode},
-			Message: fmt.Sprintf("execution %s stopped before it ended: its runner was lost (a crash, or a recycled container) and it is not run again, since its calls up to then may have run", id)}
+		return abandoned(id, run)
 	}
 	return fault.New(fault.Internal, "execution %s failed (%s)", id, run.FailureCode)
 }

@@ -336,31 +336,124 @@ func TestSyncSuspensionKept(t *testing.T) {
 	}
 }
 
-// TestAbandonedRun: a run whose runner died reads as failed once its lease
-// has passed, and is never started again.
-func TestAbandonedRun(t *testing.T) {
+// TestLapsedRunTakenOver: a run whose runner died before any checkpoint
+// reads running while it waits to be taken over; a live runner's run is
+// not taken over; once its lease lapsed the next start takes it over and,
+// nothing having reached the world, runs it from its code, once. One that
+// nothing takes over within the window reads failed, saying why.
+func TestLapsedRunTakenOver(t *testing.T) {
 	d := newDeployment(t)
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	d.clk = func() time.Time { return time.Unix(0, now.Load()) }
-	var id string
-	s := d.process(t, runs.Options{Launch: func(_ context.Context, i string) error { id = i; return nil }})
+	var ids []string
+	s := d.process(t, runs.Options{Launch: func(_ context.Context, i string) error { ids = append(ids, i); return nil }})
 	s.Execute(context.Background(), async(countScript))
-	// A runner claims it, and dies.
+	s.Execute(context.Background(), async(countScript))
+	// A runner claims each, and dies.
 	store := suspend.NewFileRuns(filepath.Join(d.dir, "runs"), suspend.Options{Now: d.clk})
-	if _, err := store.Claim(context.Background(), id, 1, time.Minute); err != nil {
-		t.Fatal(err)
+	for _, id := range ids {
+		if _, err := store.Claim(context.Background(), id, 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if doc, _ := s.Status(context.Background(), id, owner); doc.Status != execution.StatusRunning {
-		t.Fatalf("within the lease: %q", doc.Status)
+	if err := s.Run(context.Background(), ids[0]); err != nil || d.executions.Load() != 0 {
+		t.Fatalf("a live runner's run was run again: %v, %d", err, d.executions.Load())
 	}
 	now.Add(int64(2 * time.Minute))
-	doc, ferr := s.Status(context.Background(), id, owner)
-	if ferr != nil || doc.Status != execution.StatusFailed || doc.Error.Code != fault.Unavailable || !strings.Contains(doc.Error.Message, "runner was lost") {
-		t.Fatalf("past the lease: %+v %+v", doc, ferr)
+	if doc, _ := s.Status(context.Background(), ids[0], owner); doc.Status != execution.StatusRunning {
+		t.Fatalf("lapsed, waiting to be taken over: %q", doc.Status)
 	}
-	if err := s.Run(context.Background(), id); err != nil || d.executions.Load() != 0 {
-		t.Fatalf("a late start ran it: %v, %d", err, d.executions.Load())
+	if err := s.Run(context.Background(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	doc := waitFor(t, s, ids[0], owner)
+	if doc.Status != execution.StatusCompleted || string(doc.Result) != "1" || d.executions.Load() != 1 {
+		t.Fatalf("taken over: %+v, %d executions", doc, d.executions.Load())
+	}
+	if err := s.Run(context.Background(), ids[0]); err != nil || d.executions.Load() != 1 {
+		t.Fatalf("a late start ran it again: %v, %d", err, d.executions.Load())
+	}
+
+	now.Add(int64(suspend.TakeoverWindow))
+	doc, ferr := s.Status(context.Background(), ids[1], owner)
+	if ferr != nil || doc.Status != execution.StatusFailed || doc.Error.Code != fault.Unavailable || !strings.Contains(doc.Error.Message, "could not be continued") {
+		t.Fatalf("never taken over: %+v %+v", doc, ferr)
+	}
+	if err := s.Run(context.Background(), ids[1]); err != nil || d.executions.Load() != 1 {
+		t.Fatalf("an abandoned run ran: %v, %d", err, d.executions.Load())
+	}
+}
+
+// TestHeartbeatKeepsTheClaim: a run that outlives many leases keeps its
+// claim (its runner renews it), is checkpointed before its effects, and no
+// sweep takes it over; it ends completed with its document.
+func TestHeartbeatKeepsTheClaim(t *testing.T) {
+	d := newDeployment(t)
+	s := d.process(t, runs.Options{Lease: 300 * time.Millisecond})
+	resp := s.Execute(context.Background(), async(`await mcp.demo.kv_set({key: "hb", value: 1})
+for (let i = 0; i < 8; i++) await mcp.demo.sleep({ms: 150})
+await mcp.demo.kv_set({key: "hb", value: 2})
+return "done"`))
+	store := suspend.NewFileRuns(filepath.Join(d.dir, "runs"), suspend.Options{})
+	sweeper := d.process(t, runs.Options{Lease: 300 * time.Millisecond})
+	seen := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r, err := store.Load(context.Background(), resp.ExecutionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State == suspend.RunQueued {
+			continue
+		}
+		if r.State != suspend.RunRunning {
+			break
+		}
+		seen = seen || r.HasCheckpoint
+		if n, err := sweeper.Sweep(context.Background()); err != nil || n != 0 {
+			t.Fatalf("a sweep took a live run: %d %v", n, err)
+		}
+	}
+	doc := waitFor(t, s, resp.ExecutionID, owner)
+	if doc.Status != execution.StatusCompleted || !seen {
+		t.Fatalf("document %+v, checkpoint seen %v", doc, seen)
+	}
+}
+
+// TestSweepContinuesALapsedRun: a sweeper finds a run whose runner died
+// (lease lapsed) and continues it from its checkpoint; the runner it was
+// taken from, still alive behind a long pause, loses its claim and stops
+// without recording anything.
+func TestSweepContinuesALapsedRun(t *testing.T) {
+	d := newDeployment(t)
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	d.clk = func() time.Time { return time.Unix(0, now.Load()) }
+	first := d.process(t, runs.Options{Lease: time.Hour})
+	resp := first.Execute(context.Background(), async(`await mcp.demo.kv_set({key: "sw", value: 1})
+await mcp.demo.sleep({ms: 1500})
+await mcp.demo.kv_set({key: "sw", value: 2})
+return "done"`))
+	store := suspend.NewFileRuns(filepath.Join(d.dir, "runs"), suspend.Options{Now: d.clk})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if r, _ := store.Load(context.Background(), resp.ExecutionID); r.HasCheckpoint {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint")
+		}
+	}
+	now.Add(int64(time.Hour + time.Minute)) // the first runner's lease lapses
+	second := d.process(t, runs.Options{Lease: time.Hour})
+	if n, err := second.Sweep(context.Background()); err != nil || n != 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	doc := waitFor(t, second, resp.ExecutionID, owner)
+	if doc.Status != execution.StatusCompleted || string(doc.Result) != `"done"` {
+		t.Fatalf("continued: %+v", doc)
+	}
+	if v, _ := d.kv.Call(context.Background(), "kv_get", json.RawMessage(`{"key": "sw"}`)); !strings.Contains(string(v), `"value":2`) {
+		t.Fatalf("the store holds %s", v)
 	}
 }
 

@@ -26,8 +26,9 @@ import (
 // bounded.
 var blobMagic = []byte("PMLSUSP1")
 
-// encodeSuspension returns s's blob.
-func encodeSuspension(s *guest.Suspension) ([]byte, error) {
+// EncodeSuspension returns s's blob, as the stores keep it (a run's
+// checkpoint holds one too).
+func EncodeSuspension(s *guest.Suspension) ([]byte, error) {
 	rest := *s
 	rest.Memory = nil
 	js, err := json.Marshal(&rest)
@@ -44,8 +45,9 @@ func encodeSuspension(s *guest.Suspension) ([]byte, error) {
 
 var errBadBlob = errors.New("not a stored suspension")
 
-// decodeSuspension parses a blob; the returned Memory aliases b.
-func decodeSuspension(b []byte) (*guest.Suspension, error) {
+// DecodeSuspension parses a blob EncodeSuspension made; the returned
+// Memory aliases b.
+func DecodeSuspension(b []byte) (*guest.Suspension, error) {
 	if !bytes.HasPrefix(b, blobMagic) {
 		return nil, errBadBlob
 	}

@@ -214,8 +214,10 @@ func (f *fileBackend) sweep(ctx context.Context, now time.Time) {
 			_ = f.remove(ctx, m)
 			continue
 		}
-		if m.Body != nil {
-			live[filepath.Base(f.bodyPath(id, m.Body.Key))] = true
+		for _, b := range []*bodyRef{m.Body, m.Checkpoint} {
+			if b != nil {
+				live[filepath.Base(f.bodyPath(id, b.Key))] = true
+			}
 		}
 	}
 	f.sweepLedgers(now)
@@ -243,8 +245,10 @@ func (f *fileBackend) remove(ctx context.Context, m *meta) error {
 		err = os.Remove(f.metaPath(m.ID))
 	}
 	unlock(lock)
-	if err == nil && m.Body != nil {
-		err = f.deleteBody(ctx, m.ID, m.Body)
+	for _, b := range []*bodyRef{m.Body, m.Checkpoint} {
+		if err == nil && b != nil {
+			err = f.deleteBody(ctx, m.ID, b)
+		}
 	}
 	return err
 }

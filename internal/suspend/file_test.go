@@ -195,3 +195,46 @@ func TestFileMissingImage(t *testing.T) {
 		t.Fatalf("claim: %v", err)
 	}
 }
+
+// TestFileSweepKeepsCheckpoints: the hourly sweep of orphaned bodies keeps
+// a live run's checkpoint, however old its file: it is what a takeover
+// continues from.
+func TestFileSweepKeepsCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "runs")
+	clk := newClock()
+	runs := suspend.NewFileRuns(dir, suspend.Options{Now: clk.Now})
+	first := claimRun(t, runs, "ex_long", 2*time.Hour) // a long lease: still held at the sweep
+	if err := runs.Checkpoint(ctx, "ex_long", first.Runner, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	hoursAgo := time.Now().Add(-2 * time.Hour)
+	bodies, _ := filepath.Glob(filepath.Join(dir, "*.body"))
+	if len(bodies) < 2 {
+		t.Fatalf("bodies: %v", bodies)
+	}
+	for _, b := range bodies {
+		if err := os.Chtimes(b, hoursAgo, hoursAgo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Add(time.Hour + time.Second)
+	claimRun(t, runs, "ex_next", 30*time.Second) // the sweep runs as this run is recorded
+	clk.Add(time.Hour)                           // the first runner's lease lapses
+	r, err := runs.Takeover(ctx, "ex_long", mustLoad(t, runs, "ex_long").Version, time.Minute)
+	if err != nil {
+		t.Fatalf("taken over after the sweep: %v", err)
+	}
+	if string(r.Checkpoint) != "state" {
+		t.Fatalf("checkpoint after the sweep: %q", r.Checkpoint)
+	}
+}
+
+func mustLoad(t *testing.T, runs suspend.Runs, id string) *suspend.Run {
+	t.Helper()
+	r, err := runs.Load(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -22,8 +22,11 @@ import (
 // the Store of suspensions, under the same id; the run record keeps the
 // document callers poll). Someone cancelling a running execution sets a
 // flag the runner polls; one that is queued or suspended is settled at
-// once. A claim past its lease (the runner died) is failed with
-// CodeRunAbandoned, never run again: at most once.
+// once. A claim's lease is short and its runner renews it (Renew); a
+// claim past its lease (the runner died) is taken over by another runner
+// (Takeover), which continues the run from its last checkpoint
+// (continuation.go). One that cannot be continued, or that no runner took
+// over within TakeoverWindow, is failed with CodeRunAbandoned.
 //
 // Runs use the suspensions' storage — the same table (partition RUN#<id>
 // beside SUSP#<id>) or a directory of their own — and the same protocol:
@@ -43,8 +46,11 @@ const (
 )
 
 // CodeRunAbandoned is the failure code of a run whose runner did not end
-// its claim within the lease: it is failed, never started again, since its
-// tool calls may already have run.
+// its claim within the lease and that could not be continued (it was
+// taken over MaxTakeovers times without a new checkpoint, its state grew
+// past what checkpoints keep, or nothing took it over within
+// TakeoverWindow): it is failed, never started again from its beginning,
+// since its tool calls may already have run.
 const CodeRunAbandoned fault.Code = "RUN_ABANDONED"
 
 // Run is an asynchronous execution's record.
@@ -57,10 +63,21 @@ type Run struct {
 	// ExpiresAt when the record may go (TTL after it ended or was
 	// accepted; a suspended one's, its suspension's expiry).
 	CreatedAt, UpdatedAt, ExpiresAt time.Time
-	// ClaimedAt, Lease and Runner describe the claim of a running one.
+	// ClaimedAt, Lease and Runner describe the claim of a running one;
+	// RenewedAt is when its runner last renewed the lease (zero: never).
 	ClaimedAt time.Time
+	RenewedAt time.Time
 	Lease     time.Duration
 	Runner    string
+	// Takeovers counts the runners that took the run over since its last
+	// checkpoint; NoContinue says why it cannot be continued, when it
+	// cannot; HasCheckpoint whether it has one.
+	Takeovers     int
+	NoContinue    string
+	HasCheckpoint bool
+	// Checkpoint is its last checkpoint, as its runner kept it (Takeover
+	// hands it out; nil otherwise).
+	Checkpoint []byte
 	// CancelRequested is set on a running one someone cancelled.
 	CancelRequested bool
 	// FailureCode says why a Failed run failed (CodeRunAbandoned).
@@ -109,6 +126,28 @@ type Runs interface {
 	// CancelRequested reports whether someone asked the run to stop: what
 	// a runner polls (the record alone, never its body).
 	CancelRequested(ctx context.Context, id string) (bool, error)
+	// Renew extends the lease of the claim runner holds to lease from
+	// now (the heartbeat), and reports whether someone asked the run to
+	// stop; ErrConflict when the claim is not runner's any more.
+	Renew(ctx context.Context, id, runner string, lease time.Duration) (cancelRequested bool, err error)
+	// Checkpoint replaces the run's checkpoint with blob, for the claim
+	// runner holds (it renews the lease too); ErrConflict when the claim
+	// is not runner's any more. Once it returns, a runner that takes the
+	// run over continues from blob.
+	Checkpoint(ctx context.Context, id, runner string, blob []byte) error
+	// DropCheckpoint records that the run cannot be continued (why), and
+	// drops its checkpoint: a runner that dies now leaves it failed.
+	DropCheckpoint(ctx context.Context, id, runner, why string) error
+	// Takeover claims a running run whose lease has lapsed, at exactly
+	// version, for a new runner: it returns it with a fresh Runner, its
+	// request and its last checkpoint. Of several takeovers one wins; a
+	// run that cannot be continued is failed (CodeRunAbandoned) instead,
+	// and the caller gets a conflict finding it failed.
+	Takeover(ctx context.Context, id string, version int, lease time.Duration) (*Run, error)
+	// Lapsed lists running runs whose lease has lapsed, and queued runs
+	// nothing started within StrandedAfter (at most limit in all), for a
+	// sweeper to launch again.
+	Lapsed(ctx context.Context, limit int) ([]*Run, error)
 }
 
 // NewFileRuns returns a Runs store in dir, a directory of its own (not a
@@ -129,15 +168,15 @@ type runCore struct{ c *core }
 
 func (m *meta) run() *Run {
 	r := &Run{ID: m.ID, Version: m.Version, State: m.State, Principal: m.Principal, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		ExpiresAt: m.ExpiresAt, Lease: m.lease(), Runner: m.Runner, CancelRequested: m.CancelRequested, FailureCode: m.FailureCode}
+		ExpiresAt: m.ExpiresAt, Lease: m.lease(), Runner: m.Runner, CancelRequested: m.CancelRequested, FailureCode: m.FailureCode,
+		Takeovers: m.Takeovers, NoContinue: m.NoContinue, HasCheckpoint: m.Checkpoint != nil}
 	if m.ClaimedAt != nil {
 		r.ClaimedAt = *m.ClaimedAt
 	}
+	if m.RenewedAt != nil {
+		r.RenewedAt = *m.RenewedAt
+	}
 	return r
-}
-
-func (m *meta) runAbandoned(now time.Time) bool {
-	return m.State == RunRunning && m.ClaimedAt != nil && now.After(m.ClaimedAt.Add(m.lease()))
 }
 
 // Create implements Runs.
@@ -151,6 +190,7 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	}
 	now := c.now()
 	next := &meta{ID: r.ID, Version: 1, State: RunQueued, Principal: r.Principal, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(c.opts.TTL)}
+	next.RunKey = waitKey(next.ExpiresAt, r.ID)
 	ref, err := c.writeChecked(ctx, r.ID, 1, r.Body, next.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("suspend: writing run %s: %w", r.ID, err)
@@ -162,6 +202,9 @@ func (rc *runCore) Create(ctx context.Context, r *Run) error {
 	} else if err != nil {
 		return fmt.Errorf("suspend: recording run %s: %w", r.ID, err)
 	}
+	// Listed from the start: a queued run whose launcher died with it
+	// (a pml serve killed) is started by a sweeper.
+	rc.markRunning(ctx, next)
 	if sw, ok := c.b.(sweeper); ok {
 		sw.sweep(ctx, now)
 	}
@@ -201,12 +244,14 @@ func (rc *runCore) Keep(ctx context.Context, r *Run) error {
 	return nil
 }
 
-// abandonRun fails m, a claim past its lease; errStale when m moved on.
+// abandonRun fails m, a claim past its lease that will not be continued;
+// errStale when m moved on.
 func (rc *runCore) abandonRun(ctx context.Context, m *meta, now time.Time) (*meta, error) {
 	return rc.c.failClaim(ctx, m, now, CodeRunAbandoned, maxTime(m.ExpiresAt, now.Add(rc.c.opts.TTL)))
 }
 
-// current reads id's record, failing an abandoned claim first.
+// current reads id's record, failing first a lapsed claim that will not
+// be continued (runAbandoned).
 func (rc *runCore) current(ctx context.Context, id string) (*meta, error) {
 	for range maxAttempts {
 		m, err := rc.c.getMeta(ctx, id)
@@ -288,10 +333,17 @@ func (rc *runCore) Claim(ctx context.Context, id string, version int, lease time
 		next.LeaseMS = lease.Milliseconds()
 		next.Runner = rand.Text()
 		next.ExpiresAt = maxTime(m.ExpiresAt, now.Add(lease))
+		unlisted := next.RunKey == ""
+		if unlisted {
+			next.RunKey = waitKey(next.ExpiresAt, id)
+		}
 		if err := c.b.put(ctx, &next, m.Version); errors.Is(err, errStale) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("suspend: claiming run %s: %w", id, err)
+		}
+		if unlisted {
+			rc.markRunning(ctx, &next)
 		}
 		r := next.run()
 		r.Body = b
@@ -322,7 +374,7 @@ func (rc *runCore) moveRun(ctx context.Context, m *meta, state State, doc []byte
 	next.State = state
 	next.UpdatedAt = now
 	next.ExpiresAt = expires
-	next.Body = nil
+	next.Body, next.Checkpoint = nil, nil
 	if state != Failed {
 		next.FailureCode = ""
 	}
@@ -339,8 +391,13 @@ func (rc *runCore) moveRun(ctx context.Context, m *meta, state State, doc []byte
 		}
 		return err
 	}
-	if m.Body != nil {
-		_ = c.b.deleteBody(ctx, m.ID, m.Body)
+	for _, b := range []*bodyRef{m.Body, m.Checkpoint} {
+		if b != nil {
+			_ = c.b.deleteBody(ctx, m.ID, b)
+		}
+	}
+	if h, ok := runHintFor(m); ok {
+		_ = c.b.unmarkWaiting(ctx, h)
 	}
 	return nil
 }

@@ -142,8 +142,9 @@ func TestRunClaimedOnce(t *testing.T) {
 	})
 }
 
-// TestRunAbandoned: a claim past its lease is failed and never handed out
-// again; its late runner cannot end it.
+// TestRunAbandoned: a claim past its lease waits to be taken over; one
+// that nothing takes over within TakeoverWindow is failed and never handed
+// out again, and its late runner cannot end it.
 func TestRunAbandoned(t *testing.T) {
 	forEachRuns(t, func(t *testing.T, p runsPlace, clk *clock) {
 		ctx := context.Background()
@@ -156,13 +157,17 @@ func TestRunAbandoned(t *testing.T) {
 			t.Fatal(err)
 		}
 		clk.Add(59 * time.Second)
-		if r, err := runs.Load(ctx, "ex_lost"); err != nil || r.State != suspend.RunRunning {
+		if r, err := runs.Load(ctx, "ex_lost"); err != nil || r.State != suspend.RunRunning || r.Lapsed(clk.Now()) {
 			t.Fatalf("within its lease: %+v %v", r, err)
 		}
 		clk.Add(2 * time.Second)
+		if r, err := runs.Load(ctx, "ex_lost"); err != nil || r.State != suspend.RunRunning || !r.Lapsed(clk.Now()) {
+			t.Fatalf("past its lease, waiting to be taken over: %+v %v", r, err)
+		}
+		clk.Add(suspend.TakeoverWindow)
 		r, err := runs.Load(ctx, "ex_lost")
 		if err != nil || r.State != suspend.Failed || r.FailureCode != suspend.CodeRunAbandoned || r.Body != nil {
-			t.Fatalf("past its lease: %+v %v", r, err)
+			t.Fatalf("past the takeover window: %+v %v", r, err)
 		}
 		wantState(t, runs.Finish(ctx, "ex_lost", claimed.Runner, suspend.RunCompleted, []byte("{}"), time.Time{}), suspend.Failed)
 		_, err = runs.Claim(ctx, "ex_lost", r.Version, time.Minute)

@@ -43,6 +43,15 @@ type meta struct {
 	// A session's (sessions.go): how long it lives idle. Runner names the
 	// execution that holds it.
 	IdleMS int64 `json:"idle_ms,omitempty" dynamodbav:"idle_ms,omitempty"`
+	// A running run's continuation (continuation.go): its last
+	// checkpoint, when its runner last renewed its lease, the takeovers
+	// since its last checkpoint, why it cannot be continued (when it
+	// cannot), and its hint in the index of running runs.
+	Checkpoint *bodyRef   `json:"checkpoint,omitempty" dynamodbav:"checkpoint,omitempty"`
+	RenewedAt  *time.Time `json:"renewed_at,omitempty" dynamodbav:"renewed_at,omitempty"`
+	Takeovers  int        `json:"takeovers,omitempty" dynamodbav:"takeovers,omitempty"`
+	NoContinue string     `json:"no_continue,omitempty" dynamodbav:"no_continue,omitempty"`
+	RunKey     string     `json:"run_key,omitempty" dynamodbav:"run_key,omitempty"`
 }
 
 // bodyRef names a stored suspension blob. Key is unique to the write (the
@@ -182,7 +191,7 @@ func (c *core) loadBody(ctx context.Context, m *meta, r *Record) error {
 	if err != nil || blob == nil {
 		return err
 	}
-	s, err := decodeSuspension(blob)
+	s, err := DecodeSuspension(blob)
 	if err != nil {
 		return fmt.Errorf("suspend: %s: %w", m.ID, err)
 	}
@@ -241,14 +250,19 @@ func (c *core) failClaim(ctx context.Context, m *meta, now time.Time, code fault
 	next.FailureCode = code
 	next.UpdatedAt = now
 	next.ExpiresAt = expires
-	next.Body = nil
+	next.Body, next.Checkpoint = nil, nil
 	if err := c.b.put(ctx, &next, m.Version); err != nil {
 		return nil, err
 	}
-	if m.Body != nil {
-		_ = c.b.deleteBody(ctx, m.ID, m.Body)
+	for _, b := range []*bodyRef{m.Body, m.Checkpoint} {
+		if b != nil {
+			_ = c.b.deleteBody(ctx, m.ID, b)
+		}
 	}
 	if h, ok := hintFor(m); ok {
+		_ = c.b.unmarkWaiting(ctx, h)
+	}
+	if h, ok := runHintFor(m); ok {
 		_ = c.b.unmarkWaiting(ctx, h)
 	}
 	return &next, nil
@@ -272,7 +286,7 @@ func (c *core) Save(ctx context.Context, r *Record) error {
 	case len(r.Bridge) > 0 && !json.Valid(r.Bridge):
 		return fmt.Errorf("suspend: %s: bridge data is not JSON: %w", r.ID, ErrInvalid)
 	}
-	blob, err := encodeSuspension(r.Suspension)
+	blob, err := EncodeSuspension(r.Suspension)
 	if err != nil {
 		return fmt.Errorf("suspend: %s: %w", r.ID, err)
 	}

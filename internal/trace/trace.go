@@ -80,7 +80,7 @@ type Approval struct {
 // Call statuses.
 const (
 	StatusParked = "parked"  // waiting for a decision (a durable execution is suspended)
-	StatusNotRun = "not_run" // parked, and the script ended without it
+	StatusNotRun = "not_run" // parked (or held for a checkpoint), and the script ended without it
 )
 
 // Execution is one run of a script: for a durable execution, all its runs
