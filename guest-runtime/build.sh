@@ -13,6 +13,13 @@
 # Environment:
 #   PML_CACHE       download cache (default ~/.cache/pml)
 #   DEBIAN_MIRROR   archive base URL (default: the first .../debian URL apt uses)
+#   PML_GUEST_NAMES=1  keep the wasm function names in the output (the
+#                   code is the same, only the name section differs, so
+#                   wazero's perf map names the functions for perf)
+#   PML_GUEST_PROFILE=1  a profiling guest, never shipped: names kept, and
+#                   the glue marks the phases of a run through a pml.mark
+#                   import that only a host built with the callgrind tag
+#                   provides (internal/guest/profile.go)
 set -euo pipefail
 
 out=${1:?usage: build.sh OUT.wasm}
@@ -134,6 +141,10 @@ cflags=(
   -mbulk-memory -msign-ext -mnontrapping-fptoint
   "-ffile-prefix-map=$work=."
 )
+if [ "${PML_GUEST_PROFILE:-}" = 1 ]; then
+  cflags+=(-DPML_PROFILE)
+  PML_GUEST_NAMES=1
+fi
 objs=()
 for f in "$work/glue.c" "$work/prelude.c" "$src/libregexp.c" "$src/libunicode.c" "$src/cutils.c" "$src/dtoa.c"; do
   o=$work/$(basename "${f%.c}").o
@@ -169,7 +180,9 @@ rm -f "$out.tmp"
 wasm2wat "$out.opt" -o "$work/guest.wat"
 awk -f "$here/loopcheck.awk" "$work/guest.wat" "$work/guest.wat" >"$work/guest-checked.wat" ||
   die "loop instrumentation failed"
-wat2wasm "$work/guest-checked.wat" -o "$out.checked"
+names=()
+[ "${PML_GUEST_NAMES:-}" = 1 ] && names=(--debug-names)
+wat2wasm "${names[@]}" "$work/guest-checked.wat" -o "$out.checked"
 rm -f "$out.opt"
 mv "$out.checked" "$out"
 say "built $out ($(wc -c <"$out") bytes, sha256 $(sha256sum "$out" | cut -c1-16))"

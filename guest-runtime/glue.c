@@ -77,6 +77,19 @@ int32_t host_resolve(const char *server, int32_t server_len, const char *tool, i
 IMPORT("out_of_memory")
 void host_out_of_memory(int32_t size);
 
+/* A profiling build (build.sh with PML_GUEST_PROFILE=1) marks where each
+ * phase of a run begins, for the host to count them apart
+ * (internal/guest/profile.go numbers them); the shipped guest has no such
+ * import and no marks. */
+#ifdef PML_PROFILE
+IMPORT("mark")
+void host_mark(int32_t phase);
+#define PML_MARK(phase) host_mark(phase)
+#else
+#define PML_MARK(phase) ((void)0)
+#endif
+enum { PHASE_GUEST_SETUP = 3, PHASE_COMPILE, PHASE_RUN, PHASE_GUEST_RESULT };
+
 extern const char pml_prelude[];
 extern const unsigned int pml_prelude_len;
 
@@ -203,6 +216,18 @@ static JSValue fn_host_error, fn_bad_args;
 static JSValue empty_args;
 /* The run's mcp object, read by the global `mcp` getter. */
 static JSValue mcp_object;
+/* What mcp_object is built from when the script first reads `mcp`
+ * (native_mcp): the run's tool list and whether the host resolves misses.
+ * Most scripts of a fresh sandbox that never read it pay nothing for the
+ * proxies and closures of its servers. */
+static JSValue mcp_tools, fn_build_mcp;
+static int mcp_resolving;
+/* The run's tool list as the host wrote it (JSON), parsed into mcp_tools on
+ * the first read of `mcp`: a script that never reads it never parses it. */
+static char *mcp_tools_src;
+static size_t mcp_tools_src_len;
+/* A script ran in this realm (a session's next execution finds it set). */
+static int realm_used;
 
 static uint32_t slot_hash(int32_t id) { return (uint32_t)id * 2654435761u; }
 
@@ -744,15 +769,37 @@ static JSValue native_timer(JSContext *c, JSValueConst this_val, int argc, JSVal
     return JS_UNDEFINED;
 }
 
-/* The global `mcp`'s getter: the run's tools. */
-static JSValue native_mcp(JSContext *c, JSValueConst this_val) { return JS_DupValue(c, mcp_object); }
+/* The global `mcp`'s getter: the run's tools, built on the first read. */
+static JSValue native_mcp(JSContext *c, JSValueConst this_val) {
+    if (JS_IsUndefined(mcp_object)) {
+        if (mcp_tools_src) {
+            JSValue t = JS_ParseJSON(c, mcp_tools_src, mcp_tools_src_len, "tools.json");
+            if (JS_IsException(t))
+                return t;
+            js_free(c, mcp_tools_src);
+            mcp_tools_src = NULL;
+            set_value(c, &mcp_tools, t);
+        }
+        JSValue a[2] = {mcp_tools, JS_NewBool(c, mcp_resolving)};
+        JSValue o = JS_Call(c, fn_build_mcp, JS_UNDEFINED, 2, (JSValueConst *)a);
+        if (JS_IsException(o))
+            return o;
+        mcp_object = o;
+        JS_FreeValue(c, mcp_tools);
+        mcp_tools = JS_UNDEFINED;
+    }
+    return JS_DupValue(c, mcp_object);
+}
 
-/* native.setup(mcp, cap, hostError, badArgs): what this run's calls need. */
+/* native.setup(tools, resolving, cap): what this run's calls need; the mcp
+ * object itself waits for its first read. */
 static JSValue native_setup(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     int32_t cap;
-    if (JS_ToInt32(c, &cap, argv[1]))
+    if (JS_ToInt32(c, &cap, argv[2]))
         return JS_EXCEPTION;
-    set_value(c, &mcp_object, JS_DupValue(c, argv[0]));
+    set_value(c, &mcp_object, JS_UNDEFINED);
+    set_value(c, &mcp_tools, JS_DupValue(c, argv[0]));
+    mcp_resolving = JS_ToBool(c, argv[1]);
     if (cap > 0)
         inflight_cap = cap;
     return JS_UNDEFINED;
@@ -850,7 +897,7 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     JS_SetPropertyStr(ctx, native, "tool", JS_NewCFunction(ctx, native_tool, "tool", 2));
     JS_SetPropertyStr(ctx, native, "builtin", JS_NewCFunction(ctx, native_builtin, "builtin", 2));
     JS_SetPropertyStr(ctx, native, "timer", JS_NewCFunction(ctx, native_timer, "timer", 3));
-    JS_SetPropertyStr(ctx, native, "setup", JS_NewCFunction(ctx, native_setup, "setup", 2));
+    JS_SetPropertyStr(ctx, native, "setup", JS_NewCFunction(ctx, native_setup, "setup", 3));
     JS_SetPropertyStr(ctx, native, "mcp", JS_NewCFunction2(ctx, (JSCFunction *)native_mcp, "get mcp", 0, JS_CFUNC_getter, 0));
     JS_SetPropertyStr(ctx, native, "log", JS_NewCFunction(ctx, native_log, "log", 2));
     JS_SetPropertyStr(ctx, native, "fault", JS_NewCFunction(ctx, native_fault, "fault", 1));
@@ -865,6 +912,8 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     fn_fail = JS_GetPropertyStr(ctx, api, "fail");
     fn_host_error = JS_GetPropertyStr(ctx, api, "hostError");
     fn_bad_args = JS_GetPropertyStr(ctx, api, "badArgs");
+    fn_build_mcp = JS_GetPropertyStr(ctx, api, "buildMCP");
+    mcp_tools = JS_UNDEFINED;
     empty_args = JS_NewString(ctx, "{}");
     mcp_object = JS_UNDEFINED;
     JS_FreeValue(ctx, api);
@@ -908,6 +957,27 @@ static int64_t emit_static(const char *s) {
     return pack(out, len);
 }
 
+/* emit_value writes {"ok":true,"value":v} when json_fast can write v:
+ * the packed document, 0 when out of memory, PML_NOT_FAST when v needs
+ * finish() (undefined, functions, getters, toJSON...). */
+#define PML_NOT_FAST (-2)
+static int64_t emit_value(JSValueConst v) {
+    static const char head[] = "{\"ok\":true,\"value\":";
+    int r = json_fast(v);
+    if (r || jbuf_putc('}')) {
+        jbuf_trim();
+        return PML_NOT_FAST;
+    }
+    size_t n = sizeof(head) - 1 + jbuf_len;
+    char *out = malloc(n);
+    if (out) {
+        memcpy(out, head, sizeof(head) - 1);
+        memcpy(out + sizeof(head) - 1, jbuf, jbuf_len);
+    }
+    jbuf_trim();
+    return out ? pack(out, n) : 0;
+}
+
 /* Turn the pending exception into the output document via the prelude. */
 static int64_t emit_exception(void) {
     JSValue exc = JS_GetException(ctx);
@@ -939,10 +1009,22 @@ static int64_t step(void) {
     JSPromiseStateEnum st = JS_PromiseState(ctx, script_promise);
     if (st == JS_PROMISE_PENDING)
         return PML_WAITING;
+    PML_MARK(PHASE_GUEST_RESULT);
     JSValue v = JS_PromiseResult(ctx, script_promise);
     /* Give the reporting code room even if the script exhausted its heap. */
     if (script_mem_limit > 0)
         JS_SetMemoryLimit(rt, (size_t)script_mem_limit + (1 << 20));
+    /* A value json_fast writes (plain data, nothing a script could
+     * observe, and so nothing finish() would refuse) needs no JavaScript:
+     * the document is written here, as finish() would write it. A
+     * session's run goes through finish(), which keeps its bindings. */
+    if (st == JS_PROMISE_FULFILLED && !(run_flags & PML_SESSION)) {
+        int64_t out = emit_value(v);
+        if (out != PML_NOT_FAST) {
+            JS_FreeValue(ctx, v);
+            return out;
+        }
+    }
     JSValue doc = JS_Call(ctx, st == JS_PROMISE_FULFILLED ? fn_finish : fn_fail, JS_UNDEFINED, 1, (JSValueConst *)&v);
     JS_FreeValue(ctx, v);
     if (JS_IsException(doc))
@@ -967,6 +1049,7 @@ static int64_t step(void) {
 __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t cfg_len, const char *code,
                                                          int32_t code_len, int64_t seed, int32_t mem_limit,
                                                          int32_t stack_size, int32_t flags) {
+    PML_MARK(PHASE_GUEST_SETUP);
     /* A session's next execution runs in the realm the previous one left
      * (restored by the host): its promise goes. */
     JS_FreeValue(ctx, script_promise);
@@ -982,9 +1065,44 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     if (!(flags & 1))
         JS_SetInterruptHandler(rt, interrupt_handler, NULL);
 
-    JSValue conf = JS_ParseJSON(ctx, cfg, cfg_len, "config.json");
-    if (JS_IsException(conf))
-        return emit_exception();
+    /* No configuration: the request asks for nothing but the snapshot's
+     * defaults (internal/guest's encodeConfig), which is what setup() would
+     * leave in a realm that never ran a script: no tools, args null, the
+     * default caps. A realm that ran one (a session's) goes through
+     * setup() as ever. */
+    /* After the document, a NUL and the tool list (JSON holds no raw NUL). */
+    const char *tools = cfg_len > 0 ? memchr(cfg, 0, (size_t)cfg_len) : NULL;
+    int32_t tools_len = 0;
+    if (tools) {
+        tools_len = cfg_len - (int32_t)(tools - cfg) - 1;
+        cfg_len = (int32_t)(tools - cfg);
+        tools++;
+    }
+    int defaults = cfg_len == 0 && !realm_used;
+    realm_used = 1;
+    JSValue conf = JS_UNDEFINED;
+    if (defaults) {
+        set_value(ctx, &mcp_tools, JS_NewArray(ctx));
+        mcp_resolving = 0;
+    } else {
+        conf = cfg_len == 0 ? JS_NewObject(ctx) : JS_ParseJSON(ctx, cfg, cfg_len, "config.json");
+        if (JS_IsException(conf))
+            return emit_exception();
+    }
+    if (mcp_tools_src) {
+        js_free(ctx, mcp_tools_src);
+        mcp_tools_src = NULL;
+    }
+    if (tools_len > 0) {
+        mcp_tools_src = js_malloc(ctx, (size_t)tools_len + 1);
+        if (!mcp_tools_src) {
+            JS_FreeValue(ctx, conf);
+            return emit_exception();
+        }
+        memcpy(mcp_tools_src, tools, (size_t)tools_len);
+        mcp_tools_src[tools_len] = 0;
+        mcp_tools_src_len = (size_t)tools_len;
+    }
     /* Memory limit after the config is in, so a tool list never counts
      * against the script; it is set before any user code is parsed. */
     script_mem_limit = mem_limit;
@@ -1012,14 +1130,16 @@ __attribute__((export_name("pml_run"))) int64_t pml_run(const char *cfg, int32_t
     /* Every value is freed once used: a fresh sandbox is thrown away
      * whole, but a session's realm lives on, and what one execution leaks
      * the next would carry. */
-    JSValue args = JS_Call(ctx, fn_setup, JS_UNDEFINED, 1, (JSValueConst *)&conf);
+    JSValue args = defaults ? JS_NULL : JS_Call(ctx, fn_setup, JS_UNDEFINED, 1, (JSValueConst *)&conf);
     JS_FreeValue(ctx, conf);
     if (JS_IsException(args)) {
         free(src);
         return emit_exception();
     }
+    PML_MARK(PHASE_COMPILE);
     JSValue fn = JS_Eval(ctx, src, src_len, "main.js", JS_EVAL_TYPE_GLOBAL);
     free(src);
+    PML_MARK(PHASE_RUN);
     if (JS_IsException(fn)) {
         JS_FreeValue(ctx, args);
         return emit_exception();
@@ -1054,6 +1174,7 @@ __attribute__((export_name("pml_inbox"))) char *pml_inbox(int32_t len) {
  * in the inbox: the static one when shorter than it), runs what it
  * unblocked and returns like pml_run. */
 __attribute__((export_name("pml_resume"))) int64_t pml_resume(int32_t id, int32_t ok, int32_t len) {
+    PML_MARK(PHASE_RUN);
     char *in = len < (int32_t)sizeof(inbox_small) ? inbox_small : inbox;
     if (!in)
         return emit_static("{\"ok\":false,\"error\":{\"code\":\"LIMIT_EXCEEDED\",\"limit\":\"memory\",\"message\":\"out of memory receiving a tool result\"}}");

@@ -185,8 +185,20 @@
 
   function guard(target, describe, candidates, resolveKey) {
     const obj = ObjectCreate(missing(describe, candidates, resolveKey));
-    for (const k of ObjectKeys(target)) obj[k] = target[k];
+    const keys = ObjectKeys(target);
+    for (let i = 0; i < keys.length; i++) defineProperty(obj, keys[i], own(target[keys[i]]));
     return ObjectFreeze(obj);
+  }
+
+  // own(v) describes a plain data property: a descriptor without a
+  // prototype, so no getter a script put on Object.prototype ("get",
+  // "value"...) is read as part of it.
+  function own(v) {
+    return { __proto__: null, value: v, writable: true, enumerable: true, configurable: true };
+  }
+  // append(a, v) is a.push(v) that no script can intercept.
+  function append(a, v) {
+    defineProperty(a, a.length, own(v));
   }
 
   // Calls cross to the host by tool index (the position in this run's tool
@@ -211,10 +223,13 @@
   }
 
   // buildMCP makes the mcp object from the run's tools, [server, name,
-  // server, name, …], a call's index being the tool's position. Every fresh
-  // sandbox pays this per tool on every run, so it is one pass with no
-  // intermediate copies: each server's object is filled as a plain object,
-  // then put over its miss-catching proxy and frozen. With resolving set,
+  // server, name, …], a call's index being the tool's position. The glue
+  // builds it when the script first reads `mcp` (a script that never does
+  // pays nothing for its tools), so it may run after the script replaced
+  // any built-in: it calls no method of an array or object it did not
+  // capture, and defines properties rather than assigning them. It is one
+  // pass with no intermediate copies: each server's object is filled as a
+  // plain object, then put over its miss-catching proxy and frozen. With resolving set,
   // misses ask the host (native.resolve), which appends what it finds to
   // the run's tool list and answers its index; each name found is kept, so
   // it is asked once per run.
@@ -235,8 +250,8 @@
         fns = servers[server] = ObjectCreate(null);
         names[server] = [];
       }
-      names[server].push(name);
-      all.push(server + "." + name);
+      append(names[server], name);
+      append(all, server + "." + name);
       fns[name] = toolFn(index, server, name);
     }
     function lazyTool(server) {
@@ -263,7 +278,9 @@
       }
       return obj;
     }
-    for (const server of ObjectKeys(servers)) {
+    const serverNames = ObjectKeys(servers);
+    for (let i = 0; i < serverNames.length; i++) {
+      const server = serverNames[i];
       const list = names[server];
       ObjectSetPrototypeOf(servers[server], missing((k) => server + "." + k, () => list.map((n) => server + "." + n), lazyTool(server)));
       ObjectFreeze(servers[server]);
@@ -442,12 +459,17 @@
   // ran: this realm has run a script before (a session's next execution
   // restored it); a fresh sandbox has nothing to forget.
   let ran = false;
+  const argsDescriptor = { writable: true, enumerable: false, configurable: true };
+  defineProperty(globalObject, "args", { value: null, ...argsDescriptor });
   function setup(cfg) {
+    const fresh = !ran;
     if (ran) reset();
     ran = true;
     if (cfg.max_timers > 0) maxTimers = cfg.max_timers;
     session = cfg.session === true;
-    native.setup(buildMCP(cfg.tools || [], cfg.resolve === true), cfg.in_flight > 0 ? cfg.in_flight : 0);
+    // The mcp object is built when the script first reads it, from the
+    // tool list the glue keeps (the host sends it beside this document).
+    native.setup([], cfg.resolve === true, cfg.in_flight > 0 ? cfg.in_flight : 0);
     if (cfg.globals) {
       for (const k of ObjectKeys(cfg.globals)) defineProperty(globalObject, k, { value: cfg.globals[k], ...hidden });
     }
@@ -455,10 +477,13 @@
     // The input is also globalThis.args, for a script that declares its
     // own `args` (which then runs without the parameter). A session's
     // earlier script may have made that name its own for good (not
-    // configurable): the parameter still holds the input then.
-    try {
-      defineProperty(globalObject, "args", { value: args, writable: true, enumerable: false, configurable: true });
-    } catch (_) {}
+    // configurable): the parameter still holds the input then. A fresh
+    // sandbox without input finds it as the snapshot defined it (null).
+    if (!fresh || args !== null) {
+      try {
+        defineProperty(globalObject, "args", { value: args, ...argsDescriptor });
+      } catch (_) {}
+    }
     return args;
   }
 
@@ -537,5 +562,5 @@
     return e;
   }
 
-  return { setup, finish, fail, hostError, badArgs };
+  return { setup, finish, fail, hostError, badArgs, buildMCP };
 })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -21,6 +22,44 @@ func BenchmarkFreshSandbox(b *testing.B) {
 			b.Fatal(r.Err)
 		}
 	}
+}
+
+// BenchmarkFreshSandboxSteady is a fresh execution of `return 1+1` as a
+// warm service runs one: it takes a reset instance from the pool, and the
+// retire loop resets it after, before the next run starts (untimed), so no
+// run instantiates. Each run's work is then the same, which is what an
+// instruction count of it wants (docs/BENCHMARKS.md, "Guest instructions
+// per fresh execution and fib(25)": a run under callgrind with the
+// callgrind build tag counts each phase). The benchmark's goroutine keeps
+// its thread: callgrind counts a phase per thread.
+func BenchmarkFreshSandboxSteady(b *testing.B) {
+	steady(b, guest.Request{Code: "return 1+1"})
+}
+
+// BenchmarkFreshSandboxSteadyDemoTools is BenchmarkFreshSandboxSteady with
+// the demo tools in the request, as pml bench's fresh sandbox runs it.
+func BenchmarkFreshSandboxSteadyDemoTools(b *testing.B) {
+	steady(b, guest.Request{Code: "return 1+1", Tools: guest.DemoTools(), Host: guest.DemoHost{}})
+}
+
+func steady(b *testing.B, req guest.Request) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ctx := context.Background()
+	created := engine.Stats().Created
+	for b.Loop() {
+		before := engine.Stats()
+		r := engine.Run(ctx, req)
+		if !r.OK {
+			b.Fatal(r.Err)
+		}
+		b.StopTimer()
+		for s := engine.Stats(); s.Reused == before.Reused && s.Closed == before.Closed; s = engine.Stats() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(engine.Stats().Created-created)/float64(b.N), "instantiated/op")
 }
 
 // BenchmarkFreshSandbox16Tools is BenchmarkFreshSandbox with 16 tools in

@@ -275,6 +275,21 @@ Object.defineProperty(Object.prototype, "index", {set(v) { grab(v) }, configurab
 			jsonEq(t, leak.Value, "0")
 		})
 	}
+	// The mcp object is built on the script's first read of it, so after
+	// whatever the script replaced: building it must call nothing the
+	// script can reach (push, iterators, descriptors read through
+	// Object.prototype).
+	t.Run("mcp first read after the built-ins broke", func(t *testing.T) {
+		const broken = `const define = Object.defineProperty, names = ["get", "set", "value", "writable", "enumerable", "configurable"];
+for (let i = 0; i < 64; i++) define(Array.prototype, i, {set(v) { throw new Error("index " + i) }, configurable: true});
+Array.prototype.push = () => { throw new Error("push") };
+Array.prototype[Symbol.iterator] = function () { throw new Error("iterator") };
+for (let i = 0; i < names.length; i++) { const k = names[i]; define(Object.prototype, k, {__proto__: null, get() { throw new Error(k) }, configurable: true}) }
+`
+		r := run(t, broken+"const r = await mcp.demo.add({a: 1, b: 2}); return [r, Object.keys(mcp).length > 0, typeof mcp.demo.echo]\n")
+		mustOK(t, r)
+		jsonEq(t, r.Value, `[3,true,"function"]`)
+	})
 	t.Run("a forged host error through replaced built-ins", func(t *testing.T) {
 		r := run(t, trap+"throw Object.assign(new Error('x'), {code: 'TIMEOUT'})")
 		if r.OK || r.Err.Code != fault.ScriptError {

@@ -287,7 +287,10 @@ func (e *Engine) retireLoop() {
 	ctx := context.Background()
 	for r := range e.retire {
 		e.inUse.Add(-1)
-		if r.reusable && e.pool != nil && e.snap.reset(r.in) {
+		markReset(true)
+		ok := r.reusable && e.pool != nil && e.snap.reset(r.in)
+		markReset(false)
+		if ok {
 			select {
 			case e.pool <- r.in:
 				e.stats.reused.Add(1)
@@ -413,6 +416,8 @@ func (e *Engine) enter() bool {
 // Run executes one request in a fresh sandbox. It always returns a Result;
 // failures are in Result.Err.
 func (e *Engine) Run(ctx context.Context, req Request) *Result {
+	mark(phaseHostSetup)
+	defer mark(phaseNone)
 	start := time.Now()
 	res := &Result{ExecutionID: req.ExecutionID, StartedAt: start, Logs: []trace.LogEntry{}, Calls: nil}
 	if res.ExecutionID == "" {
@@ -445,7 +450,9 @@ func (e *Engine) Run(ctx context.Context, req Request) *Result {
 		return finish(fault.New(fault.ResumeIncompatible, "the session's state was saved by guest build %s; this engine runs %s", req.From.GuestHash, e.wasmHash))
 	}
 
+	mark(phaseRestore)
 	in, ierr := e.instance(ctx)
+	mark(phaseHostSetup)
 	if ierr != nil {
 		return finish(fault.Wrap(fault.SandboxError, ierr, "preparing a sandbox"))
 	}

@@ -489,3 +489,14 @@ func TestBigPayloadsAreHashedNotStored(t *testing.T) {
 		t.Fatal("a payload body reached the trace")
 	}
 }
+
+// TestFreshDefaults: a request without tools, input or session runs with
+// no configuration at all (the snapshot's defaults): args is null, mcp has
+// no tools and says so, the globals are there.
+func TestFreshDefaults(t *testing.T) {
+	r := engine.Run(context.Background(), guest.Request{Code: `let miss;
+try { mcp.demo.add } catch (e) { miss = e.code }
+return [args, globalThis.args, Object.keys(mcp).length, miss, typeof setTimeout, typeof console.log, typeof tools.search]`})
+	mustOK(t, r)
+	jsonEq(t, r.Value, `[null, null, 0, "TOOL_NOT_FOUND", "function", "function", "function"]`)
+}

@@ -125,14 +125,47 @@ func (x *execution) shutdown() {
 	x.wg.Wait()
 }
 
-// encodeConfig prepares the JSON document the guest's setup() reads.
+// guestInFlight is the cap on calls in flight the guest's snapshot holds
+// before any configuration (glue.c's inflight_cap); maxTimers is the
+// prelude's own default likewise.
+const guestInFlight = 16
+
+// encodeConfig prepares what the guest's pml_run reads: the JSON document
+// setup() reads and, after a NUL, the run's tools as JSON, [server, name,
+// server, name, …] (a flat list of strings is the cheapest JSON for the
+// guest to read), which the guest parses only when the script first reads
+// `mcp`. A request that asks nothing but the snapshot's defaults (no
+// input, globals, session or resolving host; the default caps) has an
+// empty document: the guest then skips parsing it and the prelude's setup.
+// JSON never holds a raw NUL, so the first one ends the document.
 func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
+	var b []byte
+	if _, resolves := req.Host.(Resolver); resolves || len(req.Args) > 0 ||
+		len(req.Globals) > 0 || req.Session || limits.InFlight != guestInFlight {
+		var ferr *fault.Error
+		if b, ferr = encodeSetup(req, limits); ferr != nil {
+			return nil, ferr
+		}
+	}
+	if len(req.Tools) == 0 {
+		return b, nil
+	}
+	names := make([]string, 0, 2*len(req.Tools))
+	for _, t := range req.Tools {
+		names = append(names, t.Server, t.Name)
+	}
+	tools, err := json.Marshal(names)
+	if err != nil {
+		return nil, fault.Wrap(fault.InvalidRequest, err, "encoding the tool list")
+	}
+	b = append(b, 0)
+	return append(b, tools...), nil
+}
+
+// encodeSetup is the document setup() reads (descriptions stay on the
+// host, which serves tools.search and tools.describe).
+func encodeSetup(req Request, limits Limits) ([]byte, *fault.Error) {
 	doc := struct {
-		// Tools are [server, name, server, name, …]: a flat list of
-		// strings is the cheapest JSON for the guest to read, and building
-		// the mcp object from it is per-run work (descriptions stay on the
-		// host, which serves tools.search and tools.describe).
-		Tools []string `json:"tools"`
 		// Resolve says the host resolves names the list lacks.
 		Resolve  bool                       `json:"resolve,omitempty"`
 		Args     json.RawMessage            `json:"args,omitempty"`
@@ -143,10 +176,6 @@ func encodeConfig(req Request, limits Limits) ([]byte, *fault.Error) {
 		Session bool `json:"session,omitempty"`
 	}{InFlight: limits.InFlight, Timers: maxTimers, Globals: req.Globals, Session: req.Session}
 	_, doc.Resolve = req.Host.(Resolver)
-	doc.Tools = make([]string, 0, 2*len(req.Tools))
-	for _, t := range req.Tools {
-		doc.Tools = append(doc.Tools, t.Server, t.Name)
-	}
 	if len(req.Args) > 0 {
 		if !json.Valid(req.Args) {
 			return nil, fault.New(fault.InvalidRequest, "args is not valid JSON")

@@ -37,6 +37,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	fn("poll", hostPoll, nil, []api.ValueType{i32})
 	fn("resolve", hostResolve, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32})
 	fn("out_of_memory", hostOutOfMemory, []api.ValueType{i32}, nil)
+	defineProfileImports(pml)
 	if _, err := pml.Instantiate(ctx); err != nil {
 		return fmt.Errorf("guest: host module pml: %w", err)
 	}

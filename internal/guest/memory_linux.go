@@ -4,7 +4,6 @@ package guest
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -37,8 +36,6 @@ const MemoryCharged = true
 type mappedMemory struct {
 	mapping []byte
 	image   int // bytes at the start that map the image (0: none)
-	// pending is the image mapImage will map (nil: none, or mapped).
-	pending *image
 	// size is the length Reallocate last returned. Growth past it is
 	// charged to budget, the run's (bind); charged is what budget granted
 	// and gets back when the mapping goes.
@@ -83,28 +80,12 @@ func allocateMapped(img *image, max uint64) *mappedMemory {
 	}
 	m := &mappedMemory{mapping: b}
 	if img != nil && uint64(img.size) <= max {
-		m.pending = img
+		// The image replaces the start of the reservation in place.
+		if _, err := mmapFixed(b, img.fd, img.size); err == nil {
+			m.image = img.size
+		}
 	}
 	return m
-}
-
-// mapImage maps the image (where allocateMapped was given one) over the
-// start of the reservation in place, replacing what is there. It runs once
-// the instance is made, not when the memory is: instantiating writes the
-// module's data segments into memory, and written into the image's
-// copy-on-write pages they would make ~28 of them (the guest's whole data
-// section, 112 KiB) private copies, held by every instance for its life —
-// over bytes the image has anyway, as pml_init left them. Written into the
-// bare reservation instead, they go with the pages this mapping replaces.
-func (m *mappedMemory) mapImage() {
-	img := m.pending
-	m.pending = nil
-	if img == nil || m.mapping == nil {
-		return
-	}
-	if _, err := mmapFixed(m.mapping, img.fd, img.size); err == nil {
-		m.image = img.size
-	}
 }
 
 // mmapFixed maps fd privately over the first n bytes of dst.
@@ -195,6 +176,17 @@ func (m *mappedMemory) reset(size int, img *image) bool {
 		}
 	}
 	return true
+}
+
+// forgetWrites makes every page of the image read as the image's own
+// again, dropping whatever was written over them: at instantiation wazero
+// writes the guest's data segments over the mapping (the same bytes the
+// image holds there), which would otherwise leave those pages private
+// copies in every instance, found written, and copied back, by every reset.
+func (m *mappedMemory) forgetWrites() {
+	if m.image > 0 && m.mapping != nil {
+		_ = unix.Madvise(m.mapping[:m.image], unix.MADV_DONTNEED)
+	}
 }
 
 // populate faults in the pages of b for writing, in one call rather than a
@@ -307,6 +299,9 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 		table = f
 	}
 	n := (size + pageSize - 1) / pageSize
+	if n == 0 {
+		return nil, true
+	}
 	if cap(m.entries) < n*8 {
 		m.entries = make([]byte, n*8)
 	}
@@ -315,10 +310,21 @@ func (m *mappedMemory) dirtyPages(size int) ([]int, bool) {
 	if _, err := table.ReadAt(entries, int64(base/pageSize*8)); err != nil {
 		return nil, false
 	}
+	// The kernel writes the entries as native 64-bit words. The scan runs
+	// on every reset over every page of the memory, nearly all of them
+	// untouched: one pass of word tests (pageWritten's rule, split at the
+	// image's end), no decoding per entry.
+	words := unsafe.Slice((*uint64)(unsafe.Pointer(&entries[0])), n)
+	split := min(n, (m.image+pageSize-1)/pageSize)
 	out := m.dirty[:0]
-	for i := range n {
-		if pageWritten(binary.LittleEndian.Uint64(entries[i*8:]), i*pageSize < m.image) {
+	for i, e := range words[:split] {
+		if pageWritten(e, true) {
 			out = append(out, i)
+		}
+	}
+	for i, e := range words[split:] {
+		if pageWritten(e, false) {
+			out = append(out, split+i)
 		}
 	}
 	m.dirty = out

@@ -27,7 +27,7 @@ type mappedMemory struct{ image int }
 
 func (*mappedMemory) reset(int, *image) bool { return false }
 
-func (*mappedMemory) mapImage() {}
+func (*mappedMemory) forgetWrites() {}
 
 func (*mappedMemory) bind(context.Context) {}
 

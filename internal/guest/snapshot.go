@@ -229,9 +229,6 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 		return nil, fmt.Errorf("guest: instantiate: %w", err)
 	}
 	in.mod = m
-	if in.mem != nil {
-		in.mem.mapImage()
-	}
 	mem := m.Memory()
 	if cur := mem.Size() / 65536; cur < s.pages {
 		if _, ok := mem.Grow(s.pages - cur); !ok {
@@ -239,7 +236,9 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 			return nil, fmt.Errorf("guest: cannot grow memory to %d pages", s.pages)
 		}
 	}
-	if in.mem == nil || in.mem.image == 0 {
+	if in.mem != nil && in.mem.image != 0 {
+		in.mem.forgetWrites()
+	} else {
 		// No image under this memory: write the snapshot into it (the
 		// whole image, in the rare case that mapping it failed here).
 		in.mem = nil

@@ -28,9 +28,12 @@ type outputDoc struct {
 // run calls pml_run on a fresh instance and decodes its answer.
 func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *fault.Error) {
 	ctx := context.WithValue(x.ctx, execKey{}, x)
-	cfgPtr, ferr := x.put(ctx, in, cfg, "loading the configuration")
-	if ferr != nil {
-		return nil, ferr
+	var cfgPtr uint32
+	if len(cfg) > 0 { // none: the snapshot's defaults (see encodeConfig)
+		var ferr *fault.Error
+		if cfgPtr, ferr = x.put(ctx, in, cfg, "loading the configuration"); ferr != nil {
+			return nil, ferr
+		}
 	}
 	codePtr, ferr := x.put(ctx, in, []byte(x.req.Code), "loading the code")
 	if ferr != nil {
@@ -46,6 +49,7 @@ func (x *execution) run(in *instance, cfg []byte, seed int64) (*outputDoc, *faul
 	ret, err := in.fn(exRun).Call(ctx,
 		uint64(cfgPtr), uint64(len(cfg)), uint64(codePtr), uint64(len(x.req.Code)),
 		uint64(seed), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes), flags)
+	mark(phaseHostResult)
 	if err != nil {
 		return nil, x.trapError(err)
 	}
