@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/pml-sandbox/pml/internal/approval"
 	"github.com/pml-sandbox/pml/internal/approvalpage"
@@ -43,6 +42,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/redact"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
+	"github.com/pml-sandbox/pml/internal/ssmparam"
 	"github.com/pml-sandbox/pml/internal/suspend"
 	"github.com/pml-sandbox/pml/internal/toolsource"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
@@ -470,7 +470,20 @@ func FunctionFromEnv(ctx context.Context, log *slog.Logger) (*App, error) {
 // INVALID_REQUEST.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a := &App{log: log}
+	// The engine loads (wazero decodes and validates the guest's code,
+	// ~20 ms of CPU even with its machine code cached) while the rest is
+	// built — a server list or a policy set fetched, clients made — on
+	// the other core; it is joined where the service needs it.
+	var opening *openingEngine
+	if cfg.Engine == nil {
+		opening = openEngineAsync(ctx, cfg, log)
+	}
 	fail := func(err error) (*App, error) {
+		if opening != nil {
+			if eng, _, err := opening.join(); err == nil {
+				_ = eng.Close(ctx)
+			}
+		}
 		a.Close(ctx)
 		return nil, err
 	}
@@ -483,21 +496,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return fail(err)
 	}
 	a.Metrics = rec
-	eng := cfg.Engine
-	if eng == nil {
-		opened, cached, err := openEngine(ctx, cfg, log)
-		if err != nil {
-			return fail(fmt.Errorf("guest engine: %w", err))
-		}
-		cached.log(log)
-		if rec != nil {
-			rec.ColdStart()
-			rec.GuestCache(cached.hit)
-		}
-		eng = opened
-		a.closers = append(a.closers, eng.Close)
-	}
-	a.Engine = eng
 
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.ServersParam != "" {
@@ -608,12 +606,38 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.Ranker = &ranking.Ranker{Capabilities: index.List, Store: a.Learn, Related: related(store), Log: log}
 	a.closers = append(a.closers, a.Ranker.Close)
+	eng, err := a.joinEngine(opening, cfg.Engine, rec)
+	opening = nil
+	if err != nil {
+		return fail(err)
+	}
 	a.Service = executor.New(eng, executor.Options{Sources: sources, Sink: a.Sink, Logger: log, Suspensions: a.Suspensions, Counter: counter,
 		Policy: cfg.Approval.Policy, Notify: notify.suspended, MaxTimeout: cfg.MaxTimeout, Learner: learner, Ranker: a.Ranker,
 		Sessions: a.Sessions, SessionTTL: cfg.Suspensions.SessionTTL, SessionMaxBytes: cfg.Suspensions.SessionMaxBytes,
 		Answerer: cfg.Answerer, Journal: a.Journal, MaxGrant: cfg.Approval.MaxGrant, Traces: store})
 	a.runner.Executor = a.Service
 	return a, nil
+}
+
+// joinEngine waits for the engine opening began (none: cfg.Engine, the
+// caller's) and makes it the app's.
+func (a *App) joinEngine(opening *openingEngine, given *guest.Engine, rec metrics.Recorder) (*guest.Engine, error) {
+	if opening == nil {
+		a.Engine = given
+		return given, nil
+	}
+	eng, cached, err := opening.join()
+	if err != nil {
+		return nil, fmt.Errorf("guest engine: %w", err)
+	}
+	cached.log(a.log)
+	if rec != nil {
+		rec.ColdStart()
+		rec.GuestCache(cached.hit)
+	}
+	a.closers = append(a.closers, eng.Close)
+	a.Engine = eng
+	return eng, nil
 }
 
 // related reads the trace store's co-occurrence for the ranker.
@@ -717,11 +741,11 @@ func (a *App) serversFromSSM(ctx context.Context, name string, kinds []toolsourc
 	if err != nil {
 		return nil, err
 	}
-	out, err := ssm.NewFromConfig(cfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
+	v, err := ssmparam.Get(ctx, cfg, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading MCP servers from SSM parameter %s: %w", name, err)
 	}
-	return serverconfig.Parse(name, []byte(aws.ToString(out.Parameter.Value)), Kinds(kinds...))
+	return serverconfig.Parse(name, []byte(v), Kinds(kinds...))
 }
 
 // awsConfig loads the AWS SDK configuration once, when something first

@@ -94,6 +94,32 @@ var (
 	errNoShipped  = errors.New("no shipped cache configured")
 )
 
+// openingEngine is an engine being opened on a goroutine of its own
+// (openEngineAsync).
+type openingEngine struct {
+	done   chan struct{}
+	eng    *guest.Engine
+	cached cacheOutcome
+	err    error
+}
+
+// openEngineAsync begins openEngine on a goroutine of its own; join waits
+// for it. The caller must join it (and close what it opened).
+func openEngineAsync(ctx context.Context, cfg Config, log *slog.Logger) *openingEngine {
+	o := &openingEngine{done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		o.eng, o.cached, o.err = openEngine(ctx, cfg, log)
+	}()
+	return o
+}
+
+// join waits for the engine and returns what openEngine did.
+func (o *openingEngine) join() (*guest.Engine, cacheOutcome, error) {
+	<-o.done
+	return o.eng, o.cached, o.err
+}
+
 // openEngine builds the guest engine over cfg.CacheDir, having first
 // overlaid the shipped cache on it, and says how the code was obtained.
 // Whether wazero compiled is read from the cache directory, not inferred

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	"github.com/aws/aws-sdk-go-v2/service/verifiedpermissions"
 
 	"github.com/pml-sandbox/pml/internal/approval"
@@ -19,6 +18,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/policy/avp"
 	"github.com/pml-sandbox/pml/internal/policy/source"
 	"github.com/pml-sandbox/pml/internal/policy/usage"
+	"github.com/pml-sandbox/pml/internal/ssmparam"
 )
 
 // The policy set's settings (docs/POLICY.md).
@@ -131,7 +131,7 @@ func (a *App) policyClients() source.Clients {
 			if err != nil {
 				return nil, err
 			}
-			return ssm.NewFromConfig(cfg), nil
+			return ssmparam.Client{Config: cfg}, nil
 		},
 	}
 }

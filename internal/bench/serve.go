@@ -79,7 +79,7 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 			Compare: compare["serve_throughput_one_call_rps"]},
 	}
 	progress(fmt.Sprintf("memory per concurrent execution (%d held)", HeldExecutions))
-	rss, heap, err := s.memoryPerExecution(ctx, HeldExecutions)
+	mem, err := s.memoryPerExecution(ctx, HeldExecutions)
 	if errors.Is(err, errNoRSS) {
 		progress("memory per concurrent execution: " + err.Error())
 		return figs, nil
@@ -88,9 +88,10 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 		return nil, err
 	}
 	return append(figs,
-		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held)", HeldExecutions), Value: rss, Unit: "KiB", Target: "≤ 256 KiB",
+		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held)", HeldExecutions), Value: mem.RSS, Unit: "KiB", Target: "≤ 256 KiB",
 			Compare: compare["memory_per_concurrent_execution_kib"]},
-		Figure{Key: "memory_per_concurrent_execution_go_heap_kib", Name: "same, live Go heap", Value: heap, Unit: "KiB"},
+		Figure{Key: "memory_per_concurrent_execution_private_kib", Name: "same, private (RssAnon: Go heap, stacks, the guests' own pages)", Value: mem.Private, Unit: "KiB"},
+		Figure{Key: "memory_per_concurrent_execution_go_heap_kib", Name: "same, live Go heap", Value: mem.Heap, Unit: "KiB"},
 	), nil
 }
 
@@ -109,6 +110,9 @@ type served struct {
 	done   chan error
 	tmp    string
 	client *http.Client
+	// onIdle and onHeld, when set, run right after the memory figure's
+	// idle and held samples (a benchmark's breakdown and heap profile).
+	onIdle, onHeld func()
 }
 
 // startServed starts the server; cacheDir is the engine's compilation
@@ -293,15 +297,25 @@ func (s *served) throughput(ctx context.Context, code string, clients int, warm,
 	return float64(n) / elapsed.Seconds(), nil
 }
 
+// heldMemory is what one held execution costs, in KiB: the rise of the
+// process's resident memory (VmRSS), of its private part (RssAnon: the Go
+// heap and stacks, and the guests' pages written, not the image's pages
+// they share, which VmRSS counts once per instance mapping them) and of
+// the live Go heap.
+type heldMemory struct{ RSS, Private, Heap float64 }
+
 // memoryPerExecution holds n executions at once, each awaiting a long
 // demo.sleep on the demo MCP server, and returns what each costs: the rise
 // of the process's resident memory and of the Go heap over idle, divided
-// by n, in KiB. Both samples come after a collection that returns freed
-// memory to the OS, so they count what is held, not garbage.
-func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB float64, err error) {
-	rss0, heap0, err := sampleMemory()
+// by n. Both samples come after a collection that returns freed memory to
+// the OS, so they count what is held, not garbage.
+func (s *served) memoryPerExecution(ctx context.Context, n int) (mem heldMemory, err error) {
+	m0, err := sampleMemory()
 	if err != nil {
-		return 0, 0, err
+		return mem, err
+	}
+	if s.onIdle != nil {
+		s.onIdle()
 	}
 	// The pool counts a call when it is answered, so each execution makes
 	// one quick call first: once all n are answered, every execution has
@@ -310,7 +324,7 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB
 	// closing a request's connection ends its execution.
 	body, err := json.Marshal(map[string]string{"code": "await mcp.demo.echo({}); await mcp.demo.sleep({ms: 30000}); return 1"})
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: %w", err)
+		return mem, fmt.Errorf("bench: %w", err)
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -334,10 +348,19 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB
 	}
 	err = waitFor(hctx, 10*time.Second, held)
 	if err == nil {
-		var rss1, heap1 uint64
-		if rss1, heap1, err = sampleMemory(); err == nil {
-			rssKiB = (float64(rss1) - float64(rss0)) / 1024 / float64(n)
-			heapKiB = (float64(heap1) - float64(heap0)) / 1024 / float64(n)
+		// Held is waiting long: the sample comes once each execution has
+		// waited for its sleep a while (the engine lets an instance's call
+		// stacks go after 10 ms of waiting), not in its first microseconds.
+		err = sleepCtx(hctx, heldSettle)
+	}
+	if err == nil {
+		var m1 memorySample
+		if m1, err = sampleMemory(); err == nil {
+			per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / 1024 / float64(n) }
+			mem = heldMemory{RSS: per(m1.rss, m0.rss), Private: per(m1.anon, m0.anon), Heap: per(m1.heap, m0.heap)}
+		}
+		if s.onHeld != nil {
+			s.onHeld()
 		}
 	}
 	cancel()
@@ -348,7 +371,23 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (rssKiB, heapKiB
 			break
 		}
 	}
-	return rssKiB, heapKiB, err
+	return mem, err
+}
+
+// heldSettle is how long the memory figure's executions wait for their
+// sleep before the sample.
+const heldSettle = 50 * time.Millisecond
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // waitFor polls cond until it holds or fails, ctx ends or limit passes.
@@ -372,38 +411,54 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)
 	}
 }
 
+// memorySample is the process's resident set (VmRSS), its anonymous part
+// (RssAnon) and the live Go heap, in bytes.
+type memorySample struct{ rss, anon, heap uint64 }
+
 // sampleMemory collects garbage, returns freed memory to the OS, and reads
-// the process's resident set (VmRSS) and the live Go heap, in bytes.
-func sampleMemory() (rss, heap uint64, err error) {
+// the process's memory.
+func sampleMemory() (m memorySample, err error) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	rss, err = vmRSS()
-	return rss, ms.HeapAlloc, err
+	m.heap = ms.HeapAlloc
+	m.rss, m.anon, err = vmRSS()
+	return m, err
 }
 
 // errNoRSS: the process's resident memory cannot be read here (not Linux).
 var errNoRSS = errors.New("bench: no resident memory figure on this system")
 
-// vmRSS reads this process's resident set size from /proc (Linux only).
-func vmRSS() (uint64, error) {
+// vmRSS reads this process's resident set size and its anonymous part
+// from /proc (Linux only).
+func vmRSS() (rss, anon uint64, err error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errNoRSS, err)
+		return 0, 0, fmt.Errorf("%w: %w", errNoRSS, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
+	var seen int
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("bench: VmRSS %q: %w", v, err)
-			}
-			return kb * 1024, nil
+		name, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "VmRSS" && name != "RssAnon") {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("bench: %s %q: %w", name, v, err)
+		}
+		if name == "VmRSS" {
+			rss = kb * 1024
+		} else {
+			anon = kb * 1024
+		}
+		if seen++; seen == 2 {
+			return rss, anon, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("bench: resident memory: %w", err)
+		return 0, 0, fmt.Errorf("bench: resident memory: %w", err)
 	}
-	return 0, errors.New("bench: no VmRSS in /proc/self/status")
+	return 0, 0, errors.New("bench: no VmRSS and RssAnon in /proc/self/status")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"testing"
@@ -79,4 +80,69 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkHeldExecution is pml bench's memory figure as a Go benchmark:
+// each op starts the server afresh, runs the two throughput scripts
+// briefly (as pml bench does before its memory figure: the instance pool
+// as it leaves it), then holds HeldExecutions executions at once, each
+// awaiting a long tool call, and reads the process's resident memory and
+// live Go heap over idle, per held execution, and logs where the private
+// memory is. PML_HELD_HEAPPROFILE=path writes the heap profile (and
+// path.goroutines) while the executions are held.
+func BenchmarkHeldExecution(b *testing.B) {
+	ctx := context.Background()
+	cache := filepath.Join(os.TempDir(), "pml-bench-serve-cache")
+	var rss, private, heap float64
+	for b.Loop() {
+		s, err := startServed(ctx, cache)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, code := range []string{scriptReturn, scriptOneCall} {
+			if _, err := s.throughput(ctx, code, ServeClients, 0, 100*time.Millisecond); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var idle memSplit
+		s.onIdle = func() { idle = readMemSplit() }
+		s.onHeld = func() {
+			b.Log(readMemSplit().per(idle, HeldExecutions))
+			if path := os.Getenv("PML_HELD_HEAPPROFILE"); path != "" {
+				writeHeapProfile(b, path)
+			}
+		}
+		m, err := s.memoryPerExecution(ctx, HeldExecutions)
+		s.close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss += m.RSS
+		private += m.Private
+		heap += m.Heap
+	}
+	b.ReportMetric(rss/float64(b.N), "rss-KiB/held")
+	b.ReportMetric(private/float64(b.N), "private-KiB/held")
+	b.ReportMetric(heap/float64(b.N), "heap-KiB/held")
+}
+
+// writeHeapProfile writes the heap's in-use profile to path and the
+// goroutines to path.goroutines.
+func writeHeapProfile(b *testing.B, path string) {
+	for _, p := range []struct {
+		name, file string
+		debug      int
+	}{{"heap", path, 0}, {"goroutine", path + ".goroutines", 1}} {
+		f, err := os.Create(p.file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = pprof.Lookup(p.name).WriteTo(f, p.debug)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

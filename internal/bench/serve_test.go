@@ -42,16 +42,16 @@ func TestServedThroughput(t *testing.T) {
 		}
 	})
 	t.Run("memory", func(t *testing.T) {
-		rss, heap, err := s.memoryPerExecution(ctx, 4)
+		mem, err := s.memoryPerExecution(ctx, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Four executions are too few for a stable figure; the run must
 		// only hold them all and let them go.
-		if math.IsNaN(rss) || math.IsNaN(heap) {
-			t.Errorf("rss %v KiB, heap %v KiB", rss, heap)
+		if math.IsNaN(mem.RSS) || math.IsNaN(mem.Private) || math.IsNaN(mem.Heap) {
+			t.Errorf("%+v KiB", mem)
 		}
-		t.Logf("per held execution: %.0f KiB resident, %.0f KiB Go heap", rss, heap)
+		t.Logf("per held execution: %.0f KiB resident, %.0f KiB private, %.0f KiB Go heap", mem.RSS, mem.Private, mem.Heap)
 	})
 }
 

@@ -146,7 +146,7 @@ func (s *Source) HasServer(ctx context.Context, ns string) (bool, error) {
 	if s.index.hasNamespace(ns) {
 		return true, nil
 	}
-	if !partRE.MatchString(ns) {
+	if !partRE().MatchString(ns) {
 		return false, nil
 	}
 	return s.reg.HasNamespace(ctx, ns)

@@ -233,7 +233,10 @@ type pendingCall struct {
 // hand-offs per call. Otherwise (several calls, or the guest still
 // computing at a check-in) each gets a goroutine, so calls overlap with
 // each other and with the script.
-func (x *execution) startPending(atWait bool) {
+//
+// waiting is the instance of a run waiting at atWait (nil otherwise): a
+// call run here that lasts lets its call stacks go (whileWaiting).
+func (x *execution) startPending(atWait bool, waiting *instance) {
 	if len(x.pending) == 0 {
 		return
 	}
@@ -241,7 +244,9 @@ func (x *execution) startPending(atWait bool) {
 		p := x.pending[0]
 		x.pending = x.pending[:0]
 		w := time.Now()
+		resumed := whileWaiting(waiting)
 		data, err := x.req.Host.CallTool(x.ctx, p.call)
+		resumed()
 		x.waited += time.Since(w)
 		x.ready = append(x.ready, x.served(p, data, err))
 		return

@@ -150,6 +150,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		_ = e.runtime.Close(ctx)
 		return nil, fmt.Errorf("guest: compile: %w", err)
 	}
+	if err := checkExports(compiled); err != nil {
+		_ = e.runtime.Close(ctx)
+		return nil, err
+	}
 	e.compiled = compiled
 	if e.snap, err = e.openSnapshot(ctx, opts.CacheDir, sum); err != nil {
 		_ = e.runtime.Close(ctx)

@@ -182,7 +182,7 @@ func hostPoll(ctx context.Context, _ api.Module, st []uint64) {
 	x.checkInAt(now)
 	// The script is still computing: calls it started meanwhile begin now
 	// rather than when it next waits.
-	x.startPending(false)
+	x.startPending(false, nil)
 	x.maybeYield(now)
 }
 

@@ -37,7 +37,7 @@ func (e *Engine) Parse(ctx context.Context, code string, limits Limits) *fault.E
 	defer func() { e.release(in, x.reusable(res)) }()
 	defer x.shutdown()
 	in.runs++
-	if in.parse == nil {
+	if in.fn(exParse) == nil {
 		return fault.New(fault.SandboxError, "this guest build cannot parse without running (no pml_parse)")
 	}
 	doc, ferr := x.parse(in)
@@ -56,7 +56,7 @@ func (x *execution) parse(in *instance) (*outputDoc, *fault.Error) {
 	if ferr != nil {
 		return nil, ferr
 	}
-	ret, err := in.parse.Call(ctx, uint64(codePtr), uint64(len(x.req.Code)), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes))
+	ret, err := in.fn(exParse).Call(ctx, uint64(codePtr), uint64(len(x.req.Code)), uint64(x.limits.MemoryBytes), uint64(x.limits.StackBytes))
 	if err != nil {
 		return nil, x.trapError(err)
 	}

@@ -47,12 +47,10 @@ type chunk struct {
 type instance struct {
 	mod api.Module
 	mem *mappedMemory // nil without copy-on-write memory
-	// The exports a run calls, kept so a reused instance keeps their call
-	// stacks.
-	run, resume, inbox, alloc, free api.Function
-	// parse compiles a script without running it (Engine.Parse); nil in a
-	// guest built without it.
-	parse api.Function
+	// fns are the exports a run calls (fn), each made on first use and
+	// kept, so that a reused instance keeps their call stacks, until a run
+	// waits long (releaseStacks).
+	fns [numExports]api.Function
 	// Globals the build exports (loopcheck.awk) so a used instance can be
 	// checked and reset.
 	budget       api.MutableGlobal
@@ -61,6 +59,62 @@ type instance struct {
 }
 
 func (in *instance) close(ctx context.Context) { _ = in.mod.Close(ctx) }
+
+// export names one of the guest's exported functions an instance calls.
+type export int
+
+const (
+	exRun export = iota
+	exResume
+	exInbox
+	exAlloc
+	exFree
+	// exParse compiles a script without running it (Engine.Parse); a
+	// guest may be built without it.
+	exParse
+	numExports
+)
+
+var exportNames = [numExports]string{"pml_run", "pml_resume", "pml_inbox", "pml_alloc", "pml_free", "pml_parse"}
+
+// requiredExports are the exports every guest must have (checkExports).
+const requiredExports = numExports - 1
+
+// checkExports reports the first export the engine needs that the
+// compiled guest lacks: checked once per engine, so that instances make
+// each function only when a run first calls it.
+func checkExports(compiled wazero.CompiledModule) error {
+	defs := compiled.ExportedFunctions()
+	for _, name := range exportNames[:requiredExports] {
+		if defs[name] == nil {
+			return fmt.Errorf("guest: the guest lacks the export %s the engine needs", name)
+		}
+	}
+	return nil
+}
+
+// fn returns the instance's function for e, made on first use (nil for
+// an export the guest lacks: only exParse may be missing).
+//
+// Each is a wazero call engine with a call stack of its own, 10 KiB at
+// first and grown as deep as the runs that used it went (pml_run's
+// compiling goes ~80 KiB deep): kept with the instance, a reused instance
+// does not grow them again.
+func (in *instance) fn(e export) api.Function {
+	f := in.fns[e]
+	if f == nil {
+		f = in.mod.ExportedFunction(exportNames[e])
+		in.fns[e] = f
+	}
+	return f
+}
+
+// releaseStacks lets the instance's call engines, and their grown stacks
+// (~130 KiB in all), go to the collector: a run that waits long for its
+// calls holds none of them while it waits. Between steps the guest's wasm
+// stack is empty, so nothing is lost; the next step makes what it calls
+// anew.
+func (in *instance) releaseStacks() { in.fns = [numExports]api.Function{} }
 
 // takeSnapshot runs the guest's initialisation once and records the memory
 // it leaves behind.
@@ -156,11 +210,21 @@ func isZero(b []byte) bool {
 
 var zeroPage [pageSize]byte
 
+// noEntropy is an instance's WASI random source: the guest imports no
+// random_get (Math.random is QuickJS's own generator, seeded per run), so
+// nothing reads it. Without it wazero gives every instance a seeded
+// math/rand source of its own, 5 KiB of heap per held execution. It holds
+// no state: nothing passes between the instances that share it.
+type noEntropy struct{}
+
+func (noEntropy) Read([]byte) (int, error) { return 0, errors.New("guest: no entropy source") }
+
 // restore returns a new instance in the post-init state.
 func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) (*instance, error) {
 	in := &instance{}
 	alloc := allocator(s.img, func(m *mappedMemory) { in.mem = m })
-	m, err := rt.InstantiateModule(withMemoryAllocator(ctx, alloc), compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().WithRandSource(noEntropy{})
+	m, err := rt.InstantiateModule(withMemoryAllocator(ctx, alloc), compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("guest: instantiate: %w", err)
 	}
@@ -189,15 +253,9 @@ func (s *snapshot) restore(ctx context.Context, rt wazero.Runtime, compiled waze
 			}
 		}
 	}
-	in.run = m.ExportedFunction("pml_run")
-	in.resume = m.ExportedFunction("pml_resume")
-	in.inbox = m.ExportedFunction("pml_inbox")
-	in.alloc = m.ExportedFunction("pml_alloc")
-	in.parse = m.ExportedFunction("pml_parse")
-	in.free = m.ExportedFunction("pml_free")
 	in.budget, _ = m.ExportedGlobal("pml_budget").(api.MutableGlobal)
 	in.stackPointer = m.ExportedGlobal("pml_stack_pointer")
-	if in.run == nil || in.resume == nil || in.inbox == nil || in.alloc == nil || in.free == nil || in.budget == nil || in.stackPointer == nil {
+	if in.budget == nil || in.stackPointer == nil {
 		_ = m.Close(ctx)
 		return nil, errors.New("guest: the guest lacks an export the engine needs")
 	}

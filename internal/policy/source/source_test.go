@@ -17,6 +17,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/policy"
 	"github.com/pml-sandbox/pml/internal/policy/source"
+	"github.com/pml-sandbox/pml/internal/ssmparam"
 	"github.com/pml-sandbox/pml/internal/testutil/moto"
 )
 
@@ -54,8 +55,12 @@ func TestReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.cedar")
 	clients := source.Clients{
-		S3:  func(context.Context) (source.S3API, error) { return s3c, nil },
-		SSM: func(context.Context) (source.SSMAPI, error) { return ssmc, nil },
+		S3: func(context.Context) (source.S3API, error) { return s3c, nil },
+		SSM: func(context.Context) (source.SSMAPI, error) {
+			c := cfg
+			c.BaseEndpoint = aws.String(m.Endpoint)
+			return ssmparam.Client{Config: c}, nil
+		},
 	}
 	for _, tc := range []struct {
 		spec  string
