@@ -115,7 +115,7 @@ func (v *Validator) validate(args json.RawMessage) ([]Error, error) {
 	if err != nil || v.anyObject {
 		return nil, err
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	inst, err := decodeArgs(args)
 	if err != nil {
 		return []Error{{Path: "", Message: "arguments are not valid JSON"}}, nil
 	}
