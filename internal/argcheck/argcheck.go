@@ -50,11 +50,39 @@ type Validator struct {
 	once   sync.Once
 	schema *jsonschema.Schema
 	err    error
+	// anyObject: the schema accepts every object (anyObject), so the
+	// object check that comes first is the whole check.
+	anyObject bool
 }
 
 func (v *Validator) compiled() (*jsonschema.Schema, error) {
-	v.once.Do(func() { v.schema, v.err = compileSchema(v.raw) })
+	v.once.Do(func() {
+		v.schema, v.err = compileSchema(v.raw)
+		v.anyObject = v.err == nil && anyObject(v.raw)
+	})
 	return v.schema, v.err
+}
+
+// anyObject reports whether raw (a schema that compiled) accepts every
+// JSON object: {"type": "object"} and words that assert nothing. Any
+// other keyword, or a type list, is left to the validator.
+func anyObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return false
+	}
+	for k, val := range m {
+		switch k {
+		case "type":
+			if string(bytes.TrimSpace(val)) != `"object"` {
+				return false
+			}
+		case "title", "description", "$comment", "$schema":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
@@ -84,10 +112,10 @@ func New(raw json.RawMessage) *Validator { return &Validator{raw: raw} }
 // schema. It returns nil or the failures, sorted by path.
 func (v *Validator) validate(args json.RawMessage) ([]Error, error) {
 	sch, err := v.compiled()
-	if err != nil {
+	if err != nil || v.anyObject {
 		return nil, err
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	inst, err := decodeArgs(args)
 	if err != nil {
 		return []Error{{Path: "", Message: "arguments are not valid JSON"}}, nil
 	}

@@ -104,3 +104,40 @@ func TestCheck(t *testing.T) {
 		t.Errorf("unusable schema: %v", err)
 	}
 }
+
+// TestAnyObject: only schemas that accept every object skip the
+// validator, and Check answers for them as the validator does.
+func TestAnyObject(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		want   bool
+	}{
+		{`{"type":"object"}`, true},
+		{`{"type": "object", "title": "t", "description": "d", "$comment": "c", "$schema": "https://json-schema.org/draft/2020-12/schema"}`, true},
+		{`{}`, true}, // accepts every value, and Check has required an object
+		{`{"type":"object","properties":{"a":{"type":"string"}}}`, false},
+		{`{"type":"object","required":["a"]}`, false},
+		{`{"type":"object","additionalProperties":false}`, false},
+		{`{"type":"object","maxProperties":1}`, false},
+		{`{"type":["object","null"]}`, false},
+		{`{"type":"object","type":"string"}`, false},
+		{`{"type":"object","not":{}}`, false},
+	} {
+		v := New(json.RawMessage(tc.schema))
+		if _, err := v.compiled(); err != nil {
+			t.Fatalf("%s: %v", tc.schema, err)
+		}
+		if v.anyObject != tc.want {
+			t.Errorf("%s: anyObject %v, want %v", tc.schema, v.anyObject, tc.want)
+		}
+		slow := &Validator{raw: v.raw}
+		slow.once.Do(func() { slow.schema, slow.err = compileSchema(slow.raw) })
+		for _, args := range []string{`{}`, `{"a":1}`, `{"a":"x","b":[1,2]}`, `[1]`, `"s"`, `null`, `{`} {
+			_, fast := v.Check(json.RawMessage(args))
+			_, want := slow.Check(json.RawMessage(args))
+			if (fast == nil) != (want == nil) || (fast != nil && fast.Code != want.Code) {
+				t.Errorf("%s with %s: %v, the validator says %v", tc.schema, args, fast, want)
+			}
+		}
+	}
+}

@@ -103,6 +103,8 @@ type Gate struct {
 	full map[string]fullCount
 	// entities are the principals' and tools' entities built so far.
 	entities entityCache
+	// decisions are the set's answers to requests without arguments.
+	decisions decisionCache
 }
 
 type fullCount struct {
@@ -115,17 +117,10 @@ const maxFull = 10000
 
 // Check decides c: Allow (its limits counted), Ask, Forbid or OverLimit.
 func (g *Gate) Check(ctx context.Context, c Call) Outcome {
-	withArgs := true
-	if ar, ok := g.Rules.(ArgsReader); ok {
-		withArgs = ar.ReadsArgs()
-	}
-	in, err := callInput(c, withArgs, &g.entities)
+	authorize := g.authorizer(c)
+	d, err := authorize(ctx, c)
 	if err != nil {
-		return Outcome{Verdict: Forbid, Reason: err.Error()}
-	}
-	d, err := g.Rules.Authorize(ctx, in)
-	if err != nil {
-		return Outcome{Verdict: Forbid, Decision: d, Reason: "the policy set could not be evaluated: " + err.Error()}
+		return g.failed(d, err)
 	}
 	if !d.Allowed {
 		if c.Approved {
@@ -134,13 +129,47 @@ func (g *Gate) Check(ctx context.Context, c Call) Outcome {
 		// Would a person's approval let it through?
 		approved := c
 		approved.Approved = true
-		in2, _ := callInput(approved, withArgs, &g.entities)
-		if d2, err := g.Rules.Authorize(ctx, in2); err == nil && d2.Allowed {
+		if d2, err := authorize(ctx, approved); err == nil && d2.Allowed {
 			return Outcome{Verdict: Ask, Decision: d}
 		}
 		return Outcome{Verdict: Forbid, Decision: d}
 	}
 	return g.charge(ctx, c, d)
+}
+
+// errArgs marks an error reading a call's arguments (the call is refused
+// with it as the reason, not as a set that could not be evaluated).
+type errArgs struct{ error }
+
+func (g *Gate) failed(d Decision, err error) Outcome {
+	if ea, ok := err.(errArgs); ok {
+		return Outcome{Verdict: Forbid, Reason: ea.Error()}
+	}
+	return Outcome{Verdict: Forbid, Decision: d, Reason: "the policy set could not be evaluated: " + err.Error()}
+}
+
+// authorizer is how the set answers c's requests: from the set in force
+// and the answers it gave before when it reads no arguments (the request
+// is then the same for every call of a run with the same tool, consent
+// and approval), else afresh for every call. Limits are counted by
+// charge on every call either way.
+func (g *Gate) authorizer(c Call) func(context.Context, Call) (Decision, error) {
+	if sn, ok := g.Rules.(Snapshotter); ok {
+		if s := sn.Snapshot(); !s.ReadsArgs() {
+			return func(ctx context.Context, c Call) (Decision, error) { return g.authorizeCached(ctx, s, c) }
+		}
+	}
+	withArgs := true
+	if ar, ok := g.Rules.(ArgsReader); ok {
+		withArgs = ar.ReadsArgs()
+	}
+	return func(ctx context.Context, c Call) (Decision, error) {
+		in, err := callInput(c, withArgs, &g.entities)
+		if err != nil {
+			return Decision{}, errArgs{err}
+		}
+		return g.Rules.Authorize(ctx, in)
+	}
 }
 
 // charge counts c against every limit of the permits that allowed it:

@@ -119,3 +119,10 @@ func (w *Watcher) maybeCheck() {
 
 // Close waits for a look in progress to end.
 func (w *Watcher) Close() { w.wg.Wait() }
+
+// Snapshot implements policy.Snapshotter: the set in force, after looking
+// for a new version when it is due (as Authorize does).
+func (w *Watcher) Snapshot() *policy.Set {
+	w.maybeCheck()
+	return w.cur.Load().set
+}
