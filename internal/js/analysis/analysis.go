@@ -269,13 +269,11 @@ type segment struct {
 	computed bool
 }
 
-// member handles a whole member chain at once (its outermost node is visited
-// first), which keeps long chains linear and lets it see `mcp.x.y` as one
-// name rather than as `mcp.x` plus `.y`.
-func (w *walker) member(e js.IExpr) {
+// memberChain unwinds x's member accesses: its segments from the root
+// out, and the root. (mcp).x and (mcp.x).y mean the same as without
+// parentheses.
+func memberChain(x js.IExpr) ([]segment, js.IExpr) {
 	var segs []segment
-	x := e
-loop:
 	for {
 		switch t := x.(type) {
 		case *js.DotExpr:
@@ -285,13 +283,19 @@ loop:
 			segs = append(segs, segment{key: t.Y, computed: true})
 			x = t.X
 		case *js.GroupExpr:
-			// (mcp).x and (mcp.x).y mean the same as without parentheses.
 			x = t.X
 		default:
-			break loop
+			slices.Reverse(segs)
+			return segs, x
 		}
 	}
-	slices.Reverse(segs)
+}
+
+// member handles a whole member chain at once (its outermost node is visited
+// first), which keeps long chains linear and lets it see `mcp.x.y` as one
+// name rather than as `mcp.x` plus `.y`.
+func (w *walker) member(e js.IExpr) {
+	segs, x := memberChain(e)
 
 	// Computed keys are ordinary expressions that may hold references of
 	// their own (mcp.a[mcp.b.c()]).

@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/tdewolff/parse/v2/js"
 )
@@ -175,24 +174,8 @@ func (w *walker) code() []byte { return w.src[len(wrapHead) : len(w.src)-len(wra
 // staticTool reads x as mcp.<server>.<tool> with constant names (through
 // globalThis.mcp too), and returns the offset in the user's code just past
 // the tool name's token.
-func (w *walker) staticTool(x js.IExpr) (server, tool string, end int, ok bool) {
-	var segs []segment
-loop:
-	for {
-		switch t := x.(type) {
-		case *js.DotExpr:
-			segs = append(segs, segment{key: t.Y})
-			x = t.X
-		case *js.IndexExpr:
-			segs = append(segs, segment{key: t.Y, computed: true})
-			x = t.X
-		case *js.GroupExpr:
-			x = t.X
-		default:
-			break loop
-		}
-	}
-	slices.Reverse(segs)
+func (w *walker) staticTool(e js.IExpr) (server, tool string, end int, ok bool) {
+	segs, x := memberChain(e)
 	v, isVar := x.(*js.Var)
 	if !isVar {
 		return "", "", -1, false
