@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/filelock"
 )
 
 // File is a Store in a directory: one append-only JSON-lines file per
@@ -222,8 +223,8 @@ func (f *File) List(ctx context.Context, executionID string) ([]Entry, error) {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	defer fd.Close()
-	if err := lock(ctx, fd, unix.LOCK_SH); err != nil {
-		return nil, err
+	if err := filelock.Lock(ctx, fd, unix.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
 	}
 	defer func() { _ = unix.Flock(int(fd.Fd()), unix.LOCK_UN) }()
 	if err := l.catchUp(fd, false); err != nil {
@@ -257,8 +258,8 @@ func (f *File) write(ctx context.Context, id string, create bool, op func(map[in
 		return fmt.Errorf("journal: %w", err)
 	}
 	defer fd.Close()
-	if err := lock(ctx, fd, unix.LOCK_EX); err != nil {
-		return err
+	if err := filelock.Lock(ctx, fd, unix.LOCK_EX); err != nil {
+		return fmt.Errorf("journal: %w", err)
 	}
 	defer func() { _ = unix.Flock(int(fd.Fd()), unix.LOCK_UN) }()
 	if err := l.catchUp(fd, true); err != nil {
@@ -318,27 +319,6 @@ func (f *File) open(id string, create bool) (*os.File, error) {
 	}
 	f.sweep(id)
 	return fd, nil
-}
-
-// lock takes how's flock on fd, waiting at most until ctx is done: a
-// writer holds it for one line and a sync.
-func lock(ctx context.Context, fd *os.File, how int) error {
-	for {
-		err := unix.Flock(int(fd.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("journal: locking %s: %w", fd.Name(), err)
-		}
-		t := time.NewTimer(time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("journal: locking %s: %w", fd.Name(), context.Cause(ctx))
-		case <-t.C:
-		}
-	}
 }
 
 // catchUp folds what was appended to fd since l was last folded. A last

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pml-sandbox/pml/internal/atomicfile"
+	"github.com/pml-sandbox/pml/internal/filelock"
 	"github.com/pml-sandbox/pml/internal/policy"
 )
 
@@ -51,8 +52,8 @@ func (d *Dir) Add(ctx context.Context, k policy.CountKey, n, max int64) (int64, 
 		return 0, false, fmt.Errorf("usage: %w", err)
 	}
 	defer lf.Close()
-	if err := lock(ctx, lf); err != nil {
-		return 0, false, err
+	if err := filelock.Lock(ctx, lf, unix.LOCK_EX); err != nil {
+		return 0, false, fmt.Errorf("usage: %w", err)
 	}
 	defer func() { _ = unix.Flock(int(lf.Fd()), unix.LOCK_UN) }()
 	p := filepath.Join(d.path, keyHash(k)+".json")
@@ -101,26 +102,6 @@ func (d *Dir) sweep(now time.Time) {
 		var r record
 		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &r) == nil && r.Expires < now.Unix() {
 			_ = os.Remove(p)
-		}
-	}
-}
-
-// lock takes an exclusive flock on fd, waiting at most until ctx is done.
-func lock(ctx context.Context, fd *os.File) error {
-	for {
-		err := unix.Flock(int(fd.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("usage: locking %s: %w", fd.Name(), err)
-		}
-		t := time.NewTimer(time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("usage: locking %s: %w", fd.Name(), context.Cause(ctx))
-		case <-t.C:
 		}
 	}
 }
