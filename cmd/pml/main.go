@@ -12,6 +12,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/cli"
 	"github.com/pml-sandbox/pml/internal/startgc"
+	_ "github.com/pml-sandbox/pml/internal/startgc/atinit"
 )
 
 func main() {

@@ -22,6 +22,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/learn"
 	"github.com/pml-sandbox/pml/internal/sdkhttp"
 	"github.com/pml-sandbox/pml/internal/startgc"
+	_ "github.com/pml-sandbox/pml/internal/startgc/atinit"
 	"github.com/pml-sandbox/pml/internal/tracedb"
 	"github.com/pml-sandbox/pml/internal/xraysink"
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/lambdaevents"
 	"github.com/pml-sandbox/pml/internal/lambdamain"
 	"github.com/pml-sandbox/pml/internal/startgc"
+	_ "github.com/pml-sandbox/pml/internal/startgc/atinit"
 )
 
 func main() {

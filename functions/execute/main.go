@@ -19,6 +19,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/startgc"
+	_ "github.com/pml-sandbox/pml/internal/startgc/atinit"
 )
 
 func main() {

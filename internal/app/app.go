@@ -207,6 +207,11 @@ type Config struct {
 	// (approval.Policy.MayAnswer); New refuses it otherwise.
 	Answerer elicit.Answerer
 
+	// OneExecution: the process runs one execution and exits (pml run,
+	// pml resume), so the guest prepares the one instance it needs, not a
+	// second to stand ready for the next run.
+	OneExecution bool
+
 	prepared int // guest.Options.Prepared: Precompile keeps no instances
 }
 

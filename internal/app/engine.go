@@ -144,6 +144,9 @@ func openEngine(ctx context.Context, cfg Config, log *slog.Logger) (*guest.Engin
 		ctx = experimental.WithCompilationWorkers(ctx, out.workers)
 	}
 	opts := guest.Options{CacheDir: cfg.CacheDir, Logger: log, Prepared: cfg.prepared}
+	if cfg.OneExecution && opts.Prepared == 0 {
+		opts.Prepared = 1
+	}
 	eng, err := guest.New(ctx, opts)
 	if err != nil && out.shipped == nil {
 		// wazero fails the compile when a cache entry it found does not

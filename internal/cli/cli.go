@@ -358,6 +358,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		DraftLimits:      drafts,
 		Policy:           pol,
 		Answerer:         f.answerer,
+		OneExecution:     f.oneShot,
 	}, nil
 }
 

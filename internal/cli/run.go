@@ -14,7 +14,6 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
-	"github.com/pml-sandbox/pml/internal/startgc"
 )
 
 func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, error) {
@@ -122,8 +121,11 @@ func runCmd(ctx context.Context, args []string, out, errOut io.Writer) (int, err
 // pipe), then flushes the traces and closes the service.
 func withService(ctx context.Context, sf *serviceFlags, errOut io.Writer, do func(execution.Executor, func(execution.Event))) error {
 	log := logger(errOut)
+	// The start never ends here: the process exits after its one
+	// execution, and turning the collector back on then would only run a
+	// cycle over what exit frees. startgc's fallback brings it back for a
+	// run that lasts, and its memory limit bounds the heap until then.
 	sf.oneShot = true
-	defer startgc.End(ctx) // its memory limit still bounds the heap meanwhile
 	a, err := sf.open(ctx, log)
 	if err != nil {
 		return err

@@ -10,14 +10,11 @@
 //
 // What it covers: main's own start, from its first statement (the Lambda
 // functions' init, the pml command's wiring of its service, and for pml run
-// and pml resume their one execution). What it does not: package
-// initialisation, which is over before main runs: the package variables
-// of ~750 linked packages (the AWS SDKs' endpoint tables and schemas, the
-// JSON Schema meta-schemas) are allocated with the collector as the
-// environment set it. An init function here could reach part of that only
-// by turning collection off in every process that links this package,
-// tests and tools included, whether or not anything turned it back on;
-// cutting package initialisation's own cost is the way to save that part.
+// and pml resume their one execution), and, in a main that imports
+// startgc/atinit, most of package initialisation before it: the package
+// variables of the packages initialised after that one (the JSON Schema
+// meta-schemas, the SDKs' clients) with them. Only a main imports atinit,
+// so tests and tools that link this package keep their collector.
 //
 // A process whose main never calls the returned function gets the
 // collector back after a few seconds anyway. GOGC=off, or a lower
@@ -48,7 +45,36 @@ const fallback = 5 * time.Second
 // The collector's settings are the process's: call Begin once, from main,
 // before anything else runs. Two starts overlapping would each restore
 // what the other set.
-func Begin() (end func()) { return begin(fallback) }
+//
+// After Hold (package initialisation), Begin returns Hold's function: the
+// start that began there goes on.
+func Begin() (end func()) {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	if end, held.end = held.end, nil; end != nil {
+		return end
+	}
+	return begin(fallback)
+}
+
+// held is the start Hold began, until Begin takes it: like the collector's
+// settings it keeps, it is the process's.
+var held struct {
+	mu  sync.Mutex
+	end func()
+}
+
+// Hold turns the collector off as Begin does, from an init function
+// (startgc/atinit's), and keeps the function that ends it for main's
+// Begin. Without a Begin the collector comes back after the fallback's
+// few seconds all the same.
+func Hold() {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	if held.end == nil {
+		held.end = begin(fallback)
+	}
+}
 
 func begin(after time.Duration) func() {
 	percent := debug.SetGCPercent(-1)

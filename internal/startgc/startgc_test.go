@@ -111,3 +111,24 @@ func TestEnvironmentStands(t *testing.T) {
 	end()
 	check("after Done")
 }
+
+// TestHoldThenBegin: Begin takes over the start Hold began at package
+// initialisation, and its function ends that start.
+func TestHoldThenBegin(t *testing.T) {
+	before, limit := gcPercent(), memoryLimit()
+	for round := range 2 {
+		Hold()
+		Hold() // a second Hold keeps the first start
+		if p, l := gcPercent(), memoryLimit(); p != -1 || l != min(limit, startLimit) {
+			t.Fatalf("round %d, after Hold: GC percent %d, memory limit %d; want off", round, p, l)
+		}
+		end := Begin()
+		if p := gcPercent(); p != -1 {
+			t.Fatalf("round %d, after Begin: GC percent %d; want still off", round, p)
+		}
+		end()
+		if p, l := gcPercent(), memoryLimit(); p != before || l != limit {
+			t.Fatalf("round %d, after end: GC percent %d, memory limit %d; want %d, %d", round, p, l, before, limit)
+		}
+	}
+}
