@@ -122,7 +122,7 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 	// The groups of figures, in the order they are printed.
 	groups := []func(context.Context) ([]Figure, error){
 		m.freshSandbox, m.perCall, m.parallel, m.fib,
-		func(ctx context.Context) ([]Figure, error) { return measureMCP(ctx, m.Engine, m.Progress) },
+		func(ctx context.Context) ([]Figure, error) { return measureMCP(ctx, m.Engine, DemoServerCommand(m.Executable), m.Progress) },
 		m.serve, m.processStart,
 	}
 	var figs []Figure
@@ -282,7 +282,7 @@ func (m *measurement) serve(ctx context.Context) ([]Figure, error) {
 	if d == 0 {
 		d = 2 * time.Second
 	}
-	serveFigs, err := measureServe(ctx, m.CacheDir, d, m.Progress)
+	serveFigs, err := measureServe(ctx, m.CacheDir, DemoServerCommand(m.Executable), d, m.Progress)
 	if err != nil {
 		return nil, fmt.Errorf("pml serve figures: %w", err)
 	}

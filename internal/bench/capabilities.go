@@ -60,7 +60,7 @@ func measureCapabilities(ctx context.Context, cacheDir string, progress func(str
 	}()
 	for i, n := range CapabilityCounts {
 		progress(fmt.Sprintf("pml serve with %d capabilities saved", n))
-		if servers[i], err = startServedWith(ctx, cacheDir, func(path string) error { return capability.SeedFile(path, SeedCapabilities(n)) }); err != nil {
+		if servers[i], err = startServedWith(ctx, cacheDir, func(path string) error { return capability.SeedFile(path, SeedCapabilities(n)) }, nil); err != nil {
 			return nil, err
 		}
 	}

@@ -12,12 +12,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,8 +56,13 @@ const (
 // measureServe measures `pml serve`: executions per second with
 // ServeClients concurrent clients, for each throughput script, each run for
 // d after a warm-up, and the memory each concurrent execution costs.
-func measureServe(ctx context.Context, cacheDir string, d time.Duration, progress func(string)) ([]Figure, error) {
-	s, err := startServed(ctx, cacheDir)
+//
+// demoCmd, when not nil, makes the command of a demo MCP server in a
+// process of its own (`pml demo-server`), as a remote server is: the
+// memory figure then counts the executions' memory, not the tool server's
+// goroutines and buffers for each held call.
+func measureServe(ctx context.Context, cacheDir string, demoCmd func(context.Context) *exec.Cmd, d time.Duration, progress func(string)) ([]Figure, error) {
+	s, err := startServedWith(ctx, cacheDir, nil, demoCmd)
 	if err != nil {
 		return nil, err
 	}
@@ -88,9 +93,10 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 		return nil, err
 	}
 	return append(figs,
-		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held)", HeldExecutions), Value: mem.RSS, Unit: "KiB", Target: "≤ 256 KiB",
+		Figure{Key: "memory_per_concurrent_execution_kib", Name: fmt.Sprintf("resident memory per concurrent execution (%d held; PSS: a page shared by the instances counted once)", HeldExecutions), Value: mem.PSS, Unit: "KiB", Target: "≤ 256 KiB",
 			Compare: compare["memory_per_concurrent_execution_kib"]},
 		Figure{Key: "memory_per_concurrent_execution_private_kib", Name: "same, private (RssAnon: Go heap, stacks, the guests' own pages)", Value: mem.Private, Unit: "KiB"},
+		Figure{Key: "memory_per_concurrent_execution_vmrss_kib", Name: "same, VmRSS (the shared image's pages counted once per instance mapping them)", Value: mem.RSS, Unit: "KiB"},
 		Figure{Key: "memory_per_concurrent_execution_go_heap_kib", Name: "same, live Go heap", Value: mem.Heap, Unit: "KiB"},
 	), nil
 }
@@ -99,11 +105,11 @@ func measureServe(ctx context.Context, cacheDir string, d time.Duration, progres
 // wires and the handler internal/httpapi serves, as serveCmd builds them,
 // on a loopback listener, with the demo MCP server (streamable HTTP) as its
 // one MCP server. Running it in the benchmark's own process needs no
-// second binary and lets the memory figure read the server's own RSS.
+// second binary and lets the memory figure read the server's own memory.
 type served struct {
 	url    string
 	app    *app.App
-	demo   *demoserver.Server
+	demo   demoServer
 	hs     *http.Server
 	api    *httpapi.Handler
 	exec   *runs.Service
@@ -118,20 +124,31 @@ type served struct {
 // startServed starts the server; cacheDir is the engine's compilation
 // cache ("" for none).
 func startServed(ctx context.Context, cacheDir string) (_ *served, err error) {
-	return startServedWith(ctx, cacheDir, nil)
+	return startServedWith(ctx, cacheDir, nil, nil)
 }
 
 // startServedWith starts the server with its capability registry file
-// made by seed first (nil: empty).
-func startServedWith(ctx context.Context, cacheDir string, seed func(path string) error) (_ *served, err error) {
+// made by seed first (nil: empty), and the demo MCP server in the process
+// demoCmd makes (nil: in this one).
+func startServedWith(ctx context.Context, cacheDir string, seed func(path string) error, demoCmd func(context.Context) *exec.Cmd) (_ *served, err error) {
 	s := &served{}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	if s.demo, err = demoserver.Start("127.0.0.1:0"); err != nil {
-		return nil, err
+	if demoCmd != nil {
+		child, err := startChildDemo(ctx, demoCmd(ctx))
+		if err != nil {
+			return nil, err
+		}
+		s.demo = child
+	} else {
+		local, err := demoserver.Start("127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		s.demo = local
 	}
 	// A capability registry of its own: empty, as on a first run, and
 	// never the user's file.
@@ -298,17 +315,22 @@ func (s *served) throughput(ctx context.Context, code string, clients int, warm,
 }
 
 // heldMemory is what one held execution costs, in KiB: the rise of the
-// process's resident memory (VmRSS), of its private part (RssAnon: the Go
-// heap and stacks, and the guests' pages written, not the image's pages
-// they share, which VmRSS counts once per instance mapping them) and of
-// the live Go heap.
-type heldMemory struct{ RSS, Private, Heap float64 }
+// process's proportional set size (PSS: each resident page counted once,
+// however many instances map it), of its resident set (VmRSS, which counts
+// a page of the shared post-initialisation image once per instance
+// mapping it), of its private part (RssAnon: the Go heap and stacks, and
+// the guests' pages written) and of the live Go heap.
+type heldMemory struct{ PSS, RSS, Private, Heap float64 }
 
 // memoryPerExecution holds n executions at once, each awaiting a long
 // demo.sleep on the demo MCP server, and returns what each costs: the rise
-// of the process's resident memory and of the Go heap over idle, divided
-// by n. Both samples come after a collection that returns freed memory to
-// the OS, so they count what is held, not garbage.
+// of the process's memory over idle, divided by n. Both samples come after
+// collections that return freed memory to the OS, so they count what is
+// held, not garbage.
+//
+// Each execution is one POST /execute written on a connection of its own
+// that is not read until the sample is taken: a client elsewhere, holding
+// no goroutine or buffer in this process, as pml serve's callers are.
 func (s *served) memoryPerExecution(ctx context.Context, n int) (mem heldMemory, err error) {
 	m0, err := sampleMemory()
 	if err != nil {
@@ -320,58 +342,80 @@ func (s *served) memoryPerExecution(ctx context.Context, n int) (mem heldMemory,
 	// The pool counts a call when it is answered, so each execution makes
 	// one quick call first: once all n are answered, every execution has
 	// its sandbox and is (within microseconds) awaiting its sleep, which
-	// lasts far longer than the sampling takes. Then they are cancelled:
+	// lasts far longer than the sampling takes. Then they are let go:
 	// closing a request's connection ends its execution.
 	body, err := json.Marshal(map[string]string{"code": "await mcp.demo.echo({}); await mcp.demo.sleep({ms: 30000}); return 1"})
 	if err != nil {
 		return mem, fmt.Errorf("bench: %w", err)
 	}
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	calls := s.app.MCP.Stats().Calls
-	var (
-		wg    sync.WaitGroup
-		ended atomic.Int64
-		errs  = make([]error, n)
-	)
-	for i := range n {
-		wg.Go(func() {
-			errs[i] = s.execute(hctx, body)
-			ended.Add(1)
-		})
-	}
-	held := func() (bool, error) {
-		if ended.Load() > 0 {
-			return false, errors.New("bench: an execution that should be held ended early")
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
 		}
-		return s.app.MCP.Stats().Calls >= calls+int64(n), nil
+	}()
+	for range n {
+		c, err := s.hold(ctx, body)
+		if err != nil {
+			return mem, err
+		}
+		conns = append(conns, c)
 	}
-	err = waitFor(hctx, 10*time.Second, held)
+	err = waitFor(ctx, 10*time.Second, func() (bool, error) {
+		return s.app.MCP.Stats().Calls >= calls+int64(n), nil
+	})
 	if err == nil {
 		// Held is waiting long: the sample comes once each execution has
 		// waited for its sleep a while (the engine lets an instance's call
 		// stacks go after 10 ms of waiting), not in its first microseconds.
-		err = sleepCtx(hctx, heldSettle)
+		err = sleepCtx(ctx, heldSettle)
 	}
-	if err == nil {
-		var m1 memorySample
-		if m1, err = sampleMemory(); err == nil {
-			per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / 1024 / float64(n) }
-			mem = heldMemory{RSS: per(m1.rss, m0.rss), Private: per(m1.anon, m0.anon), Heap: per(m1.heap, m0.heap)}
-		}
-		if s.onHeld != nil {
-			s.onHeld()
-		}
+	if err != nil {
+		return mem, err
 	}
-	cancel()
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil && !errors.Is(e, context.Canceled) {
-			err = errors.Join(err, e)
-			break
+	m1, err := sampleMemory()
+	if err != nil {
+		return mem, err
+	}
+	if s.onHeld != nil {
+		s.onHeld()
+	}
+	for _, c := range conns {
+		if !stillHeld(c) {
+			return mem, errors.New("bench: an execution that should be held ended early")
 		}
 	}
-	return mem, err
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / 1024 / float64(n) }
+	return heldMemory{PSS: per(m1.pss, m0.pss), RSS: per(m1.rss, m0.rss), Private: per(m1.anon, m0.anon), Heap: per(m1.heap, m0.heap)}, nil
+}
+
+// hold sends one POST /execute of body on a connection of its own and
+// returns the connection, unread.
+func (s *served) hold(ctx context.Context, body []byte) (net.Conn, error) {
+	host := strings.TrimPrefix(s.url, "http://")
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	req := fmt.Appendf(nil, "POST /execute HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", host, len(body))
+	if _, err := c.Write(append(req, body...)); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return c, nil
+}
+
+// stillHeld reports whether nothing has been answered on c yet.
+func stillHeld(c net.Conn) bool {
+	if c.SetReadDeadline(time.Now().Add(time.Millisecond)) != nil {
+		return false
+	}
+	var b [1]byte
+	_, err := c.Read(b[:])
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // heldSettle is how long the memory figure's executions wait for their
@@ -411,19 +455,46 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)
 	}
 }
 
-// memorySample is the process's resident set (VmRSS), its anonymous part
-// (RssAnon) and the live Go heap, in bytes.
-type memorySample struct{ rss, anon, heap uint64 }
+// memorySample is the process's proportional set size (Pss), resident
+// set (VmRSS), its anonymous part (RssAnon) and the live Go heap, in bytes.
+type memorySample struct{ pss, rss, anon, heap uint64 }
 
 // sampleMemory collects garbage, returns freed memory to the OS, and reads
-// the process's memory.
+// the process's memory. Twice: what the sync.Pools kept survives one
+// collection (their victim caches), and would be counted in one sample
+// and not the other.
 func sampleMemory() (m memorySample, err error) {
+	runtime.GC()
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m.heap = ms.HeapAlloc
-	m.rss, m.anon, err = vmRSS()
+	if m.rss, m.anon, err = vmRSS(); err != nil {
+		return m, err
+	}
+	m.pss, err = pss()
 	return m, err
+}
+
+// pss reads the process's proportional set size from
+// /proc/self/smaps_rollup (Linux 4.14 and later).
+func pss() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errNoRSS, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		v, ok := strings.CutPrefix(line, "Pss:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: Pss %q: %w", v, err)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("%w: no Pss line in /proc/self/smaps_rollup", errNoRSS)
 }
 
 // errNoRSS: the process's resident memory cannot be read here (not Linux).

@@ -86,16 +86,17 @@ func processCPU() time.Duration {
 // each op starts the server afresh, runs the two throughput scripts
 // briefly (as pml bench does before its memory figure: the instance pool
 // as it leaves it), then holds HeldExecutions executions at once, each
-// awaiting a long tool call, and reads the process's resident memory and
-// live Go heap over idle, per held execution, and logs where the private
-// memory is. PML_HELD_HEAPPROFILE=path writes the heap profile (and
+// awaiting a long tool call on the demo MCP server in a process of its own
+// (this test binary again, as pml bench runs `pml demo-server`), and reads
+// the process's memory (proportional, resident, private) and live Go heap
+// over idle, per held execution, and logs where the private memory is. PML_HELD_HEAPPROFILE=path writes the heap profile (and
 // path.goroutines) while the executions are held.
 func BenchmarkHeldExecution(b *testing.B) {
 	ctx := context.Background()
 	cache := filepath.Join(os.TempDir(), "pml-bench-serve-cache")
-	var rss, private, heap float64
+	var pss, rss, private, heap float64
 	for b.Loop() {
-		s, err := startServed(ctx, cache)
+		s, err := startServedWith(ctx, cache, nil, testDemoCommand)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -117,10 +118,12 @@ func BenchmarkHeldExecution(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		pss += m.PSS
 		rss += m.RSS
 		private += m.Private
 		heap += m.Heap
 	}
+	b.ReportMetric(pss/float64(b.N), "pss-KiB/held")
 	b.ReportMetric(rss/float64(b.N), "rss-KiB/held")
 	b.ReportMetric(private/float64(b.N), "private-KiB/held")
 	b.ReportMetric(heap/float64(b.N), "heap-KiB/held")

@@ -48,10 +48,10 @@ func TestServedThroughput(t *testing.T) {
 		}
 		// Four executions are too few for a stable figure; the run must
 		// only hold them all and let them go.
-		if math.IsNaN(mem.RSS) || math.IsNaN(mem.Private) || math.IsNaN(mem.Heap) {
+		if math.IsNaN(mem.PSS) || math.IsNaN(mem.RSS) || math.IsNaN(mem.Private) || math.IsNaN(mem.Heap) {
 			t.Errorf("%+v KiB", mem)
 		}
-		t.Logf("per held execution: %.0f KiB resident, %.0f KiB private, %.0f KiB Go heap", mem.RSS, mem.Private, mem.Heap)
+		t.Logf("per held execution: %.0f KiB proportional, %.0f KiB resident, %.0f KiB private, %.0f KiB Go heap", mem.PSS, mem.RSS, mem.Private, mem.Heap)
 	})
 }
 
@@ -64,7 +64,7 @@ func TestServedWithCapabilities(t *testing.T) {
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := context.Background()
-	s, err := startServedWith(ctx, "", func(path string) error { return capability.SeedFile(path, SeedCapabilities(50)) })
+	s, err := startServedWith(ctx, "", func(path string) error { return capability.SeedFile(path, SeedCapabilities(50)) }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
