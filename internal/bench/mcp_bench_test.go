@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
@@ -19,8 +18,9 @@ import (
 // Go benchmark, for profiles of the host's share of a call
 // (-cpuprofile): the application as measureMCP builds it (policy set,
 // journal, traces in memory), 100 awaited word_count calls per execution
-// to the demo server over loopback SSE. cpu-µs/call is the process's user
-// + system time per call, the demo server's share included.
+// to the demo server over loopback SSE, in a process of its own.
+// cpu-µs/call is this process's user + system time per call: the client's
+// share, the demo server's not.
 //
 //	go test -run '^$' -bench MCPScriptCall -benchtime 20x ./internal/bench/
 func BenchmarkMCPScriptCall(b *testing.B) {
@@ -30,7 +30,8 @@ func BenchmarkMCPScriptCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer eng.Close(ctx)
-	srv, err := demoserver.Start("127.0.0.1:0")
+	// The demo server in a process of its own, as pml bench runs it.
+	srv, err := startChildDemo(ctx, testDemoCommand(ctx))
 	if err != nil {
 		b.Fatal(err)
 	}
