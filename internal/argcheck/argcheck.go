@@ -53,12 +53,18 @@ type Validator struct {
 	// anyObject: the schema accepts every object (anyObject), so the
 	// object check that comes first is the whole check.
 	anyObject bool
+	// flat: the schema is a flatSchema, whose accepts vouches for most
+	// arguments without the validator.
+	flat *flatSchema
 }
 
 func (v *Validator) compiled() (*jsonschema.Schema, error) {
 	v.once.Do(func() {
 		v.schema, v.err = compileSchema(v.raw)
 		v.anyObject = v.err == nil && anyObject(v.raw)
+		if v.err == nil && !v.anyObject {
+			v.flat = parseFlat(v.raw)
+		}
 	})
 	return v.schema, v.err
 }
@@ -114,6 +120,9 @@ func (v *Validator) validate(args json.RawMessage) ([]Error, error) {
 	sch, err := v.compiled()
 	if err != nil || v.anyObject {
 		return nil, err
+	}
+	if v.flat != nil && v.flat.accepts(args) {
+		return nil, nil
 	}
 	inst, err := decodeArgs(args)
 	if err != nil {
