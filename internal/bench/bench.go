@@ -122,7 +122,9 @@ func Measure(ctx context.Context, o Options) ([]Figure, error) {
 	// The groups of figures, in the order they are printed.
 	groups := []func(context.Context) ([]Figure, error){
 		m.freshSandbox, m.perCall, m.parallel, m.fib,
-		func(ctx context.Context) ([]Figure, error) { return measureMCP(ctx, m.Engine, DemoServerCommand(m.Executable), m.Progress) },
+		func(ctx context.Context) ([]Figure, error) {
+			return measureMCP(ctx, m.Engine, DemoServerCommand(m.Executable), m.Progress)
+		},
 		m.serve, m.processStart,
 	}
 	var figs []Figure
