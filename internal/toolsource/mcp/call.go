@@ -85,12 +85,13 @@ func (s *remote) call(ctx context.Context, c *conn, tc toolsource.Call, header *
 	defer untrack()
 	timeout := tc.Timeout
 	tw := &tripwire{}
-	cctx, cancel := context.WithCancelCause(withTripwire(ctx, tw))
-	defer cancel(nil)
-	tctx, tcancel := context.WithTimeoutCause(cctx, timeout, errCallTimeout)
+	tctx, tcancel := context.WithTimeoutCause(withTripwire(ctx, tw), timeout, errCallTimeout)
 	defer tcancel()
-	// A lost connection fails the call now rather than at its timeout.
-	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
+	// A lost connection fails the call now rather than at its timeout
+	// (classify reads why from c.ctx itself). One context of the call's
+	// own, not a cancellable one under the timeout's too: ~500 of the
+	// ~12,400 bytes a call through a script allocates (issue 43).
+	stop := context.AfterFunc(c.ctx, tcancel)
 	defer stop()
 
 	params := callParams{Name: tc.Tool.Name, Arguments: tc.Args, Meta: tracectx.Headers(ctx)}
