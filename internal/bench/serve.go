@@ -93,10 +93,10 @@ func measureServe(ctx context.Context, cacheDir string, demoCmd func(context.Con
 		return nil, err
 	}
 	return append(figs,
-		Figure{Key: "memory_per_concurrent_execution_pss_kib", Name: fmt.Sprintf("memory per concurrent execution (%d held), proportional (PSS: a page the instances share counted once)", HeldExecutions), Value: mem.PSS, Unit: "KiB", Target: "≤ 256 KiB"},
-		Figure{Key: "memory_per_concurrent_execution_kib", Name: "same, resident (VmRSS: a shared image page counted once per instance mapping it)", Value: mem.RSS, Unit: "KiB",
+		Figure{Key: "memory_per_concurrent_execution_pss_kib", Name: fmt.Sprintf("memory per concurrent execution (%d held), PSS", HeldExecutions), Value: mem.PSS, Unit: "KiB", Target: "≤ 256 KiB"},
+		Figure{Key: "memory_per_concurrent_execution_kib", Name: "same, VmRSS (shared image pages once per instance)", Value: mem.RSS, Unit: "KiB",
 			Compare: compare["memory_per_concurrent_execution_kib"]},
-		Figure{Key: "memory_per_concurrent_execution_private_kib", Name: "same, private (RssAnon: Go heap, stacks, the guests' own pages)", Value: mem.Private, Unit: "KiB"},
+		Figure{Key: "memory_per_concurrent_execution_private_kib", Name: "same, private (RssAnon: Go heap, stacks, guests' pages)", Value: mem.Private, Unit: "KiB"},
 		Figure{Key: "memory_per_concurrent_execution_go_heap_kib", Name: "same, live Go heap", Value: mem.Heap, Unit: "KiB"},
 	), nil
 }
