@@ -5,12 +5,14 @@
 // of what they keep (the JSON Schema meta-schemas, the SDKs' schemas) and
 // Go's 4 MiB first heap goal would otherwise run the collector over it.
 //
-// Go initialises packages in the order of their import paths, each once
-// its imports are, so this one (imports: startgc and the standard
-// library) runs before every package whose path sorts after
-// github.com/pml-sandbox/pml/internal/startgc/atinit, the project's own
-// and golang.org/x, google.golang.org, go.opentelemetry.io and
-// santhosh-tekuri's among them; the AWS SDKs' packages sort before it.
+// Go initialises, again and again, the first package in import-path order
+// whose imports are all initialised. This one needs only startgc and a few
+// standard packages, so it is ready early and runs before the packages
+// that sort after it and wait on more (santhosh-tekuri/jsonschema,
+// golang.org/x, google.golang.org, go.opentelemetry.io, most of the
+// project's own); what is ready before it and sorts before it (much of
+// the AWS SDK) runs first. cmd/pml's TestInitWithoutCollector checks the
+// order that matters from the init trace.
 package atinit
 
 import "github.com/pml-sandbox/pml/internal/startgc"
