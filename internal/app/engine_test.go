@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/guestcache"
@@ -359,5 +360,29 @@ func TestCompileWorkers(t *testing.T) {
 		if got := compileWorkers(tt.memory, tt.cpus); got != tt.want {
 			t.Errorf("compileWorkers(%q, %d) = %d, want %d", tt.memory, tt.cpus, got, tt.want)
 		}
+	}
+}
+
+// TestOneExecutionPreparesOne: a process that runs one execution (pml run)
+// has the guest prepare one instance, a service two.
+func TestOneExecutionPreparesOne(t *testing.T) {
+	cache := t.TempDir()
+	for _, tc := range []struct {
+		one  bool
+		want int64
+	}{{true, 1}, {false, 2}} {
+		eng, _, err := openEngine(context.Background(), Config{CacheDir: cache, OneExecution: tc.one}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for eng.Stats().Created < tc.want && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // a third would come about now
+		if got := eng.Stats().Created; got != tc.want {
+			t.Errorf("OneExecution %v: %d instances prepared, want %d", tc.one, got, tc.want)
+		}
+		_ = eng.Close(context.Background())
 	}
 }
