@@ -174,6 +174,10 @@ type syntax struct {
 	brace     uint8 // what a { opens here
 	stmtStart bool  // a statement starts here
 	label     bool  // it was a plain word at a statement's start: a : makes it a label
+	// castLabel is the frame (its id + 1) where such a word went on with
+	// TypeScript's as, satisfies or !: esbuild drops the casts, so a : in
+	// that frame still makes the word a label (`a as T: b as T: …`).
+	castLabel uint32
 	list      bool  // it was enum or interface: the next { is a list of members
 	enumNext  bool  // that list is an enum's
 	classNext bool  // it was class (or its name, heritage): the next { is its body
@@ -673,6 +677,7 @@ func (r *reading) exprStart() {
 // stmtBegin sets what the previous token allows at a statement's start.
 func (r *reading) stmtBegin() {
 	r.syn.operand, r.syn.slash, r.syn.brace, r.syn.stmtStart, r.syn.label = false, slashRegexp, braceStmt, true, false
+	r.syn.castLabel = 0
 }
 
 // operandEnd sets what the previous token allows after an operand (one

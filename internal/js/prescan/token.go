@@ -302,6 +302,14 @@ func (r *reading) stringToken(t token, cue cues) {
 	r.literal(t.end - t.start)
 }
 
+// castOfLabel notes a TypeScript cast (as, satisfies, !) of a word that
+// may be a label: the statement's : still makes it one (castLabel).
+func (r *reading) castOfLabel() {
+	if r.syn.label && r.stmtContext() {
+		r.syn.castLabel = r.cur.id + 1
+	}
+}
+
 // colon reads `:`: a conditional's alternate, a label, a case's end, a
 // property's value or a type annotation.
 func (r *reading) colon() {
@@ -312,7 +320,7 @@ func (r *reading) colon() {
 		r.cur.right++ // the alternate
 		r.check()
 		r.exprStart()
-	case r.syn.label && r.stmtContext():
+	case (r.syn.label || r.syn.castLabel == r.cur.id+1) && r.stmtContext():
 		r.cur.stmt++
 		r.check()
 		r.stmtBegin()
@@ -368,6 +376,7 @@ func (r *reading) not(newline bool) {
 	switch {
 	case r.syn.operand && !newline:
 		// TypeScript's non-null assertion: the operand goes on.
+		r.castOfLabel()
 		r.operandEnd()
 	case r.syn.operand:
 		// After a line break: a new statement's `!`, or an assertion.

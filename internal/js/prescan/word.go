@@ -359,6 +359,7 @@ func (r *reading) inWord(x wordAt) {
 
 // asWord is as or satisfies: a type follows.
 func (r *reading) asWord(wordAt) {
+	r.castOfLabel()
 	r.binary(false)
 	r.syn.slash = slashDivide
 }

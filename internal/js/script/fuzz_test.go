@@ -148,3 +148,22 @@ func FuzzPrepareNesting(f *testing.F) {
 		}
 	})
 }
+
+// TestCastLabelChains: a word esbuild reads as a label through TypeScript
+// casts (`a as T:`, `a satisfies T:`, `a!:`) counts as a label does, so a
+// chain of them is refused before esbuild recurses once per label (20,000
+// of them took ~190 MB of stack before), and one of them still reads.
+func TestCastLabelChains(t *testing.T) {
+	for _, unit := range []string{"l:get  as T1.", "a!:", "a as T as U:", "a satisfies T:"} {
+		code := strings.Repeat(unit, 10000) + "x"
+		_, err := PrepareWithLimits(code, LangAuto, Limits{CodeBytes: 2 << 20})
+		if fe := fault.As(err); fe == nil || fe.Code != fault.LimitExceeded || fe.Limit != fault.LimitCodeDepth {
+			t.Errorf("%q × 10,000: %v, want LIMIT_EXCEEDED (code depth)", unit, err)
+		}
+	}
+	for _, code := range []string{"a as T: b", "a!: 1", "a satisfies T: b", "a as T ? b : c", "let x = a as T; x ? 1 : 2"} {
+		if _, err := PrepareWithLimits(code, LangAuto, Limits{}); err != nil {
+			t.Errorf("%q: %v", code, err)
+		}
+	}
+}
