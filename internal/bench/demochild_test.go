@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +82,24 @@ func TestStillHeld(t *testing.T) {
 	}
 	if stillHeld(answered) {
 		t.Error("an answered connection is held")
+	}
+}
+
+// TestProcBytes: the fields asked, in bytes and in order; a missing field
+// is an error, an unreadable file errNoRSS.
+func TestProcBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "status")
+	if err := os.WriteFile(path, []byte("Name:\tx\nVmRSS:\t   2048 kB\nRssAnon:\t  12 kB\nPss: 7 kB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := procBytes(path, "RssAnon", "VmRSS", "Pss")
+	if err != nil || !slices.Equal(got, []uint64{12 << 10, 2048 << 10, 7 << 10}) {
+		t.Errorf("%v, %v", got, err)
+	}
+	if _, err := procBytes(path, "VmRSS", "RssShmem"); err == nil || errors.Is(err, errNoRSS) {
+		t.Errorf("a missing field: %v", err)
+	}
+	if _, err := procBytes(filepath.Join(path, "none"), "VmRSS"); !errors.Is(err, errNoRSS) {
+		t.Errorf("an unreadable file: %v", err)
 	}
 }

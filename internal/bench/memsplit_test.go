@@ -2,10 +2,7 @@ package bench
 
 import (
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 )
 
 // memSplit is the process's memory in parts, in bytes: the Go runtime's
@@ -20,24 +17,8 @@ func readMemSplit() memSplit {
 	runtime.ReadMemStats(&ms)
 	s := memSplit{heapAlloc: ms.HeapAlloc, heapInuse: ms.HeapInuse, stackInuse: ms.StackInuse,
 		runtimeOther: ms.MSpanInuse + ms.MCacheInuse + ms.BuckHashSys + ms.GCSys + ms.OtherSys}
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return s
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		n, _ := strconv.ParseUint(f[1], 10, 64)
-		switch f[0] {
-		case "RssAnon:":
-			s.rssAnon = n << 10
-		case "RssFile:":
-			s.rssFile = n << 10
-		case "RssShmem:":
-			s.rssShmem = n << 10
-		}
+	if v, err := procBytes("/proc/self/status", "RssAnon", "RssFile", "RssShmem"); err == nil {
+		s.rssAnon, s.rssFile, s.rssShmem = v[0], v[1], v[2]
 	}
 	return s
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -469,67 +469,48 @@ func sampleMemory() (m memorySample, err error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m.heap = ms.HeapAlloc
-	if m.rss, m.anon, err = vmRSS(); err != nil {
+	status, err := procBytes("/proc/self/status", "VmRSS", "RssAnon")
+	if err != nil {
 		return m, err
 	}
-	m.pss, err = pss()
-	return m, err
-}
-
-// pss reads the process's proportional set size from
-// /proc/self/smaps_rollup (Linux 4.14 and later).
-func pss() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	m.rss, m.anon = status[0], status[1]
+	rollup, err := procBytes("/proc/self/smaps_rollup", "Pss")
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errNoRSS, err)
+		return m, err
 	}
-	for line := range strings.Lines(string(b)) {
-		v, ok := strings.CutPrefix(line, "Pss:")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bench: Pss %q: %w", v, err)
-		}
-		return kb * 1024, nil
-	}
-	return 0, fmt.Errorf("%w: no Pss line in /proc/self/smaps_rollup", errNoRSS)
+	m.pss = rollup[0]
+	return m, nil
 }
 
 // errNoRSS: the process's resident memory cannot be read here (not Linux).
 var errNoRSS = errors.New("bench: no resident memory figure on this system")
 
-// vmRSS reads this process's resident set size and its anonymous part
-// from /proc (Linux only).
-func vmRSS() (rss, anon uint64, err error) {
-	f, err := os.Open("/proc/self/status")
+// procBytes reads the fields names ("Name: N kB") of the /proc file path,
+// in bytes, in the order asked: VmRSS and RssAnon from /proc/self/status,
+// Pss from /proc/self/smaps_rollup (Linux 4.14 and later). A file that
+// cannot be read is errNoRSS (not Linux).
+func procBytes(path string, names ...string) ([]uint64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", errNoRSS, err)
+		return nil, fmt.Errorf("%w: %w", errNoRSS, err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	var seen int
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "VmRSS" && name != "RssAnon") {
+	out := make([]uint64, len(names))
+	found := 0
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(line, ":")
+		i := slices.Index(names, name)
+		if !ok || i < 0 {
 			continue
 		}
 		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("bench: %s %q: %w", name, v, err)
+			return nil, fmt.Errorf("bench: %s %q: %w", name, v, err)
 		}
-		if name == "VmRSS" {
-			rss = kb * 1024
-		} else {
-			anon = kb * 1024
-		}
-		if seen++; seen == 2 {
-			return rss, anon, nil
-		}
+		out[i] = kb * 1024
+		found++
 	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("bench: resident memory: %w", err)
+	if found < len(names) {
+		return nil, fmt.Errorf("bench: no %s in %s", strings.Join(names, " and "), path)
 	}
-	return 0, 0, errors.New("bench: no VmRSS and RssAnon in /proc/self/status")
+	return out, nil
 }
