@@ -97,15 +97,11 @@ func BenchmarkColdStart(b *testing.B) {
 	// Medians: one stalled process on a shared machine moves a mean of a
 	// few runs by tens of percent. The processes' CPU time (init, the first
 	// request, then idle until killed) does not depend on that load.
-	median := func(ds []time.Duration) float64 {
-		slices.Sort(ds)
-		return float64(ds[len(ds)/2].Microseconds()) / 1000
-	}
 	for i, bc := range cases {
-		b.ReportMetric(median(took[i]), bc.name+"-ms/first-response")
-		b.ReportMetric(median(cpu[i]), bc.name+"-cpu-ms")
+		b.ReportMetric(medianMS(took[i]), bc.name+"-ms/first-response")
+		b.ReportMetric(medianMS(cpu[i]), bc.name+"-cpu-ms")
 	}
-	b.ReportMetric(median(took[2])/median(took[0]), "shipped/warm")
+	b.ReportMetric(medianMS(took[2])/medianMS(took[0]), "shipped/warm")
 	b.ReportMetric(0, "ns/op") // an iteration is all three cases: meaningless
 }
 
@@ -128,4 +124,10 @@ func compiledInto(tb testing.TB, dir string) int {
 		}
 	}
 	return n
+}
+
+// medianMS is the median of ds in milliseconds (sorting ds).
+func medianMS(ds []time.Duration) float64 {
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2].Microseconds()) / 1000
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,13 +242,9 @@ func BenchmarkLargeCatalogContainer(b *testing.B) {
 			took[i], cpu[i] = append(took[i], w), append(cpu[i], u)
 		}
 	}
-	median := func(ds []time.Duration) float64 {
-		slices.Sort(ds)
-		return float64(ds[len(ds)/2].Microseconds()) / 1000
-	}
 	for i, c := range cases {
-		b.ReportMetric(median(took[i]), c.name+"-ms/first-response")
-		b.ReportMetric(median(cpu[i]), c.name+"-cpu-ms")
+		b.ReportMetric(medianMS(took[i]), c.name+"-ms/first-response")
+		b.ReportMetric(medianMS(cpu[i]), c.name+"-cpu-ms")
 	}
 	b.ReportMetric(0, "ns/op")
 }
