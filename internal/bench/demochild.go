@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/pml-sandbox/pml/internal/demoserver"
 )
 
 // demoServer is the demo MCP server the harness's scripts call: in the
@@ -19,6 +21,23 @@ type demoServer interface {
 	SSEURL() string
 	StreamableURL() string
 	Close() error
+}
+
+// startDemo starts the demo MCP server: in the process demoCmd makes, or
+// in this one when demoCmd is nil.
+func startDemo(ctx context.Context, demoCmd func(context.Context) *exec.Cmd) (demoServer, error) {
+	if demoCmd != nil {
+		c, err := startChildDemo(ctx, demoCmd(ctx))
+		if err != nil {
+			return nil, err // not a nil *childDemo in the interface
+		}
+		return c, nil
+	}
+	s, err := demoserver.Start("127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // childDemo is a demo MCP server in a process of its own.

@@ -13,7 +13,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/guest"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
@@ -28,19 +27,9 @@ import (
 // collections and scheduling then land on the server's share of the
 // call), else in this one.
 func measureMCP(ctx context.Context, eng *guest.Engine, demoCmd func(context.Context) *exec.Cmd, progress func(string)) ([]Figure, error) {
-	var srv demoServer
-	if demoCmd != nil {
-		child, err := startChildDemo(ctx, demoCmd(ctx))
-		if err != nil {
-			return nil, err
-		}
-		srv = child
-	} else {
-		local, err := demoserver.Start("127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		srv = local
+	srv, err := startDemo(ctx, demoCmd)
+	if err != nil {
+		return nil, err
 	}
 	defer srv.Close()
 	tmp, err := os.MkdirTemp("", "pml-bench-mcp")

@@ -25,7 +25,6 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/admission"
 	"github.com/pml-sandbox/pml/internal/app"
-	"github.com/pml-sandbox/pml/internal/demoserver"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
 	"github.com/pml-sandbox/pml/internal/runs"
@@ -137,18 +136,8 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 			s.close()
 		}
 	}()
-	if demoCmd != nil {
-		child, err := startChildDemo(ctx, demoCmd(ctx))
-		if err != nil {
-			return nil, err
-		}
-		s.demo = child
-	} else {
-		local, err := demoserver.Start("127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		s.demo = local
+	if s.demo, err = startDemo(ctx, demoCmd); err != nil {
+		return nil, err
 	}
 	// A capability registry of its own: empty, as on a first run, and
 	// never the user's file.
