@@ -119,53 +119,174 @@ func flatProperty(raw json.RawMessage) (kind jsontext.Kind, integer, ok bool) {
 	return kind, integer, true
 }
 
-// accepts reports whether args (a valid JSON object) surely meets the
-// schema. false means "ask the validator", not "invalid".
+// accepts reports whether args (a JSON object that json.Valid has passed)
+// surely meets the schema. false means "ask the validator", not "invalid".
+// It reads args in one pass without allocating, since validity is known:
+// a name with an escape or a byte past ASCII, which the validator reads
+// decoded, is left to the validator.
 func (f *flatSchema) accepts(args []byte) bool {
-	d := jsontext.NewDecoder(bytes.NewReader(args))
-	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+	s := scan{b: args}
+	if s.byte() != '{' {
 		return false
 	}
-	seen := make([]string, 0, len(f.props))
-	for d.PeekKind() != '}' {
-		k, err := d.ReadToken()
-		if err != nil {
-			return false
-		}
-		name := k.String()
-		if len(seen) == maxFlatMembers {
+	var seen [maxFlatMembers][]byte
+	n := 0
+	if s.peek() == '}' {
+		return f.hasRequired(seen[:0])
+	}
+	for {
+		name, ok := s.plainName()
+		if !ok || n == maxFlatMembers {
 			return false // many names: the validator's map is the better check
 		}
-		if slices.Contains(seen, name) {
-			return false // a name given twice: the validator reads its last value
+		for _, k := range seen[:n] {
+			if bytes.Equal(k, name) {
+				return false // a name given twice: the validator reads its last value
+			}
 		}
-		seen = append(seen, name)
-		want, listed := f.props[name]
+		seen[n] = name
+		n++
+		want, listed := f.props[string(name)]
 		if !listed && f.closed {
 			return false
 		}
-		v, err := d.ReadValue()
-		if err != nil {
+		if s.byte() != ':' {
 			return false
 		}
-		if !listed || (want == 0 && !f.integers[name]) {
-			continue
-		}
-		got := v.Kind()
-		if got == 'f' {
-			got = 't'
-		}
-		if got != want {
+		v, ok := s.value()
+		if !ok {
 			return false
 		}
-		if f.integers[name] && bytes.ContainsAny(v, ".eE") {
-			return false // 1.0 and 1e2: what each draft makes of them is the validator's to say
+		if listed && (want != 0 || f.integers[string(name)]) {
+			got := jsontext.Kind(v[0])
+			switch got {
+			case 'f':
+				got = 't'
+			case '-', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+				got = '0'
+			}
+			if got != want {
+				return false
+			}
+			if f.integers[string(name)] && bytes.ContainsAny(v, ".eE") {
+				return false // 1.0 and 1e2: what each draft makes of them is the validator's to say
+			}
+		}
+		switch s.byte() {
+		case ',':
+		case '}':
+			return f.hasRequired(seen[:n])
+		default:
+			return false
 		}
 	}
+}
+
+// hasRequired reports whether every required name is among seen.
+func (f *flatSchema) hasRequired(seen [][]byte) bool {
 	for _, r := range f.required {
-		if !slices.Contains(seen, r) {
+		if !slices.ContainsFunc(seen, func(k []byte) bool { return string(k) == r }) {
 			return false
 		}
 	}
 	return true
+}
+
+// scan reads a JSON text json.Valid has passed. Its methods skip the
+// whitespace before what they read and report false on anything they do
+// not expect rather than trusting the text's validity for bounds.
+type scan struct {
+	b []byte
+	i int
+}
+
+func (s *scan) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek is the next byte after whitespace (0 at the end).
+func (s *scan) peek() byte {
+	s.space()
+	if s.i == len(s.b) {
+		return 0
+	}
+	return s.b[s.i]
+}
+
+// byte reads the next byte after whitespace (0 at the end).
+func (s *scan) byte() byte {
+	c := s.peek()
+	if c != 0 {
+		s.i++
+	}
+	return c
+}
+
+// plainName reads a member name made of printable ASCII without escapes:
+// its bytes are the name the validator decodes.
+func (s *scan) plainName() ([]byte, bool) {
+	if s.byte() != '"' {
+		return nil, false
+	}
+	start := s.i
+	for ; s.i < len(s.b); s.i++ {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.i++
+			return s.b[start : s.i-1], true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// value skips one value and returns its text.
+func (s *scan) value() ([]byte, bool) {
+	s.space()
+	start, depth := s.i, 0
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch c {
+		case '"':
+			s.i++
+			for s.i < len(s.b) && s.b[s.i] != '"' {
+				if s.b[s.i] == '\\' {
+					s.i++
+				}
+				s.i++
+			}
+			if s.i >= len(s.b) {
+				return nil, false
+			}
+			s.i++
+		case '{', '[':
+			depth++
+			s.i++
+		case '}', ']':
+			if depth == 0 {
+				return s.b[start:s.i], s.i > start
+			}
+			depth--
+			s.i++
+		case ',':
+			if depth == 0 {
+				return s.b[start:s.i], s.i > start
+			}
+			s.i++
+		default:
+			s.i++
+		}
+		if depth == 0 && s.i > start && (c == '"' || c == '}' || c == ']') {
+			return s.b[start:s.i], true
+		}
+	}
+	return s.b[start:s.i], depth == 0 && s.i > start
 }

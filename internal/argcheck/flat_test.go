@@ -57,6 +57,12 @@ func TestFlatAccepts(t *testing.T) {
 		{`{"b":null}`, false},
 		{`{"other":1}`, false}, // additionalProperties: false
 		{`{"n":1,"n":2}`, false},
+		{" {\n \"n\" : 1 ,\t\"x\":2e3 , \"b\" :true } ", true},
+		{`{"any":"}{,\"]","n":1,"t":[{"n":"x"},"]"]}`, true},
+		{`{"any":{"n":"x","b":[[]]},"n":"1"}`, false},
+		{`{"\u006e":"x"}`, false}, // an escaped name: the validator decodes it
+		{`{"n\u00e9":1}`, false},
+		{`{"x":-0.5,"n":-0}`, true},
 	} {
 		if got := f.accepts([]byte(tc.args)); got != tc.want {
 			t.Errorf("%s: accepts %v, want %v", tc.args, got, tc.want)
