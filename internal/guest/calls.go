@@ -235,7 +235,7 @@ type pendingCall struct {
 // each other and with the script.
 //
 // waiting is the instance of a run waiting at atWait (nil otherwise): a
-// call run here that lasts lets its call stacks go (whileWaiting).
+// call run here that lasts lets its call stacks go (stackRelease).
 func (x *execution) startPending(atWait bool, waiting *instance) {
 	if len(x.pending) == 0 {
 		return
@@ -244,9 +244,9 @@ func (x *execution) startPending(atWait bool, waiting *instance) {
 		p := x.pending[0]
 		x.pending = x.pending[:0]
 		w := time.Now()
-		resumed := whileWaiting(waiting)
+		x.stacks.begin(waiting)
 		data, err := x.req.Host.CallTool(x.ctx, p.call)
-		resumed()
+		x.stacks.end()
 		x.waited += time.Since(w)
 		x.ready = append(x.ready, x.served(p, data, err))
 		return
@@ -304,7 +304,9 @@ func (x *execution) traceCalls() []trace.Call {
 		// held for a checkpoint at a wait point that never came).
 		x.calls[p.idx].Status = trace.StatusNotRun
 	}
-	calls := slices.Clone(x.calls)
+	// Nothing writes the records after this (every call has ended, and
+	// an execution is not reused): the caller takes them as they are.
+	calls := slices.Clip(x.calls)
 	over := x.over
 	x.mu.Unlock()
 	if !x.suspended {

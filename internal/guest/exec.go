@@ -58,6 +58,7 @@ type execution struct {
 	timerDue map[int32]time.Time
 	// in is the instance the run steps (set by drive), for checkpoints.
 	in             *instance
+	stacks         stackRelease // lets in's call stacks go in a long wait
 	lastCheckpoint time.Time
 	checkpoints    int
 

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// TestWhileWaitingReleasesStacks: a wait longer than stacksReleasedAfter
+// TestStackRelease: a wait longer than stacksReleasedAfter
 // lets the instance's call engines go; a short one keeps them; either way
 // the release is over once the wait's end is reported.
-func TestWhileWaitingReleasesStacks(t *testing.T) {
+func TestStackRelease(t *testing.T) {
 	ctx := context.Background()
 	e, err := New(ctx, Options{Prepared: -1})
 	if err != nil {
@@ -36,17 +36,36 @@ func TestWhileWaitingReleasesStacks(t *testing.T) {
 	if n := made(); n != int(numExports) {
 		t.Fatalf("%d of %d exports made", n, numExports)
 	}
-	whileWaiting(in)()
+	var r stackRelease
+	r.begin(in)
+	r.end()
 	if n := made(); n != int(numExports) {
 		t.Errorf("a short wait released the stacks (%d of %d left)", n, numExports)
 	}
-	resumed := whileWaiting(in)
+	r.begin(in)
 	time.Sleep(3 * stacksReleasedAfter)
-	resumed()
+	r.end()
 	if n := made(); n != 0 {
 		t.Errorf("a long wait kept %d call engines", n)
 	}
-	whileWaiting(nil)() // a run not at a wait: nothing to release
+	// The same timer serves the next waits: short, then long again.
+	for ex := range numExports {
+		in.fn(ex)
+	}
+	r.begin(in)
+	r.end()
+	if n := made(); n != int(numExports) {
+		t.Errorf("a short wait after a long one released the stacks (%d of %d left)", n, numExports)
+	}
+	r.begin(in)
+	time.Sleep(3 * stacksReleasedAfter)
+	r.end()
+	if n := made(); n != 0 {
+		t.Errorf("a second long wait kept %d call engines", n)
+	}
+	var none stackRelease
+	none.begin(nil) // a run not at a wait: nothing to release
+	none.end()
 }
 
 // TestRunsAcrossLongWaits: a run whose calls outlast stacksReleasedAfter,

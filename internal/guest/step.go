@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -236,15 +238,15 @@ func (x *execution) nextAnswer(in *instance) (completion, *fault.Error) {
 		return c, errSuspend
 	default:
 		w := time.Now()
-		resumed := whileWaiting(in)
+		x.stacks.begin(in)
 		select {
 		case c = <-x.done:
 		case <-x.ctx.Done():
-			resumed()
+			x.stacks.end()
 			x.waited += time.Since(w)
 			return c, x.timeoutError()
 		}
-		resumed()
+		x.stacks.end()
 		x.waited += time.Since(w)
 	}
 	if c.timer {
@@ -270,7 +272,7 @@ func (x *execution) nextAnswer(in *instance) (completion, *fault.Error) {
 }
 
 // stacksReleasedAfter is how long a run waits for an answer before its
-// instance's call stacks are released (instance.releaseStacks): growing
+// instance's call stacks are released (stackRelease): growing
 // them again costs the next step ~150 KB of allocation and ~30 µs, a few
 // thousandths of a wait this long, while a wait on a person or a slow tool
 // lasts far longer; a tool that answers sooner (an MCP server on the same
@@ -278,25 +280,65 @@ func (x *execution) nextAnswer(in *instance) (completion, *fault.Error) {
 // nothing again.
 const stacksReleasedAfter = 10 * time.Millisecond
 
-// whileWaiting is called as a run starts to wait for an answer, with its
-// instance; the function it returns, when the wait is over, before the
-// instance is used again. A wait longer than stacksReleasedAfter releases
-// the instance's call stacks meanwhile (instance.releaseStacks): what a
-// held run keeps is its memory, not the stacks its last step grew.
-func whileWaiting(in *instance) (resumed func()) {
+// stackRelease lets a waiting instance's call stacks go when the wait
+// outlasts stacksReleasedAfter (instance.releaseStacks): what a held run
+// keeps is its memory, not the stacks its last step grew. One timer serves
+// every wait of a run, reset for each: a call's wait is the common one,
+// and it should cost no allocation.
+type stackRelease struct {
+	t     *time.Timer
+	in    *instance // the waiting instance: written before state says so
+	state atomic.Int32
+	// mu is held while a release runs, so the wait's end can wait for it.
+	mu sync.Mutex
+}
+
+// A stackRelease's states.
+const (
+	releaseIdle int32 = iota
+	releaseWaiting
+	releasing
+)
+
+// begin is called as a run starts to wait for an answer with its
+// instance (nil: nothing to release).
+func (r *stackRelease) begin(in *instance) {
 	if in == nil {
-		return func() {}
+		return
 	}
-	released := make(chan struct{})
-	t := time.AfterFunc(stacksReleasedAfter, func() {
-		in.releaseStacks()
-		close(released)
-	})
-	return func() {
-		if !t.Stop() {
-			<-released // the release has begun: it must be over before the instance is used
-		}
+	r.in = in
+	r.state.Store(releaseWaiting)
+	if r.t == nil {
+		r.t = time.AfterFunc(stacksReleasedAfter, r.fire)
+	} else {
+		r.t.Reset(stacksReleasedAfter)
 	}
+}
+
+// fire runs on the timer's goroutine. A timer from an earlier wait that
+// fires late finds the run idle, or waiting again: either way a release
+// is what a wait allows.
+func (r *stackRelease) fire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.CompareAndSwap(releaseWaiting, releasing) {
+		r.in.releaseStacks()
+	}
+}
+
+// end is called when the wait is over, before the instance is used again:
+// a release that has begun is over when it returns.
+func (r *stackRelease) end() {
+	if r.state.CompareAndSwap(releaseWaiting, releaseIdle) {
+		r.t.Stop()
+		return
+	}
+	if r.state.Load() == releaseIdle {
+		return // begin had no instance
+	}
+	r.mu.Lock()
+	r.state.Store(releaseIdle)
+	r.mu.Unlock()
 }
 
 // lateError is the TIMEOUT of a run that ended past its deadline (x.ctx
