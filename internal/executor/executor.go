@@ -415,7 +415,7 @@ func (s *Service) Execute(ctx context.Context, req execution.Request) *execution
 	}
 	if shape != nil && resp.OK && !resp.Suspended() {
 		// A pattern for the learning loop; it travels in the trace record.
-		ex.Pattern = s.learner.Pattern(req.Principal, shape, ownCalls(resp))
+		ex.Pattern = s.learner.Pattern(req.Principal, shape, ownCallsView(resp))
 	}
 	s.record(ctx, ex, resp)
 	resp.ApplyCallDetail(req.CallDetail)
@@ -851,6 +851,18 @@ func ownCalls(resp *execution.Response) []trace.Call {
 		}
 	}
 	return own
+}
+
+// ownCallsView is ownCalls for a reader that keeps nothing: resp's own
+// slice when every call in it is its own (a run with no capability calls),
+// so a script's hundred calls are not copied to be read once.
+func ownCallsView(resp *execution.Response) []trace.Call {
+	for _, c := range resp.Calls {
+		if c.ExecutionID != resp.ExecutionID {
+			return ownCalls(resp)
+		}
+	}
+	return resp.Calls
 }
 
 // record sends the execution to the sink, with the status and call count
