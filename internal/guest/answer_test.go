@@ -1,0 +1,248 @@
+package guest_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pml-sandbox/pml/internal/guest"
+)
+
+// answerHost answers every call with the same bytes, valid JSON or not.
+type answerHost struct{ answer json.RawMessage }
+
+func (h answerHost) CallTool(context.Context, guest.Call) (json.RawMessage, error) {
+	return h.answer, nil
+}
+
+// answerScript receives the answer of a call and JSON.parse of the same
+// text (args) and fails unless the two are the same value in every way a
+// script can tell: type, Object.is, arithmetic on numbers, prototype,
+// Array.isArray, extensibility, own keys in order and each property's
+// descriptor; or, for text that is not JSON, unless both throw the same
+// error. It returns what the call gave: {ok, json} or {ok, name, message}.
+const answerScript = `
+const text = args;
+let want, got;
+globalThis.watching = true;
+try { want = {ok: true, v: JSON.parse(text)} } catch (e) { want = {ok: false, e} }
+try { got = {ok: true, v: await mcp.demo.echo()} } catch (e) { got = {ok: false, e} }
+globalThis.watching = false;
+let diffs = "", ndiffs = 0;
+const note = (s) => { diffs += s + "\n"; ndiffs++ };
+const show = (x) => typeof x === "number" && Object.is(x, -0) ? "-0" : String(x);
+function same(a, b, path) {
+  if (ndiffs > 20) return;
+  if (typeof a !== typeof b) return note(path + ": typeof " + typeof a + " vs " + typeof b);
+  if (a === null || b === null || typeof a !== "object") {
+    if (!Object.is(a, b)) note(path + ": " + show(a) + " vs " + show(b));
+    if (typeof a === "number") {
+      const ops = [x => -x, x => x + 1, x => x - 1, x => x * 3, x => x / 7, x => x % 5, x => x * -1,
+        x => x | 0, x => x >>> 0, x => x ** 2, x => String(x), x => x.toFixed(2), x => Number.isInteger(x),
+        x => Number.isSafeInteger(x), x => Math.abs(x), x => 1 / x, x => x === 0, x => [x].indexOf(0)];
+      ops.forEach((op, i) => { if (!Object.is(op(a), op(b))) note(path + ": op " + i + " on " + show(a) + ": " + show(op(a)) + " vs " + show(op(b))) });
+    }
+    return;
+  }
+  const pa = Object.getPrototypeOf(a), pb = Object.getPrototypeOf(b);
+  if (pa !== pb) note(path + ": prototypes differ");
+  if (pa !== (Array.isArray(a) ? Array.prototype : Object.prototype)) note(path + ": not a plain object or array");
+  if (Array.isArray(a) !== Array.isArray(b)) note(path + ": Array.isArray differs");
+  if (Object.isExtensible(a) !== Object.isExtensible(b)) note(path + ": extensibility differs");
+  const ka = Reflect.ownKeys(a), kb = Reflect.ownKeys(b);
+  if (JSON.stringify(ka) !== JSON.stringify(kb)) note(path + ": own keys " + JSON.stringify(ka) + " vs " + JSON.stringify(kb));
+  if (JSON.stringify(Object.keys(a)) !== JSON.stringify(Object.keys(b))) note(path + ": Object.keys differ");
+  for (const k of ka) {
+    const da = Object.getOwnPropertyDescriptor(a, k), db = Object.getOwnPropertyDescriptor(b, k);
+    if (!db) { note(path + ": no " + String(k)); continue }
+    for (const f of ["writable", "enumerable", "configurable"])
+      if (da[f] !== db[f]) note(path + "[" + String(k) + "]: " + f + " " + da[f] + " vs " + db[f]);
+    if ("get" in da || "get" in db) note(path + "[" + String(k) + "]: an accessor");
+    same(da.value, db.value, path + "[" + JSON.stringify(k) + "]");
+  }
+}
+if (got.ok !== want.ok) {
+  note("call " + (got.ok ? "fulfilled" : "rejected: " + got.e) + ", JSON.parse " + (want.ok ? "returned" : "threw: " + want.e));
+} else if (got.ok) {
+  if (JSON.stringify(got.v) !== JSON.stringify(want.v)) note("JSON.stringify: " + JSON.stringify(got.v) + " vs " + JSON.stringify(want.v));
+  same(got.v, want.v, "$");
+} else {
+  if (!(got.e instanceof SyntaxError)) note("rejected with " + got.e);
+  if (got.e.name !== want.e.name || got.e.message !== want.e.message) note("error " + got.e + " vs " + want.e);
+}
+if (globalThis.setterHits) note("a setter on a prototype ran " + globalThis.setterHits + " times");
+if (ndiffs) throw new Error(diffs);
+return got.ok ? {ok: true, json: JSON.stringify(got.v)} : {ok: false, name: got.e.name, message: got.e.message};
+`
+
+type answerOutcome struct {
+	OK      bool   `json:"ok"`
+	JSON    string `json:"json"`
+	Name    string `json:"name"`
+	Message string `json:"message"`
+}
+
+// runAnswer runs answerScript with text as the call's answer (setup runs
+// first) and returns what the call gave the script.
+func runAnswer(t testing.TB, setup, text string) answerOutcome {
+	t.Helper()
+	args, err := json.Marshal(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := engine.Run(context.Background(), guest.Request{
+		Code:   setup + "\n" + answerScript,
+		Args:   args,
+		Tools:  guest.DemoTools(),
+		Host:   answerHost{json.RawMessage(text)},
+		Limits: guest.Limits{Timeout: 30 * time.Second},
+	})
+	if !r.OK {
+		t.Fatalf("answer %.200q: %s", text, r.Err)
+	}
+	var o answerOutcome
+	if err := json.Unmarshal(r.Value, &o); err != nil {
+		t.Fatalf("answer %.200q: result %s: %v", text, r.Value, err)
+	}
+	return o
+}
+
+func nested(open, leaf, close string, depth int) string {
+	return strings.Repeat(open, depth) + leaf + strings.Repeat(close, depth)
+}
+
+// answerCases are tool answers the glue reads itself (small plain JSON)
+// and answers it leaves to JS_ParseJSON, side by side.
+var answerCases = []struct {
+	name, text string
+	want       string // JSON.stringify of the value; "" to check only that it matches JSON.parse
+	fails      bool   // not JSON: the call rejects with a SyntaxError
+}{
+	{name: "typical", text: `{"words":3,"lines":1,"chars":13}`, want: `{"words":3,"lines":1,"chars":13}`},
+	{name: "nested", text: `{"a":{"b":[1,2,{"c":[true,false,null]}],"d":{}},"e":[[],[[]],{"f":"g"}]}`},
+	{name: "empty object", text: `{}`, want: `{}`},
+	{name: "empty array", text: `[]`, want: `[]`},
+	{name: "scalars at top", text: `3`, want: `3`},
+	{name: "string at top", text: `"just a string"`, want: `"just a string"`},
+	{name: "true", text: `true`, want: `true`},
+	{name: "false", text: ` false `, want: `false`},
+	{name: "null", text: `null`, want: `null`},
+	{name: "duplicate keys", text: `{"a":1,"b":2,"a":3}`, want: `{"a":3,"b":2}`},
+	{name: "duplicate key with another type", text: `{"a":{"x":1},"b":[],"a":[1,2],"b":"s"}`, want: `{"a":[1,2],"b":"s"}`},
+	{name: "__proto__ key", text: `{"__proto__":{"polluted":1},"a":1}`, want: `{"__proto__":{"polluted":1},"a":1}`},
+	{name: "__proto__ null", text: `{"__proto__":null}`, want: `{"__proto__":null}`},
+	{name: "constructor and toString keys", text: `{"constructor":1,"toString":"x","hasOwnProperty":null,"length":2,"then":3}`},
+	{name: "digit keys", text: `{"b":1,"0":"zero","10":"ten","007":"bond","a":2,"1":"one","4294967295":"big","4294967294":"max index","-1":"minus","1.5":"frac"}`},
+	{name: "digit keys, 2^31", text: `{"2147483647":1,"2147483648":2,"2147483646":3}`},
+	{name: "empty key", text: `{"":1,"a":{"":[]}}`, want: `{"":1,"a":{"":[]}}`},
+	{name: "ints", text: `[0,1,-1,9,10,99,2147483647,2147483648,-2147483648,-2147483649,4294967295,4294967296]`,
+		want: `[0,1,-1,9,10,99,2147483647,2147483648,-2147483648,-2147483649,4294967295,4294967296]`},
+	{name: "15 digits", text: `[999999999999999,-999999999999999,100000000000000,123456789012345]`,
+		want: `[999999999999999,-999999999999999,100000000000000,123456789012345]`},
+	{name: "16 digits", text: `[1000000000000000,-9999999999999999,1234567890123456]`},
+	{name: "2^53 and 2^53+1", text: `[9007199254740992,9007199254740993,-9007199254740993]`},
+	{name: "long ints", text: `[123456789012345678901234567890,1e400]`},
+	{name: "minus zero", text: `-0`, want: `0`},
+	{name: "minus zero inside", text: `{"z":-0,"a":[-0,0,-0]}`, want: `{"z":0,"a":[0,0,0]}`},
+	{name: "zero", text: `0`, want: `0`},
+	{name: "fractions", text: `[0.5,-0.5,1.0,-0.0,3.14159,0.1,100.000]`},
+	{name: "exponents", text: `[1e2,1E2,1e+2,1e-2,-1e0,0e0,2.5e-3,1e21,1e-7]`},
+	{name: "not JSON numbers", text: `[-01]`},
+	{name: "strings", text: `{"s":"printable ASCII: !#$%&'()*+,-./0123456789:;<=>?@AZ[]^_` + "`" + `az{|}~ end"}`},
+	{name: "strings with escapes", text: `["a\"b","c\\d","e\/f","\b\f\n\r\t","\u0041\u00e9\u2603","\ud83d\ude00","\ud800","x\u0000y"]`},
+	{name: "escaped key", text: `{"a\u0062":1,"\n":2}`},
+	{name: "unicode", text: `{"é":"ü","snow":"☃","emoji":"😀","mixed":"abc☃def"}`},
+	{name: "DEL", text: `["` + "\x7f" + `"]`},
+	{name: "whitespace everywhere", text: " \t\r\n{ \"a\" \n:\r [ 1 ,\t2 , { } , [ ] ] ,\"b\":\ttrue ,\n\"c\" : null , \"d\" : \"s\" } \r\n\t", want: `{"a":[1,2,{},[]],"b":true,"c":null,"d":"s"}`},
+	{name: "depth at the cap", text: nested(`[`, `1`, `]`, 32)},
+	{name: "depth at the cap, objects", text: nested(`{"a":`, `0`, `}`, 32)},
+	{name: "depth past the cap", text: nested(`[`, `1`, `]`, 33)},
+	{name: "depth far past the cap", text: nested(`{"a":[`, `{}`, `]}`, 100)},
+	{name: "answer of 4095 bytes", text: `{"s":"` + strings.Repeat("x", 4095-8) + `"}`},
+	{name: "answer of 4096 bytes", text: `{"s":"` + strings.Repeat("x", 4096-8) + `"}`},
+	{name: "answer past 4 KiB", text: `[` + strings.TrimSuffix(strings.Repeat(`{"i":12345,"name":"item","ok":true},`, 200), ",") + `]`},
+	{name: "trailing comma", text: `{"a":1,}`, fails: true},
+	{name: "trailing comma in array", text: `[1,2,]`, fails: true},
+	{name: "unterminated object", text: `{"a":1`, fails: true},
+	{name: "unterminated string", text: `{"a":"xyz`, fails: true},
+	{name: "unterminated array", text: `[1,[2`, fails: true},
+	{name: "trailing garbage", text: `{"a":1} x`, fails: true},
+	{name: "two values", text: `1 2`, fails: true},
+	{name: "missing colon", text: `{"a" 1}`, fails: true},
+	{name: "missing value", text: `{"a":}`, fails: true},
+	{name: "single quotes", text: `{'a':1}`, fails: true},
+	{name: "bare key", text: `{a:1}`, fails: true},
+	{name: "leading zero", text: `[01]`, fails: true},
+	{name: "leading plus", text: `+1`, fails: true},
+	{name: "truex", text: `[truex]`, fails: true},
+	{name: "nul", text: `[tru`, fails: true},
+	{name: "raw newline in string", text: "[\"a\nb\"]", fails: true},
+	{name: "lone minus", text: `-`, fails: true},
+	{name: "whitespace only", text: ` `, fails: true},
+	{name: "NaN", text: `NaN`, fails: true},
+	{name: "comment", text: `[1/*c*/]`, fails: true},
+	{name: "vertical tab", text: "[1,\v2]", fails: true},
+	{name: "embedded NUL", text: "[1,\x002]", fails: true},
+}
+
+// A tool's answer reaches the script as JSON.parse of its text would make
+// it, whichever reader builds it: the glue's own for small plain JSON, or
+// JS_ParseJSON; and text that is not JSON rejects the call with the
+// SyntaxError JSON.parse throws.
+func TestToolAnswerIsJSONParse(t *testing.T) {
+	for _, c := range answerCases {
+		t.Run(c.name, func(t *testing.T) {
+			o := runAnswer(t, "", c.text)
+			if o.OK == c.fails {
+				t.Fatalf("ok = %v (%s %s), want %v", o.OK, o.Name, o.Message, !c.fails)
+			}
+			if c.fails && o.Name != "SyntaxError" {
+				t.Fatalf("rejected with %s: %s, want a SyntaxError", o.Name, o.Message)
+			}
+			if c.want != "" && o.JSON != c.want {
+				t.Fatalf("got %s, want %s", o.JSON, c.want)
+			}
+		})
+	}
+}
+
+// JSON.parse defines properties: a setter a script put on Object.prototype
+// or Array.prototype never runs for an answer's keys, and a frozen
+// prototype does not stop them.
+func TestToolAnswerDefinesProperties(t *testing.T) {
+	for _, setup := range []string{
+		`globalThis.setterHits = 0; for (const k of ["a", "b", "0", "__proto__"]) Object.defineProperty(Object.prototype, k, {set() { if (globalThis.watching) globalThis.setterHits++ }, get() { return "inherited" }, configurable: true});` +
+			` Object.defineProperty(Array.prototype, "0", {set() { if (globalThis.watching) globalThis.setterHits++ }, configurable: true});`,
+		`Object.freeze(Object.prototype); Object.freeze(Array.prototype);`,
+	} {
+		for _, text := range []string{`{"a":1,"b":[1,2],"0":3,"__proto__":4}`, `[[1],{"a":{"b":2}}]`} {
+			o := runAnswer(t, setup, text)
+			if !o.OK {
+				t.Fatalf("%s: rejected: %s", text, o.Message)
+			}
+		}
+	}
+}
+
+// FuzzAnswer hands arbitrary text to a script as a tool's answer: what
+// the script receives is JSON.parse of that text, or the call rejects with
+// the error JSON.parse throws. (Text that is not UTF-8 cannot reach
+// JSON.parse unchanged, and the glue's own reader takes only ASCII; it is
+// skipped.)
+func FuzzAnswer(f *testing.F) {
+	for _, c := range answerCases {
+		f.Add([]byte(c.text))
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		if len(text) == 0 || !utf8.Valid(text) {
+			t.Skip()
+		}
+		o := runAnswer(t, "", string(text))
+		if json.Valid(text) && !o.OK {
+			t.Fatalf("valid JSON %.200q rejected: %s: %s", text, o.Name, o.Message)
+		}
+	})
+}
