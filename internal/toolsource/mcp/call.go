@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
@@ -232,13 +230,10 @@ type wireResult struct {
 	ResultType json.RawMessage `json:"resultType"`
 }
 
-// decodeResult decodes a tools/call result, as encoding/json would (its
-// v1 options: the same names, duplicates and bytes accepted), in one pass
-// over the text rather than a validity scan and then the decode: half the
-// time and allocations of a call's result decode.
+// decodeResult decodes a tools/call result.
 func decodeResult(raw json.RawMessage) (wireResult, error) {
 	var r wireResult
-	err := jsonv2.Unmarshal(raw, &r, jsonv1.DefaultOptionsV1())
+	err := json.Unmarshal(raw, &r)
 	return r, err
 }
 
