@@ -184,3 +184,38 @@ func BenchmarkStartCached(b *testing.B) {
 		_ = open().Close(ctx)
 	}
 }
+
+// coldHost answers every call with a word count after writing over
+// coldBytes of memory, as a network path does to the caches between two
+// of a script's calls: the guest's next step starts with its code and
+// data evicted. A call's wait is not the run's CPU time (Result.CPUTime),
+// so the eviction is not counted.
+type coldHost struct{ buf []byte }
+
+const coldBytes = 4 << 20
+
+func (h *coldHost) CallTool(ctx context.Context, c guest.Call) (json.RawMessage, error) {
+	for i := 0; i < len(h.buf); i += 64 {
+		h.buf[i]++
+	}
+	return json.RawMessage(`{"words":3,"lines":1,"chars":13}`), nil
+}
+
+// BenchmarkToolCallCold is the guest's share of an awaited call whose
+// answer comes after the caches were evicted (coldHost): the step between
+// two calls of pml bench's MCP loop, without the network's noise.
+// guest-µs/call is the run's CPU time (its waits left out) per call.
+func BenchmarkToolCallCold(b *testing.B) {
+	const n = 100
+	code := fmt.Sprintf("for (let i = 0; i < %d; i++) await mcp.demo.echo({text: 'one two three'}); return 1", n)
+	host := &coldHost{buf: make([]byte, coldBytes)}
+	var busy time.Duration
+	for b.Loop() {
+		r := engine.Run(context.Background(), guest.Request{Code: code, Tools: guest.DemoTools(), Host: host})
+		if !r.OK {
+			b.Fatal(r.Err)
+		}
+		busy += r.CPUTime
+	}
+	b.ReportMetric(float64(busy.Nanoseconds())/float64(b.N)/n/1000, "guest-µs/call")
+}
