@@ -661,6 +661,122 @@ static inline const uint8_t *jr_plain_string(const uint8_t *p, const uint8_t *en
     return p < end && *p == '"' ? p : NULL;
 }
 
+/* ---- Answer objects of a known shape ------------------------------------
+ *
+ * An object JSON.parse makes gets its shape one property at a time: the
+ * empty object's shape is copied for the first key, then grown in place,
+ * its property array reallocated as it grows, and each key made an atom
+ * (a string allocated for a key no live atom has). When the object dies,
+ * so do the shape and those atoms, so a script calling the same tool in a
+ * loop paid for all of it again on every answer. jr_shapes keeps the
+ * shapes of the last few objects json_read made (a reference each: the
+ * shape, its atoms and its prototype, Object.prototype, stay alive), and
+ * an object whose keys are those of a kept shape, in the same order, is
+ * made with that shape at once (JS_NewObjectFromShape) and its values put
+ * in place. The object is the one JS_NewObject and a JS_DefinePropertyValue
+ * (C_W_E) per key would make: same prototype, same properties in the same
+ * order with the same flags; a shape is not observable. A key matches a
+ * kept shape's atom when its bytes are the atom's string: JS_NewAtomLen
+ * would have found that very atom (atoms are unique per string). Only
+ * shapes of keys that JS_NewAtomLen makes string atoms of are kept: no
+ * key starting with a digit (it may become an integer atom), none longer
+ * than JR_KEY_MAX bytes (a kept shape keeps its keys' memory), no
+ * repeated key (its object has fewer properties than members), at most
+ * JR_KEYS. A kept shape is never changed in place: QuickJS copies a shape
+ * shared by more than one holder before changing an object's. */
+#define JR_KEYS 16
+#define JR_KEY_MAX 64
+#define JR_SHAPES 8
+typedef struct {
+    const uint8_t *k;
+    uint32_t len;
+    JSValue v;
+} jr_member;
+static JSShape *jr_shapes[JR_SHAPES];
+static uint32_t jr_shapes_next;
+
+/* jr_shape_find returns the kept shape whose keys are m's, or NULL. */
+static JSShape *jr_shape_find(const jr_member *m, int n) {
+    for (int i = 0; i < JR_SHAPES; i++) {
+        JSShape *sh = jr_shapes[i];
+        if (!sh || sh->prop_count != n)
+            continue;
+        JSShapeProperty *prs = get_shape_prop(sh);
+        int j;
+        for (j = 0; j < n; j++) {
+            JSAtomStruct *as = rt->atom_array[prs[j].atom];
+            if (as->len != m[j].len || memcmp(as->u.str8, m[j].k, m[j].len))
+                break;
+        }
+        if (j == n)
+            return sh;
+    }
+    return NULL;
+}
+
+/* jr_shape_keep keeps sh, the shape of an object jr_object made of n
+ * members, when it may be found again (see above). */
+static void jr_shape_keep(JSShape *sh, int n) {
+    if (n == 0 || sh->prop_count != n || !sh->is_hashed ||
+        sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_OBJECT]))
+        return;
+    JSShapeProperty *prs = get_shape_prop(sh);
+    for (int j = 0; j < n; j++) {
+        JSAtom atom = prs[j].atom;
+        if (__JS_AtomIsTaggedInt(atom) || (prs[j].flags & (JS_PROP_TMASK | JS_PROP_C_W_E)) != JS_PROP_C_W_E)
+            return;
+        JSAtomStruct *as = rt->atom_array[atom];
+        if (as->atom_type != JS_ATOM_TYPE_STRING || as->is_wide_char || as->len > JR_KEY_MAX ||
+            (as->len > 0 && as->u.str8[0] >= '0' && as->u.str8[0] <= '9'))
+            return;
+    }
+    JSShape *old = jr_shapes[jr_shapes_next];
+    jr_shapes[jr_shapes_next] = js_dup_shape(sh);
+    jr_shapes_next = (jr_shapes_next + 1) % JR_SHAPES;
+    if (old)
+        js_free_shape(rt, old);
+}
+
+/* jr_object makes the object of n members read (their values taken),
+ * or JS_EXCEPTION (the values freed). */
+static JSValue jr_object(jr_member *m, int n) {
+    JSShape *sh = jr_shape_find(m, n);
+    if (sh) {
+        JSValue obj = JS_NewObjectFromShape(ctx, js_dup_shape(sh), JS_CLASS_OBJECT);
+        if (JS_IsException(obj)) {
+            for (int i = 0; i < n; i++)
+                JS_FreeValue(ctx, m[i].v);
+            return obj;
+        }
+        JSProperty *pr = JS_VALUE_GET_OBJ(obj)->prop;
+        for (int i = 0; i < n; i++)
+            pr[i].u.value = m[i].v;
+        return obj;
+    }
+    JSValue obj = JS_NewObject(ctx);
+    int i = 0;
+    if (JS_IsException(obj))
+        goto fail;
+    for (; i < n; i++) {
+        JSAtom key = JS_NewAtomLen(ctx, (const char *)m[i].k, m[i].len);
+        if (key == JS_ATOM_NULL)
+            goto fail;
+        int r = JS_DefinePropertyValue(ctx, obj, key, m[i].v, JS_PROP_C_W_E);
+        JS_FreeAtom(ctx, key);
+        if (r < 0) {
+            i++;
+            goto fail;
+        }
+    }
+    jr_shape_keep(JS_VALUE_GET_OBJ(obj)->shape, n);
+    return obj;
+fail:
+    for (; i < n; i++)
+        JS_FreeValue(ctx, m[i].v);
+    JS_FreeValue(ctx, obj);
+    return JS_EXCEPTION;
+}
+
 /* jr_value reads the value at *pp (not whitespace) into *out and moves *pp
  * past it: JR_OK; JR_NOT_READ when it is not one json_read takes;
  * JR_EXCEPTION when the JS API failed (the exception is pending). Nothing
@@ -764,15 +880,22 @@ static int jr_value(const uint8_t **pp, const uint8_t *end, int depth, JSValue *
     case '{': {
         if (depth >= JSON_READ_DEPTH)
             return JR_NOT_READ;
-        JSValue obj = JS_NewObject(ctx);
-        if (JS_IsException(obj))
-            return JR_EXCEPTION;
+        /* The first JR_KEYS members are kept until the object ends, so
+         * that one with a known shape is made whole (jr_object); past
+         * them, the object is made and each member defined as read. */
+        jr_member m[JR_KEYS];
+        int n = 0;
+        JSValue obj = JS_UNDEFINED;
         p = jr_space(p + 1, end);
         if (p < end && *p == '}') {
+            obj = JS_NewObject(ctx);
+            if (JS_IsException(obj))
+                return JR_EXCEPTION;
             *out = obj;
             *pp = p + 1;
             return JR_OK;
         }
+        int r = JR_NOT_READ;
         for (;;) {
             if (p >= end || *p != '"')
                 break;
@@ -783,24 +906,36 @@ static int jr_value(const uint8_t **pp, const uint8_t *end, int depth, JSValue *
             if (p >= end || *p != ':')
                 break;
             p = jr_space(p + 1, end);
-            /* The key first, then its value, as json_parse_value. */
-            JSAtom key = JS_NewAtomLen(ctx, (const char *)k, (size_t)(e - k));
-            if (key == JS_ATOM_NULL) {
-                JS_FreeValue(ctx, obj);
-                return JR_EXCEPTION;
-            }
             JSValue v;
-            int r = jr_value(&p, end, depth + 1, &v);
-            if (r != JR_OK) {
+            if (JS_IsUndefined(obj) && n < JR_KEYS) {
+                r = jr_value(&p, end, depth + 1, &v);
+                if (r != JR_OK)
+                    break;
+                m[n++] = (jr_member){k, (uint32_t)(e - k), v};
+                r = JR_NOT_READ;
+            } else {
+                if (JS_IsUndefined(obj)) {
+                    obj = jr_object(m, n);
+                    n = 0;
+                    if (JS_IsException(obj))
+                        return JR_EXCEPTION;
+                }
+                /* The key first, then its value, as json_parse_value. */
+                JSAtom key = JS_NewAtomLen(ctx, (const char *)k, (size_t)(e - k));
+                if (key == JS_ATOM_NULL) {
+                    r = JR_EXCEPTION;
+                    break;
+                }
+                r = jr_value(&p, end, depth + 1, &v);
+                if (r != JR_OK) {
+                    JS_FreeAtom(ctx, key);
+                    break;
+                }
+                r = JS_DefinePropertyValue(ctx, obj, key, v, JS_PROP_C_W_E) < 0 ? JR_EXCEPTION : JR_OK;
                 JS_FreeAtom(ctx, key);
-                JS_FreeValue(ctx, obj);
-                return r;
-            }
-            r = JS_DefinePropertyValue(ctx, obj, key, v, JS_PROP_C_W_E);
-            JS_FreeAtom(ctx, key);
-            if (r < 0) {
-                JS_FreeValue(ctx, obj);
-                return JR_EXCEPTION;
+                if (r != JR_OK)
+                    break;
+                r = JR_NOT_READ;
             }
             p = jr_space(p, end);
             if (p < end && *p == ',') {
@@ -808,14 +943,22 @@ static int jr_value(const uint8_t **pp, const uint8_t *end, int depth, JSValue *
                 continue;
             }
             if (p < end && *p == '}') {
+                if (JS_IsUndefined(obj)) {
+                    obj = jr_object(m, n);
+                    if (JS_IsException(obj))
+                        return JR_EXCEPTION;
+                }
                 *out = obj;
                 *pp = p + 1;
                 return JR_OK;
             }
+            r = JR_NOT_READ;
             break;
         }
+        for (int i = 0; i < n; i++)
+            JS_FreeValue(ctx, m[i].v);
         JS_FreeValue(ctx, obj);
-        return JR_NOT_READ;
+        return r;
     }
     }
     return JR_NOT_READ;

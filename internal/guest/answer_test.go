@@ -3,6 +3,7 @@ package guest_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,20 @@ func runAnswer(t testing.TB, setup, text string) answerOutcome {
 	return o
 }
 
+// manyKeys is an object of n keys, k0 to k(n-1), with values from base.
+func manyKeys(n, base int) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%d":%d`, i, base+i)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
 func nested(open, leaf, close string, depth int) string {
 	return strings.Repeat(open, depth) + leaf + strings.Repeat(close, depth)
 }
@@ -164,6 +179,18 @@ var answerCases = []struct {
 	{name: "answer of 4095 bytes", text: `{"s":"` + strings.Repeat("x", 4095-8) + `"}`},
 	{name: "answer of 4096 bytes", text: `{"s":"` + strings.Repeat("x", 4096-8) + `"}`},
 	{name: "answer past 4 KiB", text: `[` + strings.TrimSuffix(strings.Repeat(`{"i":12345,"name":"item","ok":true},`, 200), ",") + `]`},
+	{name: "same keys twice", text: `[{"a":1,"b":"x"},{"a":2,"b":"y"},{"b":3,"a":4},{"a":5},{"a":6,"b":7,"c":8}]`,
+		want: `[{"a":1,"b":"x"},{"a":2,"b":"y"},{"b":3,"a":4},{"a":5},{"a":6,"b":7,"c":8}]`},
+	{name: "same keys, then repeated", text: `[{"a":1,"b":2},{"a":3,"a":4},{"a":5,"b":6,"a":7},{"a":8,"b":9}]`,
+		want: `[{"a":1,"b":2},{"a":4},{"a":7,"b":6},{"a":8,"b":9}]`},
+	{name: "same digit keys twice", text: `[{"0":1,"1a":2,"x":3},{"0":4,"1a":5,"x":6}]`},
+	{name: "same empty key twice", text: `[{"":1},{"":2},{"":3,"a":4}]`, want: `[{"":1},{"":2},{"":3,"a":4}]`},
+	{name: "same keys nested", text: `{"a":{"a":{"a":1}},"b":{"a":{"a":2}}}`, want: `{"a":{"a":{"a":1}},"b":{"a":{"a":2}}}`},
+	{name: "16 keys twice", text: `[` + manyKeys(16, 0) + `,` + manyKeys(16, 1) + `]`},
+	{name: "17 keys twice", text: `[` + manyKeys(17, 0) + `,` + manyKeys(17, 1) + `]`},
+	{name: "40 keys, a repeat past 16", text: `[` + manyKeys(40, 0) + `,{"k0":1,"k1":2,"k2":3,"k3":4,"k4":5,"k5":6,"k6":7,"k7":8,"k8":9,"k9":10,"k10":11,"k11":12,"k12":13,"k13":14,"k14":15,"k15":16,"k16":17,"k3":18,"k17":[{"k0":1}]}]`},
+	{name: "long keys twice", text: `[{"` + strings.Repeat("k", 64) + `":1,"` + strings.Repeat("l", 65) + `":2},{"` + strings.Repeat("k", 64) + `":3,"` + strings.Repeat("l", 65) + `":4}]`},
+	{name: "same keys past the cache", text: `[` + strings.Repeat(`{"a":1},{"b":1},{"c":1},{"d":1},{"e":1},{"f":1},{"g":1},{"h":1},{"i":1},{"j":1},`, 3) + `{"a":2}]`},
 	{name: "trailing comma", text: `{"a":1,}`, fails: true},
 	{name: "trailing comma in array", text: `[1,2,]`, fails: true},
 	{name: "unterminated object", text: `{"a":1`, fails: true},
@@ -245,4 +272,53 @@ func FuzzAnswer(f *testing.F) {
 			t.Fatalf("valid JSON %.200q rejected: %s: %s", text, o.Name, o.Message)
 		}
 	})
+}
+
+// The glue makes answer objects whose keys it has seen in an earlier
+// answer with the shape it kept from it: whatever a script does to one
+// answer (add, delete or redefine a property, freeze it, change its
+// prototype) the next answer with the same keys is still JSON.parse's,
+// across more key sets than the glue keeps.
+func TestToolAnswerShapesKept(t *testing.T) {
+	code := `
+const templates = [{words: 3, lines: 1, chars: 13}, {a: 1}, {a: 1, b: 2}, {b: 1, a: 2}, {x: {y: {z: 1}}, a: [{a: 1}]}];
+for (let i = 0; i < 10; i++) templates.push({["k" + i]: i, common: "c"});
+const mutations = [
+  (v) => { v.extra = 1 },
+  (v) => { delete v[Object.keys(v)[0]] },
+  (v) => { Object.freeze(v) },
+  (v) => { Object.setPrototypeOf(v, null) },
+  (v) => { Object.defineProperty(v, Object.keys(v)[0], {enumerable: false, writable: false}) },
+  (v) => { Object.defineProperty(v, Object.keys(v)[0], {get() { return 1 }}) },
+  (v) => { Object.preventExtensions(v) },
+  (v) => { for (const k of Object.keys(v)) delete v[k]; v.z = 1 },
+];
+function describe(v) {
+  if (v === null || typeof v !== "object") return JSON.stringify(v);
+  return (Object.getPrototypeOf(v) === Object.prototype ? "O" : Object.getPrototypeOf(v) === Array.prototype ? "A" : "?") +
+    (Object.isExtensible(v) ? "" : "!") + "{" +
+    Reflect.ownKeys(v).map((k) => {
+      const d = Object.getOwnPropertyDescriptor(v, k);
+      return String(k) + (d.writable ? "w" : "") + (d.enumerable ? "e" : "") + (d.configurable ? "c" : "") + ("get" in d ? "get" : "") + ":" + describe(d.value);
+    }).join(",") + "}";
+}
+const kept = [];
+let n = 0;
+for (let round = 0; round < 4; round++) {
+  for (const t of templates) {
+    const v = await mcp.demo.echo(t);
+    const got = describe(v), want = describe(JSON.parse(JSON.stringify(t)));
+    if (got !== want) throw new Error("call " + n + ": " + got + " vs " + want);
+    mutations[n % mutations.length](v);
+    if (v.a && typeof v.a === "object") mutations[(n + 3) % mutations.length](v.a[0]);
+    kept.push(v);
+    n++;
+  }
+}
+return n`
+	r := engine.Run(context.Background(), guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}})
+	if !r.OK {
+		t.Fatal(r.Err)
+	}
+	jsonEq(t, r.Value, `60`)
 }
