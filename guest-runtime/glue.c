@@ -445,6 +445,15 @@ static inline int jbuf_put(const char *s, size_t n) {
 
 static inline int jbuf_putc(char c) { return jbuf_put(&c, 1); }
 
+/* jq_len is how many bytes json_fast_quote writes for a Latin-1
+ * character: 1 for printable ASCII but '"' and '\\', 2 for those, the
+ * short escapes (\b \t \n \f \r) and a character past ASCII (its UTF-8),
+ * 6 for another control character (\u00XX). */
+static const uint8_t jq_len[256] = {
+    [0 ... 31] = 6, [32 ... 127] = 1, [128 ... 255] = 2,
+    ['\b'] = 2, ['\t'] = 2, ['\n'] = 2, ['\f'] = 2, ['\r'] = 2, ['"'] = 2, ['\\'] = 2,
+};
+
 /* json_fast_quote writes a Latin-1 string quoted as JS_ToQuotedString
  * does, encoded as UTF-8 (what JS_ToCStringLen makes of it). */
 static int json_fast_quote(JSString *str) {
@@ -452,24 +461,26 @@ static int json_fast_quote(JSString *str) {
     if (str->is_wide_char)
         return -1;
     uint32_t n = str->len;
+    const uint8_t *s = str->u.str8;
     /* Room for exactly what it writes: never more memory than
      * JSON.stringify's own string would take. */
     size_t need = 2;
-    for (uint32_t i = 0; i < n; i++) {
-        uint8_t c = str->u.str8[i];
-        if (c >= 0x80)
-            need += 2;
-        else if (c == '"' || c == '\\' || c == '\t' || c == '\r' || c == '\n' || c == '\b' || c == '\f')
-            need += 2;
-        else
-            need += c < 32 ? 6 : 1;
-    }
+    for (uint32_t i = 0; i < n; i++)
+        need += jq_len[s[i]];
     if (jbuf_len + need > jbuf_cap && jbuf_grow(need))
         return -1;
     char *o = jbuf + jbuf_len;
     *o++ = '"';
+    if (need == (size_t)n + 2) {
+        /* Nothing to escape or encode, as most strings. */
+        memcpy(o, s, n);
+        o += n;
+        *o++ = '"';
+        jbuf_len = (size_t)(o - jbuf);
+        return 0;
+    }
     for (uint32_t i = 0; i < n; i++) {
-        uint8_t c = str->u.str8[i];
+        uint8_t c = s[i];
         if (c >= 0x80) {
             *o++ = (char)(0xc0 | (c >> 6));
             *o++ = (char)(0x80 | (c & 0x3f));
