@@ -520,6 +520,50 @@ static int json_fast_protos_plain(JSObject *p) {
     return 1;
 }
 
+/* The shapes of the last few argument objects json_fast wrote. A script
+ * makes its arguments afresh for each call, typically with an object
+ * literal ({text: t}), whose shape QuickJS finds among the live ones when
+ * one object of the same keys is still alive, and otherwise copies from
+ * the empty object's and grows one property at a time, to free it again
+ * when the arguments die after the call. A reference kept here keeps the
+ * shape alive from one call to the next, so the next call's literal finds
+ * it. Kept only: a shape that QuickJS hashes (one it finds again), of
+ * plain objects (Object.prototype, which is alive anyway), of at most
+ * JF_KEYS string keys, none over JF_KEY_MAX bytes (a kept shape keeps its
+ * keys' memory; a symbol key is never kept alive by it). A kept shape is
+ * shared, so QuickJS copies it before changing any object's. */
+#define JF_SHAPES 4
+#define JF_KEYS 16
+#define JF_KEY_MAX 64
+static JSShape *jf_shapes[JF_SHAPES];
+static uint32_t jf_shapes_next;
+/* The shape of an empty plain object, kept from pml_init on: each call's
+ * arguments literal starts from it, and JS_NewObject would otherwise
+ * make it again whenever no empty plain object was alive. */
+static JSShape *empty_shape;
+
+static void jf_shape_keep(JSShape *sh) {
+    for (int i = 0; i < JF_SHAPES; i++)
+        if (jf_shapes[i] == sh)
+            return;
+    if (!sh->is_hashed || sh->prop_count > JF_KEYS || sh->proto != JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_OBJECT]))
+        return;
+    JSShapeProperty *prs = get_shape_prop(sh);
+    for (int j = 0; j < sh->prop_count; j++) {
+        JSAtom atom = prs[j].atom;
+        if (atom == JS_ATOM_NULL || __JS_AtomIsTaggedInt(atom))
+            continue;
+        JSAtomStruct *as = rt->atom_array[atom];
+        if (as->atom_type != JS_ATOM_TYPE_STRING || as->len > JF_KEY_MAX)
+            return;
+    }
+    JSShape *old = jf_shapes[jf_shapes_next];
+    jf_shapes[jf_shapes_next] = js_dup_shape(sh);
+    jf_shapes_next = (jf_shapes_next + 1) % JF_SHAPES;
+    if (old)
+        js_free_shape(rt, old);
+}
+
 static int json_fast_value(JSValueConst v, int depth) {
     char num[32];
     switch (JS_VALUE_GET_TAG(v)) {
@@ -612,6 +656,7 @@ static int json_fast_value(JSValueConst v, int depth) {
         if (json_fast_value(p->prop[i].u.value, depth + 1))
             return -1;
     }
+    jf_shape_keep(sh);
     return jbuf_putc('}');
 }
 
@@ -1293,6 +1338,11 @@ __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
     mcp_tools = JS_UNDEFINED;
     empty_args = JS_NewString(ctx, "{}");
     mcp_object = JS_UNDEFINED;
+    JSValue empty = JS_NewObject(ctx);
+    if (JS_IsException(empty))
+        return 5;
+    empty_shape = js_dup_shape(JS_VALUE_GET_OBJ(empty)->shape);
+    JS_FreeValue(ctx, empty);
     JS_FreeValue(ctx, api);
     JS_RunGC(rt);
     /* Heap headroom in the snapshot: malloc's free top chunk. A run that

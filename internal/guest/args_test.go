@@ -86,3 +86,57 @@ func TestCallArgsRunScriptCodeOnce(t *testing.T) {
 		}
 	}
 }
+
+// The glue keeps the shapes of the argument objects it writes (and the
+// empty object's) alive from one call to the next; whatever a script then
+// does to its arguments, a new object of the same keys is a plain one,
+// and each call's arguments are written as JSON.stringify writes them.
+func TestArgsShapesKept(t *testing.T) {
+	code := `
+function describe(v) {
+  if (v === null || typeof v !== "object") return JSON.stringify(v);
+  return (Object.getPrototypeOf(v) === Object.prototype ? "O" : "?") + (Object.isExtensible(v) ? "" : "!") + "{" +
+    Reflect.ownKeys(v).map((k) => {
+      const d = Object.getOwnPropertyDescriptor(v, k);
+      return String(k) + (d.writable ? "w" : "") + (d.enumerable ? "e" : "") + (d.configurable ? "c" : "") + ("get" in d ? "get" : "") + ":" + describe(d.value);
+    }).join(",") + "}";
+}
+const mutations = [
+  (a) => { a.extra = 1 },
+  (a) => { delete a.text },
+  (a) => { Object.freeze(a) },
+  (a) => { Object.setPrototypeOf(a, {inherited: 1}) },
+  (a) => { Object.defineProperty(a, "text", {enumerable: false}) },
+  (a) => { Object.defineProperty(a, "n", {get() { return 1 }}) },
+  (a) => { a[Symbol("s")] = 1; Object.preventExtensions(a) },
+  (a) => { a.sub.more = true },
+];
+const seen = [];
+for (let i = 0; i < 24; i++) {
+  const a = {text: "one two three", n: i, sub: {}};
+  if (i % 3 === 1) a[Symbol.iterator] = 1;
+  const v = await mcp.demo.echo(a);
+  const want = JSON.stringify(a);
+  if (JSON.stringify(v) !== want) throw new Error("call " + i + ": " + JSON.stringify(v) + " vs " + want);
+  mutations[i % mutations.length](a);
+  const b = {text: "x", n: 0, sub: {}};
+  const d = describe(b);
+  if (d !== 'O{textwec:"x",nwec:0,subwec:O{}}') throw new Error("call " + i + ": a new literal is " + d);
+  seen.push(a);
+  const e = {};
+  if (describe(e) !== "O{}") throw new Error("call " + i + ": {} is " + describe(e));
+}
+return seen.map((a) => Object.keys(a).join("+")).join(" ")`
+	r := engine.Run(context.Background(), guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}})
+	if !r.OK {
+		t.Fatal(r.Err)
+	}
+	var got string
+	if err := json.Unmarshal(r.Value, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("text+n+sub+extra n+sub text+n+sub text+n+sub n+sub text+n+sub text+n+sub text+n+sub ", 3)
+	if got != strings.TrimSpace(want) {
+		t.Fatalf("keys after the mutations: %q, want %q", got, want)
+	}
+}
