@@ -138,17 +138,99 @@ static void pml_out_of_memory(size_t size) {
     abort(); /* not reached: the host traps */
 }
 
+/* The usable size of an allocation, which QuickJS's accounting adds up
+ * for every malloc, free and realloc: malloc_usable_size, a call into the
+ * libc, was ~30 calls per awaited tool call. wasi-libc's malloc is
+ * dlmalloc (32-bit, no footers, no mmap), whose in-use chunk has its size
+ * in the word before the memory, with flags in the low 3 bits, and 4
+ * bytes of it overhead. pml_init checks this against malloc_usable_size
+ * over a range of sizes before the runtime allocates anything, and keeps
+ * to the libc's function if any differs. */
+static int usable_inline;
+
+/* The chunk's head word, read through volatile: it lies outside the
+ * allocation, and the compiler may assume a read of memory before what
+ * malloc returned yields nothing defined. */
+static inline size_t dl_usable(const void *p) {
+    const volatile uint32_t *head = (const volatile uint32_t *)((uintptr_t)p - 4);
+    return (*head & ~(uint32_t)7) - 4;
+}
+
+static inline size_t pml_usable_size(const void *p) {
+    if (likely(usable_inline))
+        return dl_usable(p);
+    return malloc_usable_size((void *)p);
+}
+
+static void usable_check(void) {
+    static const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 100,
+                                   127, 128, 129, 255, 256, 257, 500, 1000, 1024, 4095, 4096, 4097, 10000, 65536,
+                                   100000, 262144, 1 << 20};
+    void *ps[sizeof(sizes) / sizeof(sizes[0])];
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        ps[i] = malloc(sizes[i]);
+        if (!ps[i]) {
+            ok = 0;
+            continue;
+        }
+        size_t u = dl_usable(ps[i]);
+        if (u != malloc_usable_size(ps[i]) || u < sizes[i])
+            ok = 0;
+        /* and after a realloc, which may grow in place */
+        void *q = realloc(ps[i], sizes[i] + 3);
+        if (!q) {
+            ok = 0;
+            continue;
+        }
+        ps[i] = q;
+        u = dl_usable(q);
+        if (u != malloc_usable_size(q))
+            ok = 0;
+    }
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        free(ps[i]);
+    usable_inline = ok;
+}
+
+/* QuickJS's js_def_malloc, js_def_free and js_def_realloc (same
+ * accounting, same limit), with pml_usable_size, and a failure that
+ * never returns. */
 static void *pml_js_malloc(JSMallocState *s, size_t size) {
-    void *p = js_def_malloc(s, size);
+    void *p = NULL;
+    if (likely(s->malloc_size + size <= s->malloc_limit))
+        p = malloc(size);
     if (unlikely(!p))
         pml_out_of_memory(size);
+    s->malloc_count++;
+    s->malloc_size += pml_usable_size(p) + MALLOC_OVERHEAD;
     return p;
 }
 
+static void pml_js_free(JSMallocState *s, void *ptr) {
+    if (!ptr)
+        return;
+    s->malloc_count--;
+    s->malloc_size -= pml_usable_size(ptr) + MALLOC_OVERHEAD;
+    free(ptr);
+}
+
 static void *pml_js_realloc(JSMallocState *s, void *ptr, size_t size) {
-    void *p = js_def_realloc(s, ptr, size);
-    if (unlikely(!p) && size != 0)
+    if (!ptr)
+        return size == 0 ? NULL : pml_js_malloc(s, size);
+    size_t old_size = pml_usable_size(ptr);
+    if (size == 0) {
+        s->malloc_count--;
+        s->malloc_size -= old_size + MALLOC_OVERHEAD;
+        free(ptr);
+        return NULL;
+    }
+    void *p = NULL;
+    if (likely(s->malloc_size + size - old_size <= s->malloc_limit))
+        p = realloc(ptr, size);
+    if (unlikely(!p))
         pml_out_of_memory(size);
+    s->malloc_size += pml_usable_size(p) - old_size;
     return p;
 }
 
@@ -166,7 +248,7 @@ static void pml_after_gc(JSRuntime *r) {
 
 static const JSMallocFunctions pml_malloc_funcs = {
     pml_js_malloc,
-    js_def_free,
+    pml_js_free,
     pml_js_realloc,
     js_def_malloc_usable_size,
 };
@@ -1300,6 +1382,7 @@ __attribute__((export_name("pml_free"))) void pml_free(void *p) { free(p); }
  * success. Everything it creates lives in linear memory and is captured by the
  * host's snapshot. */
 __attribute__((export_name("pml_init"))) int32_t pml_init(void) {
+    usable_check();
     rt = JS_NewRuntime2(&pml_malloc_funcs, NULL);
     if (!rt)
         return 1;
