@@ -525,7 +525,14 @@ static inline int jbuf_put(const char *s, size_t n) {
     return 0;
 }
 
-static inline int jbuf_putc(char c) { return jbuf_put(&c, 1); }
+/* One byte stored, not copied: memcpy is a call of pml_copy (the
+ * build's checked memory.copy). */
+static inline int jbuf_putc(char c) {
+    if (jbuf_len + 1 > jbuf_cap && jbuf_grow(1))
+        return -1;
+    jbuf[jbuf_len++] = c;
+    return 0;
+}
 
 /* jq_len is how many bytes json_fast_quote writes for a Latin-1
  * character: 1 for printable ASCII but '"' and '\\', 2 for those, the
