@@ -1166,11 +1166,28 @@ static JSValue pml_new_promise(void) {
     return obj;
 }
 
+/* then_absent reports whether reading v's then would give undefined
+ * without running any code: v and every object on its prototype chain is
+ * an ordinary object or array (no proxy, no getter called on the way)
+ * without an own then, as most answers are (plain objects and arrays,
+ * Object.prototype and Array.prototype). Anything else is left to
+ * JS_GetProperty, a then a script defined on a prototype included. */
+static int then_absent(JSValueConst v) {
+    for (JSObject *q = JS_VALUE_GET_OBJ(v); q; q = q->shape->proto) {
+        if (q->class_id != JS_CLASS_OBJECT && q->class_id != JS_CLASS_ARRAY)
+            return 0;
+        JSProperty *pr;
+        if (find_own_property(&pr, q, JS_ATOM_then))
+            return 0;
+    }
+    return 1;
+}
+
 /* pml_settle resolves or rejects promise with v, as its resolving
  * functions would: a thenable is followed (a script may have put a then on
  * Object.prototype). */
 static void pml_settle(JSValueConst promise, JSValueConst v, int is_reject) {
-    if (!is_reject && JS_IsObject(v)) {
+    if (!is_reject && JS_IsObject(v) && !then_absent(v)) {
         JSValue then = JS_GetProperty(ctx, v, JS_ATOM_then);
         if (JS_IsException(then)) {
             JSValue e = JS_GetException(ctx);

@@ -322,3 +322,53 @@ return n`
 	}
 	jsonEq(t, r.Value, `60`)
 }
+
+// A call's promise is resolved with its answer as a promise's resolve
+// function would: an answer that is a thenable (a then a script put on
+// Object.prototype or Array.prototype, a getter there, which runs once per
+// answer) is followed, and one that is not (its own then not a function,
+// the prototype's deleted again) is the value; each as a promise resolved
+// with JSON.parse of the same text.
+func TestToolAnswerThenable(t *testing.T) {
+	code := `
+const log = [];
+async function both(what, args) {
+  let got, want;
+  try { got = await mcp.demo.echo(args) } catch (e) { got = "threw " + e }
+  try { want = await new Promise((r) => r(JSON.parse(JSON.stringify(args)))) } catch (e) { want = "threw " + e }
+  const g = JSON.stringify(got), w = JSON.stringify(want);
+  if (g !== w) throw new Error(what + ": " + g + " vs " + w);
+  log.push(what + "=" + g);
+}
+await both("plain", {a: 1});
+await both("own then", {then: 1, a: 2});
+await both("own then object", {then: {x: 1}});
+Object.prototype.then = function (res) { res("patched " + Object.keys(this).join(",")) };
+await both("Object.prototype.then", {a: 3});
+await both("Object.prototype.then, array", [1, 2]);
+await both("own then over it", {then: 5});
+delete Object.prototype.then;
+await both("deleted", {a: 4});
+let hits = 0;
+Object.defineProperty(Object.prototype, "then", {get() { hits++; return undefined }, configurable: true});
+await both("getter", {a: 5});
+const getterHits = hits;
+delete Object.prototype.then;
+Array.prototype.then = function (res, rej) { rej(new Error("array then")) };
+await both("Array.prototype.then", [3]);
+await both("object past Array.prototype.then", {a: 6});
+delete Array.prototype.then;
+Object.defineProperty(Object.prototype, "then", {get() { throw new Error("then getter throws") }, configurable: true});
+await both("throwing getter", {a: 7});
+delete Object.prototype.then;
+await both("plain again", {a: 8});
+return {log, getterHits}`
+	r := engine.Run(context.Background(), guest.Request{Code: code, Tools: guest.DemoTools(), Host: guest.DemoHost{}})
+	if !r.OK {
+		t.Fatal(r.Err)
+	}
+	jsonEq(t, r.Value, `{"log":["plain={\"a\":1}","own then={\"then\":1,\"a\":2}","own then object={\"then\":{\"x\":1}}",`+
+		`"Object.prototype.then=\"patched a\"","Object.prototype.then, array=\"patched 0,1\"","own then over it={\"then\":5}",`+
+		`"deleted={\"a\":4}","getter={\"a\":5}","Array.prototype.then=\"threw Error: array then\"",`+
+		`"object past Array.prototype.then={\"a\":6}","throwing getter=\"threw Error: then getter throws\"","plain again={\"a\":8}"],"getterHits":2}`)
+}
