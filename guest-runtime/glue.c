@@ -791,17 +791,30 @@ static void jbuf_trim(void) {
 #define JSON_READ_DEPTH 32
 enum { JR_OK = 0, JR_NOT_READ = 1, JR_EXCEPTION = -1 };
 
+/* Byte classes for the scans: JSON whitespace, and the characters of a
+ * plain string (printable ASCII but '"' and '\\'). A byte-at-a-time scan
+ * with a compare per class was most of json_read's time. The text ends
+ * in a NUL (pml_resume puts it after the answer), in neither class, so a
+ * scan stops there at the latest without comparing against the end. */
+enum { JR_WS = 1, JR_PLAIN = 2 };
+static const uint8_t jr_class[256] = {
+    [' '] = JR_WS | JR_PLAIN, ['\n'] = JR_WS, ['\r'] = JR_WS, ['\t'] = JR_WS,
+    [0x21] = JR_PLAIN, [0x23 ... 0x5b] = JR_PLAIN, [0x5d ... 0x7e] = JR_PLAIN,
+};
+
+/* jr_space skips JSON whitespace; *end is NUL. */
 static inline const uint8_t *jr_space(const uint8_t *p, const uint8_t *end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+    (void)end;
+    while (jr_class[*p] & JR_WS)
         p++;
     return p;
 }
 
 /* jr_plain_string returns the end of a string whose characters are
  * printable ASCII but '"' and '\\' (its closing quote), starting past the
- * opening one; NULL for any other string, or none. */
+ * opening one; NULL for any other string, or none. *end is NUL. */
 static inline const uint8_t *jr_plain_string(const uint8_t *p, const uint8_t *end) {
-    while (p < end && *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
+    while (jr_class[*p] & JR_PLAIN)
         p++;
     return p < end && *p == '"' ? p : NULL;
 }
@@ -1111,7 +1124,8 @@ static int jr_value(const uint8_t **pp, const uint8_t *end, int depth, JSValue *
 
 /* json_read reads the len bytes at in as a whole JSON document into *out
  * (see above): JR_OK, JR_NOT_READ for JS_ParseJSON to read it, or
- * JR_EXCEPTION as JS_ParseJSON fails (the exception pending). */
+ * JR_EXCEPTION as JS_ParseJSON fails (the exception pending). in[len]
+ * must be NUL: the scans stop there. */
 static int json_read(const char *in, size_t len, JSValue *out) {
     /* JS_ParseJSON fails with "stack overflow" where the stack is short
      * (a run with a tiny stack limit); json_read reads nothing where
