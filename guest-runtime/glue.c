@@ -935,6 +935,16 @@ fail:
     return JS_EXCEPTION;
 }
 
+/* jr_literal reads the literal word at *pp as v. */
+static int jr_literal(const uint8_t **pp, const uint8_t *end, const char *word, JSValue v, JSValue *out) {
+    size_t n = strlen(word);
+    if ((size_t)(end - *pp) < n || memcmp(*pp, word, n))
+        return JR_NOT_READ;
+    *out = v;
+    *pp += n;
+    return JR_OK;
+}
+
 /* jr_value reads the value at *pp (not whitespace) into *out and moves *pp
  * past it: JR_OK; JR_NOT_READ when it is not one json_read takes;
  * JR_EXCEPTION when the JS API failed (the exception is pending). Nothing
@@ -981,23 +991,11 @@ static int jr_value(const uint8_t **pp, const uint8_t *end, int depth, JSValue *
         return JR_OK;
     }
     case 't':
-        if (end - p < 4 || memcmp(p, "true", 4))
-            return JR_NOT_READ;
-        *out = JS_TRUE;
-        *pp = p + 4;
-        return JR_OK;
+        return jr_literal(pp, end, "true", JS_TRUE, out);
     case 'f':
-        if (end - p < 5 || memcmp(p, "false", 5))
-            return JR_NOT_READ;
-        *out = JS_FALSE;
-        *pp = p + 5;
-        return JR_OK;
+        return jr_literal(pp, end, "false", JS_FALSE, out);
     case 'n':
-        if (end - p < 4 || memcmp(p, "null", 4))
-            return JR_NOT_READ;
-        *out = JS_NULL;
-        *pp = p + 4;
-        return JR_OK;
+        return jr_literal(pp, end, "null", JS_NULL, out);
     case '[': {
         if (depth >= JSON_READ_DEPTH)
             return JR_NOT_READ;

@@ -36,32 +36,23 @@ func TestStackRelease(t *testing.T) {
 	if n := made(); n != int(numExports) {
 		t.Fatalf("%d of %d exports made", n, numExports)
 	}
+	// One timer serves every wait: short, long, then the same again.
 	var r stackRelease
-	r.begin(in)
-	r.end()
-	if n := made(); n != int(numExports) {
-		t.Errorf("a short wait released the stacks (%d of %d left)", n, numExports)
-	}
-	r.begin(in)
-	time.Sleep(3 * stacksReleasedAfter)
-	r.end()
-	if n := made(); n != 0 {
-		t.Errorf("a long wait kept %d call engines", n)
-	}
-	// The same timer serves the next waits: short, then long again.
-	for ex := range numExports {
-		in.fn(ex)
-	}
-	r.begin(in)
-	r.end()
-	if n := made(); n != int(numExports) {
-		t.Errorf("a short wait after a long one released the stacks (%d of %d left)", n, numExports)
-	}
-	r.begin(in)
-	time.Sleep(3 * stacksReleasedAfter)
-	r.end()
-	if n := made(); n != 0 {
-		t.Errorf("a second long wait kept %d call engines", n)
+	for round := range 2 {
+		for ex := range numExports {
+			in.fn(ex)
+		}
+		r.begin(in)
+		r.end()
+		if n := made(); n != int(numExports) {
+			t.Errorf("round %d: a short wait released the stacks (%d of %d left)", round, n, numExports)
+		}
+		r.begin(in)
+		time.Sleep(3 * stacksReleasedAfter)
+		r.end()
+		if n := made(); n != 0 {
+			t.Errorf("round %d: a long wait kept %d call engines", round, n)
+		}
 	}
 	var none stackRelease
 	none.begin(nil) // a run not at a wait: nothing to release
