@@ -271,8 +271,29 @@ func FuzzAnswer(f *testing.F) {
 		if json.Valid(text) && !o.OK {
 			t.Fatalf("valid JSON %.200q rejected: %s: %s", text, o.Name, o.Message)
 		}
+		// The same answer again, after the first was changed every way
+		// a kept shape must not feel: the glue may make the second's
+		// objects with shapes kept from the first.
+		if again := runAnswer(t, answerFirstMutated, string(text)); again != o {
+			t.Fatalf("answer %.200q: %+v after a first answer was changed, %+v alone", text, again, o)
+		}
 	})
 }
+
+// answerFirstMutated, run before answerScript, takes the same answer once
+// and changes each object in it: a property added and one deleted, then
+// frozen.
+const answerFirstMutated = `{
+  const change = (v, d) => {
+    if (v === null || typeof v !== "object" || d > 40) return;
+    for (const k of Object.keys(v)) change(v[k], d + 1);
+    const keys = Object.keys(v);
+    if (keys.length) delete v[keys[0]];
+    v.added = 1;
+    Object.freeze(v);
+  };
+  try { change(await mcp.demo.echo(), 0) } catch (e) {}
+}`
 
 // The glue makes answer objects whose keys it has seen in an earlier
 // answer with the shape it kept from it: whatever a script does to one
