@@ -621,6 +621,16 @@ static int json_fast_protos_plain(JSObject *p) {
  * JF_KEYS string keys, none over JF_KEY_MAX bytes (a kept shape keeps its
  * keys' memory; a symbol key is never kept alive by it). A kept shape is
  * shared, so QuickJS copies it before changing any object's. */
+/* ring_keep keeps a reference to sh in the ring of n shapes, in place of
+ * the oldest (whose reference goes). */
+static void ring_keep(JSShape **ring, uint32_t *next, uint32_t n, JSShape *sh) {
+    JSShape *old = ring[*next];
+    ring[*next] = js_dup_shape(sh);
+    *next = (*next + 1) % n;
+    if (old)
+        js_free_shape(rt, old);
+}
+
 #define JF_SHAPES 4
 #define JF_KEYS 16
 #define JF_KEY_MAX 64
@@ -646,11 +656,7 @@ static void jf_shape_keep(JSShape *sh) {
         if (as->atom_type != JS_ATOM_TYPE_STRING || as->len > JF_KEY_MAX)
             return;
     }
-    JSShape *old = jf_shapes[jf_shapes_next];
-    jf_shapes[jf_shapes_next] = js_dup_shape(sh);
-    jf_shapes_next = (jf_shapes_next + 1) % JF_SHAPES;
-    if (old)
-        js_free_shape(rt, old);
+    ring_keep(jf_shapes, &jf_shapes_next, JF_SHAPES, sh);
 }
 
 static int json_fast_value(JSValueConst v, int depth) {
@@ -888,11 +894,7 @@ static void jr_shape_keep(JSShape *sh, int n) {
             (as->len > 0 && as->u.str8[0] >= '0' && as->u.str8[0] <= '9'))
             return;
     }
-    JSShape *old = jr_shapes[jr_shapes_next];
-    jr_shapes[jr_shapes_next] = js_dup_shape(sh);
-    jr_shapes_next = (jr_shapes_next + 1) % JR_SHAPES;
-    if (old)
-        js_free_shape(rt, old);
+    ring_keep(jr_shapes, &jr_shapes_next, JR_SHAPES, sh);
 }
 
 /* jr_object makes the object of n members read (their values taken),
