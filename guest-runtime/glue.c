@@ -595,19 +595,25 @@ static int json_fast_quote(JSString *str) {
     return 0;
 }
 
-/* json_fast_protos_plain reports whether no object on p's prototype chain
- * could run code or supply a toJSON when JSON.stringify reads p's toJSON:
- * each is an ordinary object or array without one. */
-static int json_fast_protos_plain(JSObject *p) {
-    for (JSObject *q = p->shape->proto; q; q = q->shape->proto) {
+/* chain_plain_without reports whether q and every object on its prototype
+ * chain is an ordinary object or array (no proxy, nothing exotic) without
+ * an own property atom: reading atom from it then runs no code and finds
+ * nothing. */
+static int chain_plain_without(JSObject *q, JSAtom atom) {
+    for (; q; q = q->shape->proto) {
         if (q->class_id != JS_CLASS_OBJECT && q->class_id != JS_CLASS_ARRAY)
             return 0;
         JSProperty *pr;
-        if (find_own_property(&pr, q, JS_ATOM_toJSON))
+        if (find_own_property(&pr, q, atom))
             return 0;
     }
     return 1;
 }
+
+/* json_fast_protos_plain reports whether no object on p's prototype chain
+ * could run code or supply a toJSON when JSON.stringify reads p's toJSON:
+ * each is an ordinary object or array without one. */
+static int json_fast_protos_plain(JSObject *p) { return chain_plain_without(p->shape->proto, JS_ATOM_toJSON); }
 
 /* The shapes of the last few argument objects json_fast wrote. A script
  * makes its arguments afresh for each call, typically with an object
@@ -1186,16 +1192,7 @@ static JSValue pml_new_promise(void) {
  * without an own then, as most answers are (plain objects and arrays,
  * Object.prototype and Array.prototype). Anything else is left to
  * JS_GetProperty, a then a script defined on a prototype included. */
-static int then_absent(JSValueConst v) {
-    for (JSObject *q = JS_VALUE_GET_OBJ(v); q; q = q->shape->proto) {
-        if (q->class_id != JS_CLASS_OBJECT && q->class_id != JS_CLASS_ARRAY)
-            return 0;
-        JSProperty *pr;
-        if (find_own_property(&pr, q, JS_ATOM_then))
-            return 0;
-    }
-    return 1;
-}
+static int then_absent(JSValueConst v) { return chain_plain_without(JS_VALUE_GET_OBJ(v), JS_ATOM_then); }
 
 /* pml_settle resolves or rejects promise with v, as its resolving
  * functions would: a thenable is followed (a script may have put a then on
