@@ -157,10 +157,15 @@ type Config struct {
 	Traces  TraceConfig
 	Tracing string
 	// Metrics says how metrics are published: MetricsEMF (to
-	// MetricsOutput), MetricsPrometheus (App.MetricsHandler) or
-	// MetricsOff.
+	// MetricsOutput), MetricsPrometheus (MetricsExporter's, served by
+	// App.MetricsHandler) or MetricsOff.
 	Metrics       string
 	MetricsOutput io.Writer
+	// MetricsExporter makes the recorder MetricsPrometheus publishes
+	// (prom.New). Only the commands that serve /metrics set it, so the
+	// Lambda functions do not link Prometheus's client (package prom);
+	// without it MetricsPrometheus is refused.
+	MetricsExporter func() metrics.Exporter
 	// CapabilitiesTable names the DynamoDB capability registry; without
 	// it the registry is the file CapabilitiesFile.
 	CapabilitiesTable string
@@ -496,7 +501,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if out == nil {
 		out = os.Stdout
 	}
-	rec, err := openMetrics(cfg.Metrics, out)
+	rec, err := openMetrics(cfg.Metrics, out, cfg.MetricsExporter)
 	if err != nil {
 		return fail(err)
 	}

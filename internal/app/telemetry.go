@@ -93,8 +93,9 @@ func (a *App) openTracing(ctx context.Context, tracing string) (trace.Sink, erro
 }
 
 // openMetrics returns the recorder metrics go to, nil for none. EMF
-// writes to w, the function's standard output.
-func openMetrics(format string, w io.Writer) (metrics.Recorder, error) {
+// writes to w, the function's standard output; MetricsPrometheus is
+// newExporter's, which only the processes that serve /metrics link.
+func openMetrics(format string, w io.Writer, newExporter func() metrics.Exporter) (metrics.Recorder, error) {
 	switch format {
 	case MetricsEMF:
 		fn := os.Getenv(EnvLambdaFunction)
@@ -103,7 +104,11 @@ func openMetrics(format string, w io.Writer) (metrics.Recorder, error) {
 		}
 		return metrics.NewEMF(w, fn), nil
 	case MetricsPrometheus:
-		return metrics.NewPrometheus(), nil
+		if newExporter == nil {
+			return nil, fault.New(fault.InvalidRequest, "metrics %q: this process serves no /metrics to scrape (pml serve does); want %s or %s",
+				format, MetricsEMF, MetricsOff)
+		}
+		return newExporter(), nil
 	case MetricsOff, "":
 		return nil, nil
 	}
@@ -113,8 +118,8 @@ func openMetrics(format string, w io.Writer) (metrics.Recorder, error) {
 // MetricsHandler serves the metrics in Prometheus's text format when the
 // app publishes them so (pml serve's /metrics), else nil.
 func (a *App) MetricsHandler() http.Handler {
-	if p, ok := a.Metrics.(*metrics.Prometheus); ok {
-		return p.Handler()
+	if e, ok := a.Metrics.(metrics.Exporter); ok {
+		return e.Handler()
 	}
 	return nil
 }

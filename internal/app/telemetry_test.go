@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,7 +19,9 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/capability"
 	"github.com/pml-sandbox/pml/internal/execution"
+	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/httpapi"
+	"github.com/pml-sandbox/pml/internal/metrics/prom"
 	"github.com/pml-sandbox/pml/internal/testutil/mcptest"
 	"github.com/pml-sandbox/pml/internal/testutil/otlpreceiver"
 	"github.com/pml-sandbox/pml/internal/testutil/traceprobe"
@@ -119,6 +122,46 @@ func TestEMFMetrics(t *testing.T) {
 	}
 	if got["Executions"] != 2 || got["ExecutionErrors"] != 1 || got["ColdStarts"] != 1 {
 		t.Fatalf("metrics %v in %s", got, out.String())
+	}
+}
+
+// TestPrometheusMetricsNeedAnExporter: PML_METRICS=prometheus is refused,
+// with a clear error, by a process that links no exporter (the Lambda
+// functions: nothing there could scrape /metrics); with one, the app
+// serves what it counted.
+func TestPrometheusMetricsNeedAnExporter(t *testing.T) {
+	cleanEnv(t)
+	t.Setenv(app.EnvMetrics, "prometheus")
+	cfg, err := app.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	var f *fault.Error
+	if err == nil {
+		a.Close(ctx)
+		t.Fatal("prometheus metrics opened without an exporter")
+	}
+	if !errors.As(err, &f) || f.Code != fault.InvalidRequest || !strings.Contains(err.Error(), "pml serve") {
+		t.Fatalf("error %v; want an invalid request that says where /metrics is served", err)
+	}
+
+	cfg.MetricsExporter = prom.NewExporter
+	a, err = app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	a.Service.Execute(ctx, execution.Request{Code: "return 1"})
+	h := a.MetricsHandler()
+	if h == nil {
+		t.Fatal("no /metrics handler")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `pml_executions_total{outcome="ok"} 1`) {
+		t.Fatalf("/metrics:\n%s", rec.Body.String())
 	}
 }
 

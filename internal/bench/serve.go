@@ -27,6 +27,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/app"
 	"github.com/pml-sandbox/pml/internal/httpapi"
 	"github.com/pml-sandbox/pml/internal/mcpserver"
+	"github.com/pml-sandbox/pml/internal/metrics/prom"
 	"github.com/pml-sandbox/pml/internal/runs"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
@@ -165,8 +166,9 @@ func startServedWith(ctx context.Context, cacheDir string, seed func(path string
 		CapabilitiesFile: capFile,
 		// pml serve's defaults: Prometheus metrics, suspended executions
 		// and sessions kept in a directory (here the benchmark's own).
-		Metrics:     app.MetricsPrometheus,
-		Suspensions: app.SuspensionConfig{Dir: filepath.Join(s.tmp, "suspensions")},
+		Metrics:         app.MetricsPrometheus,
+		MetricsExporter: prom.NewExporter,
+		Suspensions:     app.SuspensionConfig{Dir: filepath.Join(s.tmp, "suspensions")},
 	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("bench: starting the service: %w", err)

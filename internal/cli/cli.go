@@ -20,6 +20,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/elicit"
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/fault"
+	"github.com/pml-sandbox/pml/internal/metrics/prom"
 	"github.com/pml-sandbox/pml/internal/serverconfig"
 	"github.com/pml-sandbox/pml/internal/startgc"
 	mcpkind "github.com/pml-sandbox/pml/internal/toolsource/mcp"
@@ -346,6 +347,7 @@ func (f *serviceFlags) appConfig() (app.Config, error) {
 		// Standard output is the command's answer: EMF lines, if asked
 		// for, go beside the logs.
 		MetricsOutput:    os.Stderr,
+		MetricsExporter:  prom.NewExporter,
 		CacheDir:         f.engineFlags.dir(),
 		Servers:          servers,
 		Demo:             f.demo == "on" || (f.demo == "auto" && len(servers) == 0),

@@ -12,6 +12,7 @@ import (
 	"github.com/pml-sandbox/pml/internal/execution"
 	"github.com/pml-sandbox/pml/internal/executor"
 	"github.com/pml-sandbox/pml/internal/metrics"
+	"github.com/pml-sandbox/pml/internal/metrics/prom"
 	"github.com/pml-sandbox/pml/internal/otelsink"
 	"github.com/pml-sandbox/pml/internal/testutil/cputime"
 	"github.com/pml-sandbox/pml/internal/trace"
@@ -72,7 +73,7 @@ func BenchmarkScriptCallTraced(b *testing.B) {
 		{"xray", func() trace.Sink { return xraysink.Multi{tracedb.NewMemory(0), xs} }},
 		{"otel", func() trace.Sink { return xraysink.Multi{tracedb.NewMemory(0), ots} }},
 		{"metrics", func() trace.Sink {
-			return xraysink.Multi{tracedb.NewMemory(0), metrics.Sink{R: metrics.NewPrometheus()}}
+			return xraysink.Multi{tracedb.NewMemory(0), metrics.Sink{R: prom.New()}}
 		}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {

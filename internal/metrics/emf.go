@@ -51,7 +51,7 @@ type EMF struct {
 	w    io.Writer
 	docs map[docKey]*doc
 
-	outcomes, servers, limitNames bounded
+	outcomes, servers, limitNames Bounded
 }
 
 // docKey is one set of dimension values: the dimension names (after
@@ -108,14 +108,14 @@ func (e *EMF) Run(r Run) {
 	}
 	// Executions per function is the sum over outcomes: the Outcome
 	// documents carry both dimension sets.
-	e.addLocked(docKey{dims: DimOutcome, a: e.outcomes.value(r.Outcome)}, MetricExecutions, 1)
+	e.addLocked(docKey{dims: DimOutcome, a: e.outcomes.Value(r.Outcome)}, MetricExecutions, 1)
 	if r.Outcome != OutcomeOK {
 		e.addLocked(fn, MetricExecutionErrors, 1)
 	} else {
 		e.addLocked(fn, MetricExecutionErrors, 0) // the metric has data, and the error rate a value, when nothing failed
 	}
 	if r.Limit != "" {
-		e.addLocked(docKey{dims: DimLimit, a: e.limitNames.value(r.Limit)}, MetricLimitHits, 1)
+		e.addLocked(docKey{dims: DimLimit, a: e.limitNames.Value(r.Limit)}, MetricLimitHits, 1)
 	}
 	e.observeLocked(fn, MetricExecutionDuration, r.DurationMS)
 	e.observeLocked(fn, MetricExecutionCPU, r.CPUMS)
@@ -125,8 +125,8 @@ func (e *EMF) Run(r Run) {
 func (e *EMF) Call(c Call) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	server := e.servers.value(c.Server)
-	e.addLocked(docKey{dims: DimServer + "," + DimOutcome, a: server, b: e.outcomes.value(c.Outcome)}, MetricToolCalls, float64(c.Count))
+	server := e.servers.Value(c.Server)
+	e.addLocked(docKey{dims: DimServer + "," + DimOutcome, a: server, b: e.outcomes.Value(c.Outcome)}, MetricToolCalls, float64(c.Count))
 	if c.Count == 1 {
 		e.observeLocked(docKey{dims: DimServer, a: server}, MetricToolCallDuration, c.DurationMS)
 	}
@@ -136,7 +136,7 @@ func (e *EMF) Call(c Call) {
 func (e *EMF) LimitHit(limit string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.addLocked(docKey{dims: DimLimit, a: e.limitNames.value(limit)}, MetricLimitHits, 1)
+	e.addLocked(docKey{dims: DimLimit, a: e.limitNames.Value(limit)}, MetricLimitHits, 1)
 }
 
 // ColdStart implements Recorder.

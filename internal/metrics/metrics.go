@@ -2,9 +2,10 @@
 // executions by outcome, their duration and CPU time, tool calls by server
 // and outcome with their latency, limit hits by limit, suspensions and
 // resumes, cold starts and compile-cache misses. The same events feed two
-// publishers: Prometheus, scraped from `pml serve`'s /metrics, and
-// CloudWatch's embedded metric format, log lines the Lambda functions
-// write as they flush (CloudWatch turns them into metrics; no API call).
+// publishers: Prometheus, scraped from `pml serve`'s /metrics (package
+// prom, an Exporter), and CloudWatch's embedded metric format, log lines
+// the Lambda functions write as they flush (CloudWatch turns them into
+// metrics; no API call).
 //
 // Most events come from the trace records (Sink turns them into a
 // Recorder's calls), so metrics count exactly what traces record; the
@@ -14,6 +15,7 @@ package metrics
 
 import (
 	"context"
+	"net/http"
 	"sync"
 
 	"github.com/pml-sandbox/pml/internal/fault"
@@ -40,6 +42,13 @@ type Recorder interface {
 	// Flush publishes what is pending (EMF writes its lines), within
 	// ctx.
 	Flush(ctx context.Context) error
+}
+
+// Exporter is a Recorder that serves what it keeps over HTTP, for a
+// scraper to pull (package prom: Prometheus's text format).
+type Exporter interface {
+	Recorder
+	Handler() http.Handler
 }
 
 // Run is what a Recorder is told of one run of an execution.
@@ -155,13 +164,16 @@ const maxLabelValues = 100
 // OtherValue stands for the label values past the bound.
 const OtherValue = "_other"
 
-// bounded admits the first maxLabelValues values of a label.
-type bounded struct {
+// Bounded admits the first maxLabelValues values of a label; its zero
+// value is ready. Every publisher bounds its labels with it.
+type Bounded struct {
 	mu   sync.Mutex
 	seen map[string]bool
 }
 
-func (b *bounded) value(v string) string {
+// Value is v while fewer than maxLabelValues values have been seen or v
+// is one of them, else OtherValue.
+func (b *Bounded) Value(v string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.seen[v] {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pml-sandbox/pml/internal/fault"
 	"github.com/pml-sandbox/pml/internal/metrics"
+	"github.com/pml-sandbox/pml/internal/metrics/prom"
 	"github.com/pml-sandbox/pml/internal/trace"
 )
 
@@ -89,7 +90,7 @@ func feed(r metrics.Recorder) {
 }
 
 func TestPrometheus(t *testing.T) {
-	p := metrics.NewPrometheus()
+	p := prom.New()
 	feed(p)
 	srv := httptest.NewServer(p.Handler())
 	defer srv.Close()
@@ -161,7 +162,7 @@ next:
 // (capability namespaces) and a flood of odd outcomes and limits leave at
 // most the bound's series behind, the rest counted as _other.
 func TestLabelValuesAreBounded(t *testing.T) {
-	p := metrics.NewPrometheus()
+	p := prom.New()
 	var buf bytes.Buffer
 	e := metrics.NewEMF(&buf, "fn")
 	for i := range 10000 {

@@ -1,4 +1,11 @@
-package metrics
+// Package prom keeps the service's metrics in a Prometheus registry and
+// serves them in Prometheus's text format (`pml serve`'s /metrics). It is
+// apart from package metrics so that only the commands that serve
+// /metrics link Prometheus's client: its packages' initialisation (the
+// default registry's collectors, procfs, runtime/metrics, expvar) is
+// ~0.6 ms of every process start, which the Lambda functions, publishing
+// EMF, would pay for nothing.
+package prom
 
 import (
 	"context"
@@ -7,11 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pml-sandbox/pml/internal/metrics"
 )
 
-// Prometheus keeps the metrics in a registry of its own (never the
-// global one) and serves them in Prometheus's text format.
-type Prometheus struct {
+// Recorder keeps the metrics in a registry of its own (never the global
+// one) and serves them in Prometheus's text format. It implements
+// metrics.Exporter.
+type Recorder struct {
 	reg *prometheus.Registry
 
 	executions *prometheus.CounterVec
@@ -25,7 +35,7 @@ type Prometheus struct {
 	cold       prometheus.Counter
 	cache      *prometheus.CounterVec
 
-	outcomes, servers, limitNames bounded
+	outcomes, servers, limitNames metrics.Bounded
 }
 
 // Histogram buckets, in seconds: executions from a few milliseconds (a
@@ -38,10 +48,10 @@ var (
 	callBuckets     = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 )
 
-// NewPrometheus returns a recorder with every metric registered, and the
-// Go runtime's and the process's collectors beside them.
-func NewPrometheus() *Prometheus {
-	p := &Prometheus{
+// New returns a recorder with every metric registered, and the Go
+// runtime's and the process's collectors beside them.
+func New() *Recorder {
+	p := &Recorder{
 		reg: prometheus.NewRegistry(),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pml_executions_total",
 			Help: "Executions that finished, by outcome: ok or the error code."}, []string{"outcome"}),
@@ -68,8 +78,12 @@ func NewPrometheus() *Prometheus {
 	return p
 }
 
-// Run implements Recorder.
-func (p *Prometheus) Run(r Run) {
+// NewExporter is New as a metrics.Exporter, the form
+// app.Config.MetricsExporter takes.
+func NewExporter() metrics.Exporter { return New() }
+
+// Run implements metrics.Recorder.
+func (p *Recorder) Run(r metrics.Run) {
 	if r.Suspended {
 		p.suspends.Inc()
 	}
@@ -79,7 +93,7 @@ func (p *Prometheus) Run(r Run) {
 	if !r.Finished {
 		return
 	}
-	p.executions.WithLabelValues(p.outcomes.value(r.Outcome)).Inc()
+	p.executions.WithLabelValues(p.outcomes.Value(r.Outcome)).Inc()
 	p.duration.Observe(r.DurationMS / 1000)
 	p.cpu.Observe(r.CPUMS / 1000)
 	if r.Limit != "" {
@@ -87,25 +101,25 @@ func (p *Prometheus) Run(r Run) {
 	}
 }
 
-// Call implements Recorder.
-func (p *Prometheus) Call(c Call) {
-	server := p.servers.value(c.Server)
-	p.calls.WithLabelValues(server, p.outcomes.value(c.Outcome)).Add(float64(c.Count))
+// Call implements metrics.Recorder.
+func (p *Recorder) Call(c metrics.Call) {
+	server := p.servers.Value(c.Server)
+	p.calls.WithLabelValues(server, p.outcomes.Value(c.Outcome)).Add(float64(c.Count))
 	if c.Count == 1 {
 		p.callTime.WithLabelValues(server).Observe(c.DurationMS / 1000)
 	}
 }
 
-// LimitHit implements Recorder.
-func (p *Prometheus) LimitHit(limit string) {
-	p.limits.WithLabelValues(p.limitNames.value(limit)).Inc()
+// LimitHit implements metrics.Recorder.
+func (p *Recorder) LimitHit(limit string) {
+	p.limits.WithLabelValues(p.limitNames.Value(limit)).Inc()
 }
 
-// ColdStart implements Recorder.
-func (p *Prometheus) ColdStart() { p.cold.Inc() }
+// ColdStart implements metrics.Recorder.
+func (p *Recorder) ColdStart() { p.cold.Inc() }
 
-// GuestCache implements Recorder.
-func (p *Prometheus) GuestCache(hit bool) {
+// GuestCache implements metrics.Recorder.
+func (p *Recorder) GuestCache(hit bool) {
 	if hit {
 		p.cache.WithLabelValues("hit").Inc()
 	} else {
@@ -113,14 +127,14 @@ func (p *Prometheus) GuestCache(hit bool) {
 	}
 }
 
-// Flush implements Recorder: Prometheus scrapes, nothing is pushed.
-func (p *Prometheus) Flush(context.Context) error { return nil }
+// Flush implements metrics.Recorder: Prometheus scrapes, nothing is pushed.
+func (p *Recorder) Flush(context.Context) error { return nil }
 
 // Handler serves the registry in Prometheus's text format (or
 // OpenMetrics, when the scraper asks for it).
-func (p *Prometheus) Handler() http.Handler {
+func (p *Recorder) Handler() http.Handler {
 	return promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 // Gatherer is the registry, for tests that read it without HTTP.
-func (p *Prometheus) Gatherer() prometheus.Gatherer { return p.reg }
+func (p *Recorder) Gatherer() prometheus.Gatherer { return p.reg }
