@@ -615,6 +615,16 @@ static int chain_plain_without(JSObject *q, JSAtom atom) {
  * each is an ordinary object or array without one. */
 static int json_fast_protos_plain(JSObject *p) { return chain_plain_without(p->shape->proto, JS_ATOM_toJSON); }
 
+/* ring_keep keeps a reference to sh in the ring of n shapes, in place of
+ * the oldest (whose reference goes). */
+static void ring_keep(JSShape **ring, uint32_t *next, uint32_t n, JSShape *sh) {
+    JSShape *old = ring[*next];
+    ring[*next] = js_dup_shape(sh);
+    *next = (*next + 1) % n;
+    if (old)
+        js_free_shape(rt, old);
+}
+
 /* The shapes of the last few argument objects json_fast wrote. A script
  * makes its arguments afresh for each call, typically with an object
  * literal ({text: t}), whose shape QuickJS finds among the live ones when
@@ -627,16 +637,6 @@ static int json_fast_protos_plain(JSObject *p) { return chain_plain_without(p->s
  * JF_KEYS string keys, none over JF_KEY_MAX bytes (a kept shape keeps its
  * keys' memory; a symbol key is never kept alive by it). A kept shape is
  * shared, so QuickJS copies it before changing any object's. */
-/* ring_keep keeps a reference to sh in the ring of n shapes, in place of
- * the oldest (whose reference goes). */
-static void ring_keep(JSShape **ring, uint32_t *next, uint32_t n, JSShape *sh) {
-    JSShape *old = ring[*next];
-    ring[*next] = js_dup_shape(sh);
-    *next = (*next + 1) % n;
-    if (old)
-        js_free_shape(rt, old);
-}
-
 #define JF_SHAPES 4
 #define JF_KEYS 16
 #define JF_KEY_MAX 64
