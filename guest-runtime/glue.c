@@ -903,6 +903,20 @@ static void jr_shape_keep(JSShape *sh, int n) {
     ring_keep(jr_shapes, &jr_shapes_next, JR_SHAPES, sh);
 }
 
+/* jr_define defines obj's member of key k (len bytes) as v, as JSON.parse
+ * does (writable, enumerable, configurable): 0, or -1 with the exception
+ * pending. v is taken either way. */
+static int jr_define(JSValueConst obj, const uint8_t *k, uint32_t len, JSValue v) {
+    JSAtom key = JS_NewAtomLen(ctx, (const char *)k, len);
+    if (key == JS_ATOM_NULL) {
+        JS_FreeValue(ctx, v);
+        return -1;
+    }
+    int r = JS_DefinePropertyValue(ctx, obj, key, v, JS_PROP_C_W_E);
+    JS_FreeAtom(ctx, key);
+    return r < 0 ? -1 : 0;
+}
+
 /* jr_object makes the object of n members read (their values taken),
  * or JS_EXCEPTION (the values freed). */
 static JSValue jr_object(jr_member *m, int n) {
@@ -924,12 +938,7 @@ static JSValue jr_object(jr_member *m, int n) {
     if (JS_IsException(obj))
         goto fail;
     for (; i < n; i++) {
-        JSAtom key = JS_NewAtomLen(ctx, (const char *)m[i].k, m[i].len);
-        if (key == JS_ATOM_NULL)
-            goto fail;
-        int r = JS_DefinePropertyValue(ctx, obj, key, m[i].v, JS_PROP_C_W_E);
-        JS_FreeAtom(ctx, key);
-        if (r < 0) {
+        if (jr_define(obj, m[i].k, m[i].len, m[i].v)) {
             i++;
             goto fail;
         }
@@ -1071,35 +1080,25 @@ static int jr_value(const uint8_t **pp, const uint8_t *end, int depth, JSValue *
                 break;
             p = jr_space(p + 1, end);
             JSValue v;
+            r = jr_value(&p, end, depth + 1, &v);
+            if (r != JR_OK)
+                break;
+            r = JR_NOT_READ;
             if (JS_IsUndefined(obj) && n < JR_KEYS) {
-                r = jr_value(&p, end, depth + 1, &v);
-                if (r != JR_OK)
-                    break;
                 m[n++] = (jr_member){k, (uint32_t)(e - k), v};
-                r = JR_NOT_READ;
             } else {
                 if (JS_IsUndefined(obj)) {
                     obj = jr_object(m, n);
                     n = 0;
-                    if (JS_IsException(obj))
+                    if (JS_IsException(obj)) {
+                        JS_FreeValue(ctx, v);
                         return JR_EXCEPTION;
+                    }
                 }
-                /* The key first, then its value, as json_parse_value. */
-                JSAtom key = JS_NewAtomLen(ctx, (const char *)k, (size_t)(e - k));
-                if (key == JS_ATOM_NULL) {
+                if (jr_define(obj, k, (uint32_t)(e - k), v)) {
                     r = JR_EXCEPTION;
                     break;
                 }
-                r = jr_value(&p, end, depth + 1, &v);
-                if (r != JR_OK) {
-                    JS_FreeAtom(ctx, key);
-                    break;
-                }
-                r = JS_DefinePropertyValue(ctx, obj, key, v, JS_PROP_C_W_E) < 0 ? JR_EXCEPTION : JR_OK;
-                JS_FreeAtom(ctx, key);
-                if (r != JR_OK)
-                    break;
-                r = JR_NOT_READ;
             }
             p = jr_space(p, end);
             if (p < end && *p == ',') {
